@@ -1,0 +1,11 @@
+//! Generates the etcd v3 gRPC service traits; the message types come from `keel-store`.
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let proto = "../store/proto/etcd/etcdserver/etcdserverpb/rpc.proto";
+    println!("cargo:rerun-if-changed={proto}");
+    tonic_prost_build::configure()
+        .build_client(false)
+        .extern_path(".etcdserverpb", "::keel_store::pb::etcdserverpb")
+        .extern_path(".mvccpb", "::keel_store::pb::mvccpb")
+        .compile_protos(&[proto], &["../store/proto"])?;
+    Ok(())
+}

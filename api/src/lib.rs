@@ -1,0 +1,3 @@
+//! keel's front doors. Today: the etcd v3 gRPC API, served on one member's client URL.
+
+pub mod etcd;

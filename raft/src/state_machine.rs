@@ -1,0 +1,259 @@
+//! The store as openraft's state machine, plus durable snapshot files.
+//!
+//! The store's backend is a view that may lag after a crash; the WAL and the snapshot files
+//! are the truth. Every snapshot is written to `snap/` and fsynced before openraft may purge
+//! the log below it, so the state can always be rebuilt as "latest snapshot + log replay".
+
+use std::fs;
+use std::io::{Cursor, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use keel_store::{Command, Store};
+use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
+use openraft::{EntryPayload, RaftTypeConfig, Snapshot, SnapshotMeta, StorageIOError};
+use tracing::{info, warn};
+
+use crate::codec::{applied_from_bytes, applied_to_bytes};
+use crate::types::{Applied, Entry, LogId, MemberNode, NodeId, StorageError, StoredMembership, TypeConfig};
+
+const SNAP_SUFFIX: &str = ".snap";
+
+/// openraft's view of the store.
+pub struct StateMachine {
+    store: Arc<Store>,
+    snap_dir: PathBuf,
+    min_lease_ttl: i64,
+}
+
+fn sm_err<E: std::error::Error + 'static>(e: &E) -> StorageError {
+    StorageIOError::write_state_machine(e).into()
+}
+
+fn snap_err<E: std::error::Error + 'static>(e: &E) -> StorageError {
+    StorageIOError::write_snapshot(None, e).into()
+}
+
+/// A snapshot file found on disk.
+#[derive(Debug, Clone)]
+pub struct SnapshotFile {
+    pub path: PathBuf,
+    pub last_applied: Option<LogId>,
+    pub membership: StoredMembership,
+}
+
+impl StateMachine {
+    /// Wraps the store; snapshots live in `snap_dir`.
+    pub fn new(store: Arc<Store>, snap_dir: PathBuf, min_lease_ttl: i64) -> Result<Self, std::io::Error> {
+        fs::create_dir_all(&snap_dir)?;
+        Ok(StateMachine {
+            store,
+            snap_dir,
+            min_lease_ttl,
+        })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+}
+
+/// File name of a snapshot: index first so names sort by position in the log.
+fn snap_name(last: Option<&LogId>) -> String {
+    match last {
+        Some(l) => format!("{:020}-{:016x}{SNAP_SUFFIX}", l.index, l.leader_id.term),
+        None => format!("{:020}-{:016x}{SNAP_SUFFIX}", 0, 0),
+    }
+}
+
+/// Finds the newest complete snapshot file and reads its header.
+pub fn latest_snapshot(dir: &Path) -> Result<Option<SnapshotFile>, keel_store::StoreError> {
+    let mut names: Vec<PathBuf> = match fs::read_dir(dir) {
+        Ok(rd) => rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "snap"))
+            .collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    names.sort();
+    let Some(path) = names.pop() else {
+        return Ok(None);
+    };
+    let mut f = std::io::BufReader::new(fs::File::open(&path)?);
+    let hdr = keel_store::snapshot::read_header(&mut f)?;
+    let (last_applied, membership) = applied_from_bytes(hdr.raft_meta.as_deref())?;
+    Ok(Some(SnapshotFile {
+        path,
+        last_applied,
+        membership,
+    }))
+}
+
+/// Writes `bytes` to `dir/name` durably (tmp file, fsync, rename, fsync dir) and removes
+/// older snapshot files.
+fn persist_snapshot(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    let path = dir.join(name);
+    {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, &path)?;
+    fs::File::open(dir)?.sync_all()?;
+    for e in fs::read_dir(dir)?.flatten() {
+        let p = e.path();
+        if p != path && p.file_name().is_some_and(|n| n.to_string_lossy().ends_with(SNAP_SUFFIX)) {
+            if let Err(err) = fs::remove_file(&p) {
+                warn!(path = %p.display(), %err, "could not remove old snapshot");
+            }
+        }
+    }
+    Ok(path)
+}
+
+/// Builds snapshots from the store.
+pub struct SnapshotBuilder {
+    store: Arc<Store>,
+    snap_dir: PathBuf,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let store = self.store.clone();
+        let dir = self.snap_dir.clone();
+        let (bytes, summary, path) = tokio::task::spawn_blocking(move || {
+            let mut buf = Vec::new();
+            let summary = store.write_snapshot(&mut buf).map_err(|e| snap_err(&e))?;
+            let (last, _) = applied_from_bytes(summary.raft_meta.as_deref()).map_err(|e| snap_err(&e))?;
+            let path = persist_snapshot(&dir, &snap_name(last.as_ref()), &buf).map_err(|e| snap_err(&e))?;
+            Ok::<_, StorageError>((buf, summary, path))
+        })
+        .await
+        .map_err(|e| snap_err(&e))??;
+        let (last_applied, membership) =
+            applied_from_bytes(summary.raft_meta.as_deref()).map_err(|e| snap_err(&e))?;
+        info!(path = %path.display(), revision = summary.revision, entries = summary.entries, "snapshot written");
+        Ok(Snapshot {
+            meta: SnapshotMeta {
+                last_log_id: last_applied,
+                last_membership: membership,
+                snapshot_id: snap_name(last_applied.as_ref()),
+            },
+            snapshot: Box::new(Cursor::new(bytes)),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+        applied_from_bytes(self.store.raft_meta().as_deref()).map_err(|e| StorageIOError::read_state_machine(&e).into())
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Applied>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let (_, mut membership) = applied_from_bytes(self.store.raft_meta().as_deref())
+            .map_err(|e| StorageIOError::read_state_machine(&e))?;
+        let mut last = None;
+        let mut cmds: Vec<Option<Command>> = Vec::new();
+        for e in entries {
+            last = Some(e.log_id);
+            match e.payload {
+                EntryPayload::Blank => cmds.push(None),
+                EntryPayload::Normal(c) => cmds.push(Some(c)),
+                EntryPayload::Membership(m) => {
+                    membership = StoredMembership::new(Some(e.log_id), m);
+                    cmds.push(None);
+                }
+            }
+        }
+        if cmds.is_empty() {
+            return Ok(Vec::new());
+        }
+        let meta = applied_to_bytes(last.as_ref(), &membership);
+        let store = self.store.clone();
+        // The store works synchronously (sled); keep it off the async workers.
+        let results = tokio::task::block_in_place(move || store.apply(cmds, meta)).map_err(|e| sm_err(&e))?;
+        Ok(results.into_iter().map(Applied).collect())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        SnapshotBuilder {
+            store: self.store.clone(),
+            snap_dir: self.snap_dir.clone(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, MemberNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
+        let bytes = snapshot.into_inner();
+        let dir = self.snap_dir.clone();
+        let store = self.store.clone();
+        let ttl = self.min_lease_ttl;
+        let name = snap_name(meta.last_log_id.as_ref());
+        let applied = applied_to_bytes(meta.last_log_id.as_ref(), &meta.last_membership);
+        tokio::task::spawn_blocking(move || {
+            persist_snapshot(&dir, &name, &bytes).map_err(|e| snap_err(&e))?;
+            store
+                .install_snapshot(&mut Cursor::new(&bytes), ttl)
+                .map_err(|e| snap_err(&e))?;
+            // Record exactly the log position openraft installed.
+            store.apply(Vec::new(), applied).map_err(|e| sm_err(&e))?;
+            Ok::<_, StorageError>(())
+        })
+        .await
+        .map_err(|e| snap_err(&e))??;
+        info!(last = ?meta.last_log_id, "snapshot installed");
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        let Some(file) = latest_snapshot(&self.snap_dir).map_err(|e| StorageIOError::read_snapshot(None, &e))? else {
+            return Ok(None);
+        };
+        let bytes = fs::read(&file.path).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+        Ok(Some(Snapshot {
+            meta: SnapshotMeta {
+                last_log_id: file.last_applied,
+                last_membership: file.membership,
+                snapshot_id: snap_name(file.last_applied.as_ref()),
+            },
+            snapshot: Box::new(Cursor::new(bytes)),
+        }))
+    }
+}
+
+/// Makes sure the store is not behind the newest snapshot (it can be after a crash, or after
+/// its files were lost): if it is, reload it from the snapshot. Returns the snapshot found.
+pub fn reconcile_with_snapshot(store: &Store, snap_dir: &Path, min_lease_ttl: i64) -> Result<Option<SnapshotFile>, keel_store::StoreError> {
+    let Some(snap) = latest_snapshot(snap_dir)? else {
+        return Ok(None);
+    };
+    let (applied, _) = applied_from_bytes(store.raft_meta().as_deref())?;
+    if applied.map(|l| l.index) < snap.last_applied.map(|l| l.index) {
+        warn!(store = ?applied, snapshot = ?snap.last_applied, "store is behind the latest snapshot; reloading it");
+        let mut f = std::io::BufReader::new(fs::File::open(&snap.path)?);
+        store.install_snapshot(&mut f, min_lease_ttl)?;
+    }
+    Ok(Some(snap))
+}
+
+/// `C::R` needs these bounds; checked here so a type change fails to compile in one place.
+const _: fn() = || {
+    fn assert_r<C: RaftTypeConfig<R = Applied>>() {}
+    assert_r::<TypeConfig>();
+};

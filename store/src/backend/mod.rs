@@ -1,0 +1,72 @@
+//! The narrow storage interface the store needs: atomic batches, point gets, ordered scans.
+//!
+//! The backend is a materialised view: durability comes from the Raft WAL and snapshots, so
+//! a backend that lost its tail is rebuilt by replaying the log. Keeping the trait small lets
+//! the engine be swapped when measurements say so.
+
+pub mod sled_backend;
+
+use crate::error::StoreError;
+
+/// The key spaces of the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Space {
+    /// Revision key (etcd's 17/18-byte encoding) → encoded `KeyValue`.
+    Kv,
+    /// Named bookkeeping values (applied index, compaction marks).
+    Meta,
+    /// Lease ID (8 bytes big-endian) → encoded lease record.
+    Lease,
+}
+
+/// One write in a batch.
+#[derive(Debug, Clone)]
+pub enum BatchOp {
+    Put(Space, Vec<u8>, Vec<u8>),
+    Delete(Space, Vec<u8>),
+}
+
+/// Writes applied atomically, in order.
+#[derive(Debug, Default, Clone)]
+pub struct WriteBatch {
+    pub ops: Vec<BatchOp>,
+}
+
+impl WriteBatch {
+    /// Queues a put.
+    pub fn put(&mut self, space: Space, key: Vec<u8>, value: Vec<u8>) {
+        self.ops.push(BatchOp::Put(space, key, value));
+    }
+    /// Queues a delete.
+    pub fn delete(&mut self, space: Space, key: Vec<u8>) {
+        self.ops.push(BatchOp::Delete(space, key));
+    }
+    /// True when nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+/// A key/value pair read from the backend.
+pub type Pair = (Vec<u8>, Vec<u8>);
+
+/// The storage engine behind the store.
+pub trait Backend: Send + Sync + 'static {
+    /// Applies every op of the batch atomically.
+    fn write(&self, batch: WriteBatch) -> Result<(), StoreError>;
+    /// Reads one value.
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Scans `[start, end)` in key order (`end = None` = to the end of the space).
+    fn scan<'a>(
+        &'a self,
+        space: Space,
+        start: &[u8],
+        end: Option<&[u8]>,
+    ) -> Box<dyn Iterator<Item = Result<Pair, StoreError>> + 'a>;
+    /// Pushes buffered writes to the OS (not a durability point; see module docs).
+    fn flush(&self) -> Result<(), StoreError>;
+    /// Bytes the backend occupies on disk.
+    fn size_on_disk(&self) -> u64;
+    /// Removes every entry (used before loading a snapshot).
+    fn clear(&self) -> Result<(), StoreError>;
+}

@@ -1,0 +1,65 @@
+//! Typed store errors. The etcd front door maps each to etcd's gRPC code and exact message.
+
+use thiserror::Error;
+
+/// Everything that can go wrong inside the store.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum StoreError {
+    #[error("etcdserver: key is not provided")]
+    EmptyKey,
+    #[error("etcdserver: key not found")]
+    KeyNotFound,
+    #[error("etcdserver: value is provided")]
+    ValueProvided,
+    #[error("etcdserver: lease is provided")]
+    LeaseProvided,
+    #[error("etcdserver: too many operations in txn request")]
+    TooManyOps,
+    #[error("etcdserver: duplicate key given in txn request")]
+    DuplicateKey,
+    #[error("etcdserver: mvcc: required revision has been compacted")]
+    Compacted,
+    #[error("etcdserver: mvcc: required revision is a future revision")]
+    FutureRev,
+    #[error("etcdserver: requested lease not found")]
+    LeaseNotFound,
+    #[error("etcdserver: lease already exists")]
+    LeaseExists,
+    #[error("etcdserver: too large lease TTL")]
+    LeaseTtlTooLarge,
+    #[error("etcdserver: request is too large")]
+    RequestTooLarge,
+    #[error("mvcc: watcher range is empty")]
+    EmptyWatchRange,
+    /// The backend failed or holds data we cannot decode; the server must not go on.
+    #[error("store backend: {0}")]
+    Backend(String),
+    /// A persisted record does not decode.
+    #[error("store corrupt: {0}")]
+    Corrupt(String),
+}
+
+impl From<sled::Error> for StoreError {
+    fn from(e: sled::Error) -> Self {
+        StoreError::Backend(e.to_string())
+    }
+}
+
+impl From<prost::DecodeError> for StoreError {
+    fn from(e: prost::DecodeError) -> Self {
+        StoreError::Corrupt(e.to_string())
+    }
+}
+
+impl From<std::io::Error> for StoreError {
+    fn from(e: std::io::Error) -> Self {
+        StoreError::Backend(e.to_string())
+    }
+}
+
+impl StoreError {
+    /// True for errors that say the store itself is broken (as opposed to a bad request).
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, StoreError::Backend(_) | StoreError::Corrupt(_))
+    }
+}

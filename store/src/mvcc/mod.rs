@@ -1,0 +1,7 @@
+//! Multi-version concurrency control: revisions, the key index and the versioned key space.
+
+pub mod key_index;
+pub mod kv;
+pub mod txn_check;
+pub mod range;
+pub mod revision;

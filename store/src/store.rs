@@ -1,0 +1,530 @@
+//! The store: key space, leases and watch hub behind one handle.
+//!
+//! Writes arrive only through [`Store::apply`], in Raft log order, from one thread. Reads run
+//! concurrently under a shared lock. The backend is updated in one atomic batch per apply call,
+//! together with the caller's opaque Raft bookkeeping (last applied log id, membership), so
+//! after a crash the backend is a consistent prefix of the log and replay continues from there.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::RwLock;
+use prost::Message;
+
+use crate::backend::sled_backend::SledBackend;
+use crate::backend::{Backend, Space, WriteBatch};
+use crate::command::{Command, CommandKind, CommandResponse};
+use crate::error::StoreError;
+use crate::lease::{LeaseId, LeaseRecord, Lessor, MAX_LEASE_TTL};
+use crate::mvcc::kv::{header, BackendValues, KvState, WriteTxn};
+use crate::mvcc::revision::Revision;
+use crate::pb::etcdserverpb::{
+    request_op, CompactionRequest, CompactionResponse, LeaseGrantRequest, LeaseGrantResponse,
+    LeaseRevokeRequest, LeaseRevokeResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
+};
+use crate::pb::mvccpb::{event::EventType, Event, KeyValue};
+use crate::watch::{History, WatchHub};
+
+const META_RAFT: &[u8] = b"raft";
+const META_REV: &[u8] = b"rev";
+const META_COMPACT: &[u8] = b"compact";
+
+/// Tunables of the store.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Interval of periodic watch progress notifications (etcd: 10 minutes).
+    pub progress_interval: Duration,
+    /// Smallest lease TTL in seconds (etcd: ceil(1.5 × election timeout) = 2).
+    pub min_lease_ttl: i64,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            progress_interval: Duration::from_secs(600),
+            min_lease_ttl: 2,
+        }
+    }
+}
+
+/// Replicated state guarded together.
+struct State {
+    kv: KvState,
+    lessor: Lessor,
+    raft_meta: Option<Vec<u8>>,
+}
+
+/// What the hub and readers share: the backend and the state lock.
+struct Shared {
+    backend: Box<dyn Backend>,
+    state: RwLock<State>,
+}
+
+/// The MVCC store.
+pub struct Store {
+    shared: Arc<Shared>,
+    hub: Arc<WatchHub>,
+    dir: PathBuf,
+}
+
+/// The result of applying one entry: `Ok(None)` for entries that carry no command.
+pub type ApplyResult = Result<Option<CommandResponse>, StoreError>;
+
+impl Store {
+    /// Opens the store in `dir` (creating it), rebuilding the key index from the backend.
+    pub fn open(dir: &Path, opts: StoreOptions) -> Result<Arc<Store>, StoreError> {
+        std::fs::create_dir_all(dir)?;
+        let backend = SledBackend::open(dir)?;
+        let state = load_state(&backend, opts.min_lease_ttl)?;
+        let shared = Arc::new(Shared {
+            backend: Box::new(backend),
+            state: RwLock::new(state),
+        });
+        let hub = WatchHub::new(shared.clone() as Arc<dyn History>, opts.progress_interval);
+        Ok(Arc::new(Store {
+            shared,
+            hub,
+            dir: dir.to_path_buf(),
+        }))
+    }
+
+    /// Directory the backend lives in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The caller's bookkeeping stored with the last applied batch.
+    pub fn raft_meta(&self) -> Option<Vec<u8>> {
+        self.shared.state.read().raft_meta.clone()
+    }
+
+    /// The watch hub.
+    pub fn hub(&self) -> &Arc<WatchHub> {
+        &self.hub
+    }
+
+    /// Latest revision.
+    pub fn revision(&self) -> i64 {
+        self.shared.state.read().kv.current
+    }
+
+    /// Last compaction revision (0 = never compacted).
+    pub fn compact_revision(&self) -> i64 {
+        self.shared.state.read().kv.compacted
+    }
+
+    /// Applies a batch of log entries (`None` = an entry without a command) and records
+    /// `raft_meta` in the same backend batch. Request errors are per entry; a backend failure
+    /// fails the whole call and the caller must stop.
+    pub fn apply(
+        &self,
+        entries: Vec<Option<Command>>,
+        raft_meta: Vec<u8>,
+    ) -> Result<Vec<ApplyResult>, StoreError> {
+        let mut results = Vec::with_capacity(entries.len());
+        let mut events = Vec::new();
+        let mut compacted = None;
+        let revision;
+        {
+            let mut st = self.shared.state.write();
+            let st = &mut *st;
+            let mut batch = WriteBatch::default();
+            let mut overlay = HashMap::new();
+            for cmd in entries {
+                let Some(Command { kind: Some(kind) }) = cmd else {
+                    results.push(Ok(None));
+                    continue;
+                };
+                let begin = st.kv.current;
+                let mut cmd_batch = WriteBatch::default();
+                let mut cmd_events = Vec::new();
+                let res = {
+                    let mut txn = WriteTxn {
+                        kv: &mut st.kv,
+                        lessor: &mut st.lessor,
+                        backend: &*self.shared.backend,
+                        batch: &mut cmd_batch,
+                        overlay: &mut overlay,
+                        events: &mut cmd_events,
+                        begin,
+                        sub: 0,
+                    };
+                    let r = apply_one(&mut txn, kind);
+                    if r.is_ok() && txn.sub > 0 {
+                        txn.kv.current = begin + 1;
+                    }
+                    r
+                };
+                match res {
+                    Ok(resp) => {
+                        if let CommandResponse::Compaction(_) = &resp {
+                            compacted = Some(st.kv.compacted);
+                        }
+                        batch.ops.append(&mut cmd_batch.ops);
+                        events.append(&mut cmd_events);
+                        results.push(Ok(Some(resp)));
+                    }
+                    Err(e) if e.is_fatal() => return Err(e),
+                    // Checks run before any write, so a failed command changed nothing.
+                    Err(e) => results.push(Err(e)),
+                }
+            }
+            revision = st.kv.current;
+            batch.put(Space::Meta, META_REV.to_vec(), revision.to_be_bytes().to_vec());
+            batch.put(Space::Meta, META_RAFT.to_vec(), raft_meta.clone());
+            self.shared.backend.write(batch)?;
+            st.raft_meta = Some(raft_meta);
+        }
+        if let Some(rev) = compacted {
+            self.hub.compacted(rev);
+        }
+        self.hub.publish(events, revision);
+        Ok(results)
+    }
+
+    /// Serves a Range from local state.
+    pub fn range(&self, r: &RangeRequest) -> Result<RangeResponse, StoreError> {
+        let st = self.shared.state.read();
+        st.kv
+            .range(r, st.kv.current, &BackendValues(&*self.shared.backend))
+    }
+
+    /// Serves a Txn that only reads (the caller checked it has no writes).
+    pub fn txn_read(&self, t: &TxnRequest) -> Result<TxnResponse, StoreError> {
+        let st = self.shared.state.read();
+        let values = BackendValues(&*self.shared.backend);
+        read_txn(&st.kv, t, &values)
+    }
+
+    /// True if the lease exists.
+    pub fn lease_exists(&self, id: LeaseId) -> bool {
+        self.shared.state.read().lessor.contains(id)
+    }
+
+    /// Renews a lease (on the primary); returns its TTL, or None if unknown.
+    pub fn lease_renew(&self, id: LeaseId) -> Option<i64> {
+        self.shared.state.write().lessor.renew(id)
+    }
+
+    /// Remaining TTL, granted TTL and (if asked) attached keys of a lease.
+    pub fn lease_time_to_live(&self, id: LeaseId, keys: bool) -> Option<(i64, i64, Vec<Bytes>)> {
+        let st = self.shared.state.read();
+        let l = st.lessor.get(id)?;
+        let remaining = st.lessor.remaining(id)?;
+        let ks = if keys { l.keys.iter().cloned().collect() } else { Vec::new() };
+        Some((remaining, l.ttl, ks))
+    }
+
+    /// Every lease ID.
+    pub fn lease_ids(&self) -> Vec<LeaseId> {
+        self.shared.state.read().lessor.ids()
+    }
+
+    /// Starts tracking lease expiry (this member became leader).
+    pub fn lease_promote(&self, extend: Duration) {
+        self.shared.state.write().lessor.promote(extend);
+    }
+
+    /// Stops tracking lease expiry.
+    pub fn lease_demote(&self) {
+        self.shared.state.write().lessor.demote();
+    }
+
+    /// True while this member tracks lease expiry.
+    pub fn lease_is_primary(&self) -> bool {
+        self.shared.state.read().lessor.is_primary()
+    }
+
+    /// Leases past their deadline (only while primary).
+    pub fn expired_leases(&self, limit: usize) -> Vec<LeaseId> {
+        self.shared.state.read().lessor.expired(Instant::now(), limit)
+    }
+
+    /// etcd's HashKV: CRC-32C over "key" and every retained (revision key, value) pair up to
+    /// `rev` (0 = current). Returns (hash, compact revision, hashed revision).
+    pub fn hash_kv(&self, rev: i64) -> Result<(u32, i64, i64), StoreError> {
+        let st = self.shared.state.read();
+        let cur = st.kv.current;
+        let rev = if rev <= 0 { cur } else { rev };
+        st.kv.check_rev(rev, cur)?;
+        let crc = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
+        let mut d = crc.digest();
+        d.update(b"key");
+        let end = Revision::new(rev + 1, 0).to_bytes();
+        for pair in self.shared.backend.scan(Space::Kv, &[], Some(&end)) {
+            let (k, v) = pair?;
+            d.update(&k);
+            d.update(&v);
+        }
+        let compact = if st.kv.compacted == 0 { -1 } else { st.kv.compacted };
+        Ok((d.finalize(), compact, rev))
+    }
+
+    /// Bytes the backend occupies on disk.
+    pub fn db_size(&self) -> u64 {
+        self.shared.backend.size_on_disk()
+    }
+
+    /// Number of keys live now.
+    pub fn key_count(&self) -> usize {
+        let st = self.shared.state.read();
+        st.kv.index.values().filter(|k| k.current().is_some()).count()
+    }
+
+    /// Asks the backend to write out its buffers.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.shared.backend.flush()
+    }
+
+    /// Writes the whole replicated state (see [`crate::snapshot`]) while holding reads.
+    pub fn write_snapshot(&self, w: &mut dyn std::io::Write) -> Result<crate::snapshot::SnapshotSummary, StoreError> {
+        let st = self.shared.state.read();
+        crate::snapshot::write(&*self.shared.backend, st.raft_meta.clone(), st.kv.current, w)
+    }
+
+    /// Replaces the whole state with a snapshot's (watchers are told via compaction marks).
+    pub fn install_snapshot(&self, r: &mut dyn std::io::Read, min_lease_ttl: i64) -> Result<(), StoreError> {
+        let mut st = self.shared.state.write();
+        self.shared.backend.clear()?;
+        crate::snapshot::read_into(&*self.shared.backend, r)?;
+        self.shared.backend.flush()?;
+        *st = load_state(&*self.shared.backend, min_lease_ttl)?;
+        let rev = st.kv.current;
+        drop(st);
+        self.hub.publish(Vec::new(), rev);
+        Ok(())
+    }
+}
+
+fn apply_one(txn: &mut WriteTxn<'_>, kind: CommandKind) -> Result<CommandResponse, StoreError> {
+    Ok(match kind {
+        CommandKind::Put(p) => CommandResponse::Put(txn.put(&p)?),
+        CommandKind::DeleteRange(d) => CommandResponse::DeleteRange(txn.delete_range(&d)?),
+        CommandKind::Txn(t) => CommandResponse::Txn(txn.txn(&t)?),
+        CommandKind::Compaction(c) => CommandResponse::Compaction(compact(txn, &c)?),
+        CommandKind::LeaseGrant(g) => CommandResponse::LeaseGrant(lease_grant(txn, &g)?),
+        CommandKind::LeaseRevoke(r) => CommandResponse::LeaseRevoke(lease_revoke(txn, &r)?),
+    })
+}
+
+fn compact(txn: &mut WriteTxn<'_>, c: &CompactionRequest) -> Result<CompactionResponse, StoreError> {
+    if c.revision <= txn.kv.compacted {
+        return Err(StoreError::Compacted);
+    }
+    if c.revision > txn.kv.current {
+        return Err(StoreError::FutureRev);
+    }
+    let mut dropped = Vec::new();
+    txn.kv.index.retain(|_, ki| !ki.compact(c.revision, &mut dropped));
+    for (rev, tomb) in dropped {
+        txn.batch.delete(Space::Kv, rev.to_key(tomb));
+    }
+    txn.kv.compacted = c.revision;
+    txn.batch
+        .put(Space::Meta, META_COMPACT.to_vec(), c.revision.to_be_bytes().to_vec());
+    Ok(CompactionResponse {
+        header: header(txn.kv.current),
+    })
+}
+
+fn lease_grant(txn: &mut WriteTxn<'_>, g: &LeaseGrantRequest) -> Result<LeaseGrantResponse, StoreError> {
+    if g.id <= 0 {
+        return Err(StoreError::Corrupt(format!("lease grant with ID {} in the log", g.id)));
+    }
+    if g.ttl > MAX_LEASE_TTL {
+        return Err(StoreError::LeaseTtlTooLarge);
+    }
+    let id = LeaseId(g.id);
+    if txn.lessor.contains(id) {
+        return Err(StoreError::LeaseExists);
+    }
+    let ttl = txn.lessor.effective_ttl(g.ttl);
+    txn.lessor.grant(id, ttl);
+    let rec = LeaseRecord {
+        id: g.id,
+        ttl,
+        remaining_ttl: 0,
+    };
+    txn.batch
+        .put(Space::Lease, g.id.to_be_bytes().to_vec(), rec.encode_to_vec());
+    Ok(LeaseGrantResponse {
+        header: header(txn.kv.current),
+        id: g.id,
+        ttl,
+        error: String::new(),
+    })
+}
+
+fn lease_revoke(txn: &mut WriteTxn<'_>, r: &LeaseRevokeRequest) -> Result<LeaseRevokeResponse, StoreError> {
+    let id = LeaseId(r.id);
+    let lease = txn.lessor.revoke(id).ok_or(StoreError::LeaseNotFound)?;
+    // All keys go in one revision, in key order, as etcd does.
+    for key in &lease.keys {
+        let live = txn.kv.index.get(key).and_then(|k| k.current()).is_some();
+        if live {
+            txn.delete_key(key)?;
+        }
+    }
+    txn.batch.delete(Space::Lease, r.id.to_be_bytes().to_vec());
+    Ok(LeaseRevokeResponse {
+        header: header(txn.view()),
+    })
+}
+
+fn read_txn(kv: &KvState, t: &TxnRequest, values: &BackendValues<'_>) -> Result<TxnResponse, StoreError> {
+    use crate::pb::etcdserverpb::{response_op, ResponseOp};
+    let view = kv.current;
+    let mut ok = true;
+    for c in &t.compare {
+        if !kv.compare(c, view, values)? {
+            ok = false;
+            break;
+        }
+    }
+    let ops = if ok { &t.success } else { &t.failure };
+    let mut responses = Vec::with_capacity(ops.len());
+    for op in ops {
+        let resp = match &op.request {
+            Some(request_op::Request::RequestRange(r)) => response_op::Response::ResponseRange(kv.range(r, view, values)?),
+            Some(request_op::Request::RequestTxn(nt)) => {
+                let mut r = read_txn(kv, nt, values)?;
+                r.header = Some(Default::default());
+                response_op::Response::ResponseTxn(r)
+            }
+            Some(_) => return Err(StoreError::Corrupt("write in a read-only txn".into())),
+            None => continue,
+        };
+        responses.push(ResponseOp { response: Some(resp) });
+    }
+    Ok(TxnResponse {
+        header: header(view),
+        succeeded: ok,
+        responses,
+    })
+}
+
+/// True if no branch of the Txn (at any depth) writes.
+pub fn txn_is_read_only(t: &TxnRequest) -> bool {
+    t.success.iter().chain(t.failure.iter()).all(|op| match &op.request {
+        Some(request_op::Request::RequestRange(_)) | None => true,
+        Some(request_op::Request::RequestTxn(nt)) => txn_is_read_only(nt),
+        Some(_) => false,
+    })
+}
+
+/// True if every Range in the Txn asks for a serializable read.
+pub fn txn_is_serializable(t: &TxnRequest) -> bool {
+    t.success.iter().chain(t.failure.iter()).all(|op| match &op.request {
+        Some(request_op::Request::RequestRange(r)) => r.serializable,
+        Some(request_op::Request::RequestTxn(nt)) => txn_is_serializable(nt),
+        _ => true,
+    })
+}
+
+fn load_state(backend: &dyn Backend, min_lease_ttl: i64) -> Result<State, StoreError> {
+    let mut kv = KvState::default();
+    let mut lessor = Lessor::new(min_lease_ttl);
+    let read_i64 = |k: &[u8]| -> Result<Option<i64>, StoreError> {
+        match backend.get(Space::Meta, k)? {
+            Some(b) => {
+                let arr: [u8; 8] = b
+                    .as_slice()
+                    .try_into()
+                    .map_err(|_| StoreError::Corrupt(format!("meta {:?} has {} bytes", k, b.len())))?;
+                Ok(Some(i64::from_be_bytes(arr)))
+            }
+            None => Ok(None),
+        }
+    };
+    kv.compacted = read_i64(META_COMPACT)?.unwrap_or(0);
+    let mut max_rev = 1;
+    for pair in backend.scan(Space::Kv, &[], None) {
+        let (k, v) = pair?;
+        let (rev, tomb) =
+            Revision::from_key(&k).ok_or_else(|| StoreError::Corrupt(format!("bad revision key {k:?}")))?;
+        let rec = KeyValue::decode(v.as_slice())?;
+        max_rev = max_rev.max(rev.main);
+        let ki = kv.index.entry(rec.key.clone()).or_default();
+        ki.restore(rev, rec.create_revision, rec.version, tomb);
+        ki.lease = if tomb { 0 } else { rec.lease };
+    }
+    kv.current = read_i64(META_REV)?.unwrap_or(1).max(max_rev).max(kv.compacted);
+    for pair in backend.scan(Space::Lease, &[], None) {
+        let (_, v) = pair?;
+        let rec = LeaseRecord::decode(v.as_slice())?;
+        lessor.grant(LeaseId(rec.id), rec.ttl);
+    }
+    for (k, ki) in &kv.index {
+        if ki.lease != 0 && ki.current().is_some() {
+            lessor.attach(LeaseId(ki.lease), k.clone());
+        }
+    }
+    let raft_meta = backend.get(Space::Meta, META_RAFT)?;
+    Ok(State { kv, lessor, raft_meta })
+}
+
+impl History for Shared {
+    fn current_revision(&self) -> i64 {
+        self.state.read().kv.current
+    }
+
+    fn compact_revision(&self) -> i64 {
+        self.state.read().kv.compacted
+    }
+
+    fn events(&self, from: i64, to: i64, max_revs: usize) -> Result<Vec<Event>, StoreError> {
+        let start = Revision::new(from.max(1), 0).to_bytes();
+        let end = Revision::new(to.saturating_add(1), 0).to_bytes();
+        let mut out = Vec::new();
+        let mut revs = 0usize;
+        let mut last_main = 0;
+        for pair in self.backend.scan(Space::Kv, &start, Some(&end)) {
+            let (k, v) = pair?;
+            let (rev, tomb) =
+                Revision::from_key(&k).ok_or_else(|| StoreError::Corrupt(format!("bad revision key {k:?}")))?;
+            if rev.main != last_main {
+                if revs == max_revs {
+                    break;
+                }
+                revs += 1;
+                last_main = rev.main;
+            }
+            let rec = KeyValue::decode(v.as_slice())?;
+            out.push(if tomb {
+                Event {
+                    r#type: EventType::Delete as i32,
+                    kv: Some(KeyValue {
+                        key: rec.key,
+                        mod_revision: rev.main,
+                        ..Default::default()
+                    }),
+                    prev_kv: None,
+                }
+            } else {
+                Event {
+                    r#type: EventType::Put as i32,
+                    kv: Some(rec),
+                    prev_kv: None,
+                }
+            });
+        }
+        Ok(out)
+    }
+
+    fn kv_at(&self, key: &[u8], rev: i64) -> Result<Option<KeyValue>, StoreError> {
+        let st = self.state.read();
+        if rev < st.kv.compacted {
+            return Ok(None);
+        }
+        let Some(a) = st.kv.index.get(key).and_then(|k| k.get(rev)) else {
+            return Ok(None);
+        };
+        match self.backend.get(Space::Kv, &a.modified.to_bytes())? {
+            Some(b) => Ok(Some(KeyValue::decode(b.as_slice())?)),
+            None => Ok(None),
+        }
+    }
+}
