@@ -1,3 +1,9 @@
-//! keel's Raft layer: openraft driving a segmented WAL, with the store as the state machine.
+//! keel's Raft layer: openraft with a segmented write-ahead log, the store as state machine.
 
+pub mod codec;
+pub mod log_store;
+pub mod network;
+pub mod node;
+pub mod state_machine;
 pub mod types;
+pub mod wal;

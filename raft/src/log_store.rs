@@ -220,6 +220,11 @@ impl LogStore {
         Ok(LogStore { shared, dir, vote, committed, flusher: Some(flusher) })
     }
 
+    /// Index of the last purged entry, if any (entries up to it exist only in snapshots).
+    pub fn last_purged_index(&self) -> Option<u64> {
+        self.shared.log.read().last_purged.map(|l| l.index)
+    }
+
     /// Number of `fdatasync` calls on the WAL so far (for metrics and tests).
     pub fn sync_count(&self) -> u64 {
         self.shared.io.lock().wal.sync_count()
@@ -451,4 +456,337 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 }
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    use std::io::Cursor;
+    use std::sync::mpsc;
+
+    use keel_store::command::CommandKind;
+    use keel_store::pb::etcdserverpb::PutRequest;
+    use keel_store::Command;
+    use openraft::storage::{RaftLogStorageExt, RaftStateMachine};
+    use openraft::testing::{StoreBuilder, Suite};
+    use openraft::{CommittedLeaderId, EntryPayload, RaftSnapshotBuilder, Snapshot, SnapshotMeta};
+
+    use super::*;
+    use crate::types::{Applied, MemberNode, NodeId, StoredMembership};
+
+    /// A throwaway in-memory state machine, only so openraft's suite can run.
+    #[derive(Clone, Default)]
+    struct MemSm(Arc<Mutex<SmState>>);
+
+    #[derive(Default)]
+    struct SmState {
+        applied: Option<LogId>,
+        membership: StoredMembership,
+        snapshot: Option<(SnapshotMeta<NodeId, MemberNode>, Vec<u8>)>,
+        built: u64,
+    }
+
+    impl RaftSnapshotBuilder<TypeConfig> for MemSm {
+        async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+            let mut s = self.0.lock();
+            s.built += 1;
+            let meta = SnapshotMeta {
+                last_log_id: s.applied,
+                last_membership: s.membership.clone(),
+                snapshot_id: format!("snap-{}", s.built),
+            };
+            s.snapshot = Some((meta.clone(), Vec::new()));
+            Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(Vec::new())) })
+        }
+    }
+
+    impl RaftStateMachine<TypeConfig> for MemSm {
+        type SnapshotBuilder = MemSm;
+
+        async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+            let s = self.0.lock();
+            Ok((s.applied, s.membership.clone()))
+        }
+
+        async fn apply<I>(&mut self, entries: I) -> Result<Vec<Applied>, StorageError>
+        where
+            I: IntoIterator<Item = Entry> + Send,
+            I::IntoIter: Send,
+        {
+            let mut s = self.0.lock();
+            let mut out = Vec::new();
+            for e in entries {
+                s.applied = Some(e.log_id);
+                if let EntryPayload::Membership(m) = e.payload {
+                    s.membership = StoredMembership::new(Some(e.log_id), m);
+                }
+                out.push(Applied(Ok(None)));
+            }
+            Ok(out)
+        }
+
+        async fn get_snapshot_builder(&mut self) -> MemSm {
+            self.clone()
+        }
+
+        async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+            Ok(Box::new(Cursor::new(Vec::new())))
+        }
+
+        async fn install_snapshot(
+            &mut self,
+            meta: &SnapshotMeta<NodeId, MemberNode>,
+            snapshot: Box<Cursor<Vec<u8>>>,
+        ) -> Result<(), StorageError> {
+            let mut s = self.0.lock();
+            s.applied = meta.last_log_id;
+            s.membership = meta.last_membership.clone();
+            s.snapshot = Some((meta.clone(), snapshot.into_inner()));
+            Ok(())
+        }
+
+        async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+            let s = self.0.lock();
+            Ok(s.snapshot.as_ref().map(|(meta, data)| Snapshot {
+                meta: meta.clone(),
+                snapshot: Box::new(Cursor::new(data.clone())),
+            }))
+        }
+    }
+
+    struct Builder;
+
+    impl StoreBuilder<TypeConfig, LogStore, MemSm, tempfile::TempDir> for Builder {
+        async fn build(&self) -> Result<(tempfile::TempDir, LogStore, MemSm), StorageError> {
+            let dir = tempfile::tempdir().map_err(write_err)?;
+            let store = LogStore::open(dir.path()).map_err(write_err)?;
+            Ok((dir, store, MemSm::default()))
+        }
+    }
+
+    #[test]
+    fn openraft_conformance_suite() {
+        Suite::test_all(Builder).unwrap();
+    }
+
+    fn lid(term: u64, index: u64) -> LogId {
+        LogId::new(CommittedLeaderId::new(term, 1), index)
+    }
+
+    fn put(term: u64, index: u64) -> Entry {
+        let cmd = Command::new(CommandKind::Put(PutRequest {
+            key: format!("key-{index}").into_bytes().into(),
+            value: vec![b'v'; 40].into(),
+            ..Default::default()
+        }));
+        Entry { log_id: lid(term, index), payload: EntryPayload::Normal(cmd) }
+    }
+
+    fn puts(term: u64, range: std::ops::RangeInclusive<u64>) -> Vec<Entry> {
+        range.map(|i| put(term, i)).collect()
+    }
+
+    fn ids(entries: &[Entry]) -> Vec<LogId> {
+        entries.iter().map(|e| e.log_id).collect()
+    }
+
+    fn segment_files(dir: &Path) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "wal"))
+            .collect();
+        files.sort();
+        files
+    }
+
+    #[tokio::test]
+    async fn reopen_restores_entries_vote_committed_and_purge() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut s = LogStore::open(dir.path()).unwrap();
+            s.blocking_append(puts(1, 1..=10)).await.unwrap();
+            s.save_vote(&Vote::new_committed(2, 1)).await.unwrap();
+            s.blocking_append(puts(2, 11..=12)).await.unwrap();
+            s.truncate(lid(2, 12)).await.unwrap();
+            s.blocking_append(puts(3, 12..=14)).await.unwrap();
+            s.save_committed(Some(lid(3, 13))).await.unwrap();
+            s.purge(lid(1, 3)).await.unwrap();
+        }
+        let mut s = LogStore::open(dir.path()).unwrap();
+        let state = s.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id, Some(lid(1, 3)));
+        assert_eq!(state.last_log_id, Some(lid(3, 14)));
+        assert_eq!(s.read_vote().await.unwrap(), Some(Vote::new_committed(2, 1)));
+        // The committed record had no sync of its own; the clean shutdown synced it.
+        assert_eq!(s.read_committed().await.unwrap(), Some(lid(3, 13)));
+        let got = s.try_get_log_entries(0..100).await.unwrap();
+        let mut want: Vec<LogId> = (4..=10).map(|i| lid(1, i)).collect();
+        want.extend([lid(2, 11), lid(3, 12), lid(3, 13), lid(3, 14)]);
+        assert_eq!(ids(&got), want);
+        match &got[0].payload {
+            EntryPayload::Normal(c) => assert_eq!(c, match &put(1, 4).payload {
+                EntryPayload::Normal(c) => c,
+                _ => unreachable!(),
+            }),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn torn_tail_is_cut_and_log_continues() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut s = LogStore::open(dir.path()).unwrap();
+            s.blocking_append(puts(1, 1..=5)).await.unwrap();
+        }
+        let seg = segment_files(dir.path()).pop().unwrap();
+        let mut data = std::fs::read(&seg).unwrap();
+        // Cut the last record in the middle and add a zero-filled page, as a crash can leave.
+        data.truncate(data.len() - 20);
+        data.extend_from_slice(&[0u8; 4096]);
+        std::fs::write(&seg, &data).unwrap();
+        let mut s = LogStore::open(dir.path()).unwrap();
+        let state = s.get_log_state().await.unwrap();
+        assert_eq!(state.last_log_id, Some(lid(1, 4)));
+        s.blocking_append([put(1, 5), put(1, 6)]).await.unwrap();
+        drop(s);
+        let mut s = LogStore::open(dir.path()).unwrap();
+        assert_eq!(ids(&s.try_get_log_entries(..).await.unwrap()), (1..=6).map(|i| lid(1, i)).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn flipped_byte_mid_log_refuses_to_open() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut s = LogStore::open(dir.path()).unwrap();
+            s.blocking_append(puts(1, 1..=20)).await.unwrap();
+        }
+        let seg = segment_files(dir.path()).pop().unwrap();
+        let mut data = std::fs::read(&seg).unwrap();
+        let mid = data.len() / 2;
+        data[mid] ^= 0x10;
+        std::fs::write(&seg, &data).unwrap();
+        match LogStore::open(dir.path()) {
+            Err(e @ WalError::Corrupt { .. }) => {
+                let name = seg.file_name().unwrap().to_str().unwrap();
+                assert!(e.to_string().contains(name), "{e}");
+            }
+            Err(e) => panic!("expected corruption, got {e}"),
+            Ok(_) => panic!("a corrupt log opened"),
+        }
+    }
+
+    #[tokio::test]
+    async fn purge_deletes_old_segments_and_keeps_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = WalOptions { segment_size: 2048 };
+        {
+            let mut s = LogStore::open_with_options(dir.path(), opts.clone()).unwrap();
+            s.blocking_append(puts(1, 1..=5)).await.unwrap();
+            // Written once, early: it must survive the removal of the segment holding it.
+            s.save_committed(Some(lid(1, 5))).await.unwrap();
+            for i in 6..=200 {
+                s.blocking_append([put(1, i)]).await.unwrap();
+            }
+            let before = segment_files(dir.path()).len();
+            assert!(before > 5, "only {before} segments");
+            s.purge(lid(1, 150)).await.unwrap();
+            let after = segment_files(dir.path());
+            assert!(after.len() < before / 2, "{} of {before} segments left", after.len());
+            assert!(!after.iter().any(|p| p.ends_with("0000000000000000.wal")));
+        }
+        let mut s = LogStore::open_with_options(dir.path(), opts).unwrap();
+        let state = s.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id, Some(lid(1, 150)));
+        assert_eq!(state.last_log_id, Some(lid(1, 200)));
+        assert_eq!(s.read_committed().await.unwrap(), Some(lid(1, 5)));
+        let got = s.try_get_log_entries(..).await.unwrap();
+        assert_eq!(ids(&got), (151..=200).map(|i| lid(1, i)).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn one_sync_per_batch_in_submission_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = LogStore::open(dir.path()).unwrap();
+        s.blocking_append([put(1, 1)]).await.unwrap();
+        let syncs_before = s.sync_count();
+        let (tx, rx) = mpsc::channel();
+        let gate = Arc::clone(&s.shared);
+        let held = gate.gate.lock();
+        for i in 2..=501u64 {
+            let tx = tx.clone();
+            s.append_with(vec![put(1, i)], Box::new(move |res| tx.send((i, res.is_ok())).unwrap())).unwrap();
+        }
+        // Appends are readable before they are durable.
+        assert_eq!(s.get_log_state().await.unwrap().last_log_id, Some(lid(1, 501)));
+        drop(held);
+        let done: Vec<(u64, bool)> = (2..=501).map(|_| rx.recv().unwrap()).collect();
+        assert_eq!(done, (2..=501).map(|i| (i, true)).collect::<Vec<_>>());
+        assert_eq!(s.sync_count() - syncs_before, 1);
+    }
+
+    #[tokio::test]
+    async fn many_appends_share_syncs() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = LogStore::open(dir.path()).unwrap();
+        let (tx, rx) = mpsc::channel();
+        for i in 1..=2000u64 {
+            let tx = tx.clone();
+            s.append_with(vec![put(1, i)], Box::new(move |res| tx.send(res.is_ok()).unwrap())).unwrap();
+        }
+        assert!((1..=2000).all(|_| rx.recv().unwrap()));
+        let syncs = s.sync_count();
+        assert!((1..=2000).contains(&syncs), "{syncs} syncs");
+    }
+
+    #[tokio::test]
+    async fn sync_failure_stops_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = LogStore::open(dir.path()).unwrap();
+        s.blocking_append([put(1, 1)]).await.unwrap();
+        s.shared.io.lock().wal.inject_sync_failure();
+        let (tx, rx) = mpsc::channel();
+        s.append_with(vec![put(1, 2)], Box::new(move |res| tx.send(res).unwrap())).unwrap();
+        assert!(rx.recv().unwrap().is_err(), "a failed fsync was reported durable");
+        assert!(s.blocking_append([put(1, 3)]).await.is_err());
+        assert!(s.save_vote(&Vote::new(2, 1)).await.is_err());
+        assert!(s.truncate(lid(1, 2)).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn vote_file_is_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut s = LogStore::open(dir.path()).unwrap();
+            assert_eq!(s.read_vote().await.unwrap(), None);
+            s.save_vote(&Vote::new(3, 2)).await.unwrap();
+        }
+        std::fs::write(dir.path().join(VOTE_TMP), b"half-written").unwrap();
+        let mut s = LogStore::open(dir.path()).unwrap();
+        assert_eq!(s.read_vote().await.unwrap(), Some(Vote::new(3, 2)));
+        assert!(!dir.path().join(VOTE_TMP).exists());
+        drop(s);
+        let path = dir.path().join(VOTE_FILE);
+        let mut data = std::fs::read(&path).unwrap();
+        let last = data.len() - 1;
+        data[last] ^= 1;
+        std::fs::write(&path, &data).unwrap();
+        assert!(matches!(LogStore::open(dir.path()), Err(WalError::Corrupt { .. })));
+    }
+
+    #[tokio::test]
+    async fn reader_and_append_checks() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = LogStore::open(dir.path()).unwrap();
+        s.blocking_append(puts(1, 1..=5)).await.unwrap();
+        let mut r = s.get_log_reader().await;
+        assert_eq!(ids(&r.try_get_log_entries(2..4).await.unwrap()), [lid(1, 2), lid(1, 3)]);
+        assert!(r.try_get_log_entries(4..2).await.unwrap().is_empty());
+        assert!(r.try_get_log_entries(3..3).await.unwrap().is_empty());
+        assert_eq!(r.try_get_log_entries(5..=u64::MAX).await.unwrap().len(), 1);
+        // A hole and a write below the purge point are refused.
+        assert!(s.blocking_append([put(1, 7)]).await.is_err());
+        s.purge(lid(1, 2)).await.unwrap();
+        assert!(s.blocking_append([put(2, 2)]).await.is_err());
+        // Overwriting from an index drops the old suffix.
+        s.blocking_append([put(2, 4)]).await.unwrap();
+        assert_eq!(ids(&r.try_get_log_entries(..).await.unwrap()), [lid(1, 3), lid(2, 4)]);
+    }
+}

@@ -699,8 +699,8 @@ impl Normalizer {
                             *child = Value::String(replace_client_uuid(s))
                         }
                         ("ttl" | "TTL", Value::Number(n)) if granted.is_some() => {
-                            if let Some(n) = n.as_i64() {
-                                *child = Value::String(remaining(n, granted.unwrap()));
+                            if let Some(p) = n.as_i64().and_then(|n| expected_remaining(n, granted.unwrap())) {
+                                *child = Value::String(p);
                             }
                         }
                         _ => self.json(child, &k),
@@ -792,9 +792,9 @@ impl Normalizer {
                     && word
                         .bytes()
                         .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-                match (is_id, self.id_hex(word)) {
-                    (true, Some(id)) => out.push_str(&id),
-                    _ => out.push_str(word),
+                match is_id.then(|| self.id_hex(word)).flatten() {
+                    Some(id) => out.push_str(&id),
+                    None => out.push_str(word),
                 }
             } else {
                 let ch = l[i..].chars().next().expect("char");
@@ -807,12 +807,12 @@ impl Normalizer {
 }
 
 /// `n` seconds remaining of a `granted`-second lease: within 3 s below the grant is "as expected".
+fn expected_remaining(n: i64, granted: i64) -> Option<String> {
+    (n <= granted && n >= granted - 3 && n >= 0).then(|| format!("<REMAINING~{granted}>"))
+}
+
 fn remaining(n: i64, granted: i64) -> String {
-    if n <= granted && n >= granted - 3 && n >= 0 {
-        format!("<REMAINING~{granted}>")
-    } else {
-        n.to_string()
-    }
+    expected_remaining(n, granted).unwrap_or_else(|| n.to_string())
 }
 
 /// `127.0.0.1:<digits>` → `127.0.0.1:<PORT>` (after the known endpoints were replaced).

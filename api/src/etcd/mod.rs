@@ -1,1 +1,22 @@
-//! The etcd v3 gRPC services.
+//! The etcd v3 gRPC services on a member's client URL.
+
+pub mod cluster;
+pub mod error;
+pub mod header;
+pub mod kv;
+pub mod lease;
+pub mod maintenance;
+pub mod server;
+pub mod watch;
+
+/// Generated service traits; message types come from `keel_store::pb`.
+pub mod pb {
+    tonic::include_proto!("etcdserverpb");
+}
+
+/// The version Status and `/version` report. Chosen on purpose: kube-apiserver enables
+/// watch-progress requests (consistent reads from its cache) only for etcd >= 3.4.31, and
+/// keel's progress notifications follow those releases' semantics (see docs/etcd-compatibility.md).
+pub const ETCD_VERSION: &str = "3.4.31";
+/// The cluster version reported next to [`ETCD_VERSION`].
+pub const ETCD_CLUSTER_VERSION: &str = "3.4.0";

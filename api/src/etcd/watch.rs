@@ -1,1 +1,328 @@
-//! placeholder
+//! The etcd v3 `Watch` service (`etcdserver/api/v3rpc/watch.go`): one bidirectional gRPC stream
+//! per call, multiplexing many watchers, all driven by the store's [`WatchHub`].
+//!
+//! Per call, one task reads the client's requests and drives the hub's [`HubStream`] handle, and
+//! one task moves the hub's responses into the gRPC response channel, adding the header. The
+//! hub's own queue decides who is slow; this layer only forwards.
+
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use keel_store::pb::etcdserverpb::{
+    watch_request::RequestUnion, ResponseHeader, WatchRequest, WatchResponse,
+};
+use keel_store::watch::{StreamMessage, WatchHub, WatchReceiver, WatchStream as HubStream};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Code, Request, Response, Status, Streaming};
+
+use crate::etcd::header::HeaderSource;
+use crate::etcd::pb::watch_server::Watch;
+
+/// etcd's `ErrGRPCWatchCanceled`: how a watch call ends when the client cancels it.
+pub const WATCH_CANCELED: &str = "etcdserver: watch canceled";
+
+/// Responses buffered between the hub and gRPC; small, since the hub's queue does the buffering.
+const OUT_QUEUE: usize = 16;
+
+/// Builds the response header for a revision (cluster, member and term filled in).
+type HeaderFn = Arc<dyn Fn(i64) -> ResponseHeader + Send + Sync>;
+
+/// The `etcdserverpb.Watch` gRPC service.
+#[derive(Clone)]
+pub struct WatchService {
+    hub: Arc<WatchHub>,
+    header: HeaderFn,
+}
+
+impl std::fmt::Debug for WatchService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchService")
+            .field("hub", &self.hub)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WatchService {
+    /// A service over `hub`, with headers from `header`.
+    pub fn new(hub: Arc<WatchHub>, header: HeaderSource) -> Self {
+        let header = Arc::new(header);
+        Self::with_header_fn(hub, Arc::new(move |rev| header.header(rev)))
+    }
+
+    /// A service with headers from any function (tests use it without a cluster).
+    fn with_header_fn(hub: Arc<WatchHub>, header: HeaderFn) -> Self {
+        WatchService { hub, header }
+    }
+
+    /// Serves one watch call: `requests` is the client's side, the result the server's.
+    fn serve<S>(&self, requests: S) -> ReceiverStream<Result<WatchResponse, Status>>
+    where
+        S: Stream<Item = Result<WatchRequest, Status>> + Send + Unpin + 'static,
+    {
+        let (stream, rx) = self.hub.open_stream();
+        let (out_tx, out_rx) = mpsc::channel(OUT_QUEUE);
+        tokio::spawn(send_loop(rx, out_tx.clone(), self.header.clone()));
+        tokio::spawn(recv_loop(requests, stream, out_tx));
+        ReceiverStream::new(out_rx)
+    }
+}
+
+#[tonic::async_trait]
+impl Watch for WatchService {
+    type WatchStream = ReceiverStream<Result<WatchResponse, Status>>;
+
+    async fn watch(
+        &self,
+        request: Request<Streaming<WatchRequest>>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        Ok(Response::new(self.serve(request.into_inner())))
+    }
+}
+
+/// Adds the header. Its revision is exactly the hub's: created and progress revisions are
+/// promises clients resume from, and the compaction cancel keeps etcd's 0.
+fn with_header(msg: StreamMessage, header: &HeaderFn) -> WatchResponse {
+    let StreamMessage {
+        revision,
+        mut response,
+    } = msg;
+    let mut h = header(revision);
+    h.revision = revision;
+    response.header = Some(h);
+    response
+}
+
+/// Forwards the hub's responses to gRPC until the hub side ends or the client goes away.
+async fn send_loop(
+    mut rx: WatchReceiver,
+    out: mpsc::Sender<Result<WatchResponse, Status>>,
+    header: HeaderFn,
+) {
+    loop {
+        let msg = tokio::select! {
+            msg = rx.recv() => msg,
+            // The client is gone: dropping `rx` makes the request side's next call fail.
+            _ = out.closed() => None,
+        };
+        let Some(msg) = msg else {
+            return;
+        };
+        if out.send(Ok(with_header(msg, &header))).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Reads the client's requests and applies them to the hub stream, in order (creates must be
+/// answered in arrival order). Dropping `stream` on return cancels all the call's watchers.
+async fn recv_loop<S>(
+    mut requests: S,
+    stream: HubStream,
+    out: mpsc::Sender<Result<WatchResponse, Status>>,
+) where
+    S: Stream<Item = Result<WatchRequest, Status>> + Send + Unpin + 'static,
+{
+    loop {
+        let next = tokio::select! {
+            next = requests.next() => next,
+            _ = out.closed() => return,
+        };
+        match next {
+            Some(Ok(req)) => {
+                if apply(&stream, req).await.is_err() {
+                    return;
+                }
+            }
+            None => {
+                // The client closed its side; like etcd, keep delivering until the call ends.
+                out.closed().await;
+                return;
+            }
+            Some(Err(status)) => {
+                let status = if status.code() == Code::Cancelled {
+                    Status::cancelled(WATCH_CANCELED)
+                } else {
+                    tracing::debug!(%status, "watch: request stream failed");
+                    status
+                };
+                tokio::select! {
+                    _ = out.send(Err(status)) => {}
+                    _ = out.closed() => {}
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// One client request. Err means the call's response side is gone.
+async fn apply(stream: &HubStream, req: WatchRequest) -> Result<(), keel_store::watch::StreamClosed> {
+    match req.request_union {
+        Some(RequestUnion::CreateRequest(create)) => stream.create(create).await.map(drop),
+        Some(RequestUnion::CancelRequest(cancel)) => stream.cancel(cancel.watch_id).await,
+        Some(RequestUnion::ProgressRequest(_)) => stream.request_progress().await,
+        // etcd ignores requests it does not know (e.g. from a newer client) rather than ending
+        // the stream with every watcher on it.
+        None => {
+            tracing::debug!("watch: ignoring a request without a known request_union");
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_store::pb::etcdserverpb::{WatchCancelRequest, WatchCreateRequest, WatchProgressRequest};
+    use keel_store::pb::mvccpb::{event::EventType, Event, KeyValue};
+    use keel_store::watch::History;
+    use keel_store::StoreError;
+    use std::time::Duration;
+    use tokio::time::timeout;
+
+    /// A store that never changed: enough for live events published by hand.
+    struct Empty;
+
+    impl History for Empty {
+        fn current_revision(&self) -> i64 {
+            1
+        }
+        fn compact_revision(&self) -> i64 {
+            0
+        }
+        fn events(&self, _: i64, _: i64, _: usize) -> Result<Vec<Event>, StoreError> {
+            Ok(Vec::new())
+        }
+        fn kv_at(&self, _: &[u8], _: i64) -> Result<Option<KeyValue>, StoreError> {
+            Ok(None)
+        }
+    }
+
+    fn service() -> (WatchService, Arc<WatchHub>) {
+        let hub = WatchHub::new(Arc::new(Empty), Duration::from_secs(600));
+        let header: HeaderFn = Arc::new(|revision| ResponseHeader {
+            cluster_id: 7,
+            member_id: 9,
+            revision: revision + 1000, // the service must override it
+            raft_term: 3,
+        });
+        (WatchService::with_header_fn(hub.clone(), header), hub)
+    }
+
+    fn create(key: &str) -> WatchRequest {
+        WatchRequest {
+            request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+                key: key.as_bytes().to_vec().into(),
+                ..Default::default()
+            })),
+        }
+    }
+
+    fn put(key: &str, rev: i64) -> Event {
+        Event {
+            r#type: EventType::Put as i32,
+            kv: Some(KeyValue {
+                key: key.as_bytes().to_vec().into(),
+                create_revision: rev,
+                mod_revision: rev,
+                version: 1,
+                ..Default::default()
+            }),
+            prev_kv: None,
+        }
+    }
+
+    type Client = (
+        mpsc::Sender<Result<WatchRequest, Status>>,
+        ReceiverStream<Result<WatchResponse, Status>>,
+    );
+
+    fn call(svc: &WatchService) -> Client {
+        let (tx, rx) = mpsc::channel(8);
+        (tx, svc.serve(ReceiverStream::new(rx)))
+    }
+
+    async fn next(out: &mut ReceiverStream<Result<WatchResponse, Status>>) -> Result<WatchResponse, Status> {
+        timeout(Duration::from_secs(5), out.next())
+            .await
+            .expect("no response within 5s")
+            .expect("stream ended")
+    }
+
+    #[tokio::test]
+    async fn every_response_has_a_header_and_requests_apply_in_order() {
+        let (svc, hub) = service();
+        let (tx, mut out) = call(&svc);
+        tx.send(Ok(create("a"))).await.unwrap();
+        tx.send(Ok(create("b"))).await.unwrap();
+        let r = next(&mut out).await.unwrap();
+        let h = r.header.unwrap();
+        assert_eq!((r.watch_id, r.created), (0, true));
+        assert_eq!((h.cluster_id, h.member_id, h.raft_term, h.revision), (7, 9, 3, 1));
+        assert_eq!(next(&mut out).await.unwrap().watch_id, 1);
+
+        hub.publish(vec![put("b", 2)], 2);
+        let r = next(&mut out).await.unwrap();
+        assert_eq!((r.watch_id, r.events.len(), r.header.unwrap().revision), (1, 1, 2));
+
+        // A request without a known kind is ignored, as etcd does.
+        tx.send(Ok(WatchRequest::default())).await.unwrap();
+        let progress = WatchRequest {
+            request_union: Some(RequestUnion::ProgressRequest(WatchProgressRequest {})),
+        };
+        tx.send(Ok(progress)).await.unwrap();
+        let r = next(&mut out).await.unwrap();
+        assert_eq!((r.watch_id, r.header.unwrap().revision), (-1, 2));
+
+        let cancel = WatchRequest {
+            request_union: Some(RequestUnion::CancelRequest(WatchCancelRequest { watch_id: 0 })),
+        };
+        tx.send(Ok(cancel)).await.unwrap();
+        let r = next(&mut out).await.unwrap();
+        assert_eq!((r.watch_id, r.canceled), (0, true));
+        assert!(r.header.is_some());
+        assert_eq!(hub.watcher_count(), 1);
+
+        // Half-close: watchers keep delivering.
+        drop(tx);
+        hub.publish(vec![put("b", 3)], 3);
+        let r = next(&mut out).await.unwrap();
+        assert_eq!((r.watch_id, r.events.len()), (1, 1));
+
+        // The client goes away: the watchers go too.
+        drop(out);
+        for _ in 0..100 {
+            if hub.watcher_count() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(hub.watcher_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn client_cancel_ends_with_watch_canceled() {
+        let (svc, hub) = service();
+        let (tx, mut out) = call(&svc);
+        tx.send(Ok(create("a"))).await.unwrap();
+        next(&mut out).await.unwrap();
+        tx.send(Err(Status::cancelled("context canceled"))).await.unwrap();
+        let err = next(&mut out).await.unwrap_err();
+        assert_eq!((err.code(), err.message()), (Code::Cancelled, WATCH_CANCELED));
+
+        let (tx, mut out) = call(&svc);
+        tx.send(Err(Status::internal("failed to decode Protobuf message")))
+            .await
+            .unwrap();
+        let err = next(&mut out).await.unwrap_err();
+        assert_eq!(err.code(), Code::Internal);
+        for _ in 0..100 {
+            if hub.watcher_count() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(hub.watcher_count(), 0);
+    }
+}

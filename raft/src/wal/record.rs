@@ -1,14 +1,14 @@
 //! The records keel's Raft log store writes into the WAL, and the vote file's contents.
 //!
 //! Plain prost messages (no .proto file): new record kinds get new oneof tags, new fields get new
-//! field numbers, so old logs stay readable.
+//! field numbers, so old logs stay readable. Log ids and memberships use the shared encodings of
+//! [`crate::codec`].
 
-use std::collections::{BTreeMap, BTreeSet};
-
-use openraft::{CommittedLeaderId, EntryPayload, Membership};
+use openraft::{CommittedLeaderId, EntryPayload};
 use prost::Message;
 
-use crate::types::{Entry, LogId, MemberNode, NodeId, Vote};
+use crate::codec::{log_id_from_pb, log_id_to_pb, membership_from_pb, membership_to_pb, LogIdPb, MembershipPb};
+use crate::types::{Entry, LogId, Vote};
 
 /// One WAL record.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -28,21 +28,10 @@ pub enum RecordKind {
     Truncate(TruncateRecord),
     /// Delete entries up to and including this log id.
     #[prost(message, tag = "3")]
-    Purge(LogIdRecord),
+    Purge(LogIdPb),
     /// The last known committed log id.
     #[prost(message, tag = "4")]
     Committed(CommittedRecord),
-}
-
-/// A log id: `(term, leader node id, index)`.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct LogIdRecord {
-    #[prost(uint64, tag = "1")]
-    pub term: u64,
-    #[prost(uint64, tag = "2")]
-    pub node_id: u64,
-    #[prost(uint64, tag = "3")]
-    pub index: u64,
 }
 
 /// A log entry.
@@ -69,41 +58,12 @@ pub enum EntryPayloadRecord {
     Normal(Vec<u8>),
     /// A membership change.
     #[prost(message, tag = "6")]
-    Membership(MembershipRecord),
+    Membership(MembershipPb),
 }
 
 /// Marker for a blank payload.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct BlankRecord {}
-
-/// A membership: voter configs (two during a joint change) and every node's details.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct MembershipRecord {
-    #[prost(message, repeated, tag = "1")]
-    pub configs: Vec<VoterSetRecord>,
-    #[prost(message, repeated, tag = "2")]
-    pub nodes: Vec<NodeRecord>,
-}
-
-/// One voter set of a membership.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct VoterSetRecord {
-    #[prost(uint64, repeated, tag = "1")]
-    pub ids: Vec<u64>,
-}
-
-/// One member (voter or learner).
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct NodeRecord {
-    #[prost(uint64, tag = "1")]
-    pub id: u64,
-    #[prost(string, tag = "2")]
-    pub name: String,
-    #[prost(string, repeated, tag = "3")]
-    pub peer_urls: Vec<String>,
-    #[prost(string, repeated, tag = "4")]
-    pub client_urls: Vec<String>,
-}
 
 /// Delete entries from `from_index` on.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -116,7 +76,7 @@ pub struct TruncateRecord {
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct CommittedRecord {
     #[prost(message, optional, tag = "1")]
-    pub log_id: Option<LogIdRecord>,
+    pub log_id: Option<LogIdPb>,
 }
 
 /// Contents of the `vote` file.
@@ -148,39 +108,6 @@ pub enum RecordError {
     Missing(&'static str),
 }
 
-fn log_id_record(id: &LogId) -> LogIdRecord {
-    LogIdRecord { term: id.leader_id.term, node_id: id.leader_id.node_id, index: id.index }
-}
-
-fn log_id_from(r: &LogIdRecord) -> LogId {
-    LogId::new(CommittedLeaderId::new(r.term, r.node_id), r.index)
-}
-
-fn membership_record(m: &Membership<NodeId, MemberNode>) -> MembershipRecord {
-    MembershipRecord {
-        configs: m.get_joint_config().iter().map(|c| VoterSetRecord { ids: c.iter().copied().collect() }).collect(),
-        nodes: m
-            .nodes()
-            .map(|(id, n)| NodeRecord {
-                id: *id,
-                name: n.name.clone(),
-                peer_urls: n.peer_urls.clone(),
-                client_urls: n.client_urls.clone(),
-            })
-            .collect(),
-    }
-}
-
-fn membership_from(r: MembershipRecord) -> Membership<NodeId, MemberNode> {
-    let configs: Vec<BTreeSet<NodeId>> = r.configs.into_iter().map(|c| c.ids.into_iter().collect()).collect();
-    let nodes: BTreeMap<NodeId, MemberNode> = r
-        .nodes
-        .into_iter()
-        .map(|n| (n.id, MemberNode { name: n.name, peer_urls: n.peer_urls, client_urls: n.client_urls }))
-        .collect();
-    Membership::new(configs, nodes)
-}
-
 fn encode(kind: RecordKind) -> Vec<u8> {
     WalRecord { kind: Some(kind) }.encode_to_vec()
 }
@@ -190,7 +117,7 @@ pub fn encode_entry(entry: &Entry) -> Vec<u8> {
     let payload = match &entry.payload {
         EntryPayload::Blank => EntryPayloadRecord::Blank(BlankRecord {}),
         EntryPayload::Normal(cmd) => EntryPayloadRecord::Normal(cmd.encode_to_vec()),
-        EntryPayload::Membership(m) => EntryPayloadRecord::Membership(membership_record(m)),
+        EntryPayload::Membership(m) => EntryPayloadRecord::Membership(membership_to_pb(m)),
     };
     encode(RecordKind::Entry(EntryRecord {
         term: entry.log_id.leader_id.term,
@@ -207,12 +134,12 @@ pub fn encode_truncate(from_index: u64) -> Vec<u8> {
 
 /// Encodes a purge record.
 pub fn encode_purge(log_id: &LogId) -> Vec<u8> {
-    encode(RecordKind::Purge(log_id_record(log_id)))
+    encode(RecordKind::Purge(log_id_to_pb(log_id)))
 }
 
 /// Encodes a committed record.
 pub fn encode_committed(log_id: Option<&LogId>) -> Vec<u8> {
-    encode(RecordKind::Committed(CommittedRecord { log_id: log_id.map(log_id_record) }))
+    encode(RecordKind::Committed(CommittedRecord { log_id: log_id.map(log_id_to_pb) }))
 }
 
 /// Decodes a WAL record.
@@ -224,13 +151,13 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, RecordError> {
             let payload = match e.payload.ok_or(RecordError::Missing("entry payload"))? {
                 EntryPayloadRecord::Blank(_) => EntryPayload::Blank,
                 EntryPayloadRecord::Normal(b) => EntryPayload::Normal(keel_store::Command::decode(b.as_slice())?),
-                EntryPayloadRecord::Membership(m) => EntryPayload::Membership(membership_from(m)),
+                EntryPayloadRecord::Membership(m) => EntryPayload::Membership(membership_from_pb(&m)),
             };
             Decoded::Entry(Entry { log_id, payload })
         }
         RecordKind::Truncate(t) => Decoded::Truncate { from_index: t.from_index },
-        RecordKind::Purge(p) => Decoded::Purge(log_id_from(&p)),
-        RecordKind::Committed(c) => Decoded::Committed(c.log_id.as_ref().map(log_id_from)),
+        RecordKind::Purge(p) => Decoded::Purge(log_id_from_pb(&p)),
+        RecordKind::Committed(c) => Decoded::Committed(c.log_id.as_ref().map(log_id_from_pb)),
     })
 }
 
@@ -253,7 +180,12 @@ mod tests {
     use keel_store::pb::etcdserverpb::PutRequest;
     use keel_store::Command;
 
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use openraft::Membership;
+
     use super::*;
+    use crate::types::MemberNode;
 
     fn lid(term: u64, node: u64, index: u64) -> LogId {
         LogId::new(CommittedLeaderId::new(term, node), index)

@@ -4,7 +4,21 @@ use std::collections::HashSet;
 
 use super::range::KeyRange;
 use crate::error::StoreError;
-use crate::pb::etcdserverpb::{request_op, RequestOp, TxnRequest};
+use crate::pb::etcdserverpb::{request_op, PutRequest, RequestOp, TxnRequest};
+
+/// Refuses puts etcd refuses before proposing: empty key, value or lease given with `ignore_*`.
+pub fn validate_put(p: &PutRequest) -> Result<(), StoreError> {
+    if p.key.is_empty() {
+        return Err(StoreError::EmptyKey);
+    }
+    if p.ignore_value && !p.value.is_empty() {
+        return Err(StoreError::ValueProvided);
+    }
+    if p.ignore_lease && p.lease != 0 {
+        return Err(StoreError::LeaseProvided);
+    }
+    Ok(())
+}
 
 /// Refuses Txns with too many ops in a list, empty keys, or a key written twice in one branch.
 pub fn validate_txn(t: &TxnRequest, max_ops: usize) -> Result<(), StoreError> {
@@ -24,7 +38,7 @@ fn check_shape(t: &TxnRequest, max_ops: usize) -> Result<(), StoreError> {
     for op in t.success.iter().chain(t.failure.iter()) {
         match &op.request {
             Some(request_op::Request::RequestRange(r)) if r.key.is_empty() => return Err(StoreError::EmptyKey),
-            Some(request_op::Request::RequestPut(p)) if p.key.is_empty() => return Err(StoreError::EmptyKey),
+            Some(request_op::Request::RequestPut(p)) => validate_put(p)?,
             Some(request_op::Request::RequestDeleteRange(d)) if d.key.is_empty() => {
                 return Err(StoreError::EmptyKey)
             }

@@ -1,0 +1,124 @@
+//! The KV service: Range, Put, DeleteRange, Txn, Compact.
+
+use std::sync::Arc;
+
+use keel_raft::node::Node;
+use keel_store::command::CommandKind;
+use keel_store::mvcc::txn_check::{validate_put, validate_txn};
+use keel_store::pb::etcdserverpb::{
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse,
+    RangeRequest, RangeResponse, TxnRequest, TxnResponse,
+};
+use keel_store::store::{txn_is_read_only, txn_is_serializable};
+use keel_store::{Command, CommandResponse, StoreError, MAX_REQUEST_BYTES, MAX_TXN_OPS};
+use prost::Message;
+use tonic::{Request, Response, Status};
+
+use super::error::{propose_status, store_status};
+use super::header::HeaderSource;
+use super::pb::kv_server::Kv;
+
+/// Serves the KV service from a member.
+pub struct KvService {
+    node: Arc<Node>,
+    hdr: HeaderSource,
+}
+
+impl KvService {
+    /// A KV service answering from `node`.
+    pub fn new(node: Arc<Node>) -> Self {
+        KvService {
+            hdr: HeaderSource::new(node.clone()),
+            node,
+        }
+    }
+
+    /// Proposes a command after the size check etcd applies to proposals.
+    async fn propose(&self, kind: CommandKind) -> Result<CommandResponse, Status> {
+        let cmd = Command::new(kind);
+        if cmd.encoded_len() > MAX_REQUEST_BYTES {
+            return Err(store_status(&StoreError::RequestTooLarge));
+        }
+        self.node.propose(cmd).await.map_err(|e| propose_status(&e))
+    }
+
+    async fn barrier(&self, serializable: bool) -> Result<(), Status> {
+        if serializable {
+            return Ok(());
+        }
+        self.node.read_barrier().await.map_err(|e| propose_status(&e))
+    }
+}
+
+fn unexpected(r: CommandResponse) -> Status {
+    Status::internal(format!("keel: unexpected apply result {r:?}"))
+}
+
+#[tonic::async_trait]
+impl Kv for KvService {
+    async fn range(&self, req: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
+        let r = req.into_inner();
+        if r.key.is_empty() {
+            return Err(store_status(&StoreError::EmptyKey));
+        }
+        self.barrier(r.serializable).await?;
+        let mut resp = self.node.store().range(&r).map_err(|e| store_status(&e))?;
+        resp.header = self.hdr.fill(resp.header);
+        Ok(Response::new(resp))
+    }
+
+    async fn put(&self, req: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
+        let p = req.into_inner();
+        validate_put(&p).map_err(|e| store_status(&e))?;
+        match self.propose(CommandKind::Put(p)).await? {
+            CommandResponse::Put(mut r) => {
+                r.header = self.hdr.fill(r.header);
+                Ok(Response::new(r))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn delete_range(&self, req: Request<DeleteRangeRequest>) -> Result<Response<DeleteRangeResponse>, Status> {
+        let d = req.into_inner();
+        if d.key.is_empty() {
+            return Err(store_status(&StoreError::EmptyKey));
+        }
+        match self.propose(CommandKind::DeleteRange(d)).await? {
+            CommandResponse::DeleteRange(mut r) => {
+                r.header = self.hdr.fill(r.header);
+                Ok(Response::new(r))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn txn(&self, req: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
+        let t = req.into_inner();
+        validate_txn(&t, MAX_TXN_OPS).map_err(|e| store_status(&e))?;
+        if txn_is_read_only(&t) {
+            self.barrier(txn_is_serializable(&t)).await?;
+            let mut r = self.node.store().txn_read(&t).map_err(|e| store_status(&e))?;
+            r.header = self.hdr.fill(r.header);
+            return Ok(Response::new(r));
+        }
+        match self.propose(CommandKind::Txn(t)).await? {
+            CommandResponse::Txn(mut r) => {
+                r.header = self.hdr.fill(r.header);
+                Ok(Response::new(r))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn compact(&self, req: Request<CompactionRequest>) -> Result<Response<CompactionResponse>, Status> {
+        let c = req.into_inner();
+        match self.propose(CommandKind::Compaction(c)).await? {
+            CommandResponse::Compaction(mut r) => {
+                r.header = self.hdr.fill(r.header);
+                Ok(Response::new(r))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! Serving the etcd services on a member's client URLs.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use keel_raft::node::Node;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tracing::info;
+
+use super::cluster::ClusterService;
+use super::header::HeaderSource;
+use super::kv::KvService;
+use super::lease::LeaseService;
+use super::maintenance::MaintenanceService;
+use super::pb::{
+    cluster_server::ClusterServer, kv_server::KvServer, lease_server::LeaseServer,
+    maintenance_server::MaintenanceServer, watch_server::WatchServer,
+};
+use super::watch::WatchService;
+
+/// etcd's gRPC receive limit: `--max-request-bytes` plus 512 KiB of overhead.
+pub const MAX_RECV_BYTES: usize = keel_store::MAX_REQUEST_BYTES + 512 * 1024;
+/// etcd's default send limit (unbounded in practice).
+const MAX_SEND_BYTES: usize = i32::MAX as usize;
+
+/// Why a client URL could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("client URL {0:?}: expected http://HOST:PORT")]
+    BadUrl(String),
+    #[error("listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+}
+
+/// Parses `http://host:port` into a socket address.
+pub fn parse_url(url: &str) -> Result<SocketAddr, ServeError> {
+    let rest = url.strip_prefix("http://").ok_or_else(|| ServeError::BadUrl(url.into()))?;
+    let rest = rest.trim_end_matches('/');
+    let rest = if rest.starts_with("localhost:") {
+        rest.replacen("localhost", "127.0.0.1", 1)
+    } else {
+        rest.to_string()
+    };
+    rest.parse().map_err(|_| ServeError::BadUrl(url.into()))
+}
+
+/// Binds every URL, then serves until `shutdown` resolves.
+pub async fn serve(
+    node: Arc<Node>,
+    urls: &[String],
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let mut listeners = Vec::new();
+    for u in urls {
+        let addr = parse_url(u)?;
+        let l = TcpListener::bind(addr).await.map_err(|source| ServeError::Bind { addr, source })?;
+        info!(url = %u, "serving etcd v3 API");
+        listeners.push(l);
+    }
+    let (tx, _) = tokio::sync::watch::channel(false);
+    let mut tasks = Vec::new();
+    for l in listeners {
+        let router = tonic::transport::Server::builder()
+            .add_service(
+                KvServer::new(KvService::new(node.clone()))
+                    .max_decoding_message_size(MAX_RECV_BYTES)
+                    .max_encoding_message_size(MAX_SEND_BYTES),
+            )
+            .add_service(
+                WatchServer::new(WatchService::new(node.store().hub().clone(), HeaderSource::new(node.clone())))
+                    .max_decoding_message_size(MAX_RECV_BYTES)
+                    .max_encoding_message_size(MAX_SEND_BYTES),
+            )
+            .add_service(LeaseServer::new(LeaseService::new(node.clone())).max_decoding_message_size(MAX_RECV_BYTES))
+            .add_service(ClusterServer::new(ClusterService::new(node.clone())).max_decoding_message_size(MAX_RECV_BYTES))
+            .add_service(
+                MaintenanceServer::new(MaintenanceService::new(node.clone()))
+                    .max_decoding_message_size(MAX_RECV_BYTES)
+                    .max_encoding_message_size(MAX_SEND_BYTES),
+            );
+        let mut rx = tx.subscribe();
+        tasks.push(tokio::spawn(router.serve_with_incoming_shutdown(
+            TcpListenerStream::new(l),
+            async move {
+                let _ = rx.changed().await;
+            },
+        )));
+    }
+    shutdown.await;
+    let _ = tx.send(true);
+    for t in tasks {
+        let _ = t.await;
+    }
+    Ok(())
+}

@@ -1,0 +1,91 @@
+//! `keel server`: one member, until SIGTERM or Ctrl-C.
+
+use std::time::Duration;
+
+use keel_api::etcd::server::serve;
+use keel_raft::node::{Node, NodeConfig};
+use keel_store::StoreOptions;
+use tracing::info;
+
+use crate::cli::ServerArgs;
+
+/// Why the server stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("bad --log-level: {0}")]
+    LogLevel(String),
+    #[error("cannot start member: {0}")]
+    Start(#[from] keel_raft::node::StartError),
+    #[error("{0}")]
+    Serve(#[from] keel_api::etcd::server::ServeError),
+    #[error("signal handler: {0}")]
+    Signal(std::io::Error),
+}
+
+/// Installs the tracing subscriber (quiet by default).
+pub fn init_logging(level: &str) -> Result<(), ServerError> {
+    let filter = tracing_subscriber::EnvFilter::try_new(level).map_err(|e| ServerError::LogLevel(e.to_string()))?;
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    Ok(())
+}
+
+/// Builds the member configuration from flags.
+pub fn node_config(a: &ServerArgs) -> NodeConfig {
+    let mut cfg = NodeConfig::new(a.name.clone(), a.data_dir.clone());
+    cfg.client_urls = a.advertise_client_urls.clone();
+    cfg.peer_urls = if a.initial_advertise_peer_urls.is_empty() {
+        a.listen_peer_urls.clone()
+    } else {
+        a.initial_advertise_peer_urls.clone()
+    };
+    cfg.heartbeat = Duration::from_millis(a.heartbeat_interval);
+    cfg.election_timeout = Duration::from_millis(a.election_timeout);
+    cfg.snapshot_count = a.snapshot_count;
+    cfg.store = StoreOptions {
+        progress_interval: a.progress_notify_interval,
+        ..StoreOptions::default()
+    };
+    cfg
+}
+
+/// Waits for SIGTERM or SIGINT.
+pub async fn terminated() -> Result<(), std::io::Error> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}
+
+/// Runs one member until it is told to stop.
+pub async fn run(args: ServerArgs) -> Result<(), ServerError> {
+    init_logging(&args.log_level)?;
+    let node = Node::start(node_config(&args)).await?;
+    info!(name = %args.name, member = %format!("{:x}", node.member_id()), "member started");
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(serve(node.clone(), &args.listen_client_urls.clone(), async move {
+        let _ = rx.await;
+    }));
+    let signal = terminated();
+    tokio::select! {
+        r = signal => {
+            r.map_err(ServerError::Signal)?;
+            info!("stopping");
+            let _ = tx.send(());
+            let _ = serving.await;
+        }
+        r = serving => {
+            node.shutdown().await;
+            return match r {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(e.into()),
+                Err(e) => Err(ServerError::Signal(std::io::Error::other(e))),
+            };
+        }
+    }
+    node.shutdown().await;
+    Ok(())
+}
