@@ -69,7 +69,11 @@ struct Io {
 
 impl Io {
     fn seeds(&self) -> Vec<Vec<u8>> {
-        self.purge_seed.iter().chain(self.committed_seed.iter()).cloned().collect()
+        self.purge_seed
+            .iter()
+            .chain(self.committed_seed.iter())
+            .cloned()
+            .collect()
     }
 }
 
@@ -85,7 +89,11 @@ impl MemLog {
     /// never holds a stale suffix.
     fn insert(&mut self, entry: Entry) {
         let index = entry.log_id.index;
-        if self.entries.last_key_value().is_some_and(|(&last, _)| last >= index) {
+        if self
+            .entries
+            .last_key_value()
+            .is_some_and(|(&last, _)| last >= index)
+        {
             self.entries.split_off(&index);
         }
         self.entries.insert(index, entry);
@@ -106,19 +114,38 @@ impl MemLog {
     }
 
     fn last_log_id(&self) -> Option<LogId> {
-        self.entries.last_key_value().map(|(_, e)| e.log_id).or(self.last_purged)
+        self.entries
+            .last_key_value()
+            .map(|(_, e)| e.log_id)
+            .or(self.last_purged)
     }
 
-    /// Rejects appends that would leave a hole or rewrite purged history.
+    /// Drops entries at or below the purge point (a snapshot already covers them, and keeping
+    /// them would put a hole between them and the purge point).
+    fn skip_purged(&self, entries: &mut Vec<Entry>) {
+        if let Some(p) = self.last_purged {
+            let before = entries.len();
+            entries.retain(|e| e.log_id.index > p.index);
+            if entries.len() < before {
+                tracing::warn!(
+                    purged = p.index,
+                    skipped = before - entries.len(),
+                    "ignoring appended entries that are already purged"
+                );
+            }
+        }
+    }
+
+    /// Rejects appends that would leave a hole after the current last entry.
     fn check_append(&self, entries: &[Entry]) -> Result<(), String> {
         let mut next = self.last_log_id().map(|l| l.index + 1);
         for e in entries {
             let index = e.log_id.index;
-            if let Some(p) = self.last_purged.filter(|p| index <= p.index) {
-                return Err(format!("append of entry {index} at or below purged entry {}", p.index));
-            }
             if let Some(n) = next.filter(|&n| index > n) {
-                return Err(format!("append of entry {index} would leave a hole after entry {}", n - 1));
+                return Err(format!(
+                    "append of entry {index} would leave a hole after entry {}",
+                    n - 1
+                ));
             }
             next = Some(index + 1);
         }
@@ -144,7 +171,10 @@ impl MemLog {
         if empty {
             return Vec::new();
         }
-        self.entries.range((Bound::Included(start), end)).map(|(_, e)| e.clone()).collect()
+        self.entries
+            .range((Bound::Included(start), end))
+            .map(|(_, e)| e.clone())
+            .collect()
     }
 }
 
@@ -170,7 +200,10 @@ impl LogStore {
     }
 
     /// Opens the log in `dir`, replaying the WAL; fails on corruption rather than guessing.
-    pub fn open_with_options(dir: impl AsRef<Path>, options: WalOptions) -> Result<LogStore, WalError> {
+    pub fn open_with_options(
+        dir: impl AsRef<Path>,
+        options: WalOptions,
+    ) -> Result<LogStore, WalError> {
         let dir = dir.as_ref().to_path_buf();
         let mut log = MemLog::default();
         let mut committed = None;
@@ -206,7 +239,13 @@ impl LogStore {
             "opened raft log"
         );
         let shared = Arc::new(Shared {
-            io: Mutex::new(Io { wal, pending: Vec::new(), purge_seed, committed_seed, shutdown: false }),
+            io: Mutex::new(Io {
+                wal,
+                pending: Vec::new(),
+                purge_seed,
+                committed_seed,
+                shutdown: false,
+            }),
             wake: Condvar::new(),
             log: Arc::new(RwLock::new(log)),
             #[cfg(test)]
@@ -217,7 +256,13 @@ impl LogStore {
             .name("keel-wal-sync".into())
             .spawn(move || run_flusher(&worker))
             .map_err(WalError::io(&dir))?;
-        Ok(LogStore { shared, dir, vote, committed, flusher: Some(flusher) })
+        Ok(LogStore {
+            shared,
+            dir,
+            vote,
+            committed,
+            flusher: Some(flusher),
+        })
     }
 
     /// Index of the last purged entry, if any (entries up to it exist only in snapshots).
@@ -232,14 +277,23 @@ impl LogStore {
 
     /// Writes entries to the WAL buffer and makes them readable; `done` runs after they are
     /// durable (or with the error that stopped the log).
-    fn append_with(&mut self, entries: Vec<Entry>, done: Done) -> Result<(), StorageError> {
+    fn append_with(&mut self, mut entries: Vec<Entry>, done: Done) -> Result<(), StorageError> {
+        {
+            // Only this owner changes the log, so the checks stay valid after the read lock.
+            let log = self.shared.log.read();
+            log.skip_purged(&mut entries);
+            log.check_append(&entries).map_err(write_err)?;
+        }
         // Encode before taking the lock so the flusher is held up as little as possible.
-        let records: Vec<(Vec<u8>, u64)> =
-            entries.iter().map(|e| (record::encode_entry(e), e.log_id.index)).collect();
+        let records: Vec<(Vec<u8>, u64)> = entries
+            .iter()
+            .map(|e| (record::encode_entry(e), e.log_id.index))
+            .collect();
         let mut io = self.shared.io.lock();
-        self.shared.log.read().check_append(&entries).map_err(write_err)?;
         for (bytes, index) in &records {
-            io.wal.write_indexed(bytes, Some(*index)).map_err(write_err)?;
+            io.wal
+                .write_indexed(bytes, Some(*index))
+                .map_err(write_err)?;
         }
         let mut log = self.shared.log.write();
         for e in entries {
@@ -304,7 +358,9 @@ fn complete(batch: Vec<Done>, res: Result<(), WalError>) {
         Err(e) => {
             tracing::error!(error = %e, appends = batch.len(), "wal sync failed; the raft log is stopped");
             let msg = e.to_string();
-            batch.into_iter().for_each(|done| done(Err(io::Error::other(msg.clone()))));
+            batch
+                .into_iter()
+                .for_each(|done| done(Err(io::Error::other(msg.clone()))));
         }
     }
 }
@@ -321,10 +377,15 @@ fn read_vote_file(dir: &Path) -> Result<Option<Vote>, WalError> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(WalError::Io { path, source: e }),
     };
-    let corrupt = |reason: String| WalError::Corrupt { segment: path.clone(), offset: 0, reason };
+    let corrupt = |reason: String| WalError::Corrupt {
+        segment: path.clone(),
+        offset: 0,
+        reason,
+    };
     match check_frame(&data, 0) {
         Ok(len) if segment::FRAME_HEADER + len == data.len() => {
-            let vote = record::decode_vote(&data[segment::FRAME_HEADER..]).map_err(|e| corrupt(e.to_string()))?;
+            let vote = record::decode_vote(&data[segment::FRAME_HEADER..])
+                .map_err(|e| corrupt(e.to_string()))?;
             Ok(Some(vote))
         }
         Ok(_) => Err(corrupt("trailing bytes after the vote record".into())),
@@ -369,11 +430,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
         let log = self.shared.log.read();
-        Ok(LogState { last_purged_log_id: log.last_purged, last_log_id: log.last_log_id() })
+        Ok(LogState {
+            last_purged_log_id: log.last_purged,
+            last_log_id: log.last_log_id(),
+        })
     }
 
     async fn get_log_reader(&mut self) -> LogReader {
-        LogReader { log: Arc::clone(&self.shared.log) }
+        LogReader {
+            log: Arc::clone(&self.shared.log),
+        }
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
@@ -408,7 +474,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         Ok(self.committed)
     }
 
-    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
     where
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
@@ -421,7 +491,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let shared = Arc::clone(&self.shared);
         blocking(move || {
             let mut io = shared.io.lock();
-            io.wal.write(&record::encode_truncate(log_id.index)).map_err(write_err)?;
+            io.wal
+                .write(&record::encode_truncate(log_id.index))
+                .map_err(write_err)?;
             io.wal.sync().map_err(write_err)?;
             shared.log.write().truncate(log_id.index);
             let seeds = io.seeds();
@@ -445,7 +517,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             // Safe now: the purge record is durable in the active segment and the latest
             // committed record is there too (written there, or seeded at rotation).
             let upto = log_id.index;
-            if let Err(e) = io.wal.remove_segments(|s| s.max_index.is_some_and(|m| m > upto)) {
+            if let Err(e) = io
+                .wal
+                .remove_segments(|s| s.max_index.is_some_and(|m| m > upto))
+            {
                 // Only space is at stake; the next purge retries.
                 tracing::warn!(error = %e, "could not remove purged wal segments");
             }
@@ -492,14 +567,19 @@ mod tests {
                 snapshot_id: format!("snap-{}", s.built),
             };
             s.snapshot = Some((meta.clone(), Vec::new()));
-            Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(Vec::new())) })
+            Ok(Snapshot {
+                meta,
+                snapshot: Box::new(Cursor::new(Vec::new())),
+            })
         }
     }
 
     impl RaftStateMachine<TypeConfig> for MemSm {
         type SnapshotBuilder = MemSm;
 
-        async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+        async fn applied_state(
+            &mut self,
+        ) -> Result<(Option<LogId>, StoredMembership), StorageError> {
             let s = self.0.lock();
             Ok((s.applied, s.membership.clone()))
         }
@@ -541,7 +621,9 @@ mod tests {
             Ok(())
         }
 
-        async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        async fn get_current_snapshot(
+            &mut self,
+        ) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
             let s = self.0.lock();
             Ok(s.snapshot.as_ref().map(|(meta, data)| Snapshot {
                 meta: meta.clone(),
@@ -575,7 +657,10 @@ mod tests {
             value: vec![b'v'; 40].into(),
             ..Default::default()
         }));
-        Entry { log_id: lid(term, index), payload: EntryPayload::Normal(cmd) }
+        Entry {
+            log_id: lid(term, index),
+            payload: EntryPayload::Normal(cmd),
+        }
     }
 
     fn puts(term: u64, range: std::ops::RangeInclusive<u64>) -> Vec<Entry> {
@@ -613,7 +698,10 @@ mod tests {
         let state = s.get_log_state().await.unwrap();
         assert_eq!(state.last_purged_log_id, Some(lid(1, 3)));
         assert_eq!(state.last_log_id, Some(lid(3, 14)));
-        assert_eq!(s.read_vote().await.unwrap(), Some(Vote::new_committed(2, 1)));
+        assert_eq!(
+            s.read_vote().await.unwrap(),
+            Some(Vote::new_committed(2, 1))
+        );
         // The committed record had no sync of its own; the clean shutdown synced it.
         assert_eq!(s.read_committed().await.unwrap(), Some(lid(3, 13)));
         let got = s.try_get_log_entries(0..100).await.unwrap();
@@ -621,10 +709,13 @@ mod tests {
         want.extend([lid(2, 11), lid(3, 12), lid(3, 13), lid(3, 14)]);
         assert_eq!(ids(&got), want);
         match &got[0].payload {
-            EntryPayload::Normal(c) => assert_eq!(c, match &put(1, 4).payload {
-                EntryPayload::Normal(c) => c,
-                _ => unreachable!(),
-            }),
+            EntryPayload::Normal(c) => assert_eq!(
+                c,
+                match &put(1, 4).payload {
+                    EntryPayload::Normal(c) => c,
+                    _ => unreachable!(),
+                }
+            ),
             other => panic!("{other:?}"),
         }
     }
@@ -648,7 +739,10 @@ mod tests {
         s.blocking_append([put(1, 5), put(1, 6)]).await.unwrap();
         drop(s);
         let mut s = LogStore::open(dir.path()).unwrap();
-        assert_eq!(ids(&s.try_get_log_entries(..).await.unwrap()), (1..=6).map(|i| lid(1, i)).collect::<Vec<_>>());
+        assert_eq!(
+            ids(&s.try_get_log_entries(..).await.unwrap()),
+            (1..=6).map(|i| lid(1, i)).collect::<Vec<_>>()
+        );
     }
 
     #[tokio::test]
@@ -689,7 +783,11 @@ mod tests {
             assert!(before > 5, "only {before} segments");
             s.purge(lid(1, 150)).await.unwrap();
             let after = segment_files(dir.path());
-            assert!(after.len() < before / 2, "{} of {before} segments left", after.len());
+            assert!(
+                after.len() < before / 2,
+                "{} of {before} segments left",
+                after.len()
+            );
             assert!(!after.iter().any(|p| p.ends_with("0000000000000000.wal")));
         }
         let mut s = LogStore::open_with_options(dir.path(), opts).unwrap();
@@ -698,7 +796,10 @@ mod tests {
         assert_eq!(state.last_log_id, Some(lid(1, 200)));
         assert_eq!(s.read_committed().await.unwrap(), Some(lid(1, 5)));
         let got = s.try_get_log_entries(..).await.unwrap();
-        assert_eq!(ids(&got), (151..=200).map(|i| lid(1, i)).collect::<Vec<_>>());
+        assert_eq!(
+            ids(&got),
+            (151..=200).map(|i| lid(1, i)).collect::<Vec<_>>()
+        );
     }
 
     #[tokio::test]
@@ -712,10 +813,17 @@ mod tests {
         let held = gate.gate.lock();
         for i in 2..=501u64 {
             let tx = tx.clone();
-            s.append_with(vec![put(1, i)], Box::new(move |res| tx.send((i, res.is_ok())).unwrap())).unwrap();
+            s.append_with(
+                vec![put(1, i)],
+                Box::new(move |res| tx.send((i, res.is_ok())).unwrap()),
+            )
+            .unwrap();
         }
         // Appends are readable before they are durable.
-        assert_eq!(s.get_log_state().await.unwrap().last_log_id, Some(lid(1, 501)));
+        assert_eq!(
+            s.get_log_state().await.unwrap().last_log_id,
+            Some(lid(1, 501))
+        );
         drop(held);
         let done: Vec<(u64, bool)> = (2..=501).map(|_| rx.recv().unwrap()).collect();
         assert_eq!(done, (2..=501).map(|i| (i, true)).collect::<Vec<_>>());
@@ -729,7 +837,11 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         for i in 1..=2000u64 {
             let tx = tx.clone();
-            s.append_with(vec![put(1, i)], Box::new(move |res| tx.send(res.is_ok()).unwrap())).unwrap();
+            s.append_with(
+                vec![put(1, i)],
+                Box::new(move |res| tx.send(res.is_ok()).unwrap()),
+            )
+            .unwrap();
         }
         assert!((1..=2000).all(|_| rx.recv().unwrap()));
         let syncs = s.sync_count();
@@ -743,8 +855,12 @@ mod tests {
         s.blocking_append([put(1, 1)]).await.unwrap();
         s.shared.io.lock().wal.inject_sync_failure();
         let (tx, rx) = mpsc::channel();
-        s.append_with(vec![put(1, 2)], Box::new(move |res| tx.send(res).unwrap())).unwrap();
-        assert!(rx.recv().unwrap().is_err(), "a failed fsync was reported durable");
+        s.append_with(vec![put(1, 2)], Box::new(move |res| tx.send(res).unwrap()))
+            .unwrap();
+        assert!(
+            rx.recv().unwrap().is_err(),
+            "a failed fsync was reported durable"
+        );
         assert!(s.blocking_append([put(1, 3)]).await.is_err());
         assert!(s.save_vote(&Vote::new(2, 1)).await.is_err());
         assert!(s.truncate(lid(1, 2)).await.is_err());
@@ -768,7 +884,10 @@ mod tests {
         let last = data.len() - 1;
         data[last] ^= 1;
         std::fs::write(&path, &data).unwrap();
-        assert!(matches!(LogStore::open(dir.path()), Err(WalError::Corrupt { .. })));
+        assert!(matches!(
+            LogStore::open(dir.path()),
+            Err(WalError::Corrupt { .. })
+        ));
     }
 
     #[tokio::test]
@@ -777,16 +896,26 @@ mod tests {
         let mut s = LogStore::open(dir.path()).unwrap();
         s.blocking_append(puts(1, 1..=5)).await.unwrap();
         let mut r = s.get_log_reader().await;
-        assert_eq!(ids(&r.try_get_log_entries(2..4).await.unwrap()), [lid(1, 2), lid(1, 3)]);
+        assert_eq!(
+            ids(&r.try_get_log_entries(2..4).await.unwrap()),
+            [lid(1, 2), lid(1, 3)]
+        );
         assert!(r.try_get_log_entries(4..2).await.unwrap().is_empty());
         assert!(r.try_get_log_entries(3..3).await.unwrap().is_empty());
         assert_eq!(r.try_get_log_entries(5..=u64::MAX).await.unwrap().len(), 1);
-        // A hole and a write below the purge point are refused.
+        // A hole is refused; entries at or below the purge point are ignored.
         assert!(s.blocking_append([put(1, 7)]).await.is_err());
         s.purge(lid(1, 2)).await.unwrap();
-        assert!(s.blocking_append([put(2, 2)]).await.is_err());
+        s.blocking_append([put(2, 2)]).await.unwrap();
+        assert_eq!(
+            ids(&r.try_get_log_entries(..).await.unwrap()),
+            [lid(1, 3), lid(1, 4), lid(1, 5)]
+        );
         // Overwriting from an index drops the old suffix.
         s.blocking_append([put(2, 4)]).await.unwrap();
-        assert_eq!(ids(&r.try_get_log_entries(..).await.unwrap()), [lid(1, 3), lid(2, 4)]);
+        assert_eq!(
+            ids(&r.try_get_log_entries(..).await.unwrap()),
+            [lid(1, 3), lid(2, 4)]
+        );
     }
 }

@@ -30,7 +30,11 @@ pub enum WalError {
          (restore this member's data from a backup or re-add it to the cluster)",
         segment.display()
     )]
-    Corrupt { segment: PathBuf, offset: u64, reason: String },
+    Corrupt {
+        segment: PathBuf,
+        offset: u64,
+        reason: String,
+    },
     /// A record was empty or larger than a frame can carry.
     #[error("wal record of {len} bytes is empty or exceeds the {max} byte limit")]
     BadRecordSize { len: usize, max: usize },
@@ -42,7 +46,10 @@ pub enum WalError {
 impl WalError {
     /// Builds a `map_err` adapter that attaches `path` to an io error.
     pub fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WalError + '_ {
-        move |source| WalError::Io { path: path.to_path_buf(), source }
+        move |source| WalError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
     }
 }
 
@@ -55,7 +62,9 @@ pub struct WalOptions {
 
 impl Default for WalOptions {
     fn default() -> Self {
-        WalOptions { segment_size: 64 << 20 }
+        WalOptions {
+            segment_size: 64 << 20,
+        }
     }
 }
 
@@ -123,9 +132,16 @@ impl PendingSync {
         let injected = self.state.inject_failure.swap(false, Ordering::Relaxed);
         #[cfg(not(test))]
         let injected = false;
-        let res = if injected { Err(std::io::Error::other("injected sync failure")) } else { self.file.sync_data() };
+        let res = if injected {
+            Err(std::io::Error::other("injected sync failure"))
+        } else {
+            self.file.sync_data()
+        };
         if let Err(source) = res {
-            let err = WalError::Io { path: self.path, source };
+            let err = WalError::Io {
+                path: self.path,
+                source,
+            };
             self.state.fail(&err);
             return Err(err);
         }
@@ -160,7 +176,13 @@ impl Wal {
         let state = Arc::new(SyncState::default());
         let Some(&last_seq) = seqs.last() else {
             let active = ActiveSegment::create(dir, 0, &[])?;
-            return Ok(Wal { dir: dir.to_path_buf(), options, sealed: Vec::new(), active, state });
+            return Ok(Wal {
+                dir: dir.to_path_buf(),
+                options,
+                sealed: Vec::new(),
+                active,
+                state,
+            });
         };
         let mut sealed = Vec::new();
         let mut expected = seqs[0];
@@ -168,7 +190,11 @@ impl Wal {
             let path = dir.join(segment::segment_name(seq));
             if seq != expected {
                 let missing = dir.join(segment::segment_name(expected));
-                return Err(WalError::Corrupt { segment: missing, offset: 0, reason: "segment file is missing".into() });
+                return Err(WalError::Corrupt {
+                    segment: missing,
+                    offset: 0,
+                    reason: "segment file is missing".into(),
+                });
             }
             expected = seq + 1;
             let data = std::fs::read(&path).map_err(WalError::io(&path))?;
@@ -186,9 +212,19 @@ impl Wal {
                 Tail::Torn { offset, reason } => {
                     // Sealed segments were fully synced before the next one was created.
                     let reason = format!("{reason} in a sealed segment");
-                    return Err(WalError::Corrupt { segment: path, offset, reason });
+                    return Err(WalError::Corrupt {
+                        segment: path,
+                        offset,
+                        reason,
+                    });
                 }
-                Tail::Corrupt { offset, reason } => return Err(WalError::Corrupt { segment: path, offset, reason }),
+                Tail::Corrupt { offset, reason } => {
+                    return Err(WalError::Corrupt {
+                        segment: path,
+                        offset,
+                        reason,
+                    })
+                }
             }
             let mut max_index = None;
             for (offset, range) in scan.frames {
@@ -202,14 +238,26 @@ impl Wal {
                 }
             }
             if !is_last {
-                sealed.push(SegmentInfo { seq, bytes: data.len() as u64, max_index });
+                sealed.push(SegmentInfo {
+                    seq,
+                    bytes: data.len() as u64,
+                    max_index,
+                });
             } else {
                 let active = ActiveSegment::open(path, seq, scan.valid_len, max_index)?;
-                return Ok(Wal { dir: dir.to_path_buf(), options, sealed, active, state });
+                return Ok(Wal {
+                    dir: dir.to_path_buf(),
+                    options,
+                    sealed,
+                    active,
+                    state,
+                });
             }
         }
         // `seqs` is non-empty, so the loop returned at the last segment.
-        Err(WalError::Failed("segment listing changed while opening".into()))
+        Err(WalError::Failed(
+            "segment listing changed while opening".into(),
+        ))
     }
 
     /// Buffers a record that carries no raft index.
@@ -237,7 +285,11 @@ impl Wal {
         self.state.check()?;
         let res = self.active.flush();
         self.fail_on_io(res)?;
-        Ok(PendingSync { file: self.active.file(), path: self.active.path.clone(), state: Arc::clone(&self.state) })
+        Ok(PendingSync {
+            file: self.active.file(),
+            path: self.active.path.clone(),
+            state: Arc::clone(&self.state),
+        })
     }
 
     /// Seals the active segment once it reached the segment size and starts the next one with
@@ -252,8 +304,16 @@ impl Wal {
         let next = ActiveSegment::create(&self.dir, self.active.seq + 1, seed);
         let next = self.fail_on_io(next)?;
         let old = std::mem::replace(&mut self.active, next);
-        tracing::debug!(sealed = old.seq, bytes = old.len, "rotated write-ahead log segment");
-        self.sealed.push(SegmentInfo { seq: old.seq, bytes: old.len, max_index: old.max_index });
+        tracing::debug!(
+            sealed = old.seq,
+            bytes = old.len,
+            "rotated write-ahead log segment"
+        );
+        self.sealed.push(SegmentInfo {
+            seq: old.seq,
+            bytes: old.len,
+            max_index: old.max_index,
+        });
         Ok(true)
     }
 
@@ -261,7 +321,10 @@ impl Wal {
     ///
     /// Only a prefix is ever removed, so replaying the remaining segments in order still yields
     /// the right state. Returns how many segments were deleted.
-    pub fn remove_segments(&mut self, keep: impl Fn(&SegmentInfo) -> bool) -> Result<usize, WalError> {
+    pub fn remove_segments(
+        &mut self,
+        keep: impl Fn(&SegmentInfo) -> bool,
+    ) -> Result<usize, WalError> {
         self.state.check()?;
         let mut removed = 0;
         while let Some(oldest) = self.sealed.first() {
@@ -283,7 +346,11 @@ impl Wal {
     /// All segments, oldest first; the last one is the active segment.
     pub fn segments(&self) -> Vec<SegmentInfo> {
         let mut all = self.sealed.clone();
-        all.push(SegmentInfo { seq: self.active.seq, bytes: self.active.len, max_index: self.active.max_index });
+        all.push(SegmentInfo {
+            seq: self.active.seq,
+            bytes: self.active.len,
+            max_index: self.active.max_index,
+        });
         all
     }
 
@@ -337,7 +404,10 @@ fn list_segments(dir: &Path) -> Result<Vec<u64>, WalError> {
 
 /// Cuts `path` to `len` bytes durably.
 fn truncate_file(path: &Path, len: u64) -> Result<(), WalError> {
-    let file = std::fs::OpenOptions::new().write(true).open(path).map_err(WalError::io(path))?;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(WalError::io(path))?;
     file.set_len(len).map_err(WalError::io(path))?;
     file.sync_all().map_err(WalError::io(path))
 }
@@ -377,7 +447,10 @@ mod tests {
     fn empty_record_rejected_without_stopping() {
         let dir = tempfile::tempdir().unwrap();
         let (mut wal, _) = Wal::open(dir.path(), WalOptions::default()).unwrap();
-        assert!(matches!(wal.write(b""), Err(WalError::BadRecordSize { .. })));
+        assert!(matches!(
+            wal.write(b""),
+            Err(WalError::BadRecordSize { .. })
+        ));
         wal.write(b"x").unwrap();
         wal.sync().unwrap();
     }
@@ -444,16 +517,24 @@ mod tests {
         assert!(segs.len() > 3, "{segs:?}");
         assert_eq!(segs[0].max_index, Some(7));
         // Remove every sealed segment whose indexes are all <= 20.
-        let removed = wal.remove_segments(|s| s.max_index.is_some_and(|m| m > 20)).unwrap();
+        let removed = wal
+            .remove_segments(|s| s.max_index.is_some_and(|m| m > 20))
+            .unwrap();
         assert!(removed >= 2);
         let left = wal.segments();
         assert!(left[0].max_index.unwrap() > 20);
         assert!(!seg_path(dir.path(), 0).exists());
         drop(wal);
         let (wal, recs) = Wal::open(dir.path(), small()).unwrap();
-        assert_eq!(wal.segments().first().map(|s| s.seq), left.first().map(|s| s.seq));
+        assert_eq!(
+            wal.segments().first().map(|s| s.seq),
+            left.first().map(|s| s.seq)
+        );
         // Every remaining segment starts with the seed record.
-        assert_eq!(recs.iter().filter(|r| r.as_slice() == b"seed").count(), left.len());
+        assert_eq!(
+            recs.iter().filter(|r| r.as_slice() == b"seed").count(),
+            left.len()
+        );
     }
 
     #[test]
@@ -469,7 +550,9 @@ mod tests {
         let first = seg_path(dir.path(), 0);
         let data = std::fs::read(&first).unwrap();
         std::fs::write(&first, &data[..data.len() - 3]).unwrap();
-        assert!(matches!(Wal::open(dir.path(), small()), Err(WalError::Corrupt { segment, .. }) if segment == first));
+        assert!(
+            matches!(Wal::open(dir.path(), small()), Err(WalError::Corrupt { segment, .. }) if segment == first)
+        );
     }
 
     #[test]
@@ -496,7 +579,11 @@ mod tests {
         wal.sync().unwrap();
         drop(wal);
         let res = Wal::open_with(dir.path(), WalOptions::default(), |r| {
-            if r == b"bad" { Err("nope".into()) } else { Ok(None) }
+            if r == b"bad" {
+                Err("nope".into())
+            } else {
+                Ok(None)
+            }
         });
         assert!(matches!(res, Err(WalError::Corrupt { offset, .. }) if offset > 8));
     }

@@ -7,7 +7,9 @@
 use openraft::{CommittedLeaderId, EntryPayload};
 use prost::Message;
 
-use crate::codec::{log_id_from_pb, log_id_to_pb, membership_from_pb, membership_to_pb, LogIdPb, MembershipPb};
+use crate::codec::{
+    log_id_from_pb, log_id_to_pb, membership_from_pb, membership_to_pb, LogIdPb, MembershipPb,
+};
 use crate::types::{Entry, LogId, Vote};
 
 /// One WAL record.
@@ -139,23 +141,33 @@ pub fn encode_purge(log_id: &LogId) -> Vec<u8> {
 
 /// Encodes a committed record.
 pub fn encode_committed(log_id: Option<&LogId>) -> Vec<u8> {
-    encode(RecordKind::Committed(CommittedRecord { log_id: log_id.map(log_id_to_pb) }))
+    encode(RecordKind::Committed(CommittedRecord {
+        log_id: log_id.map(log_id_to_pb),
+    }))
 }
 
 /// Decodes a WAL record.
 pub fn decode(bytes: &[u8]) -> Result<Decoded, RecordError> {
-    let kind = WalRecord::decode(bytes)?.kind.ok_or(RecordError::Missing("kind"))?;
+    let kind = WalRecord::decode(bytes)?
+        .kind
+        .ok_or(RecordError::Missing("kind"))?;
     Ok(match kind {
         RecordKind::Entry(e) => {
             let log_id = LogId::new(CommittedLeaderId::new(e.term, e.leader_node_id), e.index);
             let payload = match e.payload.ok_or(RecordError::Missing("entry payload"))? {
                 EntryPayloadRecord::Blank(_) => EntryPayload::Blank,
-                EntryPayloadRecord::Normal(b) => EntryPayload::Normal(keel_store::Command::decode(b.as_slice())?),
-                EntryPayloadRecord::Membership(m) => EntryPayload::Membership(membership_from_pb(&m)),
+                EntryPayloadRecord::Normal(b) => {
+                    EntryPayload::Normal(keel_store::Command::decode(b.as_slice())?)
+                }
+                EntryPayloadRecord::Membership(m) => {
+                    EntryPayload::Membership(membership_from_pb(&m))
+                }
             };
             Decoded::Entry(Entry { log_id, payload })
         }
-        RecordKind::Truncate(t) => Decoded::Truncate { from_index: t.from_index },
+        RecordKind::Truncate(t) => Decoded::Truncate {
+            from_index: t.from_index,
+        },
         RecordKind::Purge(p) => Decoded::Purge(log_id_from_pb(&p)),
         RecordKind::Committed(c) => Decoded::Committed(c.log_id.as_ref().map(log_id_from_pb)),
     })
@@ -163,7 +175,12 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, RecordError> {
 
 /// Encodes a vote for the vote file.
 pub fn encode_vote(vote: &Vote) -> Vec<u8> {
-    VoteRecord { term: vote.leader_id.term, node_id: vote.leader_id.node_id, committed: vote.committed }.encode_to_vec()
+    VoteRecord {
+        term: vote.leader_id.term,
+        node_id: vote.leader_id.node_id,
+        committed: vote.committed,
+    }
+    .encode_to_vec()
 }
 
 /// Decodes the vote file's record.
@@ -200,9 +217,15 @@ mod tests {
 
     #[test]
     fn golden_blank_entry() {
-        let e = Entry { log_id: lid(2, 1, 3), payload: EntryPayload::Blank };
+        let e = Entry {
+            log_id: lid(2, 1, 3),
+            payload: EntryPayload::Blank,
+        };
         // field 1 (entry, len 8): term=2, leader=1, index=3, blank={}.
-        assert_eq!(encode_entry(&e), [0x0a, 0x08, 0x08, 0x02, 0x10, 0x01, 0x18, 0x03, 0x22, 0x00]);
+        assert_eq!(
+            encode_entry(&e),
+            [0x0a, 0x08, 0x08, 0x02, 0x10, 0x01, 0x18, 0x03, 0x22, 0x00]
+        );
         assert_eq!(round_trip(&e).log_id, e.log_id);
     }
 
@@ -216,7 +239,10 @@ mod tests {
         let cmd_bytes = cmd.encode_to_vec();
         // Command{put(1): PutRequest{key(1)="k", value(2)="v"}}.
         assert_eq!(cmd_bytes, [0x0a, 0x06, 0x0a, 0x01, b'k', 0x12, 0x01, b'v']);
-        let e = Entry { log_id: lid(1, 7, 9), payload: EntryPayload::Normal(cmd.clone()) };
+        let e = Entry {
+            log_id: lid(1, 7, 9),
+            payload: EntryPayload::Normal(cmd.clone()),
+        };
         let mut want = vec![0x0a, 0x10, 0x08, 0x01, 0x10, 0x07, 0x18, 0x09, 0x2a, 0x08];
         want.extend_from_slice(&cmd_bytes);
         assert_eq!(encode_entry(&e), want);
@@ -228,9 +254,16 @@ mod tests {
 
     #[test]
     fn golden_membership_entry() {
-        let node = MemberNode { name: "a".into(), peer_urls: vec!["p".into()], client_urls: vec![] };
+        let node = MemberNode {
+            name: "a".into(),
+            peer_urls: vec!["p".into()],
+            client_urls: vec![],
+        };
         let m = Membership::new(vec![BTreeSet::from([1u64])], BTreeMap::from([(1u64, node)]));
-        let e = Entry { log_id: lid(1, 1, 1), payload: EntryPayload::Membership(m.clone()) };
+        let e = Entry {
+            log_id: lid(1, 1, 1),
+            payload: EntryPayload::Membership(m.clone()),
+        };
         let want = [
             0x0a, 0x17, // entry, 23 bytes
             0x08, 0x01, 0x10, 0x01, 0x18, 0x01, // term, leader, index
@@ -248,13 +281,35 @@ mod tests {
     #[test]
     fn joint_membership_with_learner_round_trips() {
         let nodes = BTreeMap::from([
-            (1u64, MemberNode { name: "one".into(), peer_urls: vec!["http://a:2380".into()], client_urls: vec!["http://a:2379".into()] }),
+            (
+                1u64,
+                MemberNode {
+                    name: "one".into(),
+                    peer_urls: vec!["http://a:2380".into()],
+                    client_urls: vec!["http://a:2379".into()],
+                },
+            ),
             (2, MemberNode::default()),
-            (3, MemberNode { name: "three".into(), ..Default::default() }),
-            (9, MemberNode { name: "learner".into(), ..Default::default() }),
+            (
+                3,
+                MemberNode {
+                    name: "three".into(),
+                    ..Default::default()
+                },
+            ),
+            (
+                9,
+                MemberNode {
+                    name: "learner".into(),
+                    ..Default::default()
+                },
+            ),
         ]);
         let m = Membership::new(vec![BTreeSet::from([1, 2]), BTreeSet::from([2, 3])], nodes);
-        let e = Entry { log_id: lid(4, 2, 100), payload: EntryPayload::Membership(m.clone()) };
+        let e = Entry {
+            log_id: lid(4, 2, 100),
+            payload: EntryPayload::Membership(m.clone()),
+        };
         match round_trip(&e).payload {
             EntryPayload::Membership(got) => assert_eq!(got, m),
             other => panic!("{other:?}"),
@@ -264,12 +319,26 @@ mod tests {
     #[test]
     fn golden_control_records() {
         assert_eq!(encode_truncate(5), [0x12, 0x02, 0x08, 0x05]);
-        assert_eq!(encode_purge(&lid(1, 2, 3)), [0x1a, 0x06, 0x08, 0x01, 0x10, 0x02, 0x18, 0x03]);
-        assert_eq!(encode_committed(Some(&lid(1, 2, 3))), [0x22, 0x08, 0x0a, 0x06, 0x08, 0x01, 0x10, 0x02, 0x18, 0x03]);
+        assert_eq!(
+            encode_purge(&lid(1, 2, 3)),
+            [0x1a, 0x06, 0x08, 0x01, 0x10, 0x02, 0x18, 0x03]
+        );
+        assert_eq!(
+            encode_committed(Some(&lid(1, 2, 3))),
+            [0x22, 0x08, 0x0a, 0x06, 0x08, 0x01, 0x10, 0x02, 0x18, 0x03]
+        );
         assert_eq!(encode_committed(None), [0x22, 0x00]);
-        assert!(matches!(decode(&encode_truncate(5)).unwrap(), Decoded::Truncate { from_index: 5 }));
-        assert!(matches!(decode(&encode_purge(&lid(1, 2, 3))).unwrap(), Decoded::Purge(p) if p == lid(1, 2, 3)));
-        assert!(matches!(decode(&encode_committed(None)).unwrap(), Decoded::Committed(None)));
+        assert!(matches!(
+            decode(&encode_truncate(5)).unwrap(),
+            Decoded::Truncate { from_index: 5 }
+        ));
+        assert!(
+            matches!(decode(&encode_purge(&lid(1, 2, 3))).unwrap(), Decoded::Purge(p) if p == lid(1, 2, 3))
+        );
+        assert!(matches!(
+            decode(&encode_committed(None)).unwrap(),
+            Decoded::Committed(None)
+        ));
     }
 
     #[test]
@@ -284,6 +353,9 @@ mod tests {
     fn garbage_is_an_error() {
         assert!(decode(&[0x0a, 0x05, 0x01]).is_err());
         assert!(matches!(decode(&[]), Err(RecordError::Missing("kind"))));
-        assert!(matches!(decode(&[0x0a, 0x00]), Err(RecordError::Missing("entry payload"))));
+        assert!(matches!(
+            decode(&[0x0a, 0x00]),
+            Err(RecordError::Missing("entry payload"))
+        ));
     }
 }

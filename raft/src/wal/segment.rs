@@ -99,12 +99,20 @@ pub fn scan(data: &[u8]) -> Scan {
             offset: 0,
             reason: "missing or bad segment header".to_string(),
         };
-        return Scan { frames, valid_len: 0, tail };
+        return Scan {
+            frames,
+            valid_len: 0,
+            tail,
+        };
     }
     let mut off = MAGIC.len();
     loop {
         if off == data.len() {
-            return Scan { frames, valid_len: off as u64, tail: Tail::Clean };
+            return Scan {
+                frames,
+                valid_len: off as u64,
+                tail: Tail::Clean,
+            };
         }
         match check_frame(data, off) {
             Ok(len) => {
@@ -118,9 +126,16 @@ pub fn scan(data: &[u8]) -> Scan {
                         offset: off as u64,
                         reason: format!("{reason}, but a valid record follows at offset {next}"),
                     },
-                    None => Tail::Torn { offset: off as u64, reason: reason.to_string() },
+                    None => Tail::Torn {
+                        offset: off as u64,
+                        reason: reason.to_string(),
+                    },
                 };
-                return Scan { frames, valid_len: off as u64, tail };
+                return Scan {
+                    frames,
+                    valid_len: off as u64,
+                    tail,
+                };
             }
         }
     }
@@ -134,7 +149,8 @@ fn find_valid_frame_after(data: &[u8], bad: usize) -> Option<usize> {
     // Fast path: a flipped bit in a payload or crc leaves the length intact, so the next frame
     // sits where the bad frame's length says.
     if data.len() >= bad + FRAME_HEADER {
-        let len = u32::from_le_bytes([data[bad], data[bad + 1], data[bad + 2], data[bad + 3]]) as usize;
+        let len =
+            u32::from_le_bytes([data[bad], data[bad + 1], data[bad + 2], data[bad + 3]]) as usize;
         if (1..=MAX_RECORD_LEN).contains(&len) {
             let next = bad + FRAME_HEADER + len;
             if next < data.len() && check_frame(data, next).is_ok() {
@@ -184,9 +200,24 @@ impl ActiveSegment {
     }
 
     /// Opens an existing segment for appending at `len` (its verified length).
-    pub fn open(path: PathBuf, seq: u64, len: u64, max_index: Option<u64>) -> Result<Self, WalError> {
-        let file = OpenOptions::new().append(true).open(&path).map_err(WalError::io(&path))?;
-        Ok(ActiveSegment { seq, path, file: Arc::new(file), buf: Vec::new(), len, max_index })
+    pub fn open(
+        path: PathBuf,
+        seq: u64,
+        len: u64,
+        max_index: Option<u64>,
+    ) -> Result<Self, WalError> {
+        let file = OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(WalError::io(&path))?;
+        Ok(ActiveSegment {
+            seq,
+            path,
+            file: Arc::new(file),
+            buf: Vec::new(),
+            len,
+            max_index,
+        })
     }
 
     /// Buffers one record.
@@ -206,7 +237,9 @@ impl ActiveSegment {
     /// Hands buffered bytes to the OS (not yet durable).
     pub fn flush(&mut self) -> Result<(), WalError> {
         if !self.buf.is_empty() {
-            (&*self.file).write_all(&self.buf).map_err(WalError::io(&self.path))?;
+            (&*self.file)
+                .write_all(&self.buf)
+                .map_err(WalError::io(&self.path))?;
             self.buf.clear();
         }
         Ok(())
@@ -221,14 +254,19 @@ impl ActiveSegment {
 /// Rejects payloads the frame format cannot carry.
 pub fn check_len(payload: &[u8]) -> Result<(), WalError> {
     if payload.is_empty() || payload.len() > MAX_RECORD_LEN {
-        return Err(WalError::BadRecordSize { len: payload.len(), max: MAX_RECORD_LEN });
+        return Err(WalError::BadRecordSize {
+            len: payload.len(),
+            max: MAX_RECORD_LEN,
+        });
     }
     Ok(())
 }
 
 /// Makes creations, renames and removals in `dir` durable.
 pub fn sync_dir(dir: &Path) -> Result<(), WalError> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(WalError::io(dir))
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(WalError::io(dir))
 }
 
 #[cfg(test)]
@@ -276,10 +314,16 @@ mod tests {
         for cut in good + 1..full.len() {
             let mut data = full[..cut].to_vec();
             let s = scan(&data);
-            assert!(matches!(s.tail, Tail::Torn { offset, .. } if offset == good as u64), "cut {cut}");
+            assert!(
+                matches!(s.tail, Tail::Torn { offset, .. } if offset == good as u64),
+                "cut {cut}"
+            );
             data.extend_from_slice(&[0u8; 4096]);
             let s = scan(&data);
-            assert!(matches!(s.tail, Tail::Torn { offset, .. } if offset == good as u64), "cut {cut} + zeros");
+            assert!(
+                matches!(s.tail, Tail::Torn { offset, .. } if offset == good as u64),
+                "cut {cut} + zeros"
+            );
         }
     }
 
