@@ -66,7 +66,7 @@ pub async fn run(args: ServerArgs) -> Result<(), ServerError> {
     let node = Node::start(node_config(&args)).await?;
     info!(name = %args.name, member = %format!("{:x}", node.member_id()), "member started");
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(serve(node.clone(), &args.listen_client_urls.clone(), async move {
+    let mut serving = tokio::spawn(serve(node.clone(), args.listen_client_urls.clone(), async move {
         let _ = rx.await;
     }));
     let signal = terminated();
@@ -77,7 +77,7 @@ pub async fn run(args: ServerArgs) -> Result<(), ServerError> {
             let _ = tx.send(());
             let _ = serving.await;
         }
-        r = serving => {
+        r = &mut serving => {
             node.shutdown().await;
             return match r {
                 Ok(Ok(())) => Ok(()),

@@ -1037,6 +1037,28 @@ fn harness_normalizer_maps_ids_terms_and_ports() {
 }
 
 #[test]
+fn harness_normalizer_sorts_lease_keys() {
+    use common::normalize;
+    // etcd 3.4 lists a lease's attached keys in random (Go map) order.
+    assert_eq!(
+        normalize("lease 390da2364949320e granted with TTL(100s), remaining(99s), attached keys([k2 k1])"),
+        normalize("lease 390da2364949320e granted with TTL(100s), remaining(98s), attached keys([k1 k2])")
+    );
+    assert_eq!(
+        normalize(r#"{"id":1,"ttl":99,"granted-ttl":100,"keys":["azI=","azE="]}"#),
+        normalize(r#"{"id":1,"ttl":99,"granted-ttl":100,"keys":["azE=","azI="]}"#)
+    );
+    assert_eq!(
+        normalize("\"GrantedTTL\" : 300\n\"Key\" : \"k2\"\n\"Key\" : \"k1\""),
+        normalize("\"GrantedTTL\" : 300\n\"Key\" : \"k1\"\n\"Key\" : \"k2\"")
+    );
+    assert_ne!(
+        normalize("attached keys([k1 k2])"),
+        normalize("attached keys([k1 k3])")
+    );
+}
+
+#[test]
 fn harness_normalizer_keeps_real_differences() {
     use common::normalize;
     assert_ne!(

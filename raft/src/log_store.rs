@@ -186,11 +186,23 @@ fn vote_err(e: impl std::fmt::Display) -> StorageError {
     StorageIOError::write_vote(AnyError::error(e.to_string())).into()
 }
 
+/// Why an append was refused.
+#[derive(Debug, thiserror::Error)]
+enum AppendError {
+    #[error(transparent)]
+    Wal(#[from] WalError),
+    #[error("{0}")]
+    Hole(String),
+}
+
 /// Runs blocking disk work off the async executor.
 async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, StorageError> + Send + 'static,
-) -> Result<T, StorageError> {
-    tokio::task::spawn_blocking(f).await.map_err(write_err)?
+    f: impl FnOnce() -> Result<T, WalError> + Send + 'static,
+) -> Result<T, WalError> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(res) => res,
+        Err(e) => Err(WalError::Failed(format!("blocking wal task died: {e}"))),
+    }
 }
 
 impl LogStore {
@@ -277,12 +289,12 @@ impl LogStore {
 
     /// Writes entries to the WAL buffer and makes them readable; `done` runs after they are
     /// durable (or with the error that stopped the log).
-    fn append_with(&mut self, mut entries: Vec<Entry>, done: Done) -> Result<(), StorageError> {
+    fn append_with(&mut self, mut entries: Vec<Entry>, done: Done) -> Result<(), AppendError> {
         {
             // Only this owner changes the log, so the checks stay valid after the read lock.
             let log = self.shared.log.read();
             log.skip_purged(&mut entries);
-            log.check_append(&entries).map_err(write_err)?;
+            log.check_append(&entries).map_err(AppendError::Hole)?;
         }
         // Encode before taking the lock so the flusher is held up as little as possible.
         let records: Vec<(Vec<u8>, u64)> = entries
@@ -291,9 +303,7 @@ impl LogStore {
             .collect();
         let mut io = self.shared.io.lock();
         for (bytes, index) in &records {
-            io.wal
-                .write_indexed(bytes, Some(*index))
-                .map_err(write_err)?;
+            io.wal.write_indexed(bytes, Some(*index))?;
         }
         let mut log = self.shared.log.write();
         for e in entries {
@@ -448,10 +458,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let v = *vote;
         blocking(move || {
             // Log writes submitted before this vote must be durable before it is.
-            shared.io.lock().wal.sync().map_err(vote_err)?;
-            write_vote_file(&dir, &v).map_err(vote_err)
+            shared.io.lock().wal.sync()?;
+            write_vote_file(&dir, &v)
         })
-        .await?;
+        .await
+        .map_err(vote_err)?;
         self.vote = Some(v);
         Ok(())
     }
@@ -485,22 +496,22 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
         self.append_with(entries, Box::new(move |res| callback.log_io_completed(res)))
+            .map_err(write_err)
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         let shared = Arc::clone(&self.shared);
         blocking(move || {
             let mut io = shared.io.lock();
-            io.wal
-                .write(&record::encode_truncate(log_id.index))
-                .map_err(write_err)?;
-            io.wal.sync().map_err(write_err)?;
+            io.wal.write(&record::encode_truncate(log_id.index))?;
+            io.wal.sync()?;
             shared.log.write().truncate(log_id.index);
             let seeds = io.seeds();
-            io.wal.rotate_if_full(&seeds).map_err(write_err)?;
+            io.wal.rotate_if_full(&seeds)?;
             Ok(())
         })
         .await
+        .map_err(write_err)
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
@@ -508,14 +519,18 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         blocking(move || {
             let mut io = shared.io.lock();
             let bytes = record::encode_purge(&log_id);
-            io.wal.write(&bytes).map_err(write_err)?;
+            io.wal.write(&bytes)?;
             io.purge_seed = Some(bytes);
-            io.wal.sync().map_err(write_err)?;
+            // Repeat the latest committed record here, so the removal below can never take its
+            // only copy (rotation seeding already ensures this; this keeps purge self-evident).
+            if let Some(committed) = io.committed_seed.clone() {
+                io.wal.write(&committed)?;
+            }
+            io.wal.sync()?;
             shared.log.write().purge(log_id);
             let seeds = io.seeds();
-            io.wal.rotate_if_full(&seeds).map_err(write_err)?;
-            // Safe now: the purge record is durable in the active segment and the latest
-            // committed record is there too (written there, or seeded at rotation).
+            io.wal.rotate_if_full(&seeds)?;
+            // Safe now: the latest purge and committed records are durable in the active segment.
             let upto = log_id.index;
             if let Err(e) = io
                 .wal
@@ -527,6 +542,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             Ok(())
         })
         .await
+        .map_err(write_err)
     }
 }
 
@@ -820,10 +836,7 @@ mod tests {
             .unwrap();
         }
         // Appends are readable before they are durable.
-        assert_eq!(
-            s.get_log_state().await.unwrap().last_log_id,
-            Some(lid(1, 501))
-        );
+        assert_eq!(s.shared.log.read().last_log_id(), Some(lid(1, 501)));
         drop(held);
         let done: Vec<(u64, bool)> = (2..=501).map(|_| rx.recv().unwrap()).collect();
         assert_eq!(done, (2..=501).map(|i| (i, true)).collect::<Vec<_>>());
@@ -900,7 +913,9 @@ mod tests {
             ids(&r.try_get_log_entries(2..4).await.unwrap()),
             [lid(1, 2), lid(1, 3)]
         );
-        assert!(r.try_get_log_entries(4..2).await.unwrap().is_empty());
+        #[allow(clippy::reversed_empty_ranges)]
+        let inverted = 4..2;
+        assert!(r.try_get_log_entries(inverted).await.unwrap().is_empty());
         assert!(r.try_get_log_entries(3..3).await.unwrap().is_empty());
         assert_eq!(r.try_get_log_entries(5..=u64::MAX).await.unwrap().len(), 1);
         // A hole is refused; entries at or below the purge point are ignored.

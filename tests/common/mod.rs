@@ -80,6 +80,8 @@ pub struct Server {
     pub role: Kind,
     /// What actually runs.
     pub kind: Kind,
+    /// The command line it was started with (for error messages).
+    pub cmdline: String,
     pub name: String,
     pub client_port: u16,
     pub peer_port: u16,
@@ -191,14 +193,28 @@ impl Server {
         let log2 = log.try_clone().map_err(|e| format!("clone log file: {e}"))?;
         cmd.stdin(Stdio::null())
             .stdout(Stdio::from(log))
-            .stderr(Stdio::from(log2))
-            .env_remove("ETCDCTL_API");
+            .stderr(Stdio::from(log2));
+        // etcd refuses ETCD_* variables that shadow a flag; keep the caller's environment out.
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("ETCD") {
+                cmd.env_remove(k);
+            }
+        }
+        let cmdline = format!(
+            "{} {}",
+            cmd.get_program().to_string_lossy(),
+            cmd.get_args()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
         let child = cmd
             .spawn()
-            .map_err(|e| format!("cannot start {} ({:?}): {e}", kind.label(), cmd.get_program()))?;
+            .map_err(|e| format!("cannot start {cmdline}: {e}"))?;
         let mut server = Server {
             role,
             kind,
+            cmdline,
             name,
             client_port,
             peer_port,
@@ -220,18 +236,18 @@ impl Server {
                 let tail = self.log_tail(40);
                 self.child = None;
                 return Err(format!(
-                    "{} ({}) exited with {status} before becoming ready on {addr}; last log lines:\n{tail}",
-                    self.kind.label(),
-                    self.role.label()
+                    "{} exited with {status} before becoming ready on {addr}\ncommand: {}\nlast log lines:\n{tail}",
+                    self.describe(),
+                    self.cmdline
                 ));
             }
             if start.elapsed() > READY_TIMEOUT {
                 let tail = self.log_tail(40);
                 return Err(format!(
-                    "{} ({}) did not become ready on {addr} within {:?} (last probe: {last}); last log lines:\n{tail}",
-                    self.kind.label(),
-                    self.role.label(),
-                    READY_TIMEOUT
+                    "{} did not become ready on {addr} within {READY_TIMEOUT:?} (last probe: {last})\n\
+                     command: {}\nlast log lines:\n{tail}",
+                    self.describe(),
+                    self.cmdline
                 ));
             }
             let sock = addr.parse().expect("socket addr");
@@ -248,6 +264,15 @@ impl Server {
                 last = format!("endpoint health: {}{}", out.stdout.trim(), out.stderr.trim());
             }
             thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// "keel server", "etcd", or "etcd (standing in for keel)".
+    pub fn describe(&self) -> String {
+        match (self.kind, self.role) {
+            (Kind::Keel, _) => "keel server".to_string(),
+            (Kind::Etcd, Kind::Etcd) => "etcd".to_string(),
+            (Kind::Etcd, Kind::Keel) => format!("etcd (standing in for keel, {AGAINST_ETCD_ENV}=1)"),
         }
     }
 
@@ -318,11 +343,9 @@ impl Drop for Server {
         if let Some((_, killed)) = self.stop() {
             if killed {
                 eprintln!(
-                    "warning: {} ({}) on {} ignored SIGTERM for {:?} and was killed",
-                    self.kind.label(),
-                    self.role.label(),
-                    self.endpoint(),
-                    STOP_TIMEOUT
+                    "warning: {} on {} ignored SIGTERM for {STOP_TIMEOUT:?} and was killed",
+                    self.describe(),
+                    self.endpoint()
                 );
             }
         }
@@ -369,6 +392,12 @@ pub fn etcdctl_with(
 /// An etcdctl `Command` with API v3, the endpoint and the given global flags; add the subcommand yourself.
 pub fn etcdctl_command(endpoint: &str, global: &[&str]) -> Command {
     let mut cmd = Command::new(ETCDCTL_BIN);
+    // ETCDCTL_* variables (endpoints, certificates) would conflict with the flags below.
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("ETCDCTL_") {
+            cmd.env_remove(k);
+        }
+    }
     cmd.env("ETCDCTL_API", "3")
         .arg(format!("--endpoints={endpoint}"))
         .args(global);
@@ -623,6 +652,7 @@ impl Normalizer {
             }
             out.push(self.text_line(line));
         }
+        sort_runs_of_key_fields(&mut out);
         out.join("\n")
     }
 
@@ -692,6 +722,15 @@ impl Normalizer {
                             *child = Value::String("<VERSION>".into())
                         }
                         ("ts", Value::String(_)) => *child = Value::String("<TS>".into()),
+                        // etcd lists a lease's keys in Go map order (random): compare them as a set.
+                        ("keys", Value::Array(items)) if items.iter().all(Value::is_string) => {
+                            let mut keys: Vec<String> = items
+                                .iter()
+                                .filter_map(|k| k.as_str().map(str::to_string))
+                                .collect();
+                            keys.sort();
+                            *child = Value::Array(keys.into_iter().map(Value::String).collect());
+                        }
                         ("took", Value::String(_)) => {
                             *child = Value::String("<DURATION>".into())
                         }
@@ -745,6 +784,15 @@ impl Normalizer {
                     remaining(r, g),
                     &l[b + 10 + rem_str.len()..]
                 );
+            }
+        }
+        // lease timetolive --keys: "attached keys([k2 k1])" lists keys in Go map order (random): sort them.
+        if let Some(a) = l.find("attached keys([") {
+            let start = a + "attached keys([".len();
+            if let Some(len) = l[start..].find("])") {
+                let mut keys: Vec<&str> = l[start..start + len].split(' ').collect();
+                keys.sort_unstable();
+                l = format!("{}{}{}", &l[..start], keys.join(" "), &l[start + len..]);
             }
         }
         let fields: Vec<&str> = l.split(", ").collect();
@@ -803,6 +851,22 @@ impl Normalizer {
             }
         }
         out
+    }
+}
+
+/// `lease timetolive --keys -w fields` prints one `"Key" : ...` line per attached key, in Go map order (random):
+/// sort every run of consecutive such lines.
+fn sort_runs_of_key_fields(lines: &mut [String]) {
+    let mut i = 0;
+    while i < lines.len() {
+        let mut j = i;
+        while j < lines.len() && lines[j].starts_with("\"Key\" : ") {
+            j += 1;
+        }
+        if j - i > 1 {
+            lines[i..j].sort();
+        }
+        i = j.max(i + 1);
     }
 }
 

@@ -48,11 +48,11 @@ pub fn parse_url(url: &str) -> Result<SocketAddr, ServeError> {
 /// Binds every URL, then serves until `shutdown` resolves.
 pub async fn serve(
     node: Arc<Node>,
-    urls: &[String],
+    urls: Vec<String>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let mut listeners = Vec::new();
-    for u in urls {
+    for u in &urls {
         let addr = parse_url(u)?;
         let l = TcpListener::bind(addr).await.map_err(|source| ServeError::Bind { addr, source })?;
         info!(url = %u, "serving etcd v3 API");

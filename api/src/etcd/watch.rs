@@ -157,7 +157,10 @@ async fn recv_loop<S>(
 }
 
 /// One client request. Err means the call's response side is gone.
-async fn apply(stream: &HubStream, req: WatchRequest) -> Result<(), keel_store::watch::StreamClosed> {
+async fn apply(
+    stream: &HubStream,
+    req: WatchRequest,
+) -> Result<(), keel_store::watch::StreamClosed> {
     match req.request_union {
         Some(RequestUnion::CreateRequest(create)) => stream.create(create).await.map(drop),
         Some(RequestUnion::CancelRequest(cancel)) => stream.cancel(cancel.watch_id).await,
@@ -174,7 +177,9 @@ async fn apply(stream: &HubStream, req: WatchRequest) -> Result<(), keel_store::
 #[cfg(test)]
 mod tests {
     use super::*;
-    use keel_store::pb::etcdserverpb::{WatchCancelRequest, WatchCreateRequest, WatchProgressRequest};
+    use keel_store::pb::etcdserverpb::{
+        WatchCancelRequest, WatchCreateRequest, WatchProgressRequest,
+    };
     use keel_store::pb::mvccpb::{event::EventType, Event, KeyValue};
     use keel_store::watch::History;
     use keel_store::StoreError;
@@ -243,7 +248,9 @@ mod tests {
         (tx, svc.serve(ReceiverStream::new(rx)))
     }
 
-    async fn next(out: &mut ReceiverStream<Result<WatchResponse, Status>>) -> Result<WatchResponse, Status> {
+    async fn next(
+        out: &mut ReceiverStream<Result<WatchResponse, Status>>,
+    ) -> Result<WatchResponse, Status> {
         timeout(Duration::from_secs(5), out.next())
             .await
             .expect("no response within 5s")
@@ -259,12 +266,18 @@ mod tests {
         let r = next(&mut out).await.unwrap();
         let h = r.header.unwrap();
         assert_eq!((r.watch_id, r.created), (0, true));
-        assert_eq!((h.cluster_id, h.member_id, h.raft_term, h.revision), (7, 9, 3, 1));
+        assert_eq!(
+            (h.cluster_id, h.member_id, h.raft_term, h.revision),
+            (7, 9, 3, 1)
+        );
         assert_eq!(next(&mut out).await.unwrap().watch_id, 1);
 
         hub.publish(vec![put("b", 2)], 2);
         let r = next(&mut out).await.unwrap();
-        assert_eq!((r.watch_id, r.events.len(), r.header.unwrap().revision), (1, 1, 2));
+        assert_eq!(
+            (r.watch_id, r.events.len(), r.header.unwrap().revision),
+            (1, 1, 2)
+        );
 
         // A request without a known kind is ignored, as etcd does.
         tx.send(Ok(WatchRequest::default())).await.unwrap();
@@ -276,7 +289,9 @@ mod tests {
         assert_eq!((r.watch_id, r.header.unwrap().revision), (-1, 2));
 
         let cancel = WatchRequest {
-            request_union: Some(RequestUnion::CancelRequest(WatchCancelRequest { watch_id: 0 })),
+            request_union: Some(RequestUnion::CancelRequest(WatchCancelRequest {
+                watch_id: 0,
+            })),
         };
         tx.send(Ok(cancel)).await.unwrap();
         let r = next(&mut out).await.unwrap();
@@ -307,9 +322,14 @@ mod tests {
         let (tx, mut out) = call(&svc);
         tx.send(Ok(create("a"))).await.unwrap();
         next(&mut out).await.unwrap();
-        tx.send(Err(Status::cancelled("context canceled"))).await.unwrap();
+        tx.send(Err(Status::cancelled("context canceled")))
+            .await
+            .unwrap();
         let err = next(&mut out).await.unwrap_err();
-        assert_eq!((err.code(), err.message()), (Code::Cancelled, WATCH_CANCELED));
+        assert_eq!(
+            (err.code(), err.message()),
+            (Code::Cancelled, WATCH_CANCELED)
+        );
 
         let (tx, mut out) = call(&svc);
         tx.send(Err(Status::internal("failed to decode Protobuf message")))

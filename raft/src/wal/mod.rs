@@ -171,7 +171,16 @@ impl Wal {
         options: WalOptions,
         mut replay: impl FnMut(&[u8]) -> Result<Option<u64>, String>,
     ) -> Result<Wal, WalError> {
-        std::fs::create_dir_all(dir).map_err(WalError::io(dir))?;
+        if !dir.is_dir() {
+            std::fs::create_dir_all(dir).map_err(WalError::io(dir))?;
+            // The new directory's own entry must be durable too, or a power loss could take
+            // the whole log with it after records were acknowledged.
+            let parent = dir
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            segment::sync_dir(parent)?;
+        }
         let seqs = list_segments(dir)?;
         let state = Arc::new(SyncState::default());
         let Some(&last_seq) = seqs.last() else {

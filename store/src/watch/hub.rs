@@ -309,7 +309,10 @@ impl State {
             if !self.progress_ready(stream) {
                 continue;
             }
-            match stream.tx.try_send(progress_message(INVALID_WATCH_ID, self.rev)) {
+            match stream
+                .tx
+                .try_send(progress_message(INVALID_WATCH_ID, self.rev))
+            {
                 Err(TrySendError::Full(_)) => blocked = true,
                 Ok(()) | Err(TrySendError::Closed(_)) => {
                     if let Some(s) = self.streams.get_mut(&sid) {
@@ -595,7 +598,9 @@ impl WatchHub {
     /// Tells the hub that history below `revision` is gone. Watchers that still need it are
     /// cancelled with `compact_revision` when the catch-up thread gets to them. Does not block.
     pub fn compacted(&self, revision: i64) {
-        self.shared.compact_rev.fetch_max(revision, Ordering::SeqCst);
+        self.shared
+            .compact_rev
+            .fetch_max(revision, Ordering::SeqCst);
         self.shared.cond.notify_one();
     }
 
@@ -824,6 +829,15 @@ impl Shared {
                 return Pass::More;
             }
         };
+        // A compaction that ran during the read may have removed part of what we asked for
+        // without the read failing; then the batch has a gap and must not be delivered.
+        let compact_now = self.history.compact_revision();
+        if compact_now > compact {
+            self.compact_rev.fetch_max(compact_now, Ordering::SeqCst);
+            if from < compact_now {
+                return Pass::More;
+            }
+        }
         let covered_to = covered_to(&events, max_revs, cur);
         let mut prevs = PrevCache::new(events.len());
         let mut shares: Vec<(Candidate, Vec<usize>)> = Vec::with_capacity(cands.len());

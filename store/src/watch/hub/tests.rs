@@ -17,6 +17,8 @@ struct MemHistory {
     inner: Mutex<Mem>,
     /// While set, history reads wait: tests use it to keep a watcher unsynced.
     paused: std::sync::atomic::AtomicBool,
+    /// Like the store's backend scan: reads below the compaction point do not fail.
+    lenient: std::sync::atomic::AtomicBool,
     /// Serialises writers so append + publish is one step, as in the store's apply thread.
     writer: Mutex<()>,
 }
@@ -29,6 +31,7 @@ impl MemHistory {
                 ..Default::default()
             }),
             paused: Default::default(),
+            lenient: Default::default(),
             writer: Mutex::new(()),
         })
     }
@@ -48,7 +51,7 @@ impl History for MemHistory {
             std::thread::sleep(Duration::from_millis(1));
         }
         let m = self.inner.lock();
-        if from < m.compact {
+        if from < m.compact && !self.lenient.load(Ordering::SeqCst) {
             return Err(StoreError::Compacted);
         }
         let mut out = Vec::new();
@@ -247,7 +250,10 @@ async fn ids_duplicates_and_refusals() {
 
     assert_eq!(ws.create(watch("a")).await, Ok(0));
     let m = next(&mut rx).await;
-    assert_eq!(m.revision, 1, "created header revision is the store revision");
+    assert_eq!(
+        m.revision, 1,
+        "created header revision is the store revision"
+    );
     assert!(m.response.created && !m.response.canceled);
     assert_eq!(m.response.watch_id, 0);
 
@@ -257,7 +263,11 @@ async fn ids_duplicates_and_refusals() {
     assert_eq!(next(&mut rx).await.response.watch_id, 2);
     assert_eq!(ws.create(watch("c")).await, Ok(1));
     assert_eq!(next(&mut rx).await.response.watch_id, 1);
-    assert_eq!(ws.create(watch("d")).await, Ok(3), "auto IDs skip used ones");
+    assert_eq!(
+        ws.create(watch("d")).await,
+        Ok(3),
+        "auto IDs skip used ones"
+    );
     assert_eq!(next(&mut rx).await.response.watch_id, 3);
 
     assert_eq!(ws.create(req).await, Ok(INVALID_WATCH_ID));
@@ -295,7 +305,10 @@ async fn ids_duplicates_and_refusals() {
     assert!(next(&mut rx).await.response.created);
     let rev = f.put("zzz", "1");
     let m = next(&mut rx).await;
-    assert_eq!((m.response.watch_id, m.revision, revs(&m)), (4, rev, vec![rev]));
+    assert_eq!(
+        (m.response.watch_id, m.revision, revs(&m)),
+        (4, rev, vec![rev])
+    );
     quiet(&mut rx, Duration::from_millis(50)).await;
 }
 
@@ -336,7 +349,11 @@ async fn one_publish_of_several_revisions() {
     // A watcher that starts in the middle of the coming batch.
     ws.create(watch_all(3)).await.unwrap();
     next(&mut rx).await;
-    let rev = f.batch(&[&[("a", Some("1"))], &[("b", Some("1")), ("c", Some("1"))], &[("a", None)]]);
+    let rev = f.batch(&[
+        &[("a", Some("1"))],
+        &[("b", Some("1")), ("c", Some("1"))],
+        &[("a", None)],
+    ]);
     assert_eq!(rev, 4);
     let mut got = HashMap::new();
     for _ in 0..2 {
@@ -367,10 +384,18 @@ async fn collect_until(
         if rs.is_empty() {
             continue;
         }
-        assert!(rs[0] > prev_last, "revision {} split across responses", rs[0]);
+        assert!(
+            rs[0] > prev_last,
+            "revision {} split across responses",
+            rs[0]
+        );
         let mut distinct = rs.clone();
         distinct.dedup();
-        assert!(distinct.len() <= max_revs, "{} revisions in one response", distinct.len());
+        assert!(
+            distinct.len() <= max_revs,
+            "{} revisions in one response",
+            distinct.len()
+        );
         prev_last = *rs.last().unwrap();
         seen_last = prev_last >= last_rev;
         got.extend(m.response.events);
@@ -415,7 +440,11 @@ async fn catch_up_hands_over_to_live_without_gap_or_duplicate() {
         let id = ws.create(watch_all(start)).await.unwrap();
         let created = next(&mut rx).await;
         assert!(created.response.created, "created must come first");
-        let from = if start == 0 { created.revision + 1 } else { start };
+        let from = if start == 0 {
+            created.revision + 1
+        } else {
+            start
+        };
         watchers.push((ws, rx, id, from));
         tokio::time::sleep(Duration::from_millis(3)).await;
     }
@@ -448,7 +477,10 @@ async fn compacted_start_is_cancelled_after_created() {
     assert!(m.response.created && !m.response.canceled);
     assert_eq!(m.revision, 11);
     let m = next(&mut rx).await;
-    assert_eq!(m.revision, 0, "etcd leaves the compaction cancel's header revision 0");
+    assert_eq!(
+        m.revision, 0,
+        "etcd leaves the compaction cancel's header revision 0"
+    );
     assert_eq!(m.response.watch_id, id);
     assert!(m.response.canceled);
     assert_eq!(m.response.compact_revision, 6);
@@ -458,7 +490,10 @@ async fn compacted_start_is_cancelled_after_created() {
     let mut dup = watch_all(6);
     dup.watch_id = id;
     assert_eq!(ws.create(dup.clone()).await, Ok(-1));
-    assert_eq!(next(&mut rx).await.response.cancel_reason, DUPLICATE_WATCH_ID_REASON);
+    assert_eq!(
+        next(&mut rx).await.response.cancel_reason,
+        DUPLICATE_WATCH_ID_REASON
+    );
     ws.cancel(id).await.unwrap();
     let m = next(&mut rx).await;
     assert!(m.response.canceled && m.response.watch_id == id && m.revision == 11);
@@ -485,6 +520,26 @@ async fn compaction_while_unsynced_cancels() {
     f.hist.paused.store(false, Ordering::SeqCst);
     let m = next(&mut rx).await;
     assert!(m.response.canceled);
+    assert_eq!(m.response.compact_revision, 5);
+}
+
+#[tokio::test]
+async fn compaction_during_a_read_that_does_not_fail_cancels() {
+    let f = Fixture::new();
+    for i in 0..10 {
+        f.put("a", &i.to_string());
+    }
+    f.hist.lenient.store(true, Ordering::SeqCst);
+    f.hist.paused.store(true, Ordering::SeqCst);
+    let (ws, mut rx) = f.hub.open_stream();
+    ws.create(watch_all(2)).await.unwrap();
+    next(&mut rx).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Compaction lands while the read is in flight; the hub is told only afterwards.
+    f.hist.inner.lock().compact = 5;
+    f.hist.paused.store(false, Ordering::SeqCst);
+    let m = next(&mut rx).await;
+    assert!(m.response.canceled && m.response.events.is_empty(), "{m:?}");
     assert_eq!(m.response.compact_revision, 5);
 }
 
@@ -539,7 +594,10 @@ async fn prev_kv_live_and_from_history() {
         if m.response.watch_id == 0 {
             live.extend(prevs_of(&m));
         } else {
-            assert!(prevs_of(&m).iter().all(Option::is_none), "prev_kv not asked for");
+            assert!(
+                prevs_of(&m).iter().all(Option::is_none),
+                "prev_kv not asked for"
+            );
         }
     }
     let b = |s: &'static str| Some(Bytes::from_static(s.as_bytes()));
@@ -553,7 +611,10 @@ async fn prev_kv_live_and_from_history() {
     assert_eq!(prevs_of(&m), vec![None, b("1"), b("2"), None]);
     let del = &m.response.events[2];
     let kv = del.kv.as_ref().unwrap();
-    assert_eq!((kv.key.as_ref(), kv.mod_revision, kv.version), (&b"a"[..], r1 + 2, 0));
+    assert_eq!(
+        (kv.key.as_ref(), kv.mod_revision, kv.version),
+        (&b"a"[..], r1 + 2, 0)
+    );
 
     // Below the compaction point the previous value is gone: the field is simply absent.
     f.compact(r1 + 1);
@@ -637,7 +698,11 @@ async fn requested_progress_waits_for_synced_watchers() {
         }
         seen.extend(revs(&m));
     }
-    assert_eq!(seen, (5..=live).collect::<Vec<_>>(), "every event <= R before progress R");
+    assert_eq!(
+        seen,
+        (5..=live).collect::<Vec<_>>(),
+        "every event <= R before progress R"
+    );
     quiet(&mut rx, Duration::from_millis(100)).await;
 }
 
@@ -691,7 +756,10 @@ async fn slow_consumer_becomes_victim_then_catches_up() {
     }
     {
         let st = f.hub.shared.state.lock();
-        let victim = st.watchers.values().any(|w| w.stream == slow.stream && !w.synced);
+        let victim = st
+            .watchers
+            .values()
+            .any(|w| w.stream == slow.stream && !w.synced);
         assert!(victim, "the slow watcher is a victim");
     }
     let writer = {
@@ -704,7 +772,10 @@ async fn slow_consumer_becomes_victim_then_catches_up() {
     };
     let got = collect_until(&mut slow_rx, 0, 401, 1000).await;
     writer.join().unwrap();
-    assert!(got == f.history_from(2), "victim catch-up lost or repeated events");
+    assert!(
+        got == f.history_from(2),
+        "victim catch-up lost or repeated events"
+    );
     let (fast_got, _fast_rx) = reader.await.unwrap();
     assert!(fast_got == f.history_from(2));
     drop((slow, fast));
@@ -741,13 +812,19 @@ fn fragment_splits_like_etcd() {
         assert_eq!(p.response.fragment, i + 1 < n);
         assert_eq!((p.revision, p.response.watch_id), (5, 3));
         let size = header_len(5) + prost::Message::encoded_len(&p.response);
-        assert!(size < limit || p.response.events.len() == 1, "part of {size} bytes");
+        assert!(
+            size < limit || p.response.events.len() == 1,
+            "part of {size} bytes"
+        );
         all.extend(p.response.events);
     }
     assert_eq!(all, msg.response.events);
 
     // Small enough, or a single event however large: unchanged.
-    assert_eq!(fragment(msg.clone(), 1 << 20), VecDeque::from([msg.clone()]));
+    assert_eq!(
+        fragment(msg.clone(), 1 << 20),
+        VecDeque::from([msg.clone()])
+    );
     let mut one = msg;
     one.response.events.truncate(1);
     assert_eq!(fragment(one.clone(), 10), VecDeque::from([one]));
@@ -774,7 +851,11 @@ async fn fragments_only_for_watchers_that_ask() {
     f.txn(&ops);
     let mut frag = Vec::new();
     let mut whole = None;
-    while whole.is_none() || frag.last().is_none_or(|m: &StreamMessage| m.response.fragment) {
+    while whole.is_none()
+        || frag
+            .last()
+            .is_none_or(|m: &StreamMessage| m.response.fragment)
+    {
         let m = next(&mut rx).await;
         if m.response.watch_id == 0 {
             frag.push(m);
@@ -801,14 +882,20 @@ async fn cancel_and_drop() {
     let rev = f.put("x", "1");
     ws.cancel(a).await.unwrap();
     let m = next(&mut rx).await;
-    assert_eq!((m.response.watch_id, m.response.canceled, m.revision), (a, true, rev));
+    assert_eq!(
+        (m.response.watch_id, m.response.canceled, m.revision),
+        (a, true, rev)
+    );
     ws.cancel(42).await.unwrap();
     f.put("a", "1");
     quiet(&mut rx, Duration::from_millis(50)).await;
     assert_eq!(f.hub.watcher_count(), 1);
     drop(ws);
     assert_eq!(f.hub.watcher_count(), 0);
-    assert!(timeout(Duration::from_secs(1), rx.recv()).await.unwrap().is_none());
+    assert!(timeout(Duration::from_secs(1), rx.recv())
+        .await
+        .unwrap()
+        .is_none());
 }
 
 #[tokio::test]

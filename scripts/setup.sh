@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Installs what keel's build and tests need on a Debian 12 (bookworm) machine.
+#
+# Idempotent: when every package is already installed it changes nothing (no apt-get update, no install), so it is
+# cheap and works offline on a prepared machine. Run it as root; it uses sudo when run as another user and sudo exists.
+# It never downloads anything outside apt (kubectl and the Rust toolchain are expected on the machine image).
+set -euo pipefail
+
+PACKAGES=(
+    etcd-server                 # etcd 3.4: reference server for differential tests
+    etcd-client                 # etcdctl 3.4
+    protobuf-compiler           # protoc, for tonic/prost code generation
+    containerd                  # container runtime driven by the node agent (CRI)
+    runc
+    containernetworking-plugins # CNI plugins in /usr/lib/cni
+    nftables                    # nft, for netprog
+    iproute2                    # ip, for network namespaces in tests
+)
+
+log() { printf '[setup] %s\n' "$*"; }
+die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
+
+SUDO=()
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+        SUDO=(sudo)
+    else
+        die "run this script as root (not root, and no sudo available)"
+    fi
+fi
+
+is_installed() {
+    [ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null || true)" = "installed" ]
+}
+
+command -v dpkg-query >/dev/null 2>&1 || die "dpkg-query not found: this script supports Debian-based systems only"
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+    is_installed "$p" || missing+=("$p")
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+    log "all packages already installed: ${PACKAGES[*]}"
+else
+    log "missing packages: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    log "apt-get update"
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    log "apt-get install ${missing[*]}"
+    # Debian's etcd-server may start a system etcd on 127.0.0.1:2379 (or not, without systemd); tests use their own
+    # etcd on free ports, so either way is fine.
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+    for p in "${missing[@]}"; do
+        is_installed "$p" || die "package $p is still not installed after apt-get install"
+    done
+fi
+
+# What the tests call by path or by name.
+for bin in /usr/bin/etcd /usr/bin/etcdctl protoc containerd runc nft ip; do
+    command -v "$bin" >/dev/null 2>&1 || die "$bin not found although its package is installed"
+done
+[ -x /usr/lib/cni/bridge ] || die "/usr/lib/cni/bridge not found (containernetworking-plugins)"
+
+log "etcd: $(/usr/bin/etcd --version 2>/dev/null | head -n1)"
+log "etcdctl: $(ETCDCTL_API=3 /usr/bin/etcdctl version 2>/dev/null | head -n1)"
+log "protoc: $(protoc --version)"
+
+if command -v kubectl >/dev/null 2>&1; then
+    log "kubectl: $(kubectl version --client 2>/dev/null | head -n1)"
+else
+    printf '[setup] WARNING: kubectl is not on PATH. Tests that drive keel with kubectl will fail.\n' >&2
+    printf '[setup] WARNING: kubectl 1.32 is expected on the machine image; this script does not download it.\n' >&2
+fi
+
+if command -v cargo >/dev/null 2>&1; then
+    log "cargo: $(cargo --version)"
+elif [ -x "${HOME:-/root}/.cargo/bin/cargo" ]; then
+    log "cargo: $("${HOME:-/root}/.cargo/bin/cargo" --version) (in ~/.cargo/bin, not on PATH)"
+else
+    die "cargo not found (neither on PATH nor in ~/.cargo/bin); install a Rust toolchain (rust-version 1.88 or newer)"
+fi
+
+log "done"

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# keel's whole test suite: every crate, every target (unit tests, integration tests, examples, benches built as
+# tests). Needs etcd/etcdctl 3.4 and the rest of scripts/setup.sh. Exits non-zero on any failure; the last lines are
+# cargo's own summary.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v cargo >/dev/null 2>&1 && [ -x "${HOME:-/root}/.cargo/bin/cargo" ]; then
+    export PATH="${HOME:-/root}/.cargo/bin:$PATH"
+fi
+
+echo "==> prerequisites"
+command -v cargo >/dev/null 2>&1 || { echo "cargo not found; install a Rust toolchain" >&2; exit 1; }
+for bin in /usr/bin/etcd /usr/bin/etcdctl protoc; do
+    command -v "$bin" >/dev/null 2>&1 || { echo "$bin not found; run scripts/setup.sh first" >&2; exit 1; }
+done
+echo "$(cargo --version), $(/usr/bin/etcd --version | head -n1)"
+
+echo "==> build: cargo build --workspace --all-targets"
+cargo build --workspace --all-targets
+
+echo "==> test: cargo test --workspace --all-targets"
+cargo test --workspace --all-targets --no-fail-fast
