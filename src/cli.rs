@@ -94,8 +94,14 @@ mod tests {
 
     #[test]
     fn durations() {
-        assert_eq!(parse_duration("100ms"), Ok(std::time::Duration::from_millis(100)));
-        assert_eq!(parse_duration("10m"), Ok(std::time::Duration::from_secs(600)));
+        assert_eq!(
+            parse_duration("100ms"),
+            Ok(std::time::Duration::from_millis(100))
+        );
+        assert_eq!(
+            parse_duration("10m"),
+            Ok(std::time::Duration::from_secs(600))
+        );
         assert_eq!(parse_duration("3"), Ok(std::time::Duration::from_secs(3)));
         assert!(parse_duration("3d").is_err());
     }

@@ -24,8 +24,12 @@ pub enum ServerError {
 
 /// Installs the tracing subscriber (quiet by default).
 pub fn init_logging(level: &str) -> Result<(), ServerError> {
-    let filter = tracing_subscriber::EnvFilter::try_new(level).map_err(|e| ServerError::LogLevel(e.to_string()))?;
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let filter = tracing_subscriber::EnvFilter::try_new(level)
+        .map_err(|e| ServerError::LogLevel(e.to_string()))?;
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
     Ok(())
 }
 
@@ -66,9 +70,13 @@ pub async fn run(args: ServerArgs) -> Result<(), ServerError> {
     let node = Node::start(node_config(&args)).await?;
     info!(name = %args.name, member = %format!("{:x}", node.member_id()), "member started");
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let mut serving = tokio::spawn(serve(node.clone(), args.listen_client_urls.clone(), async move {
-        let _ = rx.await;
-    }));
+    let mut serving = tokio::spawn(serve(
+        node.clone(),
+        args.listen_client_urls.clone(),
+        async move {
+            let _ = rx.await;
+        },
+    ));
     let signal = terminated();
     tokio::select! {
         r = signal => {

@@ -25,7 +25,10 @@ pub async fn run(args: UpArgs) -> Result<(), ServerError> {
         log_level: args.log_level.clone(),
     };
     let started = Instant::now();
-    eprintln!("keel up: starting member {name} on {ip} (data in {})", sargs.data_dir.display());
+    eprintln!(
+        "keel up: starting member {name} on {ip} (data in {})",
+        sargs.data_dir.display()
+    );
     let ready = tokio::spawn(wait_ready(client.clone(), started));
     let res = server::run(sargs).await;
     ready.abort();

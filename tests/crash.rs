@@ -15,7 +15,11 @@ use etcd_client::{Client, GetOptions};
 use rand::Rng;
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 struct Member {
@@ -31,7 +35,12 @@ impl Member {
         let child = Command::new(env!("CARGO_BIN_EXE_keel"))
             .args(["server", "--name", "crash", "--data-dir"])
             .arg(dir)
-            .args(["--listen-client-urls", &url, "--advertise-client-urls", &url])
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
             .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
             .args(["--snapshot-count", "300"])
             .stdout(Stdio::null())
@@ -73,18 +82,29 @@ async fn connect_ready(ep: &str, limit: Duration) -> Client {
     let start = Instant::now();
     loop {
         if let Ok(mut c) = Client::connect([ep], None).await {
-            if tokio::time::timeout(Duration::from_secs(2), c.get("probe", None)).await.is_ok_and(|r| r.is_ok()) {
+            if tokio::time::timeout(Duration::from_secs(2), c.get("probe", None))
+                .await
+                .is_ok_and(|r| r.is_ok())
+            {
                 return c;
             }
         }
-        assert!(start.elapsed() < limit, "keel at {ep} did not become ready within {limit:?}");
+        assert!(
+            start.elapsed() < limit,
+            "keel at {ep} did not become ready within {limit:?}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
 /// Writers put `w<i>/<seq:08>` in order; returns per writer the highest acknowledged seq and
 /// the highest revision any acknowledgement carried.
-async fn write_until(ep: String, writers: usize, stop: Arc<AtomicBool>, start_seq: Vec<i64>) -> (Vec<i64>, i64) {
+async fn write_until(
+    ep: String,
+    writers: usize,
+    stop: Arc<AtomicBool>,
+    start_seq: Vec<i64>,
+) -> (Vec<i64>, i64) {
     let mut tasks = Vec::new();
     for (w, first) in start_seq.into_iter().enumerate().take(writers) {
         let ep = ep.clone();
@@ -98,7 +118,12 @@ async fn write_until(ep: String, writers: usize, stop: Arc<AtomicBool>, start_se
             let mut seq = first;
             while !stop.load(Ordering::Relaxed) {
                 let key = format!("w{w}/{seq:08}");
-                match tokio::time::timeout(Duration::from_secs(3), c.put(key, format!("v{seq}"), None)).await {
+                match tokio::time::timeout(
+                    Duration::from_secs(3),
+                    c.put(key, format!("v{seq}"), None),
+                )
+                .await
+                {
                     Ok(Ok(r)) => {
                         acked = seq;
                         max_rev = max_rev.max(r.header().map(|h| h.revision()).unwrap_or(0));
@@ -124,7 +149,10 @@ async fn write_until(ep: String, writers: usize, stop: Arc<AtomicBool>, start_se
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_under_load_loses_no_acknowledged_write() {
     const WRITERS: usize = 4;
-    let rounds: usize = std::env::var("KEEL_CRASH_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(50);
+    let rounds: usize = std::env::var("KEEL_CRASH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(50);
     let budget = Duration::from_secs(240);
     let dir = tempfile::tempdir().unwrap();
     let mut m = Member::spawn(&dir.path().join("d"), free_port(), free_port());
@@ -145,16 +173,28 @@ async fn sigkill_under_load_loses_no_acknowledged_write() {
         let (acked, max_rev) = load.await.unwrap();
         m.restart();
         let mut c = connect_ready(&m.endpoint(), Duration::from_secs(30)).await;
-        let resp = c.get("w", Some(GetOptions::new().with_prefix())).await.unwrap();
+        let resp = c
+            .get("w", Some(GetOptions::new().with_prefix()))
+            .await
+            .unwrap();
         let rev_now = resp.header().map(|h| h.revision()).unwrap_or(0);
-        assert!(rev_now >= max_rev, "round {done}: revision went back from {max_rev} to {rev_now}");
-        assert!(rev_now >= last_rev, "round {done}: revision went back from {last_rev} to {rev_now}");
+        assert!(
+            rev_now >= max_rev,
+            "round {done}: revision went back from {max_rev} to {rev_now}"
+        );
+        assert!(
+            rev_now >= last_rev,
+            "round {done}: revision went back from {last_rev} to {rev_now}"
+        );
         last_rev = rev_now;
         let mut present: HashMap<usize, Vec<i64>> = HashMap::new();
         for kv in resp.kvs() {
             let k = kv.key_str().unwrap();
             let (w, seq) = k[1..].split_once('/').unwrap();
-            present.entry(w.parse().unwrap()).or_default().push(seq.parse().unwrap());
+            present
+                .entry(w.parse().unwrap())
+                .or_default()
+                .push(seq.parse().unwrap());
         }
         for w in 0..WRITERS {
             acked_all[w] = acked_all[w].max(acked[w]);
@@ -162,16 +202,29 @@ async fn sigkill_under_load_loses_no_acknowledged_write() {
             seqs.sort();
             // Present writes form a prefix with no gap, and include every acknowledged one.
             for (i, s) in seqs.iter().enumerate() {
-                assert_eq!(*s, i as i64, "round {done}: writer {w} has a gap at {i}: {seqs:?}");
+                assert_eq!(
+                    *s, i as i64,
+                    "round {done}: writer {w} has a gap at {i}: {seqs:?}"
+                );
             }
             let top = seqs.last().copied().unwrap_or(-1);
-            assert!(top >= acked_all[w], "round {done}: writer {w} lost acknowledged write {} (have up to {top})", acked_all[w]);
+            assert!(
+                top >= acked_all[w],
+                "round {done}: writer {w} lost acknowledged write {} (have up to {top})",
+                acked_all[w]
+            );
             next[w] = top + 1;
         }
         done += 1;
     }
-    eprintln!("{done} kill -9 rounds in {:?}; writes acknowledged: {acked_all:?}", started.elapsed());
-    assert!(done >= rounds.min(20), "only {done} rounds fitted in {budget:?}");
+    eprintln!(
+        "{done} kill -9 rounds in {:?}; writes acknowledged: {acked_all:?}",
+        started.elapsed()
+    );
+    assert!(
+        done >= rounds.min(20),
+        "only {done} rounds fitted in {budget:?}"
+    );
 }
 
 fn wal_segments(dir: &Path) -> Vec<PathBuf> {
@@ -187,7 +240,9 @@ fn wal_segments(dir: &Path) -> Vec<PathBuf> {
 async fn put_some(ep: &str, n: usize) {
     let mut c = connect_ready(ep, Duration::from_secs(30)).await;
     for i in 0..n {
-        c.put(format!("k{i:04}"), vec![b'x'; 100], None).await.unwrap();
+        c.put(format!("k{i:04}"), vec![b'x'; 100], None)
+            .await
+            .unwrap();
     }
 }
 
@@ -206,7 +261,10 @@ async fn torn_wal_tail_is_truncated_and_writes_survive() {
     std::fs::write(&last, bytes).unwrap();
     m.restart();
     let mut c = connect_ready(&m.endpoint(), Duration::from_secs(30)).await;
-    let r = c.get("k", Some(GetOptions::new().with_prefix().with_count_only())).await.unwrap();
+    let r = c
+        .get("k", Some(GetOptions::new().with_prefix().with_count_only()))
+        .await
+        .unwrap();
     assert_eq!(r.count(), 50);
     c.put("after", "ok", None).await.unwrap();
 }
@@ -228,13 +286,22 @@ async fn flipped_byte_mid_log_refuses_to_start() {
     let out = Command::new(env!("CARGO_BIN_EXE_keel"))
         .args(["server", "--data-dir"])
         .arg(&data)
-        .args(["--listen-client-urls", &format!("http://127.0.0.1:{}", m.port)])
+        .args([
+            "--listen-client-urls",
+            &format!("http://127.0.0.1:{}", m.port),
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let out = tokio::task::spawn_blocking(move || out.wait_with_output()).await.unwrap().unwrap();
+    let out = tokio::task::spawn_blocking(move || out.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "keel started on a corrupt log");
-    assert!(err.contains("corrupt") && err.contains(".wal"), "unclear error: {err}");
+    assert!(
+        err.contains("corrupt") && err.contains(".wal"),
+        "unclear error: {err}"
+    );
 }

@@ -38,7 +38,10 @@ type ClientFn = fn(etcd_client::Client, Vars) -> BoxFuture<'static, String>;
 
 enum Action {
     /// `etcdctl <args>` with optional stdin.
-    Ctl { args: String, stdin: Option<Vec<u8>> },
+    Ctl {
+        args: String,
+        stdin: Option<Vec<u8>>,
+    },
     /// `etcdctl watch <args>` until it printed `lines` lines (+ a grace period), or until it exits (`None`).
     Watch { args: String, lines: Option<usize> },
     /// Starts `etcdctl watch <args>` in the background under a name.
@@ -173,8 +176,8 @@ impl Step {
 
     fn stdin_bytes(mut self, input: Vec<u8>) -> Step {
         if let Action::Ctl { stdin, .. } = &mut self.action {
-            let shown: String = String::from_utf8_lossy(&input[..input.len().min(60)])
-                .replace('\n', "\\n");
+            let shown: String =
+                String::from_utf8_lossy(&input[..input.len().min(60)]).replace('\n', "\\n");
             self.label = format!("{} <<< {shown:?} ({} bytes)", self.label, input.len());
             *stdin = Some(input);
         } else {
@@ -447,7 +450,8 @@ fn render_txn(r: Result<etcd_client::TxnResponse, etcd_client::Error>) -> String
         match op {
             TxnOpResponse::Put(p) => s.push_str(&format!(
                 "put prev={:?}\n",
-                p.prev_key().map(|kv| kv.key_str().unwrap_or("?").to_string())
+                p.prev_key()
+                    .map(|kv| kv.key_str().unwrap_or("?").to_string())
             )),
             TxnOpResponse::Get(g) => {
                 s.push_str(&format!("get count={} more={}\n", g.count(), g.more()));
@@ -618,31 +622,90 @@ fn put_and_get_flags() {
             )));
         }
     }
-    steps.push(ctl("get s/ --prefix --sort-by CREATE --order DESCEND -w json"));
+    steps.push(ctl(
+        "get s/ --prefix --sort-by CREATE --order DESCEND -w json",
+    ));
     // Range options etcdctl 3.4 cannot send (no --count-only, no min/max revision filters).
-    steps.push(client("count_only, revision filters, sort without order", |mut c, _| {
-        Box::pin(async move {
-            use etcd_client::{GetOptions, SortOrder, SortTarget};
-            let cases: Vec<(&str, GetOptions)> = vec![
-                ("count_only", GetOptions::new().with_prefix().with_count_only()),
-                ("count_only+limit", GetOptions::new().with_prefix().with_count_only().with_limit(1)),
-                ("min_mod 17", GetOptions::new().with_prefix().with_min_mod_revision(17)),
-                ("max_mod 16", GetOptions::new().with_prefix().with_max_mod_revision(16)),
-                ("min_create 14", GetOptions::new().with_prefix().with_min_create_revision(14)),
-                ("max_create 14", GetOptions::new().with_prefix().with_max_create_revision(14)),
-                ("min_mod 16 + limit 1", GetOptions::new().with_prefix().with_min_mod_revision(16).with_limit(1)),
-                ("min_create 14 + max_mod 17 + count_only", GetOptions::new().with_prefix().with_min_create_revision(14).with_max_mod_revision(17).with_count_only()),
-                ("sort VALUE order NONE", GetOptions::new().with_prefix().with_sort(SortTarget::Value, SortOrder::None)),
-                ("sort MOD order NONE limit 2", GetOptions::new().with_prefix().with_sort(SortTarget::Mod, SortOrder::None).with_limit(2)),
-                ("rev 16 + min_mod 15", GetOptions::new().with_prefix().with_revision(16).with_min_mod_revision(15)),
-            ];
-            let mut out = String::new();
-            for (label, opts) in cases {
-                out.push_str(&format!("{label}: {}", render_get(c.get("s/", Some(opts)).await)));
-            }
-            out
-        })
-    }));
+    steps.push(client(
+        "count_only, revision filters, sort without order",
+        |mut c, _| {
+            Box::pin(async move {
+                use etcd_client::{GetOptions, SortOrder, SortTarget};
+                let cases: Vec<(&str, GetOptions)> = vec![
+                    (
+                        "count_only",
+                        GetOptions::new().with_prefix().with_count_only(),
+                    ),
+                    (
+                        "count_only+limit",
+                        GetOptions::new()
+                            .with_prefix()
+                            .with_count_only()
+                            .with_limit(1),
+                    ),
+                    (
+                        "min_mod 17",
+                        GetOptions::new().with_prefix().with_min_mod_revision(17),
+                    ),
+                    (
+                        "max_mod 16",
+                        GetOptions::new().with_prefix().with_max_mod_revision(16),
+                    ),
+                    (
+                        "min_create 14",
+                        GetOptions::new().with_prefix().with_min_create_revision(14),
+                    ),
+                    (
+                        "max_create 14",
+                        GetOptions::new().with_prefix().with_max_create_revision(14),
+                    ),
+                    (
+                        "min_mod 16 + limit 1",
+                        GetOptions::new()
+                            .with_prefix()
+                            .with_min_mod_revision(16)
+                            .with_limit(1),
+                    ),
+                    (
+                        "min_create 14 + max_mod 17 + count_only",
+                        GetOptions::new()
+                            .with_prefix()
+                            .with_min_create_revision(14)
+                            .with_max_mod_revision(17)
+                            .with_count_only(),
+                    ),
+                    (
+                        "sort VALUE order NONE",
+                        GetOptions::new()
+                            .with_prefix()
+                            .with_sort(SortTarget::Value, SortOrder::None),
+                    ),
+                    (
+                        "sort MOD order NONE limit 2",
+                        GetOptions::new()
+                            .with_prefix()
+                            .with_sort(SortTarget::Mod, SortOrder::None)
+                            .with_limit(2),
+                    ),
+                    (
+                        "rev 16 + min_mod 15",
+                        GetOptions::new()
+                            .with_prefix()
+                            .with_revision(16)
+                            .with_min_mod_revision(15),
+                    ),
+                ];
+                let mut out = String::new();
+                for (label, opts) in cases {
+                    out.push_str(&format!(
+                        "{label}: {}",
+                        render_get(c.get("s/", Some(opts)).await)
+                    ));
+                }
+                out
+            })
+        },
+    ));
     run_scenario("put_and_get_flags", steps);
 }
 
@@ -691,38 +754,126 @@ fn txn_compares_and_branches() {
             ctl("put t1 b"),
             ctl("put t2 x"),
             // value
-            txn("", &["value(\"t1\") = \"b\""], &["put r ok", "get t1"], &["put r fail"]),
-            txn("", &["value(\"t1\") != \"b\""], &["put r ok"], &["put r fail", "get r"]),
+            txn(
+                "",
+                &["value(\"t1\") = \"b\""],
+                &["put r ok", "get t1"],
+                &["put r fail"],
+            ),
+            txn(
+                "",
+                &["value(\"t1\") != \"b\""],
+                &["put r ok"],
+                &["put r fail", "get r"],
+            ),
             txn("", &["val(\"t1\") > \"a\""], &["get t1"], &[]),
             txn("", &["val(\"t1\") < \"a\""], &[], &["get t2"]),
             // version
-            txn("", &["version(\"t1\") = \"2\""], &["get t1 --keys-only"], &[]),
-            txn("", &["ver(\"t1\") > \"1\"", "ver(\"t1\") < \"3\""], &["put v ok"], &["put v fail"]),
-            txn("", &["version(\"t1\") != \"2\""], &["put v ok"], &["put v fail"]),
+            txn(
+                "",
+                &["version(\"t1\") = \"2\""],
+                &["get t1 --keys-only"],
+                &[],
+            ),
+            txn(
+                "",
+                &["ver(\"t1\") > \"1\"", "ver(\"t1\") < \"3\""],
+                &["put v ok"],
+                &["put v fail"],
+            ),
+            txn(
+                "",
+                &["version(\"t1\") != \"2\""],
+                &["put v ok"],
+                &["put v fail"],
+            ),
             // create revision
-            txn("", &["create(\"t1\") = \"2\""], &["put c ok"], &["put c fail"]),
-            txn("", &["c(\"t1\") > \"1\"", "c(\"t1\") < \"2\""], &["put c ok"], &["put c fail"]),
+            txn(
+                "",
+                &["create(\"t1\") = \"2\""],
+                &["put c ok"],
+                &["put c fail"],
+            ),
+            txn(
+                "",
+                &["c(\"t1\") > \"1\"", "c(\"t1\") < \"2\""],
+                &["put c ok"],
+                &["put c fail"],
+            ),
             txn("", &["create(\"t1\") != \"3\""], &["put c ok2"], &[]),
             // mod revision
             txn("", &["mod(\"t1\") = \"3\""], &["put m ok"], &["put m fail"]),
             txn("", &["m(\"t1\") > \"3\""], &["put m ok"], &["put m fail"]),
-            txn("", &["m(\"t1\") < \"4\"", "mod(\"t1\") != \"2\""], &["put m ok2"], &[]),
+            txn(
+                "",
+                &["m(\"t1\") < \"4\"", "mod(\"t1\") != \"2\""],
+                &["put m ok2"],
+                &[],
+            ),
             // missing keys compare as an all-zero key-value, except value compares
-            txn("", &["version(\"nokey\") = \"0\"", "create(\"nokey\") = \"0\"", "mod(\"nokey\") = \"0\""], &["put z ok"], &["put z fail"]),
-            txn("", &["value(\"nokey\") = \"\""], &["put z2 ok"], &["put z2 fail"]),
-            txn("", &["value(\"nokey\") != \"x\""], &["put z3 ok"], &["put z3 fail"]),
+            txn(
+                "",
+                &[
+                    "version(\"nokey\") = \"0\"",
+                    "create(\"nokey\") = \"0\"",
+                    "mod(\"nokey\") = \"0\"",
+                ],
+                &["put z ok"],
+                &["put z fail"],
+            ),
+            txn(
+                "",
+                &["value(\"nokey\") = \"\""],
+                &["put z2 ok"],
+                &["put z2 fail"],
+            ),
+            txn(
+                "",
+                &["value(\"nokey\") != \"x\""],
+                &["put z3 ok"],
+                &["put z3 fail"],
+            ),
             // several compares are ANDed; success branch with put, get, del
-            txn("", &["value(\"t1\") = \"b\"", "version(\"t2\") = \"1\"", "mod(\"t2\") > \"0\""], &["del t2", "put t3 new", "get t --prefix"], &["put never 1"]),
-            txn("-w json", &["value(\"t1\") = \"b\""], &["put t4 v", "get t1", "del t3 --prev-kv", "del nothing"], &["put never 1"]),
-            txn("-w json", &["value(\"t1\") = \"zz\""], &["put never 1"], &["get t --prefix --keys-only", "get t --prefix --limit 1"]),
+            txn(
+                "",
+                &[
+                    "value(\"t1\") = \"b\"",
+                    "version(\"t2\") = \"1\"",
+                    "mod(\"t2\") > \"0\"",
+                ],
+                &["del t2", "put t3 new", "get t --prefix"],
+                &["put never 1"],
+            ),
+            txn(
+                "-w json",
+                &["value(\"t1\") = \"b\""],
+                &["put t4 v", "get t1", "del t3 --prev-kv", "del nothing"],
+                &["put never 1"],
+            ),
+            txn(
+                "-w json",
+                &["value(\"t1\") = \"zz\""],
+                &["put never 1"],
+                &["get t --prefix --keys-only", "get t --prefix --limit 1"],
+            ),
             txn("-w fields", &[], &["put f1 1", "get f1"], &[]),
             // no compares: success branch
-            txn("", &[], &["put e1 1", "put e2 2 --prev-kv"], &["put never 1"]),
+            txn(
+                "",
+                &[],
+                &["put e1 1", "put e2 2 --prev-kv"],
+                &["put never 1"],
+            ),
             // read-only and no-op transactions do not bump the revision
             txn("-w json", &[], &["get e1"], &[]),
             txn("-w json", &[], &[], &[]),
             txn("-w json", &[], &["del nothing"], &[]),
-            txn("", &["value(\"e1\") = \"1\""], &["get e --prefix --limit 1", "get e --prefix --rev 2"], &[]),
+            txn(
+                "",
+                &["value(\"e1\") = \"1\""],
+                &["get e --prefix --limit 1", "get e --prefix --rev 2"],
+                &[],
+            ),
             txn("", &[], &["put e1 11 --prev-kv", "del e2 --prev-kv"], &[]),
             ctl("get '' --from-key -w json"),
         ],
@@ -745,13 +896,31 @@ fn txn_lease_compare() {
                     let lease = i64::from_str_radix(vars.get("L1"), 16).unwrap_or(-1);
                     let mut out = String::new();
                     let cases: Vec<(&str, Compare)> = vec![
-                        ("lease(lk) = L1", Compare::lease("lk", CompareOp::Equal, lease)),
-                        ("lease(lk) != L1", Compare::lease("lk", CompareOp::NotEqual, lease)),
+                        (
+                            "lease(lk) = L1",
+                            Compare::lease("lk", CompareOp::Equal, lease),
+                        ),
+                        (
+                            "lease(lk) != L1",
+                            Compare::lease("lk", CompareOp::NotEqual, lease),
+                        ),
                         ("lease(lk) > 0", Compare::lease("lk", CompareOp::Greater, 0)),
-                        ("lease(lk) < L1", Compare::lease("lk", CompareOp::Less, lease)),
-                        ("lease(plain) = 0", Compare::lease("plain", CompareOp::Equal, 0)),
-                        ("lease(nokey) = 0", Compare::lease("nokey", CompareOp::Equal, 0)),
-                        ("lease(nokey) < 1", Compare::lease("nokey", CompareOp::Less, 1)),
+                        (
+                            "lease(lk) < L1",
+                            Compare::lease("lk", CompareOp::Less, lease),
+                        ),
+                        (
+                            "lease(plain) = 0",
+                            Compare::lease("plain", CompareOp::Equal, 0),
+                        ),
+                        (
+                            "lease(nokey) = 0",
+                            Compare::lease("nokey", CompareOp::Equal, 0),
+                        ),
+                        (
+                            "lease(nokey) < 1",
+                            Compare::lease("nokey", CompareOp::Less, 1),
+                        ),
                     ];
                     for (label, cmp) in cases {
                         let t = Txn::new()
@@ -768,12 +937,32 @@ fn txn_lease_compare() {
                     out.push_str(&format!("version(l*) > 0: {}", render_txn(c.txn(t).await)));
                     let t = Txn::new()
                         .when([Compare::value("", CompareOp::NotEqual, "zzz").with_range("\0")])
-                        .and_then([TxnOp::get("", Some(etcd_client::GetOptions::new().with_all_keys().with_keys_only()))]);
-                    out.push_str(&format!("value('', range \\0) != zzz: {}", render_txn(c.txn(t).await)));
+                        .and_then([TxnOp::get(
+                            "",
+                            Some(
+                                etcd_client::GetOptions::new()
+                                    .with_all_keys()
+                                    .with_keys_only(),
+                            ),
+                        )]);
+                    out.push_str(&format!(
+                        "value('', range \\0) != zzz: {}",
+                        render_txn(c.txn(t).await)
+                    ));
                     let t = Txn::new()
                         .when([Compare::value("l", CompareOp::NotEqual, "zzz").with_range("\0")])
-                        .and_then([TxnOp::get("l", Some(etcd_client::GetOptions::new().with_from_key().with_keys_only()))]);
-                    out.push_str(&format!("value(l.., from key) != zzz: {}", render_txn(c.txn(t).await)));
+                        .and_then([TxnOp::get(
+                            "l",
+                            Some(
+                                etcd_client::GetOptions::new()
+                                    .with_from_key()
+                                    .with_keys_only(),
+                            ),
+                        )]);
+                    out.push_str(&format!(
+                        "value(l.., from key) != zzz: {}",
+                        render_txn(c.txn(t).await)
+                    ));
                     let t = Txn::new()
                         .when([Compare::mod_revision("a", CompareOp::Less, 100).with_range("z")])
                         .and_then([TxnOp::put("in-range", "1", None)])
@@ -792,12 +981,12 @@ fn watch_history_and_live() {
     run_scenario(
         "watch_history_and_live",
         vec![
-            ctl("put w/a 1"),  // rev 2
-            ctl("put w/b 2"),  // rev 3
-            ctl("put w/a 3"),  // rev 4
-            ctl("del w/b"),    // rev 5
-            ctl("put x 9"),    // rev 6
-            ctl("put w/c 7"),  // rev 7
+            ctl("put w/a 1"), // rev 2
+            ctl("put w/b 2"), // rev 3
+            ctl("put w/a 3"), // rev 4
+            ctl("del w/b"),   // rev 5
+            ctl("put x 9"),   // rev 6
+            ctl("put w/c 7"), // rev 7
             watch("--rev 2 w/a", 6),
             watch("--rev 1 --prefix w/", 15),
             watch("--rev 3 --prefix w/ --prev-kv", 16),
@@ -813,10 +1002,10 @@ fn watch_history_and_live() {
             // live events: the watch starts at a future revision, then the writes happen
             watch_start("live", "--rev 8 --prefix w/"),
             watch_start("live-json", "--rev 8 --prefix w/ --prev-kv -w json"),
-            ctl("put w/d 1"),  // rev 8
-            ctl("put other 1"), // rev 9
+            ctl("put w/d 1"),       // rev 8
+            ctl("put other 1"),     // rev 9
             ctl("del w/ --prefix"), // rev 10
-            ctl("put w/a again"), // rev 11
+            ctl("put w/a again"),   // rev 11
             watch_collect("live", 15),
             watch_collect("live-json", 3),
         ],
@@ -828,10 +1017,11 @@ fn lease_lifecycle() {
     run_scenario(
         "lease_lifecycle",
         vec![
-            ctl("lease grant 100").capture("L1", 1),
-            ctl("lease grant 200 -w json"),
+            // Granted out of TTL order: `lease list` sorts by expiry (etcd's lessor.Leases), not by grant or ID.
             ctl("lease grant 300").capture("L3", 1),
+            ctl("lease grant 100").capture("L1", 1),
             ctl("lease grant 400 -w fields"),
+            ctl("lease grant 200 -w json"),
             ctl("lease list"),
             ctl("lease list -w json"),
             ctl("put k1 v --lease={L1}"),
@@ -974,9 +1164,19 @@ fn bad_input_errors() {
             txn("", &[], &["put dup 1", "put dup 2"], &[]),
             txn("", &[], &["put d/x 1", "del d/ --prefix"], &[]),
             txn("", &[], &["del d/ --prefix", "put d/y 1"], &[]),
-            txn("", &["value(\"nokey\") = \"x\""], &["put ok 1"], &["put dup 1", "put dup 2"]),
+            txn(
+                "",
+                &["value(\"nokey\") = \"x\""],
+                &["put ok 1"],
+                &["put dup 1", "put dup 2"],
+            ),
             txn("", &[], &["del k1", "del k --prefix"], &[]),
-            txn("", &[], &["put k2 --ignore-value", "put k3 v --ignore-lease"], &[]),
+            txn(
+                "",
+                &[],
+                &["put k2 --ignore-value", "put k3 v --ignore-lease"],
+                &[],
+            ),
             txn("", &[], &["put nokey --ignore-value"], &[]),
             ctl("put '' x"),
             ctl("get ''"),
@@ -995,7 +1195,10 @@ fn bad_input_errors() {
 fn harness_normalizer_maps_ids_terms_and_ports() {
     let mut n = Normalizer::new().replace("127.0.0.1:23791", "<CLIENT>");
     // Ordinary words (keys, values, "OK") never take an ID number.
-    assert_eq!(n.normalize("OK\nc\n1\nabc\ndeadbeef"), "OK\nc\n1\nabc\ndeadbeef");
+    assert_eq!(
+        n.normalize("OK\nc\n1\nabc\ndeadbeef"),
+        "OK\nc\n1\nabc\ndeadbeef"
+    );
     let got = n.normalize(
         r#"{"header":{"cluster_id":15118495548433857066,"member_id":13668033151171901709,"revision":3,"raft_term":2},"kvs":[{"key":"Zm9v","create_revision":2,"mod_revision":3,"version":2,"value":"YmF6","lease":4111120388900598286}],"count":1}"#,
     );
@@ -1041,8 +1244,12 @@ fn harness_normalizer_sorts_lease_keys() {
     use common::normalize;
     // etcd 3.4 lists a lease's attached keys in random (Go map) order.
     assert_eq!(
-        normalize("lease 390da2364949320e granted with TTL(100s), remaining(99s), attached keys([k2 k1])"),
-        normalize("lease 390da2364949320e granted with TTL(100s), remaining(98s), attached keys([k1 k2])")
+        normalize(
+            "lease 390da2364949320e granted with TTL(100s), remaining(99s), attached keys([k2 k1])"
+        ),
+        normalize(
+            "lease 390da2364949320e granted with TTL(100s), remaining(98s), attached keys([k1 k2])"
+        )
     );
     assert_eq!(
         normalize(r#"{"id":1,"ttl":99,"granted-ttl":100,"keys":["azI=","azE="]}"#),
@@ -1066,8 +1273,12 @@ fn harness_normalizer_keeps_real_differences() {
         normalize(r#"{"header":{"revision":4}}"#)
     );
     assert_ne!(
-        normalize("lease 390da2364949320e granted with TTL(100s), remaining(0s), attached keys([])"),
-        normalize("lease 390da2364949320e granted with TTL(100s), remaining(99s), attached keys([])")
+        normalize(
+            "lease 390da2364949320e granted with TTL(100s), remaining(0s), attached keys([])"
+        ),
+        normalize(
+            "lease 390da2364949320e granted with TTL(100s), remaining(99s), attached keys([])"
+        )
     );
     assert_eq!(
         normalize("lease 390da2364949320e granted with TTL(60s)"),
@@ -1105,12 +1316,23 @@ fn harness_detects_a_real_difference() {
         ctl("get b -w json"),
         ctl("get x"),
     ];
-    let failures = compare_steps("self-check", &mut a, &mut b, &steps, "etcd-with-extra-write");
+    let failures = compare_steps(
+        "self-check",
+        &mut a,
+        &mut b,
+        &steps,
+        "etcd-with-extra-write",
+    );
     let failed: Vec<&str> = failures
         .iter()
         .map(|f| f.split(':').next().unwrap_or(""))
         .collect();
-    assert_eq!(failed, ["step 0", "step 1", "step 3"], "{}", failures.join("\n"));
+    assert_eq!(
+        failed,
+        ["step 0", "step 1", "step 3"],
+        "{}",
+        failures.join("\n")
+    );
     // The diff shows the candidate's extra key (`+` side) against etcd's empty answer (`-` side).
     assert!(failures[1].contains("+{\"count\":1"), "{}", failures[1]);
 }
@@ -1118,6 +1340,9 @@ fn harness_detects_a_real_difference() {
 #[test]
 fn harness_split_args() {
     assert_eq!(split_args("put '' x"), vec!["put", "", "x"]);
-    assert_eq!(split_args("get 'a b' --prefix"), vec!["get", "a b", "--prefix"]);
+    assert_eq!(
+        split_args("get 'a b' --prefix"),
+        vec!["get", "a b", "--prefix"]
+    );
     assert_eq!(split_args("  get   a  "), vec!["get", "a"]);
 }

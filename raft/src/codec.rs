@@ -126,12 +126,18 @@ pub fn applied_to_bytes(last: Option<&LogId>, m: &StoredMembership) -> Vec<u8> {
 }
 
 /// Decodes the applied state (`None` bytes = nothing applied yet).
-pub fn applied_from_bytes(b: Option<&[u8]>) -> Result<(Option<LogId>, StoredMembership), prost::DecodeError> {
+pub fn applied_from_bytes(
+    b: Option<&[u8]>,
+) -> Result<(Option<LogId>, StoredMembership), prost::DecodeError> {
     let Some(b) = b else {
         return Ok((None, StoredMembership::default()));
     };
     let p: AppliedStatePb = prost::Message::decode(b)?;
-    let m = p.membership.as_ref().map(membership_from_pb).unwrap_or_default();
+    let m = p
+        .membership
+        .as_ref()
+        .map(membership_from_pb)
+        .unwrap_or_default();
     Ok((
         p.last_applied.as_ref().map(log_id_from_pb),
         StoredMembership::new(p.membership_log_id.as_ref().map(log_id_from_pb), m),

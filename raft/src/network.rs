@@ -45,7 +45,8 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         &mut self,
         _rpc: AppendEntriesRequest<TypeConfig>,
         _option: RPCOption,
-    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, MemberNode, RaftError<NodeId>>> {
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, MemberNode, RaftError<NodeId>>>
+    {
         Err(self.unreachable())
     }
 
@@ -53,8 +54,10 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         &mut self,
         _rpc: InstallSnapshotRequest<TypeConfig>,
         _option: RPCOption,
-    ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, MemberNode, RaftError<NodeId, InstallSnapshotError>>>
-    {
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, MemberNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
         Err(self.unreachable())
     }
 

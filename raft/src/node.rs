@@ -64,7 +64,10 @@ impl NodeConfig {
 #[derive(Debug, Error)]
 pub enum StartError {
     #[error("data directory {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("write-ahead log: {0}")]
     Wal(String),
     #[error("store: {0}")]
@@ -136,13 +139,19 @@ fn fnv64(parts: &[&str]) -> u64 {
 /// Reads the member and cluster IDs from `dir/member`, creating them on first start.
 fn load_identity(dir: &Path, cfg: &NodeConfig) -> Result<(NodeId, u64), StartError> {
     let path = dir.join("member");
-    let io = |source| StartError::Io { path: path.clone(), source };
+    let io = |source| StartError::Io {
+        path: path.clone(),
+        source,
+    };
     match std::fs::read_to_string(&path) {
         Ok(s) => {
             let mut it = s.split_whitespace().map(|t| u64::from_str_radix(t, 16));
             match (it.next(), it.next()) {
                 (Some(Ok(m)), Some(Ok(c))) if m != 0 => Ok((m, c)),
-                _ => Err(StartError::Unrecoverable(format!("{} is malformed", path.display()))),
+                _ => Err(StartError::Unrecoverable(format!(
+                    "{} is malformed",
+                    path.display()
+                ))),
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -152,9 +161,13 @@ fn load_identity(dir: &Path, cfg: &NodeConfig) -> Result<(NodeId, u64), StartErr
             let cluster = fnv64(&[&format!("{member:016x}"), "keel-cluster"]);
             let tmp = dir.join("member.tmp");
             std::fs::write(&tmp, format!("{member:016x} {cluster:016x}\n")).map_err(io)?;
-            std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(io)?;
+            std::fs::File::open(&tmp)
+                .and_then(|f| f.sync_all())
+                .map_err(io)?;
             std::fs::rename(&tmp, &path).map_err(io)?;
-            std::fs::File::open(dir).and_then(|f| f.sync_all()).map_err(io)?;
+            std::fs::File::open(dir)
+                .and_then(|f| f.sync_all())
+                .map_err(io)?;
             Ok((member, cluster))
         }
         Err(e) => Err(io(e)),
@@ -167,13 +180,21 @@ impl Node {
         let dir = cfg.data_dir.clone();
         for sub in ["wal", "store", "snap"] {
             let p = dir.join(sub);
-            std::fs::create_dir_all(&p).map_err(|source| StartError::Io { path: p.clone(), source })?;
+            std::fs::create_dir_all(&p).map_err(|source| StartError::Io {
+                path: p.clone(),
+                source,
+            })?;
         }
         let (id, cluster_id) = load_identity(&dir, &cfg)?;
-        let log_store = LogStore::open(&dir.join("wal")).map_err(|e| StartError::Wal(e.to_string()))?;
+        let log_store =
+            LogStore::open(dir.join("wal")).map_err(|e| StartError::Wal(e.to_string()))?;
         let store = open_store(&dir, &cfg)?;
         let snap = reconcile_with_snapshot(&store, &dir.join("snap"), cfg.store.min_lease_ttl)?;
-        check_recoverable(&store, &log_store, snap.as_ref().and_then(|s| s.last_applied.map(|l| l.index)))?;
+        check_recoverable(
+            &store,
+            &log_store,
+            snap.as_ref().and_then(|s| s.last_applied.map(|l| l.index)),
+        )?;
 
         let election_ms = cfg.election_timeout.as_millis() as u64;
         let raft_cfg = Config {
@@ -190,11 +211,17 @@ impl Node {
         .validate()
         .map_err(|e| StartError::Raft(e.to_string()))?;
         let sm = StateMachine::new(store.clone(), dir.join("snap"), cfg.store.min_lease_ttl)
-            .map_err(|source| StartError::Io { path: dir.join("snap"), source })?;
+            .map_err(|source| StartError::Io {
+                path: dir.join("snap"),
+                source,
+            })?;
         let raft = Raft::new(id, Arc::new(raft_cfg), PeerNetwork, log_store, sm)
             .await
             .map_err(|e| StartError::Raft(e.to_string()))?;
-        let initialized = raft.is_initialized().await.map_err(|e| StartError::Raft(e.to_string()))?;
+        let initialized = raft
+            .is_initialized()
+            .await
+            .map_err(|e| StartError::Raft(e.to_string()))?;
         let me = MemberNode {
             name: cfg.name.clone(),
             peer_urls: cfg.peer_urls.clone(),
@@ -295,7 +322,11 @@ impl Node {
     /// Raft status for Maintenance.Status.
     pub fn status(&self) -> NodeStatus {
         let m = self.raft.metrics().borrow().clone();
-        let is_learner = !m.membership_config.membership().voter_ids().any(|v| v == self.id);
+        let is_learner = !m
+            .membership_config
+            .membership()
+            .voter_ids()
+            .any(|v| v == self.id);
         NodeStatus {
             member_id: self.id,
             leader: m.current_leader,
@@ -351,15 +382,21 @@ fn open_store(dir: &Path, cfg: &NodeConfig) -> Result<Arc<Store>, StartError> {
             // The store is a view of snapshot + log; when it will not open, rebuild it.
             warn!(%e, dir = %store_dir.display(), "store does not open; rebuilding it from snapshot and log");
             let aside = dir.join(format!("store.broken.{}", std::process::id()));
-            std::fs::rename(&store_dir, &aside)
-                .map_err(|source| StartError::Io { path: store_dir.clone(), source })?;
+            std::fs::rename(&store_dir, &aside).map_err(|source| StartError::Io {
+                path: store_dir.clone(),
+                source,
+            })?;
             Ok(Store::open(&store_dir, cfg.store.clone())?)
         }
     }
 }
 
 /// Refuses to start when the log no longer holds what the store needs to catch up.
-fn check_recoverable(store: &Store, log: &LogStore, snapshot_index: Option<u64>) -> Result<(), StartError> {
+fn check_recoverable(
+    store: &Store,
+    log: &LogStore,
+    snapshot_index: Option<u64>,
+) -> Result<(), StartError> {
     let (applied, _) = crate::codec::applied_from_bytes(store.raft_meta().as_deref())
         .map_err(|e| StartError::Store(StoreError::Corrupt(e.to_string())))?;
     let applied = applied.map(|l| l.index);

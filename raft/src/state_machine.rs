@@ -15,7 +15,9 @@ use openraft::{EntryPayload, RaftTypeConfig, Snapshot, SnapshotMeta, StorageIOEr
 use tracing::{info, warn};
 
 use crate::codec::{applied_from_bytes, applied_to_bytes};
-use crate::types::{Applied, Entry, LogId, MemberNode, NodeId, StorageError, StoredMembership, TypeConfig};
+use crate::types::{
+    Applied, Entry, LogId, MemberNode, NodeId, StorageError, StoredMembership, TypeConfig,
+};
 
 const SNAP_SUFFIX: &str = ".snap";
 
@@ -44,7 +46,11 @@ pub struct SnapshotFile {
 
 impl StateMachine {
     /// Wraps the store; snapshots live in `snap_dir`.
-    pub fn new(store: Arc<Store>, snap_dir: PathBuf, min_lease_ttl: i64) -> Result<Self, std::io::Error> {
+    pub fn new(
+        store: Arc<Store>,
+        snap_dir: PathBuf,
+        min_lease_ttl: i64,
+    ) -> Result<Self, std::io::Error> {
         fs::create_dir_all(&snap_dir)?;
         Ok(StateMachine {
             store,
@@ -105,7 +111,10 @@ fn persist_snapshot(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<Pat
     fs::File::open(dir)?.sync_all()?;
     for e in fs::read_dir(dir)?.flatten() {
         let p = e.path();
-        if p != path && p.file_name().is_some_and(|n| n.to_string_lossy().ends_with(SNAP_SUFFIX)) {
+        if p != path
+            && p.file_name()
+                .is_some_and(|n| n.to_string_lossy().ends_with(SNAP_SUFFIX))
+        {
             if let Err(err) = fs::remove_file(&p) {
                 warn!(path = %p.display(), %err, "could not remove old snapshot");
             }
@@ -126,13 +135,14 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let dir = self.snap_dir.clone();
         let (bytes, summary, path) = tokio::task::spawn_blocking(move || {
             let mut buf = Vec::new();
-            let summary = store.write_snapshot(&mut buf).map_err(|e| snap_err(&e))?;
-            let (last, _) = applied_from_bytes(summary.raft_meta.as_deref()).map_err(|e| snap_err(&e))?;
-            let path = persist_snapshot(&dir, &snap_name(last.as_ref()), &buf).map_err(|e| snap_err(&e))?;
-            Ok::<_, StorageError>((buf, summary, path))
+            let summary = store.write_snapshot(&mut buf)?;
+            let (last, _) = applied_from_bytes(summary.raft_meta.as_deref())?;
+            let path = persist_snapshot(&dir, &snap_name(last.as_ref()), &buf)?;
+            Ok::<_, keel_store::StoreError>((buf, summary, path))
         })
         .await
-        .map_err(|e| snap_err(&e))??;
+        .map_err(|e| snap_err(&e))?
+        .map_err(|e| snap_err(&e))?;
         let (last_applied, membership) =
             applied_from_bytes(summary.raft_meta.as_deref()).map_err(|e| snap_err(&e))?;
         info!(path = %path.display(), revision = summary.revision, entries = summary.entries, "snapshot written");
@@ -151,7 +161,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     type SnapshotBuilder = SnapshotBuilder;
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
-        applied_from_bytes(self.store.raft_meta().as_deref()).map_err(|e| StorageIOError::read_state_machine(&e).into())
+        applied_from_bytes(self.store.raft_meta().as_deref())
+            .map_err(|e| StorageIOError::read_state_machine(&e).into())
     }
 
     async fn apply<I>(&mut self, entries: I) -> Result<Vec<Applied>, StorageError>
@@ -180,7 +191,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let meta = applied_to_bytes(last.as_ref(), &membership);
         let store = self.store.clone();
         // The store works synchronously (sled); keep it off the async workers.
-        let results = tokio::task::block_in_place(move || store.apply(cmds, meta)).map_err(|e| sm_err(&e))?;
+        let results =
+            tokio::task::block_in_place(move || store.apply(cmds, meta)).map_err(|e| sm_err(&e))?;
         Ok(results.into_iter().map(Applied).collect())
     }
 
@@ -207,22 +219,23 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let name = snap_name(meta.last_log_id.as_ref());
         let applied = applied_to_bytes(meta.last_log_id.as_ref(), &meta.last_membership);
         tokio::task::spawn_blocking(move || {
-            persist_snapshot(&dir, &name, &bytes).map_err(|e| snap_err(&e))?;
-            store
-                .install_snapshot(&mut Cursor::new(&bytes), ttl)
-                .map_err(|e| snap_err(&e))?;
+            persist_snapshot(&dir, &name, &bytes)?;
+            store.install_snapshot(&mut Cursor::new(&bytes), ttl)?;
             // Record exactly the log position openraft installed.
-            store.apply(Vec::new(), applied).map_err(|e| sm_err(&e))?;
-            Ok::<_, StorageError>(())
+            store.apply(Vec::new(), applied)?;
+            Ok::<_, keel_store::StoreError>(())
         })
         .await
-        .map_err(|e| snap_err(&e))??;
+        .map_err(|e| snap_err(&e))?
+        .map_err(|e| snap_err(&e))?;
         info!(last = ?meta.last_log_id, "snapshot installed");
         Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        let Some(file) = latest_snapshot(&self.snap_dir).map_err(|e| StorageIOError::read_snapshot(None, &e))? else {
+        let Some(file) =
+            latest_snapshot(&self.snap_dir).map_err(|e| StorageIOError::read_snapshot(None, &e))?
+        else {
             return Ok(None);
         };
         let bytes = fs::read(&file.path).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
@@ -239,7 +252,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
 /// Makes sure the store is not behind the newest snapshot (it can be after a crash, or after
 /// its files were lost): if it is, reload it from the snapshot. Returns the snapshot found.
-pub fn reconcile_with_snapshot(store: &Store, snap_dir: &Path, min_lease_ttl: i64) -> Result<Option<SnapshotFile>, keel_store::StoreError> {
+pub fn reconcile_with_snapshot(
+    store: &Store,
+    snap_dir: &Path,
+    min_lease_ttl: i64,
+) -> Result<Option<SnapshotFile>, keel_store::StoreError> {
     let Some(snap) = latest_snapshot(snap_dir)? else {
         return Ok(None);
     };

@@ -94,7 +94,14 @@ pub fn write(
     for (space, tag) in SPACES {
         for pair in backend.scan(space, &[], None) {
             let (key, value) = pair?;
-            frame(w, Record::Entry(SnapshotEntry { space: tag, key, value }))?;
+            frame(
+                w,
+                Record::Entry(SnapshotEntry {
+                    space: tag,
+                    key,
+                    value,
+                }),
+            )?;
             n += 1;
         }
     }
@@ -114,13 +121,17 @@ fn read_frame(r: &mut dyn Read) -> Result<Record, StoreError> {
     let len = u32::from_le_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]) as usize;
     let crc = u32::from_le_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]);
     if len > MAX_FRAME {
-        return Err(StoreError::Corrupt(format!("snapshot frame of {len} bytes")));
+        return Err(StoreError::Corrupt(format!(
+            "snapshot frame of {len} bytes"
+        )));
     }
     let mut body = vec![0u8; len];
     r.read_exact(&mut body)
         .map_err(|e| StoreError::Corrupt(format!("snapshot truncated: {e}")))?;
     if crc32fast::hash(&body) != crc {
-        return Err(StoreError::Corrupt("snapshot frame checksum mismatch".into()));
+        return Err(StoreError::Corrupt(
+            "snapshot frame checksum mismatch".into(),
+        ));
     }
     let rec: SnapshotRecord = prost::Message::decode(body.as_slice())?;
     rec.record
@@ -133,12 +144,19 @@ pub fn read_header(r: &mut dyn Read) -> Result<SnapshotHeader, StoreError> {
     r.read_exact(&mut magic)
         .map_err(|e| StoreError::Corrupt(format!("snapshot truncated: {e}")))?;
     if &magic != MAGIC {
-        return Err(StoreError::Corrupt("not a keel snapshot (bad magic)".into()));
+        return Err(StoreError::Corrupt(
+            "not a keel snapshot (bad magic)".into(),
+        ));
     }
     match read_frame(r)? {
         Record::Header(h) if h.version == FORMAT_VERSION => Ok(h),
-        Record::Header(h) => Err(StoreError::Corrupt(format!("snapshot format version {}", h.version))),
-        _ => Err(StoreError::Corrupt("snapshot does not start with a header".into())),
+        Record::Header(h) => Err(StoreError::Corrupt(format!(
+            "snapshot format version {}",
+            h.version
+        ))),
+        _ => Err(StoreError::Corrupt(
+            "snapshot does not start with a header".into(),
+        )),
     }
 }
 
@@ -164,7 +182,9 @@ pub fn read_into(backend: &dyn Backend, r: &mut dyn Read) -> Result<SnapshotHead
             }
             Record::End(count) if count == n => break,
             Record::End(count) => {
-                return Err(StoreError::Corrupt(format!("snapshot holds {n} entries, end says {count}")))
+                return Err(StoreError::Corrupt(format!(
+                    "snapshot holds {n} entries, end says {count}"
+                )))
             }
             Record::Header(_) => return Err(StoreError::Corrupt("second snapshot header".into())),
         }

@@ -173,7 +173,11 @@ impl Store {
                 }
             }
             revision = st.kv.current;
-            batch.put(Space::Meta, META_REV.to_vec(), revision.to_be_bytes().to_vec());
+            batch.put(
+                Space::Meta,
+                META_REV.to_vec(),
+                revision.to_be_bytes().to_vec(),
+            );
             batch.put(Space::Meta, META_RAFT.to_vec(), raft_meta.clone());
             self.shared.backend.write(batch)?;
             st.raft_meta = Some(raft_meta);
@@ -214,7 +218,11 @@ impl Store {
         let st = self.shared.state.read();
         let l = st.lessor.get(id)?;
         let remaining = st.lessor.remaining(id)?;
-        let ks = if keys { l.keys.iter().cloned().collect() } else { Vec::new() };
+        let ks = if keys {
+            l.keys.iter().cloned().collect()
+        } else {
+            Vec::new()
+        };
         Some((remaining, l.ttl, ks))
     }
 
@@ -240,7 +248,11 @@ impl Store {
 
     /// Leases past their deadline (only while primary).
     pub fn expired_leases(&self, limit: usize) -> Vec<LeaseId> {
-        self.shared.state.read().lessor.expired(Instant::now(), limit)
+        self.shared
+            .state
+            .read()
+            .lessor
+            .expired(Instant::now(), limit)
     }
 
     /// etcd's HashKV: CRC-32C over "key" and every retained (revision key, value) pair up to
@@ -259,7 +271,11 @@ impl Store {
             d.update(&k);
             d.update(&v);
         }
-        let compact = if st.kv.compacted == 0 { -1 } else { st.kv.compacted };
+        let compact = if st.kv.compacted == 0 {
+            -1
+        } else {
+            st.kv.compacted
+        };
         Ok((d.finalize(), compact, rev))
     }
 
@@ -271,7 +287,11 @@ impl Store {
     /// Number of keys live now.
     pub fn key_count(&self) -> usize {
         let st = self.shared.state.read();
-        st.kv.index.values().filter(|k| k.current().is_some()).count()
+        st.kv
+            .index
+            .values()
+            .filter(|k| k.current().is_some())
+            .count()
     }
 
     /// Asks the backend to write out its buffers.
@@ -280,13 +300,25 @@ impl Store {
     }
 
     /// Writes the whole replicated state (see [`crate::snapshot`]) while holding reads.
-    pub fn write_snapshot(&self, w: &mut dyn std::io::Write) -> Result<crate::snapshot::SnapshotSummary, StoreError> {
+    pub fn write_snapshot(
+        &self,
+        w: &mut dyn std::io::Write,
+    ) -> Result<crate::snapshot::SnapshotSummary, StoreError> {
         let st = self.shared.state.read();
-        crate::snapshot::write(&*self.shared.backend, st.raft_meta.clone(), st.kv.current, w)
+        crate::snapshot::write(
+            &*self.shared.backend,
+            st.raft_meta.clone(),
+            st.kv.current,
+            w,
+        )
     }
 
     /// Replaces the whole state with a snapshot's (watchers are told via compaction marks).
-    pub fn install_snapshot(&self, r: &mut dyn std::io::Read, min_lease_ttl: i64) -> Result<(), StoreError> {
+    pub fn install_snapshot(
+        &self,
+        r: &mut dyn std::io::Read,
+        min_lease_ttl: i64,
+    ) -> Result<(), StoreError> {
         let mut st = self.shared.state.write();
         self.shared.backend.clear()?;
         crate::snapshot::read_into(&*self.shared.backend, r)?;
@@ -294,7 +326,7 @@ impl Store {
         *st = load_state(&*self.shared.backend, min_lease_ttl)?;
         let rev = st.kv.current;
         drop(st);
-        self.hub.publish(Vec::new(), rev);
+        self.hub.restored(rev);
         Ok(())
     }
 }
@@ -310,7 +342,10 @@ fn apply_one(txn: &mut WriteTxn<'_>, kind: CommandKind) -> Result<CommandRespons
     })
 }
 
-fn compact(txn: &mut WriteTxn<'_>, c: &CompactionRequest) -> Result<CompactionResponse, StoreError> {
+fn compact(
+    txn: &mut WriteTxn<'_>,
+    c: &CompactionRequest,
+) -> Result<CompactionResponse, StoreError> {
     if c.revision <= txn.kv.compacted {
         return Err(StoreError::Compacted);
     }
@@ -318,21 +353,32 @@ fn compact(txn: &mut WriteTxn<'_>, c: &CompactionRequest) -> Result<CompactionRe
         return Err(StoreError::FutureRev);
     }
     let mut dropped = Vec::new();
-    txn.kv.index.retain(|_, ki| !ki.compact(c.revision, &mut dropped));
+    txn.kv
+        .index
+        .retain(|_, ki| !ki.compact(c.revision, &mut dropped));
     for (rev, tomb) in dropped {
         txn.batch.delete(Space::Kv, rev.to_key(tomb));
     }
     txn.kv.compacted = c.revision;
-    txn.batch
-        .put(Space::Meta, META_COMPACT.to_vec(), c.revision.to_be_bytes().to_vec());
+    txn.batch.put(
+        Space::Meta,
+        META_COMPACT.to_vec(),
+        c.revision.to_be_bytes().to_vec(),
+    );
     Ok(CompactionResponse {
         header: header(txn.kv.current),
     })
 }
 
-fn lease_grant(txn: &mut WriteTxn<'_>, g: &LeaseGrantRequest) -> Result<LeaseGrantResponse, StoreError> {
+fn lease_grant(
+    txn: &mut WriteTxn<'_>,
+    g: &LeaseGrantRequest,
+) -> Result<LeaseGrantResponse, StoreError> {
     if g.id <= 0 {
-        return Err(StoreError::Corrupt(format!("lease grant with ID {} in the log", g.id)));
+        return Err(StoreError::Corrupt(format!(
+            "lease grant with ID {} in the log",
+            g.id
+        )));
     }
     if g.ttl > MAX_LEASE_TTL {
         return Err(StoreError::LeaseTtlTooLarge);
@@ -348,8 +394,11 @@ fn lease_grant(txn: &mut WriteTxn<'_>, g: &LeaseGrantRequest) -> Result<LeaseGra
         ttl,
         remaining_ttl: 0,
     };
-    txn.batch
-        .put(Space::Lease, g.id.to_be_bytes().to_vec(), rec.encode_to_vec());
+    txn.batch.put(
+        Space::Lease,
+        g.id.to_be_bytes().to_vec(),
+        rec.encode_to_vec(),
+    );
     Ok(LeaseGrantResponse {
         header: header(txn.kv.current),
         id: g.id,
@@ -358,7 +407,10 @@ fn lease_grant(txn: &mut WriteTxn<'_>, g: &LeaseGrantRequest) -> Result<LeaseGra
     })
 }
 
-fn lease_revoke(txn: &mut WriteTxn<'_>, r: &LeaseRevokeRequest) -> Result<LeaseRevokeResponse, StoreError> {
+fn lease_revoke(
+    txn: &mut WriteTxn<'_>,
+    r: &LeaseRevokeRequest,
+) -> Result<LeaseRevokeResponse, StoreError> {
     let id = LeaseId(r.id);
     let lease = txn.lessor.revoke(id).ok_or(StoreError::LeaseNotFound)?;
     // All keys go in one revision, in key order, as etcd does.
@@ -374,7 +426,11 @@ fn lease_revoke(txn: &mut WriteTxn<'_>, r: &LeaseRevokeRequest) -> Result<LeaseR
     })
 }
 
-fn read_txn(kv: &KvState, t: &TxnRequest, values: &BackendValues<'_>) -> Result<TxnResponse, StoreError> {
+fn read_txn(
+    kv: &KvState,
+    t: &TxnRequest,
+    values: &BackendValues<'_>,
+) -> Result<TxnResponse, StoreError> {
     use crate::pb::etcdserverpb::{response_op, ResponseOp};
     let view = kv.current;
     let mut ok = true;
@@ -388,7 +444,9 @@ fn read_txn(kv: &KvState, t: &TxnRequest, values: &BackendValues<'_>) -> Result<
     let mut responses = Vec::with_capacity(ops.len());
     for op in ops {
         let resp = match &op.request {
-            Some(request_op::Request::RequestRange(r)) => response_op::Response::ResponseRange(kv.range(r, view, values)?),
+            Some(request_op::Request::RequestRange(r)) => {
+                response_op::Response::ResponseRange(kv.range(r, view, values)?)
+            }
             Some(request_op::Request::RequestTxn(nt)) => {
                 let mut r = read_txn(kv, nt, values)?;
                 r.header = Some(Default::default());
@@ -397,7 +455,9 @@ fn read_txn(kv: &KvState, t: &TxnRequest, values: &BackendValues<'_>) -> Result<
             Some(_) => return Err(StoreError::Corrupt("write in a read-only txn".into())),
             None => continue,
         };
-        responses.push(ResponseOp { response: Some(resp) });
+        responses.push(ResponseOp {
+            response: Some(resp),
+        });
     }
     Ok(TxnResponse {
         header: header(view),
@@ -408,20 +468,26 @@ fn read_txn(kv: &KvState, t: &TxnRequest, values: &BackendValues<'_>) -> Result<
 
 /// True if no branch of the Txn (at any depth) writes.
 pub fn txn_is_read_only(t: &TxnRequest) -> bool {
-    t.success.iter().chain(t.failure.iter()).all(|op| match &op.request {
-        Some(request_op::Request::RequestRange(_)) | None => true,
-        Some(request_op::Request::RequestTxn(nt)) => txn_is_read_only(nt),
-        Some(_) => false,
-    })
+    t.success
+        .iter()
+        .chain(t.failure.iter())
+        .all(|op| match &op.request {
+            Some(request_op::Request::RequestRange(_)) | None => true,
+            Some(request_op::Request::RequestTxn(nt)) => txn_is_read_only(nt),
+            Some(_) => false,
+        })
 }
 
 /// True if every Range in the Txn asks for a serializable read.
 pub fn txn_is_serializable(t: &TxnRequest) -> bool {
-    t.success.iter().chain(t.failure.iter()).all(|op| match &op.request {
-        Some(request_op::Request::RequestRange(r)) => r.serializable,
-        Some(request_op::Request::RequestTxn(nt)) => txn_is_serializable(nt),
-        _ => true,
-    })
+    t.success
+        .iter()
+        .chain(t.failure.iter())
+        .all(|op| match &op.request {
+            Some(request_op::Request::RequestRange(r)) => r.serializable,
+            Some(request_op::Request::RequestTxn(nt)) => txn_is_serializable(nt),
+            _ => true,
+        })
 }
 
 fn load_state(backend: &dyn Backend, min_lease_ttl: i64) -> Result<State, StoreError> {
@@ -430,10 +496,9 @@ fn load_state(backend: &dyn Backend, min_lease_ttl: i64) -> Result<State, StoreE
     let read_i64 = |k: &[u8]| -> Result<Option<i64>, StoreError> {
         match backend.get(Space::Meta, k)? {
             Some(b) => {
-                let arr: [u8; 8] = b
-                    .as_slice()
-                    .try_into()
-                    .map_err(|_| StoreError::Corrupt(format!("meta {:?} has {} bytes", k, b.len())))?;
+                let arr: [u8; 8] = b.as_slice().try_into().map_err(|_| {
+                    StoreError::Corrupt(format!("meta {:?} has {} bytes", k, b.len()))
+                })?;
                 Ok(Some(i64::from_be_bytes(arr)))
             }
             None => Ok(None),
@@ -443,15 +508,18 @@ fn load_state(backend: &dyn Backend, min_lease_ttl: i64) -> Result<State, StoreE
     let mut max_rev = 1;
     for pair in backend.scan(Space::Kv, &[], None) {
         let (k, v) = pair?;
-        let (rev, tomb) =
-            Revision::from_key(&k).ok_or_else(|| StoreError::Corrupt(format!("bad revision key {k:?}")))?;
+        let (rev, tomb) = Revision::from_key(&k)
+            .ok_or_else(|| StoreError::Corrupt(format!("bad revision key {k:?}")))?;
         let rec = KeyValue::decode(v.as_slice())?;
         max_rev = max_rev.max(rev.main);
         let ki = kv.index.entry(rec.key.clone()).or_default();
         ki.restore(rev, rec.create_revision, rec.version, tomb);
         ki.lease = if tomb { 0 } else { rec.lease };
     }
-    kv.current = read_i64(META_REV)?.unwrap_or(1).max(max_rev).max(kv.compacted);
+    kv.current = read_i64(META_REV)?
+        .unwrap_or(1)
+        .max(max_rev)
+        .max(kv.compacted);
     for pair in backend.scan(Space::Lease, &[], None) {
         let (_, v) = pair?;
         let rec = LeaseRecord::decode(v.as_slice())?;
@@ -463,7 +531,11 @@ fn load_state(backend: &dyn Backend, min_lease_ttl: i64) -> Result<State, StoreE
         }
     }
     let raft_meta = backend.get(Space::Meta, META_RAFT)?;
-    Ok(State { kv, lessor, raft_meta })
+    Ok(State {
+        kv,
+        lessor,
+        raft_meta,
+    })
 }
 
 impl History for Shared {
@@ -476,6 +548,11 @@ impl History for Shared {
     }
 
     fn events(&self, from: i64, to: i64, max_revs: usize) -> Result<Vec<Event>, StoreError> {
+        // Holding the state lock keeps the scan off half-applied batches and installs.
+        let st = self.state.read();
+        if from < st.kv.compacted {
+            return Err(StoreError::Compacted);
+        }
         let start = Revision::new(from.max(1), 0).to_bytes();
         let end = Revision::new(to.saturating_add(1), 0).to_bytes();
         let mut out = Vec::new();
@@ -483,8 +560,8 @@ impl History for Shared {
         let mut last_main = 0;
         for pair in self.backend.scan(Space::Kv, &start, Some(&end)) {
             let (k, v) = pair?;
-            let (rev, tomb) =
-                Revision::from_key(&k).ok_or_else(|| StoreError::Corrupt(format!("bad revision key {k:?}")))?;
+            let (rev, tomb) = Revision::from_key(&k)
+                .ok_or_else(|| StoreError::Corrupt(format!("bad revision key {k:?}")))?;
             if rev.main != last_main {
                 if revs == max_revs {
                     break;

@@ -3,8 +3,8 @@
 
 use keel_store::command::CommandKind;
 use keel_store::pb::etcdserverpb::{
-    compare, request_op, response_op, CompactionRequest, Compare, DeleteRangeRequest, LeaseGrantRequest,
-    LeaseRevokeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest,
+    compare, request_op, response_op, CompactionRequest, Compare, DeleteRangeRequest,
+    LeaseGrantRequest, LeaseRevokeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest,
 };
 use keel_store::{Command, CommandResponse, Store, StoreError, StoreOptions};
 
@@ -16,10 +16,17 @@ fn put(k: &str, v: &str) -> Command {
     }))
 }
 
-fn get(s: &Store, k: &str, rev: i64) -> Result<Vec<(String, String, i64, i64, i64)>, StoreError> {
+/// (key, value, create revision, mod revision, version)
+type Row = (String, String, i64, i64, i64);
+
+fn get(s: &Store, k: &str, rev: i64) -> Result<Vec<Row>, StoreError> {
     let r = s.range(&RangeRequest {
         key: k.as_bytes().to_vec().into(),
-        range_end: if k == "\0" { vec![0].into() } else { Default::default() },
+        range_end: if k == "\0" {
+            vec![0].into()
+        } else {
+            Default::default()
+        },
         revision: rev,
         ..Default::default()
     })?;
@@ -38,7 +45,8 @@ fn get(s: &Store, k: &str, rev: i64) -> Result<Vec<(String, String, i64, i64, i6
 }
 
 fn apply(s: &Store, cmds: Vec<Command>) -> Vec<Result<Option<CommandResponse>, StoreError>> {
-    s.apply(cmds.into_iter().map(Some).collect(), b"meta".to_vec()).unwrap()
+    s.apply(cmds.into_iter().map(Some).collect(), b"meta".to_vec())
+        .unwrap()
 }
 
 #[test]
@@ -48,8 +56,14 @@ fn revisions_versions_and_history() {
     assert_eq!(s.revision(), 1);
     apply(&s, vec![put("a", "1"), put("a", "2"), put("b", "x")]);
     assert_eq!(s.revision(), 4);
-    assert_eq!(get(&s, "a", 0).unwrap(), vec![("a".into(), "2".into(), 2, 3, 2)]);
-    assert_eq!(get(&s, "a", 2).unwrap(), vec![("a".into(), "1".into(), 2, 2, 1)]);
+    assert_eq!(
+        get(&s, "a", 0).unwrap(),
+        vec![("a".into(), "2".into(), 2, 3, 2)]
+    );
+    assert_eq!(
+        get(&s, "a", 2).unwrap(),
+        vec![("a".into(), "1".into(), 2, 2, 1)]
+    );
     // Deleting nothing keeps the revision; deleting something takes one.
     let del = |k: &str| {
         Command::new(CommandKind::DeleteRange(DeleteRangeRequest {
@@ -71,7 +85,10 @@ fn revisions_versions_and_history() {
     assert_eq!(s.revision(), 5);
     assert!(get(&s, "a", 0).unwrap().is_empty());
     apply(&s, vec![put("a", "new")]);
-    assert_eq!(get(&s, "a", 0).unwrap(), vec![("a".into(), "new".into(), 6, 6, 1)]);
+    assert_eq!(
+        get(&s, "a", 0).unwrap(),
+        vec![("a".into(), "new".into(), 6, 6, 1)]
+    );
     assert_eq!(get(&s, "a", 7), Err(StoreError::FutureRev));
 }
 
@@ -106,23 +123,40 @@ fn txn_compares_reads_own_writes_and_compaction() {
         failure: vec![],
     };
     let r = apply(&s, vec![Command::new(CommandKind::Txn(t.clone()))]);
-    let Ok(Some(CommandResponse::Txn(tr))) = &r[0] else { panic!("{r:?}") };
+    let Ok(Some(CommandResponse::Txn(tr))) = &r[0] else {
+        panic!("{r:?}")
+    };
     assert!(tr.succeeded);
     assert_eq!(tr.header.as_ref().unwrap().revision, 3);
-    let Some(response_op::Response::ResponseRange(rr)) = &tr.responses[1].response else { panic!() };
+    let Some(response_op::Response::ResponseRange(rr)) = &tr.responses[1].response else {
+        panic!()
+    };
     assert_eq!(rr.kvs[0].value.as_ref(), b"w");
     // Same compare now fails: mod revision moved on; nothing changes, no new revision.
     let r = apply(&s, vec![Command::new(CommandKind::Txn(t))]);
-    let Ok(Some(CommandResponse::Txn(tr))) = &r[0] else { panic!("{r:?}") };
+    let Ok(Some(CommandResponse::Txn(tr))) = &r[0] else {
+        panic!("{r:?}")
+    };
     assert!(!tr.succeeded);
     assert_eq!(s.revision(), 3);
 
-    let compact = |rev| Command::new(CommandKind::Compaction(CompactionRequest { revision: rev, physical: true }));
-    assert!(matches!(apply(&s, vec![compact(4)])[0], Err(StoreError::FutureRev)));
+    let compact = |rev| {
+        Command::new(CommandKind::Compaction(CompactionRequest {
+            revision: rev,
+            physical: true,
+        }))
+    };
+    assert!(matches!(
+        apply(&s, vec![compact(4)])[0],
+        Err(StoreError::FutureRev)
+    ));
     apply(&s, vec![compact(3)]);
     assert_eq!(get(&s, "k", 2), Err(StoreError::Compacted));
     assert_eq!(get(&s, "k", 3).unwrap().len(), 1);
-    assert!(matches!(apply(&s, vec![compact(3)])[0], Err(StoreError::Compacted)));
+    assert!(matches!(
+        apply(&s, vec![compact(3)])[0],
+        Err(StoreError::Compacted)
+    ));
 }
 
 #[test]
@@ -130,7 +164,13 @@ fn lease_revoke_deletes_keys_in_one_revision_and_state_survives_reopen() {
     let dir = tempfile::tempdir().unwrap();
     {
         let s = Store::open(dir.path(), StoreOptions::default()).unwrap();
-        apply(&s, vec![Command::new(CommandKind::LeaseGrant(LeaseGrantRequest { ttl: 1, id: 42 }))]);
+        apply(
+            &s,
+            vec![Command::new(CommandKind::LeaseGrant(LeaseGrantRequest {
+                ttl: 1,
+                id: 42,
+            }))],
+        );
         let attach = |k: &str| {
             Command::new(CommandKind::Put(PutRequest {
                 key: k.as_bytes().to_vec().into(),
@@ -144,15 +184,29 @@ fn lease_revoke_deletes_keys_in_one_revision_and_state_survives_reopen() {
             lease: 7,
             ..Default::default()
         }));
-        assert!(matches!(apply(&s, vec![bad])[0], Err(StoreError::LeaseNotFound)));
+        assert!(matches!(
+            apply(&s, vec![bad])[0],
+            Err(StoreError::LeaseNotFound)
+        ));
         let (_, granted, keys) = s.lease_time_to_live(keel_store::LeaseId(42), true).unwrap();
         assert_eq!((granted, keys.len()), (2, 2), "TTL raised to the minimum");
         s.flush().unwrap();
     }
     let s = Store::open(dir.path(), StoreOptions::default()).unwrap();
     assert_eq!(s.revision(), 4);
-    assert_eq!(s.lease_time_to_live(keel_store::LeaseId(42), true).unwrap().2.len(), 2);
-    apply(&s, vec![Command::new(CommandKind::LeaseRevoke(LeaseRevokeRequest { id: 42 }))]);
+    assert_eq!(
+        s.lease_time_to_live(keel_store::LeaseId(42), true)
+            .unwrap()
+            .2
+            .len(),
+        2
+    );
+    apply(
+        &s,
+        vec![Command::new(CommandKind::LeaseRevoke(LeaseRevokeRequest {
+            id: 42,
+        }))],
+    );
     assert_eq!(s.revision(), 5);
     assert!(get(&s, "x", 0).unwrap().is_empty() && get(&s, "y", 0).unwrap().is_empty());
     assert_eq!(get(&s, "z", 0).unwrap().len(), 1);
@@ -173,5 +227,8 @@ fn lease_revoke_deletes_keys_in_one_revision_and_state_survives_reopen() {
     bad[mid] ^= 0xff;
     let dir3 = tempfile::tempdir().unwrap();
     let s3 = Store::open(dir3.path(), StoreOptions::default()).unwrap();
-    assert!(matches!(s3.install_snapshot(&mut bad.as_slice(), 2), Err(StoreError::Corrupt(_))));
+    assert!(matches!(
+        s3.install_snapshot(&mut bad.as_slice(), 2),
+        Err(StoreError::Corrupt(_))
+    ));
 }

@@ -100,7 +100,11 @@ impl Server {
 
     /// The keel binary of this package, or a second real etcd when `KEEL_DIFF_AGAINST_ETCD=1`.
     pub fn start_keel() -> Server {
-        let kind = if against_etcd() { Kind::Etcd } else { Kind::Keel };
+        let kind = if against_etcd() {
+            Kind::Etcd
+        } else {
+            Kind::Keel
+        };
         Self::start(Kind::Keel, kind)
     }
 
@@ -190,7 +194,9 @@ impl Server {
             }
         };
         let log = File::create(&log_path).map_err(|e| format!("create {log_path:?}: {e}"))?;
-        let log2 = log.try_clone().map_err(|e| format!("clone log file: {e}"))?;
+        let log2 = log
+            .try_clone()
+            .map_err(|e| format!("clone log file: {e}"))?;
         cmd.stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log2));
@@ -232,7 +238,11 @@ impl Server {
         let addr = format!("127.0.0.1:{}", self.client_port);
         let mut last = String::from("no TCP connection yet");
         loop {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
                 let tail = self.log_tail(40);
                 self.child = None;
                 return Err(format!(
@@ -261,7 +271,11 @@ impl Server {
                 if out.code == Some(0) {
                     return Ok(());
                 }
-                last = format!("endpoint health: {}{}", out.stdout.trim(), out.stderr.trim());
+                last = format!(
+                    "endpoint health: {}{}",
+                    out.stdout.trim(),
+                    out.stderr.trim()
+                );
             }
             thread::sleep(Duration::from_millis(50));
         }
@@ -272,7 +286,9 @@ impl Server {
         match (self.kind, self.role) {
             (Kind::Keel, _) => "keel server".to_string(),
             (Kind::Etcd, Kind::Etcd) => "etcd".to_string(),
-            (Kind::Etcd, Kind::Keel) => format!("etcd (standing in for keel, {AGAINST_ETCD_ENV}=1)"),
+            (Kind::Etcd, Kind::Keel) => {
+                format!("etcd (standing in for keel, {AGAINST_ETCD_ENV}=1)")
+            }
         }
     }
 
@@ -636,7 +652,7 @@ impl Normalizer {
                 || (trimmed.starts_with('[') && trimmed.ends_with(']'))
             {
                 if let Ok(mut v) = serde_json::from_str::<serde_json::Value>(trimmed) {
-                    self.json(&mut v, "");
+                    self.json(&mut v);
                     out.push(serde_json::to_string(&v).expect("json"));
                     continue;
                 }
@@ -688,7 +704,7 @@ impl Normalizer {
         }
     }
 
-    fn json(&mut self, v: &mut serde_json::Value, key: &str) {
+    fn json(&mut self, v: &mut serde_json::Value) {
         use serde_json::Value;
         match v {
             Value::Object(map) => {
@@ -718,9 +734,7 @@ impl Normalizer {
                         ("dbSize" | "dbSizeInUse", Value::Number(_)) => {
                             *child = Value::String("<SIZE>".into())
                         }
-                        ("version", Value::String(_)) => {
-                            *child = Value::String("<VERSION>".into())
-                        }
+                        ("version", Value::String(_)) => *child = Value::String("<VERSION>".into()),
                         ("ts", Value::String(_)) => *child = Value::String("<TS>".into()),
                         // etcd lists a lease's keys in Go map order (random): compare them as a set.
                         ("keys", Value::Array(items)) if items.iter().all(Value::is_string) => {
@@ -731,24 +745,25 @@ impl Normalizer {
                             keys.sort();
                             *child = Value::Array(keys.into_iter().map(Value::String).collect());
                         }
-                        ("took", Value::String(_)) => {
-                            *child = Value::String("<DURATION>".into())
-                        }
+                        ("took", Value::String(_)) => *child = Value::String("<DURATION>".into()),
                         ("target", Value::String(s)) => {
                             *child = Value::String(replace_client_uuid(s))
                         }
                         ("ttl" | "TTL", Value::Number(n)) if granted.is_some() => {
-                            if let Some(p) = n.as_i64().and_then(|n| expected_remaining(n, granted.unwrap())) {
+                            if let Some(p) = n
+                                .as_i64()
+                                .and_then(|n| expected_remaining(n, granted.unwrap()))
+                            {
                                 *child = Value::String(p);
                             }
                         }
-                        _ => self.json(child, &k),
+                        _ => self.json(child),
                     }
                 }
             }
             Value::Array(items) => {
                 for item in items {
-                    self.json(item, key);
+                    self.json(item);
                 }
             }
             // Other strings (keys and values are base64, error texts) stay as they are.

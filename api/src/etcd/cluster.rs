@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use keel_raft::node::Node;
 use keel_store::pb::etcdserverpb::{
-    Member, MemberAddRequest, MemberAddResponse, MemberListRequest, MemberListResponse, MemberPromoteRequest,
-    MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse, MemberUpdateRequest, MemberUpdateResponse,
+    Member, MemberAddRequest, MemberAddResponse, MemberListRequest, MemberListResponse,
+    MemberPromoteRequest, MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse,
+    MemberUpdateRequest, MemberUpdateResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -45,23 +46,36 @@ impl ClusterService {
     }
 }
 
-const NO_MEMBERSHIP: &str = "keel: membership changes need the peer transport, which this build does not have";
+const NO_MEMBERSHIP: &str =
+    "keel: membership changes need the peer transport, which this build does not have";
 
 #[tonic::async_trait]
 impl Cluster for ClusterService {
-    async fn member_add(&self, _req: Request<MemberAddRequest>) -> Result<Response<MemberAddResponse>, Status> {
+    async fn member_add(
+        &self,
+        _req: Request<MemberAddRequest>,
+    ) -> Result<Response<MemberAddResponse>, Status> {
         Err(Status::unimplemented(NO_MEMBERSHIP))
     }
 
-    async fn member_remove(&self, _req: Request<MemberRemoveRequest>) -> Result<Response<MemberRemoveResponse>, Status> {
+    async fn member_remove(
+        &self,
+        _req: Request<MemberRemoveRequest>,
+    ) -> Result<Response<MemberRemoveResponse>, Status> {
         Err(Status::unimplemented(NO_MEMBERSHIP))
     }
 
-    async fn member_update(&self, _req: Request<MemberUpdateRequest>) -> Result<Response<MemberUpdateResponse>, Status> {
+    async fn member_update(
+        &self,
+        _req: Request<MemberUpdateRequest>,
+    ) -> Result<Response<MemberUpdateResponse>, Status> {
         Err(Status::unimplemented(NO_MEMBERSHIP))
     }
 
-    async fn member_list(&self, _req: Request<MemberListRequest>) -> Result<Response<MemberListResponse>, Status> {
+    async fn member_list(
+        &self,
+        _req: Request<MemberListRequest>,
+    ) -> Result<Response<MemberListResponse>, Status> {
         Ok(Response::new(MemberListResponse {
             header: Some(self.hdr.header(self.node.store().revision())),
             members: self.members(),

@@ -8,8 +8,8 @@ use tonic::{Code, Status};
 pub fn store_status(e: &StoreError) -> Status {
     use StoreError::*;
     let code = match e {
-        EmptyKey | KeyNotFound | ValueProvided | LeaseProvided | TooManyOps | DuplicateKey | RequestTooLarge
-        | EmptyWatchRange => Code::InvalidArgument,
+        EmptyKey | KeyNotFound | ValueProvided | LeaseProvided | TooManyOps | DuplicateKey
+        | RequestTooLarge | EmptyWatchRange => Code::InvalidArgument,
         Compacted | FutureRev | LeaseTtlTooLarge => Code::OutOfRange,
         LeaseNotFound => Code::NotFound,
         LeaseExists => Code::FailedPrecondition,
@@ -23,7 +23,9 @@ pub fn propose_status(e: &ProposeError) -> Status {
     match e {
         ProposeError::Store(s) => store_status(s),
         ProposeError::NotLeader => Status::failed_precondition(e.to_string()),
-        ProposeError::NoLeader | ProposeError::Timeout | ProposeError::Stopped => Status::unavailable(e.to_string()),
+        ProposeError::NoLeader | ProposeError::Timeout | ProposeError::Stopped => {
+            Status::unavailable(e.to_string())
+        }
     }
 }
 
@@ -53,10 +55,16 @@ mod tests {
     fn etcd_codes_and_messages() {
         let s = store_status(&StoreError::Compacted);
         assert_eq!(s.code(), Code::OutOfRange);
-        assert_eq!(s.message(), "etcdserver: mvcc: required revision has been compacted");
+        assert_eq!(
+            s.message(),
+            "etcdserver: mvcc: required revision has been compacted"
+        );
         let s = propose_status(&ProposeError::NoLeader);
         assert_eq!(s.code(), Code::Unavailable);
         assert_eq!(s.message(), "etcdserver: no leader");
-        assert_eq!(store_status(&StoreError::LeaseNotFound).code(), Code::NotFound);
+        assert_eq!(
+            store_status(&StoreError::LeaseNotFound).code(),
+            Code::NotFound
+        );
     }
 }

@@ -6,8 +6,8 @@ use keel_raft::node::Node;
 use keel_store::command::CommandKind;
 use keel_store::mvcc::txn_check::{validate_put, validate_txn};
 use keel_store::pb::etcdserverpb::{
-    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse,
-    RangeRequest, RangeResponse, TxnRequest, TxnResponse,
+    CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest,
+    PutResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
 };
 use keel_store::store::{txn_is_read_only, txn_is_serializable};
 use keel_store::{Command, CommandResponse, StoreError, MAX_REQUEST_BYTES, MAX_TXN_OPS};
@@ -46,7 +46,10 @@ impl KvService {
         if serializable {
             return Ok(());
         }
-        self.node.read_barrier().await.map_err(|e| propose_status(&e))
+        self.node
+            .read_barrier()
+            .await
+            .map_err(|e| propose_status(&e))
     }
 }
 
@@ -79,7 +82,10 @@ impl Kv for KvService {
         }
     }
 
-    async fn delete_range(&self, req: Request<DeleteRangeRequest>) -> Result<Response<DeleteRangeResponse>, Status> {
+    async fn delete_range(
+        &self,
+        req: Request<DeleteRangeRequest>,
+    ) -> Result<Response<DeleteRangeResponse>, Status> {
         let d = req.into_inner();
         if d.key.is_empty() {
             return Err(store_status(&StoreError::EmptyKey));
@@ -98,7 +104,11 @@ impl Kv for KvService {
         validate_txn(&t, MAX_TXN_OPS).map_err(|e| store_status(&e))?;
         if txn_is_read_only(&t) {
             self.barrier(txn_is_serializable(&t)).await?;
-            let mut r = self.node.store().txn_read(&t).map_err(|e| store_status(&e))?;
+            let mut r = self
+                .node
+                .store()
+                .txn_read(&t)
+                .map_err(|e| store_status(&e))?;
             r.header = self.hdr.fill(r.header);
             return Ok(Response::new(r));
         }
@@ -111,7 +121,10 @@ impl Kv for KvService {
         }
     }
 
-    async fn compact(&self, req: Request<CompactionRequest>) -> Result<Response<CompactionResponse>, Status> {
+    async fn compact(
+        &self,
+        req: Request<CompactionRequest>,
+    ) -> Result<Response<CompactionResponse>, Status> {
         let c = req.into_inner();
         match self.propose(CommandKind::Compaction(c)).await? {
             CommandResponse::Compaction(mut r) => {

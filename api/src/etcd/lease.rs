@@ -8,9 +8,9 @@ use keel_raft::node::{Node, ProposeError};
 use keel_store::command::CommandKind;
 use keel_store::lease::MAX_LEASE_TTL;
 use keel_store::pb::etcdserverpb::{
-    LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseLeasesRequest,
-    LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseStatus, LeaseTimeToLiveRequest,
-    LeaseTimeToLiveResponse,
+    LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
+    LeaseLeasesRequest, LeaseLeasesResponse, LeaseRevokeRequest, LeaseRevokeResponse, LeaseStatus,
+    LeaseTimeToLiveRequest, LeaseTimeToLiveResponse,
 };
 use keel_store::{Command, CommandResponse, LeaseId, StoreError};
 use rand::Rng;
@@ -54,35 +54,55 @@ type KeepAliveStream = Pin<Box<dyn Stream<Item = Result<LeaseKeepAliveResponse, 
 
 #[tonic::async_trait]
 impl Lease for LeaseService {
-    async fn lease_grant(&self, req: Request<LeaseGrantRequest>) -> Result<Response<LeaseGrantResponse>, Status> {
+    async fn lease_grant(
+        &self,
+        req: Request<LeaseGrantRequest>,
+    ) -> Result<Response<LeaseGrantResponse>, Status> {
         let mut g = req.into_inner();
         if g.ttl > MAX_LEASE_TTL {
             return Err(store_status(&StoreError::LeaseTtlTooLarge));
         }
         if g.id < 0 {
-            return Err(Status::invalid_argument("etcdserver: lease ID must be positive"));
+            return Err(Status::invalid_argument(
+                "etcdserver: lease ID must be positive",
+            ));
         }
         if g.id == 0 {
             g.id = self.new_lease_id();
         }
-        match self.node.propose(Command::new(CommandKind::LeaseGrant(g))).await {
+        match self
+            .node
+            .propose(Command::new(CommandKind::LeaseGrant(g)))
+            .await
+        {
             Ok(CommandResponse::LeaseGrant(mut r)) => {
                 r.header = self.hdr.fill(r.header);
                 Ok(Response::new(r))
             }
-            Ok(other) => Err(Status::internal(format!("keel: unexpected apply result {other:?}"))),
+            Ok(other) => Err(Status::internal(format!(
+                "keel: unexpected apply result {other:?}"
+            ))),
             Err(e) => Err(propose_status(&e)),
         }
     }
 
-    async fn lease_revoke(&self, req: Request<LeaseRevokeRequest>) -> Result<Response<LeaseRevokeResponse>, Status> {
+    async fn lease_revoke(
+        &self,
+        req: Request<LeaseRevokeRequest>,
+    ) -> Result<Response<LeaseRevokeResponse>, Status> {
         let r = req.into_inner();
-        match self.node.propose(Command::new(CommandKind::LeaseRevoke(r))).await {
+        match self
+            .node
+            .propose(Command::new(CommandKind::LeaseRevoke(r)))
+            .await
+        {
             Ok(CommandResponse::LeaseRevoke(mut r)) => {
                 r.header = self.hdr.fill(r.header);
                 Ok(Response::new(r))
             }
-            Ok(other) => Err(Status::internal(format!("keel: unexpected apply result {other:?}"))),
+            Ok(other) => Err(Status::internal(format!(
+                "keel: unexpected apply result {other:?}"
+            ))),
             Err(e) => Err(propose_status(&e)),
         }
     }
@@ -126,7 +146,10 @@ impl Lease for LeaseService {
         req: Request<LeaseTimeToLiveRequest>,
     ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
         let r = req.into_inner();
-        self.node.read_barrier().await.map_err(|e| propose_status(&e))?;
+        self.node
+            .read_barrier()
+            .await
+            .map_err(|e| propose_status(&e))?;
         let store = self.node.store();
         let header = Some(self.hdr.header(store.revision()));
         let resp = match store.lease_time_to_live(LeaseId(r.id), r.keys) {
@@ -148,11 +171,18 @@ impl Lease for LeaseService {
         Ok(Response::new(resp))
     }
 
-    async fn lease_leases(&self, _req: Request<LeaseLeasesRequest>) -> Result<Response<LeaseLeasesResponse>, Status> {
+    async fn lease_leases(
+        &self,
+        _req: Request<LeaseLeasesRequest>,
+    ) -> Result<Response<LeaseLeasesResponse>, Status> {
         let store = self.node.store();
         Ok(Response::new(LeaseLeasesResponse {
             header: Some(self.hdr.header(store.revision())),
-            leases: store.lease_ids().into_iter().map(|id| LeaseStatus { id: id.0 }).collect(),
+            leases: store
+                .lease_ids()
+                .into_iter()
+                .map(|id| LeaseStatus { id: id.0 })
+                .collect(),
         }))
     }
 }

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use futures::Stream;
 use keel_raft::node::Node;
 use keel_store::pb::etcdserverpb::{
-    alarm_request, AlarmRequest, AlarmResponse, DefragmentRequest, DefragmentResponse, HashKvRequest,
-    HashKvResponse, HashRequest, HashResponse, MoveLeaderRequest, MoveLeaderResponse, SnapshotRequest,
-    SnapshotResponse, StatusRequest, StatusResponse,
+    alarm_request, AlarmRequest, AlarmResponse, DefragmentRequest, DefragmentResponse,
+    HashKvRequest, HashKvResponse, HashRequest, HashResponse, MoveLeaderRequest,
+    MoveLeaderResponse, SnapshotRequest, SnapshotResponse, StatusRequest, StatusResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -52,14 +52,17 @@ impl Maintenance for MaintenanceService {
                     alarms: Vec::new(),
                 }))
             }
-            Ok(alarm_request::AlarmAction::Activate) => {
-                Err(Status::unimplemented("keel: raising alarms by request is not supported"))
-            }
+            Ok(alarm_request::AlarmAction::Activate) => Err(Status::unimplemented(
+                "keel: raising alarms by request is not supported",
+            )),
             Err(_) => Err(Status::invalid_argument("etcdserver: unknown alarm action")),
         }
     }
 
-    async fn status(&self, _req: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
+    async fn status(
+        &self,
+        _req: Request<StatusRequest>,
+    ) -> Result<Response<StatusResponse>, Status> {
         let st = self.node.status();
         let db = self.node.store().db_size() as i64;
         let mut errors = Vec::new();
@@ -80,11 +83,16 @@ impl Maintenance for MaintenanceService {
         }))
     }
 
-    async fn defragment(&self, _req: Request<DefragmentRequest>) -> Result<Response<DefragmentResponse>, Status> {
+    async fn defragment(
+        &self,
+        _req: Request<DefragmentRequest>,
+    ) -> Result<Response<DefragmentResponse>, Status> {
         // The backend reclaims space on its own; defragment writes out its buffers so that
         // operators' routine `etcdctl defrag` succeeds (see docs/etcd-compatibility.md).
         self.node.store().flush().map_err(|e| store_status(&e))?;
-        Ok(Response::new(DefragmentResponse { header: self.header() }))
+        Ok(Response::new(DefragmentResponse {
+            header: self.header(),
+        }))
     }
 
     async fn hash(&self, _req: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
@@ -95,9 +103,16 @@ impl Maintenance for MaintenanceService {
         }))
     }
 
-    async fn hash_kv(&self, req: Request<HashKvRequest>) -> Result<Response<HashKvResponse>, Status> {
+    async fn hash_kv(
+        &self,
+        req: Request<HashKvRequest>,
+    ) -> Result<Response<HashKvResponse>, Status> {
         let r = req.into_inner();
-        let (hash, compact_revision, _) = self.node.store().hash_kv(r.revision).map_err(|e| store_status(&e))?;
+        let (hash, compact_revision, _) = self
+            .node
+            .store()
+            .hash_kv(r.revision)
+            .map_err(|e| store_status(&e))?;
         Ok(Response::new(HashKvResponse {
             header: self.header(),
             hash,
@@ -107,21 +122,31 @@ impl Maintenance for MaintenanceService {
 
     type SnapshotStream = SnapshotStream;
 
-    async fn snapshot(&self, _req: Request<SnapshotRequest>) -> Result<Response<Self::SnapshotStream>, Status> {
+    async fn snapshot(
+        &self,
+        _req: Request<SnapshotRequest>,
+    ) -> Result<Response<Self::SnapshotStream>, Status> {
         Err(Status::unimplemented(
             "keel: etcd-format snapshot streaming is not available yet (see docs/etcd-compatibility.md)",
         ))
     }
 
-    async fn move_leader(&self, req: Request<MoveLeaderRequest>) -> Result<Response<MoveLeaderResponse>, Status> {
+    async fn move_leader(
+        &self,
+        req: Request<MoveLeaderRequest>,
+    ) -> Result<Response<MoveLeaderResponse>, Status> {
         let r = req.into_inner();
         let st = self.node.status();
         if !st.is_leader {
             return Err(Status::failed_precondition("etcdserver: not leader"));
         }
         if r.target_id != st.member_id {
-            return Err(Status::failed_precondition("etcdserver: bad leader transferee"));
+            return Err(Status::failed_precondition(
+                "etcdserver: bad leader transferee",
+            ));
         }
-        Ok(Response::new(MoveLeaderResponse { header: self.header() }))
+        Ok(Response::new(MoveLeaderResponse {
+            header: self.header(),
+        }))
     }
 }

@@ -30,12 +30,17 @@ pub enum ServeError {
     #[error("client URL {0:?}: expected http://HOST:PORT")]
     BadUrl(String),
     #[error("listen on {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 /// Parses `http://host:port` into a socket address.
 pub fn parse_url(url: &str) -> Result<SocketAddr, ServeError> {
-    let rest = url.strip_prefix("http://").ok_or_else(|| ServeError::BadUrl(url.into()))?;
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| ServeError::BadUrl(url.into()))?;
     let rest = rest.trim_end_matches('/');
     let rest = if rest.starts_with("localhost:") {
         rest.replacen("localhost", "127.0.0.1", 1)
@@ -54,7 +59,9 @@ pub async fn serve(
     let mut listeners = Vec::new();
     for u in &urls {
         let addr = parse_url(u)?;
-        let l = TcpListener::bind(addr).await.map_err(|source| ServeError::Bind { addr, source })?;
+        let l = TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServeError::Bind { addr, source })?;
         info!(url = %u, "serving etcd v3 API");
         listeners.push(l);
     }
@@ -68,12 +75,21 @@ pub async fn serve(
                     .max_encoding_message_size(MAX_SEND_BYTES),
             )
             .add_service(
-                WatchServer::new(WatchService::new(node.store().hub().clone(), HeaderSource::new(node.clone())))
-                    .max_decoding_message_size(MAX_RECV_BYTES)
-                    .max_encoding_message_size(MAX_SEND_BYTES),
+                WatchServer::new(WatchService::new(
+                    node.store().hub().clone(),
+                    HeaderSource::new(node.clone()),
+                ))
+                .max_decoding_message_size(MAX_RECV_BYTES)
+                .max_encoding_message_size(MAX_SEND_BYTES),
             )
-            .add_service(LeaseServer::new(LeaseService::new(node.clone())).max_decoding_message_size(MAX_RECV_BYTES))
-            .add_service(ClusterServer::new(ClusterService::new(node.clone())).max_decoding_message_size(MAX_RECV_BYTES))
+            .add_service(
+                LeaseServer::new(LeaseService::new(node.clone()))
+                    .max_decoding_message_size(MAX_RECV_BYTES),
+            )
+            .add_service(
+                ClusterServer::new(ClusterService::new(node.clone()))
+                    .max_decoding_message_size(MAX_RECV_BYTES),
+            )
             .add_service(
                 MaintenanceServer::new(MaintenanceService::new(node.clone()))
                     .max_decoding_message_size(MAX_RECV_BYTES)

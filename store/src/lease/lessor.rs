@@ -170,7 +170,9 @@ mod tests {
         assert_eq!(l.effective_ttl(0), 2);
         l.grant(LeaseId(7), 5);
         assert_eq!(l.remaining(LeaseId(7)), Some(5));
-        assert!(l.expired(Instant::now() + Duration::from_secs(100), 10).is_empty());
+        assert!(l
+            .expired(Instant::now() + Duration::from_secs(100), 10)
+            .is_empty());
         l.promote(Duration::ZERO);
         let late = Instant::now() + Duration::from_secs(6);
         assert_eq!(l.expired(late, 10), vec![LeaseId(7)]);

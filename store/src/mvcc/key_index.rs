@@ -184,7 +184,11 @@ mod tests {
         let mut dropped = vec![];
         assert!(!k.compact(3, &mut dropped));
         assert_eq!(dropped, vec![(r(2), false)]);
-        assert_eq!(k.get(3).map(|a| (a.modified.main, a.version, a.created.main)), Some((3, 2, 2)));
+        assert_eq!(
+            k.get(3)
+                .map(|a| (a.modified.main, a.version, a.created.main)),
+            Some((3, 2, 2))
+        );
         k.tombstone(r(6));
         dropped.clear();
         assert!(!k.compact(5, &mut dropped));

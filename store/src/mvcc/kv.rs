@@ -43,7 +43,9 @@ impl Values for BackendValues<'_> {
     fn kv(&self, rev: Revision) -> Result<KeyValue, StoreError> {
         match self.0.get(Space::Kv, &rev.to_bytes())? {
             Some(b) => Ok(KeyValue::decode(b.as_slice())?),
-            None => Err(StoreError::Corrupt(format!("missing value for revision {rev}"))),
+            None => Err(StoreError::Corrupt(format!(
+                "missing value for revision {rev}"
+            ))),
         }
     }
 }
@@ -162,7 +164,8 @@ impl KvState {
 
     /// Evaluates one Txn compare against the state at `view`.
     pub fn compare(&self, c: &Compare, view: i64, values: &dyn Values) -> Result<bool, StoreError> {
-        let target = compare::CompareTarget::try_from(c.target).unwrap_or(compare::CompareTarget::Version);
+        let target =
+            compare::CompareTarget::try_from(c.target).unwrap_or(compare::CompareTarget::Version);
         let keys = self.keys_at(&KeyRange::new(&c.key, &c.range_end), view);
         if keys.is_empty() {
             if target == compare::CompareTarget::Value {
@@ -171,7 +174,9 @@ impl KvState {
             return Ok(compare_kv(c, &KeyValue::default()));
         }
         for (k, a) in keys {
-            let kv = if target == compare::CompareTarget::Value || target == compare::CompareTarget::Lease {
+            let kv = if target == compare::CompareTarget::Value
+                || target == compare::CompareTarget::Lease
+            {
                 values.kv(a.modified)?
             } else {
                 KeyValue {
@@ -284,7 +289,12 @@ impl WriteTxn<'_> {
             return Err(StoreError::EmptyKey);
         }
         if p.ignore_value || p.ignore_lease {
-            let live = self.kv.index.get(&p.key[..]).and_then(|k| k.current()).is_some();
+            let live = self
+                .kv
+                .index
+                .get(&p.key[..])
+                .and_then(|k| k.current())
+                .is_some();
             if !live {
                 return Err(StoreError::KeyNotFound);
             }
@@ -301,7 +311,11 @@ impl WriteTxn<'_> {
         let prev = self.current_kv(&p.key)?;
         let (value, lease) = match &prev {
             Some(pk) => (
-                if p.ignore_value { pk.value.clone() } else { p.value.clone() },
+                if p.ignore_value {
+                    pk.value.clone()
+                } else {
+                    p.value.clone()
+                },
                 if p.ignore_lease { pk.lease } else { p.lease },
             ),
             None => (p.value.clone(), p.lease),
@@ -328,7 +342,8 @@ impl WriteTxn<'_> {
             value,
             lease,
         };
-        self.batch.put(Space::Kv, rev.to_key(false), kv.encode_to_vec());
+        self.batch
+            .put(Space::Kv, rev.to_key(false), kv.encode_to_vec());
         self.events.push(Event {
             r#type: EventType::Put as i32,
             kv: Some(kv.clone()),
@@ -358,7 +373,8 @@ impl WriteTxn<'_> {
             key: key.clone(),
             ..Default::default()
         };
-        self.batch.put(Space::Kv, rev.to_key(true), tomb.encode_to_vec());
+        self.batch
+            .put(Space::Kv, rev.to_key(true), tomb.encode_to_vec());
         self.events.push(Event {
             r#type: EventType::Delete as i32,
             kv: Some(KeyValue {
@@ -372,7 +388,10 @@ impl WriteTxn<'_> {
     }
 
     /// Applies a delete-range.
-    pub fn delete_range(&mut self, d: &DeleteRangeRequest) -> Result<DeleteRangeResponse, StoreError> {
+    pub fn delete_range(
+        &mut self,
+        d: &DeleteRangeRequest,
+    ) -> Result<DeleteRangeResponse, StoreError> {
         if d.key.is_empty() {
             return Err(StoreError::EmptyKey);
         }
@@ -441,7 +460,9 @@ impl WriteTxn<'_> {
         let view = self.view();
         for op in if ok { &t.success } else { &t.failure } {
             match &op.request {
-                Some(request_op::Request::RequestRange(r)) => self.kv.check_rev(r.revision, view)?,
+                Some(request_op::Request::RequestRange(r)) => {
+                    self.kv.check_rev(r.revision, view)?
+                }
                 Some(request_op::Request::RequestPut(p)) => self.check_put(p)?,
                 Some(request_op::Request::RequestDeleteRange(d)) if d.key.is_empty() => {
                     return Err(StoreError::EmptyKey)
@@ -453,7 +474,12 @@ impl WriteTxn<'_> {
         Ok(())
     }
 
-    fn run(&mut self, t: &TxnRequest, path: &[bool], pos: &mut usize) -> Result<TxnResponse, StoreError> {
+    fn run(
+        &mut self,
+        t: &TxnRequest,
+        path: &[bool],
+        pos: &mut usize,
+    ) -> Result<TxnResponse, StoreError> {
         let ok = path.get(*pos).copied().unwrap_or(false);
         *pos += 1;
         let ops: &[RequestOp] = if ok { &t.success } else { &t.failure };
@@ -464,7 +490,9 @@ impl WriteTxn<'_> {
                     let view = self.view();
                     response_op::Response::ResponseRange(self.kv.range(r, view, &*self)?)
                 }
-                Some(request_op::Request::RequestPut(p)) => response_op::Response::ResponsePut(self.put(p)?),
+                Some(request_op::Request::RequestPut(p)) => {
+                    response_op::Response::ResponsePut(self.put(p)?)
+                }
                 Some(request_op::Request::RequestDeleteRange(d)) => {
                     response_op::Response::ResponseDeleteRange(self.delete_range(d)?)
                 }
@@ -475,7 +503,9 @@ impl WriteTxn<'_> {
                 }
                 None => continue,
             };
-            responses.push(ResponseOp { response: Some(resp) });
+            responses.push(ResponseOp {
+                response: Some(resp),
+            });
         }
         Ok(TxnResponse {
             header: None,

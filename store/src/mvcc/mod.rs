@@ -2,6 +2,6 @@
 
 pub mod key_index;
 pub mod kv;
-pub mod txn_check;
 pub mod range;
 pub mod revision;
+pub mod txn_check;

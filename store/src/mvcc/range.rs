@@ -79,7 +79,10 @@ mod tests {
     #[test]
     fn conventions() {
         assert_eq!(KeyRange::new(b"a", b""), KeyRange::Single(b"a".to_vec()));
-        assert_eq!(KeyRange::new(b"a", b"\0"), KeyRange::Span(b"a".to_vec(), None));
+        assert_eq!(
+            KeyRange::new(b"a", b"\0"),
+            KeyRange::Span(b"a".to_vec(), None)
+        );
         assert_eq!(KeyRange::new(b"b", b"a"), KeyRange::Empty);
         assert!(KeyRange::new(b"a", b"c").contains(b"b"));
         assert!(!KeyRange::new(b"a", b"c").contains(b"c"));

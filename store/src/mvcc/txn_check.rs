@@ -37,7 +37,9 @@ fn check_shape(t: &TxnRequest, max_ops: usize) -> Result<(), StoreError> {
     }
     for op in t.success.iter().chain(t.failure.iter()) {
         match &op.request {
-            Some(request_op::Request::RequestRange(r)) if r.key.is_empty() => return Err(StoreError::EmptyKey),
+            Some(request_op::Request::RequestRange(r)) if r.key.is_empty() => {
+                return Err(StoreError::EmptyKey)
+            }
             Some(request_op::Request::RequestPut(p)) => validate_put(p)?,
             Some(request_op::Request::RequestDeleteRange(d)) if d.key.is_empty() => {
                 return Err(StoreError::EmptyKey)
@@ -55,12 +57,12 @@ fn intervals(ops: &[RequestOp]) -> Result<(HashSet<Vec<u8>>, Vec<KeyRange>), Sto
     let mut dels = Vec::new();
     for op in ops {
         match &op.request {
-            Some(request_op::Request::RequestPut(p)) => {
-                if !puts.insert(p.key.to_vec()) {
-                    return Err(StoreError::DuplicateKey);
-                }
+            Some(request_op::Request::RequestPut(p)) if !puts.insert(p.key.to_vec()) => {
+                return Err(StoreError::DuplicateKey);
             }
-            Some(request_op::Request::RequestDeleteRange(d)) => dels.push(KeyRange::new(&d.key, &d.range_end)),
+            Some(request_op::Request::RequestDeleteRange(d)) => {
+                dels.push(KeyRange::new(&d.key, &d.range_end))
+            }
             Some(request_op::Request::RequestTxn(nt)) => {
                 let (sp, sd) = intervals(&nt.success)?;
                 let (fp, fd) = intervals(&nt.failure)?;
@@ -101,22 +103,42 @@ mod tests {
 
     fn del(k: &str, end: &str) -> RequestOp {
         RequestOp {
-            request: Some(request_op::Request::RequestDeleteRange(DeleteRangeRequest {
-                key: k.as_bytes().to_vec().into(),
-                range_end: end.as_bytes().to_vec().into(),
-                ..Default::default()
-            })),
+            request: Some(request_op::Request::RequestDeleteRange(
+                DeleteRangeRequest {
+                    key: k.as_bytes().to_vec().into(),
+                    range_end: end.as_bytes().to_vec().into(),
+                    ..Default::default()
+                },
+            )),
         }
     }
 
     #[test]
     fn limits_and_duplicates() {
-        let t = |success: Vec<RequestOp>| TxnRequest { success, ..Default::default() };
-        assert_eq!(validate_txn(&t(vec![put("a"); 129]), 128), Err(StoreError::TooManyOps));
-        assert_eq!(validate_txn(&t(vec![put("a"), put("a")]), 128), Err(StoreError::DuplicateKey));
-        assert_eq!(validate_txn(&t(vec![put("b"), del("a", "c")]), 128), Err(StoreError::DuplicateKey));
-        assert_eq!(validate_txn(&t(vec![del("a", "c"), del("b", "d")]), 128), Ok(()));
+        let t = |success: Vec<RequestOp>| TxnRequest {
+            success,
+            ..Default::default()
+        };
+        assert_eq!(
+            validate_txn(&t(vec![put("a"); 129]), 128),
+            Err(StoreError::TooManyOps)
+        );
+        assert_eq!(
+            validate_txn(&t(vec![put("a"), put("a")]), 128),
+            Err(StoreError::DuplicateKey)
+        );
+        assert_eq!(
+            validate_txn(&t(vec![put("b"), del("a", "c")]), 128),
+            Err(StoreError::DuplicateKey)
+        );
+        assert_eq!(
+            validate_txn(&t(vec![del("a", "c"), del("b", "d")]), 128),
+            Ok(())
+        );
         assert_eq!(validate_txn(&t(vec![put("a"), put("b")]), 128), Ok(()));
-        assert_eq!(validate_txn(&t(vec![put("")]), 128), Err(StoreError::EmptyKey));
+        assert_eq!(
+            validate_txn(&t(vec![put("")]), 128),
+            Err(StoreError::EmptyKey)
+        );
     }
 }

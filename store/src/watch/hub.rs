@@ -457,6 +457,8 @@ struct Shared {
 /// The hub: owns every watcher of every stream and feeds them published revisions.
 pub struct WatchHub {
     shared: Arc<Shared>,
+    /// Joined on drop, so the history (and the backend it holds) is released with the hub.
+    worker: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for WatchHub {
@@ -508,13 +510,20 @@ impl WatchHub {
             compact_rev: AtomicI64::new(compact),
         });
         let worker = Arc::clone(&shared);
-        if let Err(e) = std::thread::Builder::new()
+        let handle = match std::thread::Builder::new()
             .name("keel-watch-sync".into())
             .spawn(move || worker.run())
         {
-            tracing::error!(error = %e, "watch: cannot start the catch-up thread; watches from the past will stall");
-        }
-        Arc::new(WatchHub { shared })
+            Ok(h) => Some(h),
+            Err(e) => {
+                tracing::error!(error = %e, "watch: cannot start the catch-up thread; watches from the past will stall");
+                None
+            }
+        };
+        Arc::new(WatchHub {
+            shared,
+            worker: Mutex::new(handle),
+        })
     }
 
     /// The latest published revision (what a watch with start_revision 0 is created at).
@@ -661,6 +670,9 @@ impl Drop for WatchHub {
     fn drop(&mut self) {
         self.shared.state.lock().shutdown = true;
         self.shared.cond.notify_all();
+        if let Some(h) = self.worker.lock().take() {
+            let _ = h.join();
+        }
     }
 }
 
