@@ -262,12 +262,28 @@ impl Store {
         let cur = st.kv.current;
         let rev = if rev <= 0 { cur } else { rev };
         st.kv.check_rev(rev, cur)?;
+        // As etcd: below the compaction point, only revisions that a compaction at `rev` would
+        // keep are hashed (if there are any), so members agree whatever their physical state.
+        let keep: std::collections::HashSet<Revision> = if st.kv.compacted > 0 {
+            st.kv
+                .index
+                .values()
+                .filter_map(|ki| ki.kept_at(rev))
+                .collect()
+        } else {
+            Default::default()
+        };
         let crc = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
         let mut d = crc.digest();
         d.update(b"key");
         let end = Revision::new(rev + 1, 0).to_bytes();
         for pair in self.shared.backend.scan(Space::Kv, &[], Some(&end)) {
             let (k, v) = pair?;
+            let (r, _) = Revision::from_key(&k)
+                .ok_or_else(|| StoreError::Corrupt(format!("bad revision key {k:?}")))?;
+            if r.main <= st.kv.compacted && !keep.is_empty() && !keep.contains(&r) {
+                continue;
+            }
             d.update(&k);
             d.update(&v);
         }

@@ -17,6 +17,7 @@ use tonic::{Request, Response, Status};
 use super::error::{propose_status, store_status};
 use super::header::HeaderSource;
 use super::pb::kv_server::Kv;
+use super::server::check_recv_size;
 
 /// Serves the KV service from a member.
 pub struct KvService {
@@ -61,6 +62,7 @@ fn unexpected(r: CommandResponse) -> Status {
 impl Kv for KvService {
     async fn range(&self, req: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
         let r = req.into_inner();
+        check_recv_size(r.encoded_len())?;
         if r.key.is_empty() {
             return Err(store_status(&StoreError::EmptyKey));
         }
@@ -72,6 +74,7 @@ impl Kv for KvService {
 
     async fn put(&self, req: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
         let p = req.into_inner();
+        check_recv_size(p.encoded_len())?;
         validate_put(&p).map_err(|e| store_status(&e))?;
         match self.propose(CommandKind::Put(p)).await? {
             CommandResponse::Put(mut r) => {
@@ -87,6 +90,7 @@ impl Kv for KvService {
         req: Request<DeleteRangeRequest>,
     ) -> Result<Response<DeleteRangeResponse>, Status> {
         let d = req.into_inner();
+        check_recv_size(d.encoded_len())?;
         if d.key.is_empty() {
             return Err(store_status(&StoreError::EmptyKey));
         }
@@ -101,6 +105,7 @@ impl Kv for KvService {
 
     async fn txn(&self, req: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
         let t = req.into_inner();
+        check_recv_size(t.encoded_len())?;
         validate_txn(&t, MAX_TXN_OPS).map_err(|e| store_status(&e))?;
         if txn_is_read_only(&t) {
             self.barrier(txn_is_serializable(&t)).await?;

@@ -21,6 +21,19 @@ use super::watch::WatchService;
 
 /// etcd's gRPC receive limit: `--max-request-bytes` plus 512 KiB of overhead.
 pub const MAX_RECV_BYTES: usize = keel_store::MAX_REQUEST_BYTES + 512 * 1024;
+/// What tonic itself accepts: twice etcd's limit, so that messages between the two get etcd's
+/// exact ResourceExhausted answer from [`check_recv_size`] instead of tonic's generic one.
+const DECODE_LIMIT: usize = 2 * MAX_RECV_BYTES;
+
+/// Refuses a decoded request over etcd's receive limit with etcd's (gRPC-Go's) status.
+pub fn check_recv_size(len: usize) -> Result<(), tonic::Status> {
+    if len > MAX_RECV_BYTES {
+        return Err(tonic::Status::resource_exhausted(format!(
+            "grpc: received message larger than max ({len} vs. {MAX_RECV_BYTES})"
+        )));
+    }
+    Ok(())
+}
 /// etcd's default send limit (unbounded in practice).
 const MAX_SEND_BYTES: usize = i32::MAX as usize;
 
@@ -71,7 +84,7 @@ pub async fn serve(
         let router = tonic::transport::Server::builder()
             .add_service(
                 KvServer::new(KvService::new(node.clone()))
-                    .max_decoding_message_size(MAX_RECV_BYTES)
+                    .max_decoding_message_size(DECODE_LIMIT)
                     .max_encoding_message_size(MAX_SEND_BYTES),
             )
             .add_service(
@@ -79,20 +92,20 @@ pub async fn serve(
                     node.store().hub().clone(),
                     HeaderSource::new(node.clone()),
                 ))
-                .max_decoding_message_size(MAX_RECV_BYTES)
+                .max_decoding_message_size(DECODE_LIMIT)
                 .max_encoding_message_size(MAX_SEND_BYTES),
             )
             .add_service(
                 LeaseServer::new(LeaseService::new(node.clone()))
-                    .max_decoding_message_size(MAX_RECV_BYTES),
+                    .max_decoding_message_size(DECODE_LIMIT),
             )
             .add_service(
                 ClusterServer::new(ClusterService::new(node.clone()))
-                    .max_decoding_message_size(MAX_RECV_BYTES),
+                    .max_decoding_message_size(DECODE_LIMIT),
             )
             .add_service(
                 MaintenanceServer::new(MaintenanceService::new(node.clone()))
-                    .max_decoding_message_size(MAX_RECV_BYTES)
+                    .max_decoding_message_size(DECODE_LIMIT)
                     .max_encoding_message_size(MAX_SEND_BYTES),
             );
         let mut rx = tx.subscribe();

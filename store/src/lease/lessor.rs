@@ -106,11 +106,15 @@ impl Lessor {
         })
     }
 
-    /// All lease IDs, ascending.
+    /// All lease IDs, soonest expiry first (etcd's order), then by TTL and ID.
     pub fn ids(&self) -> Vec<LeaseId> {
-        let mut v: Vec<LeaseId> = self.leases.keys().copied().collect();
+        let mut v: Vec<(Option<Instant>, i64, LeaseId)> = self
+            .leases
+            .iter()
+            .map(|(id, l)| (l.expiry, l.ttl, *id))
+            .collect();
         v.sort();
-        v
+        v.into_iter().map(|(_, _, id)| id).collect()
     }
 
     /// Becomes primary: every lease gets a full TTL from now (etcd's behaviour on promotion).

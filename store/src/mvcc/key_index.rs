@@ -117,6 +117,17 @@ impl KeyIndex {
         None
     }
 
+    /// The revision a compaction at `at` would keep for reads at `at` (None if the key is
+    /// absent then). etcd's HashKV uses this to decide which old revisions to hash.
+    pub fn kept_at(&self, at: i64) -> Option<Revision> {
+        let g = self
+            .gens
+            .iter()
+            .find(|g| !(g.tombstone && g.revs.last().is_some_and(|r| r.main <= at)))?;
+        let idx = g.revs.partition_point(|r| r.main <= at);
+        idx.checked_sub(1).map(|i| g.revs[i])
+    }
+
     /// Drops history unreachable by reads at or after `at`, pushing the dropped revisions
     /// (with their tombstone flag) to `dropped`. Returns true if the key is gone entirely.
     pub fn compact(&mut self, at: i64, dropped: &mut Vec<(Revision, bool)>) -> bool {

@@ -138,16 +138,24 @@ impl KvState {
         };
         if order != range_request::SortOrder::None {
             use range_request::SortTarget as T;
-            match target {
-                T::Key => {}
-                T::Version => kvs.sort_by_key(|kv| kv.version),
-                T::Create => kvs.sort_by_key(|kv| kv.create_revision),
-                T::Mod => kvs.sort_by_key(|kv| kv.mod_revision),
-                T::Value => kvs.sort_by(|a, b| a.value.cmp(&b.value)),
-            }
-            if order == range_request::SortOrder::Descend {
-                kvs.reverse();
-            }
+            let desc = order == range_request::SortOrder::Descend;
+            // Stable sorts over key order: ties stay in ascending key order either way, as
+            // etcd's small-range sorts leave them.
+            let by = |a: &KeyValue, b: &KeyValue| -> std::cmp::Ordering {
+                let o = match target {
+                    T::Key => a.key.cmp(&b.key),
+                    T::Version => a.version.cmp(&b.version),
+                    T::Create => a.create_revision.cmp(&b.create_revision),
+                    T::Mod => a.mod_revision.cmp(&b.mod_revision),
+                    T::Value => a.value.cmp(&b.value),
+                };
+                if desc {
+                    o.reverse()
+                } else {
+                    o
+                }
+            };
+            kvs.sort_by(by);
         }
         if r.limit > 0 && kvs.len() > r.limit as usize {
             kvs.truncate(r.limit as usize);
