@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what keel's build and tests need on a Debian 12 (bookworm) machine.
 #
-# Idempotent: when every package is already installed it changes nothing (no apt-get update, no install), so it is
-# cheap and works offline on a prepared machine. Run it as root; it uses sudo when run as another user and sudo exists.
+# Idempotent: `apt-get update` always runs first (a failure is tolerated only when nothing needs installing, so a
+# prepared machine also works offline), then only missing packages are installed. Run it as root; it uses sudo when run as another user and sudo exists.
 # It never downloads anything outside apt (kubectl and the Rust toolchain are expected on the machine image).
 set -euo pipefail
 
@@ -40,13 +40,16 @@ for p in "${PACKAGES[@]}"; do
     is_installed "$p" || missing+=("$p")
 done
 
+log "apt-get update"
+if ! "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null; then
+    [ "${#missing[@]}" -eq 0 ] || die "apt-get update failed and packages are missing: ${missing[*]}"
+    log "apt-get update failed; every package is already installed, going on"
+fi
+
 if [ "${#missing[@]}" -eq 0 ]; then
     log "all packages already installed: ${PACKAGES[*]}"
 else
     log "missing packages: ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    log "apt-get update"
-    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
     log "apt-get install ${missing[*]}"
     # Debian's etcd-server may start a system etcd on 127.0.0.1:2379 (or not, without systemd); tests use their own
     # etcd on free ports, so either way is fine.

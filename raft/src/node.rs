@@ -9,7 +9,7 @@ use std::time::Duration;
 use keel_store::command::CommandKind;
 use keel_store::pb::etcdserverpb::LeaseRevokeRequest;
 use keel_store::{Command, CommandResponse, LeaseId, Store, StoreError, StoreOptions};
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::RaftError;
 use openraft::{Config, Raft, ServerState, SnapshotPolicy};
 use thiserror::Error;
 use tokio::sync::watch;
@@ -17,6 +17,7 @@ use tracing::{debug, info, warn};
 
 use crate::log_store::LogStore;
 use crate::network::PeerNetwork;
+use crate::proposer::Proposer;
 use crate::state_machine::{latest_snapshot, reconcile_with_snapshot, StateMachine};
 use crate::types::{MemberNode, NodeId, TypeConfig};
 
@@ -121,6 +122,7 @@ pub struct Node {
     id: NodeId,
     cluster_id: u64,
     cfg: NodeConfig,
+    proposer: Proposer,
     stop: watch::Sender<bool>,
 }
 
@@ -238,7 +240,9 @@ impl Node {
             warn!(%e, "could not trigger election");
         }
         let (stop, _) = watch::channel(false);
+        let proposer = Proposer::start(raft.clone(), cfg.request_timeout);
         let node = Arc::new(Node {
+            proposer,
             raft,
             store,
             id,
@@ -277,31 +281,7 @@ impl Node {
 
     /// Replicates a command and returns its result once applied here.
     pub async fn propose(&self, cmd: Command) -> Result<CommandResponse, ProposeError> {
-        let fut = self.raft.client_write(cmd);
-        let res = match tokio::time::timeout(self.cfg.request_timeout, fut).await {
-            Err(_) => return Err(ProposeError::Timeout),
-            Ok(r) => r,
-        };
-        match res {
-            Ok(resp) => match resp.data.0 {
-                Ok(Some(r)) => Ok(r),
-                Ok(None) => Err(ProposeError::Store(StoreError::Corrupt(
-                    "command produced no response".into(),
-                ))),
-                Err(e) => Err(ProposeError::Store(e)),
-            },
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
-                if f.leader_id.is_some() {
-                    Err(ProposeError::NotLeader)
-                } else {
-                    Err(ProposeError::NoLeader)
-                }
-            }
-            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
-                Err(ProposeError::Store(StoreError::Backend(e.to_string())))
-            }
-            Err(RaftError::Fatal(_)) => Err(ProposeError::Stopped),
-        }
+        self.proposer.propose(cmd).await
     }
 
     /// Waits until this member has applied everything committed before the call (ReadIndex),

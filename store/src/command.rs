@@ -7,7 +7,7 @@ use crate::pb::etcdserverpb as pb;
 /// One state-machine command (the payload of a normal Raft log entry).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Command {
-    #[prost(oneof = "CommandKind", tags = "1, 2, 3, 4, 5, 6")]
+    #[prost(oneof = "CommandKind", tags = "1, 2, 3, 4, 5, 6, 7")]
     pub kind: Option<CommandKind>,
 }
 
@@ -27,6 +27,16 @@ pub enum CommandKind {
     LeaseGrant(pb::LeaseGrantRequest),
     #[prost(message, tag = "6")]
     LeaseRevoke(pb::LeaseRevokeRequest),
+    /// Several clients' commands in one log entry (group commit); each keeps its own revision.
+    #[prost(message, tag = "7")]
+    Batch(CommandBatch),
+}
+
+/// Commands proposed together as one log entry, applied in order.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CommandBatch {
+    #[prost(message, repeated, tag = "1")]
+    pub commands: Vec<Command>,
 }
 
 impl Command {
@@ -45,4 +55,6 @@ pub enum CommandResponse {
     Compaction(pb::CompactionResponse),
     LeaseGrant(pb::LeaseGrantResponse),
     LeaseRevoke(pb::LeaseRevokeResponse),
+    /// One result per command of a [`CommandBatch`].
+    Batch(Vec<Result<CommandResponse, crate::StoreError>>),
 }

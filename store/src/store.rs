@@ -133,44 +133,17 @@ impl Store {
             let st = &mut *st;
             let mut batch = WriteBatch::default();
             let mut overlay = HashMap::new();
+            let compacted_before = st.kv.compacted;
             for cmd in entries {
                 let Some(Command { kind: Some(kind) }) = cmd else {
                     results.push(Ok(None));
                     continue;
                 };
-                let begin = st.kv.current;
-                let mut cmd_batch = WriteBatch::default();
-                let mut cmd_events = Vec::new();
-                let res = {
-                    let mut txn = WriteTxn {
-                        kv: &mut st.kv,
-                        lessor: &mut st.lessor,
-                        backend: &*self.shared.backend,
-                        batch: &mut cmd_batch,
-                        overlay: &mut overlay,
-                        events: &mut cmd_events,
-                        begin,
-                        sub: 0,
-                    };
-                    let r = apply_one(&mut txn, kind);
-                    if r.is_ok() && txn.sub > 0 {
-                        txn.kv.current = begin + 1;
-                    }
-                    r
-                };
-                match res {
-                    Ok(resp) => {
-                        if let CommandResponse::Compaction(_) = &resp {
-                            compacted = Some(st.kv.compacted);
-                        }
-                        batch.ops.append(&mut cmd_batch.ops);
-                        events.append(&mut cmd_events);
-                        results.push(Ok(Some(resp)));
-                    }
-                    Err(e) if e.is_fatal() => return Err(e),
-                    // Checks run before any write, so a failed command changed nothing.
-                    Err(e) => results.push(Err(e)),
-                }
+                let r = self.apply_kind(st, &mut batch, &mut overlay, &mut events, kind)?;
+                results.push(r.map(Some));
+            }
+            if st.kv.compacted != compacted_before {
+                compacted = Some(st.kv.compacted);
             }
             revision = st.kv.current;
             batch.put(
@@ -187,6 +160,62 @@ impl Store {
         }
         self.hub.publish(events, revision);
         Ok(results)
+    }
+
+    /// Applies one command (or a batch of them) to `st`, queueing its writes and events.
+    /// The outer error is fatal (the backend failed); the inner one is the command's answer.
+    fn apply_kind(
+        &self,
+        st: &mut State,
+        batch: &mut WriteBatch,
+        overlay: &mut HashMap<Revision, KeyValue>,
+        events: &mut Vec<Event>,
+        kind: CommandKind,
+    ) -> Result<Result<CommandResponse, StoreError>, StoreError> {
+        if let CommandKind::Batch(b) = kind {
+            let mut out = Vec::with_capacity(b.commands.len());
+            for c in b.commands {
+                match c.kind {
+                    Some(CommandKind::Batch(_)) | None => {
+                        return Err(StoreError::Corrupt(
+                            "nested or empty command in a batch".into(),
+                        ))
+                    }
+                    Some(k) => out.push(self.apply_kind(st, batch, overlay, events, k)?),
+                }
+            }
+            return Ok(Ok(CommandResponse::Batch(out)));
+        }
+        let begin = st.kv.current;
+        let mut cmd_batch = WriteBatch::default();
+        let mut cmd_events = Vec::new();
+        let res = {
+            let mut txn = WriteTxn {
+                kv: &mut st.kv,
+                lessor: &mut st.lessor,
+                backend: &*self.shared.backend,
+                batch: &mut cmd_batch,
+                overlay,
+                events: &mut cmd_events,
+                begin,
+                sub: 0,
+            };
+            let r = apply_one(&mut txn, kind);
+            if r.is_ok() && txn.sub > 0 {
+                txn.kv.current = begin + 1;
+            }
+            r
+        };
+        match res {
+            Ok(resp) => {
+                batch.ops.append(&mut cmd_batch.ops);
+                events.append(&mut cmd_events);
+                Ok(Ok(resp))
+            }
+            Err(e) if e.is_fatal() => Err(e),
+            // Checks run before any write, so a failed command changed nothing.
+            Err(e) => Ok(Err(e)),
+        }
     }
 
     /// Serves a Range from local state.
@@ -355,6 +384,7 @@ fn apply_one(txn: &mut WriteTxn<'_>, kind: CommandKind) -> Result<CommandRespons
         CommandKind::Compaction(c) => CommandResponse::Compaction(compact(txn, &c)?),
         CommandKind::LeaseGrant(g) => CommandResponse::LeaseGrant(lease_grant(txn, &g)?),
         CommandKind::LeaseRevoke(r) => CommandResponse::LeaseRevoke(lease_revoke(txn, &r)?),
+        CommandKind::Batch(_) => return Err(StoreError::Corrupt("batch inside a command".into())),
     })
 }
 

@@ -1,5 +1,6 @@
 //! The etcd v3 gRPC services on a member's client URL.
 
+pub mod authority;
 pub mod cluster;
 pub mod error;
 pub mod header;

@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use keel_raft::node::Node;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tracing::info;
 
 use super::cluster::ClusterService;
@@ -110,7 +109,7 @@ pub async fn serve(
             );
         let mut rx = tx.subscribe();
         tasks.push(tokio::spawn(router.serve_with_incoming_shutdown(
-            TcpListenerStream::new(l),
+            super::authority::wrap_incoming(l),
             async move {
                 let _ = rx.changed().await;
             },
