@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # keel's whole test suite: every crate, every target (unit tests, integration tests, examples, benches built as
-# tests). Needs etcd/etcdctl 3.4 and the rest of scripts/setup.sh. Exits non-zero on any failure; the last lines are
+# tests). Runs scripts/setup.sh first (etcd/etcdctl 3.4 and the other packages). Exits non-zero on any failure; the last lines are
 # cargo's own summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 if ! command -v cargo >/dev/null 2>&1 && [ -x "${HOME:-/root}/.cargo/bin/cargo" ]; then
     export PATH="${HOME:-/root}/.cargo/bin:$PATH"
 fi
+
+echo "==> setup: scripts/setup.sh"
+scripts/setup.sh
 
 echo "==> prerequisites"
 command -v cargo >/dev/null 2>&1 || { echo "cargo not found; install a Rust toolchain" >&2; exit 1; }
