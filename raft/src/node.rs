@@ -18,7 +18,7 @@ use tracing::{debug, info, warn};
 use crate::log_store::LogStore;
 use crate::network::PeerNetwork;
 use crate::proposer::Proposer;
-use crate::state_machine::{latest_snapshot, reconcile_with_snapshot, StateMachine};
+use crate::state_machine::{reconcile_with_snapshot, StateMachine};
 use crate::types::{MemberNode, NodeId, TypeConfig};
 
 /// How a member is configured.
@@ -386,7 +386,6 @@ fn check_recoverable(
             "the store has applied up to {applied:?} but the log is purged up to {purged:?} and no snapshot covers the gap"
         )));
     }
-    let _ = latest_snapshot;
     Ok(())
 }
 
@@ -402,7 +401,7 @@ async fn lease_loop(node: Arc<Node>) {
         let status = node.status();
         let store = node.store();
         if status.is_leader {
-            if !store_is_primary(store) {
+            if !store.lease_is_primary() {
                 store.lease_promote(node.cfg.election_timeout);
             }
             for id in store.expired_leases(1000) {
@@ -417,12 +416,8 @@ async fn lease_loop(node: Arc<Node>) {
                     }
                 }
             }
-        } else if store_is_primary(store) {
+        } else if store.lease_is_primary() {
             store.lease_demote();
         }
     }
-}
-
-fn store_is_primary(store: &Store) -> bool {
-    store.lease_is_primary()
 }

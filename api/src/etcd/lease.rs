@@ -4,7 +4,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::Stream;
-use keel_raft::node::{Node, ProposeError};
+use keel_raft::node::Node;
 use keel_store::command::CommandKind;
 use keel_store::lease::MAX_LEASE_TTL;
 use keel_store::pb::etcdserverpb::{
@@ -129,7 +129,6 @@ impl Lease for LeaseService {
                         id: ka.id,
                         ttl: ttl.unwrap_or(0),
                     }),
-                    Err(e @ ProposeError::Stopped) => Err(propose_status(&e)),
                     Err(e) => Err(propose_status(&e)),
                 };
                 let fatal = out.is_err();
