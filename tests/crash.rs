@@ -348,3 +348,36 @@ async fn lost_store_is_rebuilt_from_snapshot_and_log() {
     };
     assert_eq!(pairs(&after), pairs(&before));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_cleanly_with_open_streams_and_keeps_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d");
+    let mut m = Member::spawn(&data, free_port(), free_port());
+    put_some(&m.endpoint(), 10).await;
+    let mut c = connect_ready(&m.endpoint(), Duration::from_secs(30)).await;
+    let _watch = c.watch("k", None).await.unwrap();
+    let mut child = m.child.take().unwrap();
+    let pid = child.id() as i32;
+    // SAFETY: sending a signal to our own child process.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "keel ignored SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(status.success(), "exit status {status:?}");
+    m.restart();
+    let mut c = connect_ready(&m.endpoint(), Duration::from_secs(30)).await;
+    let r = c
+        .get("k", Some(GetOptions::new().with_prefix().with_count_only()))
+        .await
+        .unwrap();
+    assert_eq!(r.count(), 10);
+}

@@ -33,6 +33,8 @@ pub fn check_recv_size(len: usize) -> Result<(), tonic::Status> {
     }
     Ok(())
 }
+/// How long in-flight requests and open streams get to finish on shutdown.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 /// etcd's default send limit (unbounded in practice).
 const MAX_SEND_BYTES: usize = i32::MAX as usize;
 
@@ -117,8 +119,12 @@ pub async fn serve(
     }
     shutdown.await;
     let _ = tx.send(true);
-    for t in tasks {
-        let _ = t.await;
+    // Graceful shutdown waits for open streams (watches, keep-alives) to end; bound it.
+    let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+    for mut t in tasks {
+        if tokio::time::timeout_at(deadline, &mut t).await.is_err() {
+            t.abort();
+        }
     }
     Ok(())
 }
