@@ -4,6 +4,7 @@ pub mod codec;
 pub mod log_store;
 pub mod network;
 pub mod node;
+pub mod peer;
 pub mod proposer;
 pub mod state_machine;
 pub mod types;

@@ -93,6 +93,32 @@ pub enum ProposeError {
     Timeout,
     #[error("etcdserver: server stopped")]
     Stopped,
+    /// A membership change was refused.
+    #[error(transparent)]
+    Membership(#[from] MembershipError),
+}
+
+/// Why a membership change was refused (etcd's messages).
+#[derive(Debug, Error, Clone, Copy, PartialEq, Eq)]
+pub enum MembershipError {
+    #[error("etcdserver: member not found")]
+    NotFound,
+    #[error("etcdserver: member ID already exist")]
+    IdExists,
+    #[error("etcdserver: Peer URLs already exists")]
+    PeerUrlExists,
+    #[error("etcdserver: given member URLs are invalid")]
+    InvalidUrls,
+    #[error("etcdserver: can only promote a learner member")]
+    NotLearner,
+    #[error("etcdserver: can only promote a learner member which is in sync with leader")]
+    LearnerNotReady,
+    #[error("etcdserver: re-configuration failed due to not enough started members")]
+    NotEnoughStarted,
+    #[error("etcdserver: bad leader transferee")]
+    BadTransferee,
+    #[error("etcdserver: too many learner members in cluster")]
+    TooManyLearners,
 }
 
 /// A snapshot of this member's Raft status.

@@ -26,6 +26,15 @@ pub fn propose_status(e: &ProposeError) -> Status {
         ProposeError::NoLeader | ProposeError::Timeout | ProposeError::Stopped => {
             Status::unavailable(e.to_string())
         }
+        ProposeError::Membership(m) => {
+            use keel_raft::node::MembershipError as M;
+            let code = match m {
+                M::NotFound => Code::NotFound,
+                M::InvalidUrls => Code::InvalidArgument,
+                _ => Code::FailedPrecondition,
+            };
+            Status::new(code, e.to_string())
+        }
     }
 }
 
