@@ -6,6 +6,7 @@
 //! It knows nothing about Raft or the network: callers apply commands in log order and read.
 
 pub mod backend;
+pub mod bbolt;
 pub mod command;
 pub mod error;
 pub mod lease;
