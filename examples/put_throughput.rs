@@ -1,16 +1,18 @@
-//! A rough side-by-side put-throughput loop: starts a real etcd 3.4 and a `keel server`
-//! (single member each, loopback, data in temp dirs, fsync on commit for both), drives each
-//! with 1, 16 and 64 concurrent clients writing 256-byte values for a few seconds, and prints
-//! puts per second and the keel/etcd ratio. The full benchmark suite lives in `benches/`.
+//! A rough side-by-side loop: starts a real etcd 3.4 cluster and a keel cluster of the same
+//! size (1 or 3 members, loopback, data in temp dirs, fsync on commit for both), drives each
+//! with concurrent etcd-client clients spread over the members, and prints operations per
+//! second and the keel/etcd ratio: puts of 256-byte values at 1, 16 and 64 clients, and
+//! linearizable and serializable reads of one key at 16 clients. The benchmark suite proper
+//! lives in `benches/`.
 //!
-//! Run: `cargo run --release --example put_throughput [seconds-per-step]`, or
-//! `... put_throughput --endpoint URL CLIENTS SECONDS` to load one running server.
+//! Run: `cargo run --release --example put_throughput -- [--members 1|3] [seconds-per-step]`,
+//! or `... -- --endpoint URL CLIENTS SECONDS` to put-load one running server.
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use etcd_client::Client;
+use etcd_client::{Client, GetOptions};
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -19,22 +21,48 @@ fn free_port() -> u16 {
         .unwrap_or(0)
 }
 
-struct Proc(Child);
+struct Procs(Vec<Child>);
 
-impl Drop for Proc {
+impl Drop for Procs {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 
-fn start(kind: &str, dir: &std::path::Path) -> (Proc, String) {
-    let (c, p) = (free_port(), free_port());
-    let url = format!("http://127.0.0.1:{c}");
-    let peer = format!("http://127.0.0.1:{p}");
-    let mut cmd = if kind == "etcd" {
-        let mut cmd = Command::new("/usr/bin/etcd");
-        cmd.args(["--name", "b", "--data-dir"]).arg(dir);
+fn keel_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("own path");
+    exe.parent()
+        .and_then(|d| d.parent())
+        .map(|d| d.join("keel"))
+        .expect("target dir")
+}
+
+/// Starts an `n`-member cluster of `kind`; returns the processes and client URLs.
+fn start(kind: &str, n: usize, dir: &std::path::Path) -> (Procs, Vec<String>) {
+    let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+    let initial: Vec<String> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, (_, p))| format!("b{i}=http://127.0.0.1:{p}"))
+        .collect();
+    let initial = initial.join(",");
+    let mut procs = Procs(Vec::new());
+    let mut urls = Vec::new();
+    for (i, (c, p)) in ports.iter().enumerate() {
+        let url = format!("http://127.0.0.1:{c}");
+        let peer = format!("http://127.0.0.1:{p}");
+        let mut cmd = if kind == "etcd" {
+            Command::new("/usr/bin/etcd")
+        } else {
+            let mut cmd = Command::new(keel_binary());
+            cmd.arg("server");
+            cmd
+        };
+        cmd.args(["--name", &format!("b{i}"), "--data-dir"])
+            .arg(dir.join(format!("{kind}{i}")));
         cmd.args([
             "--listen-client-urls",
             &url,
@@ -47,33 +75,21 @@ fn start(kind: &str, dir: &std::path::Path) -> (Proc, String) {
             "--initial-advertise-peer-urls",
             &peer,
         ]);
-        cmd.args(["--initial-cluster", &format!("b={peer}")]);
-        cmd
-    } else {
-        let exe = std::env::current_exe().expect("own path");
-        let keel = exe
-            .parent()
-            .and_then(|d| d.parent())
-            .map(|d| d.join("keel"))
-            .expect("target dir");
-        let mut cmd = Command::new(keel);
-        cmd.args(["server", "--name", "b", "--data-dir"]).arg(dir);
         cmd.args([
-            "--listen-client-urls",
-            &url,
-            "--advertise-client-urls",
-            &url,
-            "--listen-peer-urls",
-            &peer,
+            "--initial-cluster",
+            &initial,
+            "--initial-cluster-state",
+            "new",
         ]);
-        cmd
-    };
-    let child = cmd
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start server");
-    (Proc(child), url)
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start server");
+        procs.0.push(child);
+        urls.push(url);
+    }
+    (procs, urls)
 }
 
 async fn ready(url: &str) -> Client {
@@ -89,21 +105,34 @@ async fn ready(url: &str) -> Client {
     }
 }
 
-async fn run(url: &str, clients: usize, secs: u64) -> f64 {
+#[derive(Clone, Copy)]
+enum Op {
+    Put,
+    Get { serializable: bool },
+}
+
+async fn run(urls: &[String], op: Op, clients: usize, secs: u64) -> f64 {
     let end = Instant::now() + Duration::from_secs(secs);
     let value = vec![b'v'; 256];
     let mut tasks = Vec::new();
     for w in 0..clients {
-        let url = url.to_string();
+        let url = urls[w % urls.len()].clone();
         let value = value.clone();
         tasks.push(tokio::spawn(async move {
             let mut c = ready(&url).await;
             let mut n = 0u64;
             while Instant::now() < end {
-                if c.put(format!("k{w}/{n:08}"), value.clone(), None)
-                    .await
-                    .is_ok()
-                {
+                let ok = match op {
+                    Op::Put => c
+                        .put(format!("k{w}/{n:08}"), value.clone(), None)
+                        .await
+                        .is_ok(),
+                    Op::Get { serializable } => {
+                        let opts = serializable.then(|| GetOptions::new().with_serializable());
+                        c.get("ready", opts).await.is_ok()
+                    }
+                };
+                if ok {
                     n += 1;
                 }
             }
@@ -121,35 +150,59 @@ async fn run(url: &str, clients: usize, secs: u64) -> f64 {
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--endpoint") {
-        let url = args.get(2).expect("--endpoint URL CLIENTS SECONDS");
+        let url = args.get(2).expect("--endpoint URL CLIENTS SECONDS").clone();
         let clients = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(64);
         let secs = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(5);
-        println!(
-            "{url}: {:.0} put/s with {clients} clients",
-            run(url, clients, secs).await
-        );
+        let rate = run(&[url.clone()], Op::Put, clients, secs).await;
+        println!("{url}: {rate:.0} put/s with {clients} clients");
         return;
     }
-    let secs: u64 = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5);
+    let mut members = 1;
+    let mut secs = 5;
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        if a == "--members" {
+            members = it.next().and_then(|s| s.parse().ok()).unwrap_or(1);
+        } else if let Ok(s) = a.parse() {
+            secs = s;
+        }
+    }
     let tmp = tempfile::tempdir().expect("tempdir");
+    println!("{members}-member clusters, {secs} s per step, clients spread over all members");
     println!(
-        "{:>8} {:>12} {:>12} {:>8}",
-        "clients", "keel put/s", "etcd put/s", "ratio"
+        "{:<28} {:>12} {:>12} {:>8}",
+        "workload", "keel ops/s", "etcd ops/s", "ratio"
     );
-    for clients in [1usize, 16, 64] {
+    let steps: Vec<(String, Op, usize)> = vec![
+        ("put 256 B, 1 client".into(), Op::Put, 1),
+        ("put 256 B, 16 clients".into(), Op::Put, 16),
+        ("put 256 B, 64 clients".into(), Op::Put, 64),
+        (
+            "get linearizable, 16 clients".into(),
+            Op::Get {
+                serializable: false,
+            },
+            16,
+        ),
+        (
+            "get serializable, 16 clients".into(),
+            Op::Get { serializable: true },
+            16,
+        ),
+    ];
+    for (i, (label, op, clients)) in steps.into_iter().enumerate() {
         let mut rates = Vec::new();
         for kind in ["keel", "etcd"] {
-            let dir = tmp.path().join(format!("{kind}-{clients}"));
-            let (_p, url) = start(kind, &dir);
-            ready(&url).await;
-            rates.push(run(&url, clients, secs).await);
+            let dir = tmp.path().join(format!("{kind}-{i}"));
+            let (_p, urls) = start(kind, members, &dir);
+            for u in &urls {
+                ready(u).await;
+            }
+            rates.push(run(&urls, op, clients, secs).await);
         }
         println!(
-            "{:>8} {:>12.0} {:>12.0} {:>8.2}",
-            clients,
+            "{:<28} {:>12.0} {:>12.0} {:>8.2}",
+            label,
             rates[0],
             rates[1],
             rates[0] / rates[1]

@@ -19,6 +19,8 @@ pub enum Command {
     Server(ServerArgs),
     /// Start a local cluster on loopback, ready for etcdctl; Ctrl-C stops it.
     Up(UpArgs),
+    /// Save or restore etcd-format snapshots (the files `etcdctl snapshot` reads and writes).
+    Snapshot(SnapshotArgs),
 }
 
 /// Flags of `keel server`.
@@ -42,6 +44,15 @@ pub struct ServerArgs {
     /// Comma-separated peer URLs to advertise to the cluster.
     #[arg(long, value_delimiter = ',')]
     pub initial_advertise_peer_urls: Vec<String>,
+    /// Initial cluster for bootstrapping: `name=http://host:port,...` (default: this member alone).
+    #[arg(long, default_value = "")]
+    pub initial_cluster: String,
+    /// `new` to bootstrap the initial cluster, `existing` to join a cluster that added this member.
+    #[arg(long, default_value = "new", value_parser = ["new", "existing"])]
+    pub initial_cluster_state: String,
+    /// Token that identifies the cluster; members and cluster IDs derive from it.
+    #[arg(long, default_value = "keel-cluster")]
+    pub initial_cluster_token: String,
     /// Leader heartbeat interval in milliseconds.
     #[arg(long, default_value_t = 100)]
     pub heartbeat_interval: u64,
@@ -65,9 +76,66 @@ pub struct UpArgs {
     /// Directory holding each member's data directory.
     #[arg(long, default_value = "keel-data")]
     pub data_dir: PathBuf,
+    /// Number of members (1, 3 or 5), on 127.0.0.11, .12, ...
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(1..=7))]
+    pub members: u8,
     /// Log level for the members.
     #[arg(long, env = "KEEL_LOG", default_value = "warn")]
     pub log_level: String,
+}
+
+/// Flags of `keel snapshot`.
+#[derive(Debug, Args, Clone)]
+pub struct SnapshotArgs {
+    #[command(subcommand)]
+    pub command: SnapshotCommand,
+}
+
+/// `keel snapshot` subcommands.
+#[derive(Debug, Subcommand, Clone)]
+pub enum SnapshotCommand {
+    /// Stream a snapshot from a running member (keel or etcd) into FILE, as `etcdctl snapshot save`.
+    Save(SnapshotSaveArgs),
+    /// Create a member's data directory from a snapshot taken from keel or etcd 3.4/3.5.
+    Restore(SnapshotRestoreArgs),
+}
+
+/// Flags of `keel snapshot save`.
+#[derive(Debug, Args, Clone)]
+pub struct SnapshotSaveArgs {
+    /// Where to write the snapshot (written to FILE.part first, renamed when verified).
+    pub file: PathBuf,
+    /// The one member to take the snapshot from.
+    #[arg(long, default_value = "http://127.0.0.1:2379", value_delimiter = ',')]
+    pub endpoints: Vec<String>,
+    /// How long to wait for the connection (e.g. 5s).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub dial_timeout: std::time::Duration,
+}
+
+/// Flags of `keel snapshot restore` (etcdctl's, with keel's defaults).
+#[derive(Debug, Args, Clone)]
+pub struct SnapshotRestoreArgs {
+    /// The snapshot file (`keel snapshot save` or `etcdctl snapshot save` output).
+    pub file: PathBuf,
+    /// Data directory to create for this member; must not exist.
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// Name of this member (as in --initial-cluster).
+    #[arg(long, default_value = "default")]
+    pub name: String,
+    /// The new cluster: `name=http://host:port,...` (default: this member alone).
+    #[arg(long, default_value = "")]
+    pub initial_cluster: String,
+    /// Token of the new cluster; `keel server` must be started with the same one.
+    #[arg(long, default_value = "keel-cluster")]
+    pub initial_cluster_token: String,
+    /// This member's peer URLs, as listed for it in --initial-cluster.
+    #[arg(long, default_value = "http://127.0.0.1:2380", value_delimiter = ',')]
+    pub initial_advertise_peer_urls: Vec<String>,
+    /// Accept a file without the SHA-256 trailer (e.g. a copy of etcd's member/snap/db).
+    #[arg(long)]
+    pub skip_hash_check: bool,
 }
 
 /// Parses `10m`, `5s`, `250ms` or a bare number of seconds.

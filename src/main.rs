@@ -3,6 +3,7 @@
 
 mod cli;
 mod server;
+mod snapshot;
 mod up;
 
 use clap::Parser;
@@ -23,6 +24,9 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             cli::Command::Server(args) => server::run(args).await,
             cli::Command::Up(args) => up::run(args).await,
+            cli::Command::Snapshot(args) => snapshot::run(args)
+                .await
+                .map_err(|e| server::ServerError::Config(e.to_string())),
         }
     });
     match res {

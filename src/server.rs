@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use keel_api::etcd::server::serve;
+use keel_raft::membership::{check_self, parse_initial_cluster, ClusterState};
 use keel_raft::node::{Node, NodeConfig};
 use keel_store::StoreOptions;
 use tracing::info;
@@ -20,6 +21,8 @@ pub enum ServerError {
     Serve(#[from] keel_api::etcd::server::ServeError),
     #[error("signal handler: {0}")]
     Signal(std::io::Error),
+    #[error("{0}")]
+    Config(String),
 }
 
 /// Installs the tracing subscriber (quiet by default).
@@ -34,7 +37,7 @@ pub fn init_logging(level: &str) -> Result<(), ServerError> {
 }
 
 /// Builds the member configuration from flags.
-pub fn node_config(a: &ServerArgs) -> NodeConfig {
+pub fn node_config(a: &ServerArgs) -> Result<NodeConfig, ServerError> {
     let mut cfg = NodeConfig::new(a.name.clone(), a.data_dir.clone());
     cfg.client_urls = a.advertise_client_urls.clone();
     cfg.peer_urls = if a.initial_advertise_peer_urls.is_empty() {
@@ -49,7 +52,21 @@ pub fn node_config(a: &ServerArgs) -> NodeConfig {
         progress_interval: a.progress_notify_interval,
         ..StoreOptions::default()
     };
-    cfg
+    cfg.listen_peer_urls = a.listen_peer_urls.clone();
+    cfg.cluster_token = a.initial_cluster_token.clone();
+    cfg.cluster_state = if a.initial_cluster_state == "existing" {
+        ClusterState::Existing
+    } else {
+        ClusterState::New
+    };
+    if !a.initial_cluster.is_empty() {
+        let members = parse_initial_cluster(&a.initial_cluster)
+            .map_err(|e| ServerError::Config(e.to_string()))?;
+        check_self(&members, &a.name, &cfg.peer_urls)
+            .map_err(|e| ServerError::Config(e.to_string()))?;
+        cfg.initial_cluster = members;
+    }
+    Ok(cfg)
 }
 
 /// Waits for SIGTERM or SIGINT.
@@ -67,7 +84,7 @@ pub async fn terminated() -> Result<(), std::io::Error> {
 /// Runs one member until it is told to stop.
 pub async fn run(args: ServerArgs) -> Result<(), ServerError> {
     init_logging(&args.log_level)?;
-    let node = Node::start(node_config(&args)).await?;
+    let node = Node::start(node_config(&args)?).await?;
     info!(name = %args.name, member = %format!("{:x}", node.member_id()), "member started");
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let mut serving = tokio::spawn(serve(
@@ -78,7 +95,15 @@ pub async fn run(args: ServerArgs) -> Result<(), ServerError> {
         },
     ));
     let signal = terminated();
+    let mut fatal = node.fatal_error();
     tokio::select! {
+        r = fatal.wait_for(|f| f.is_some()) => {
+            let msg = r.ok().and_then(|v| v.clone()).unwrap_or_default();
+            let _ = tx.send(());
+            let _ = serving.await;
+            node.shutdown().await;
+            return Err(ServerError::Config(msg));
+        }
         r = signal => {
             r.map_err(ServerError::Signal)?;
             info!("stopping");

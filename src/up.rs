@@ -1,50 +1,176 @@
-//! `keel up`: a local cluster on loopback. Today a single member on 127.0.0.11.
+//! `keel up`: a local cluster on loopback, one `keel server` process per member on 127.0.0.11,
+//! .12, ... with the usual ports; data under one directory; Ctrl-C stops every member.
 
-use std::time::Instant;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
-use crate::cli::{ServerArgs, UpArgs};
-use crate::server::{self, ServerError};
+use crate::cli::UpArgs;
+use crate::server::ServerError;
 
-/// Starts the local cluster and waits for Ctrl-C.
+struct Member {
+    name: String,
+    ip: String,
+    child: Child,
+}
+
+impl Member {
+    fn client_url(&self) -> String {
+        format!("http://{}:2379", self.ip)
+    }
+}
+
+/// Starts the members, waits until they serve, then until Ctrl-C or a member exits.
 pub async fn run(args: UpArgs) -> Result<(), ServerError> {
-    let name = "m1".to_string();
-    let ip = "127.0.0.11";
-    let client = format!("http://{ip}:2379");
-    let peer = format!("http://{ip}:2380");
-    let sargs = ServerArgs {
-        name: name.clone(),
-        data_dir: args.data_dir.join(&name),
-        listen_client_urls: vec![client.clone()],
-        advertise_client_urls: vec![client.clone()],
-        listen_peer_urls: vec![peer.clone()],
-        initial_advertise_peer_urls: vec![peer],
-        heartbeat_interval: 100,
-        election_timeout: 1000,
-        snapshot_count: 10_000,
-        progress_notify_interval: std::time::Duration::from_secs(600),
-        log_level: args.log_level.clone(),
-    };
+    let n = args.members as usize;
+    let exe = std::env::current_exe()
+        .map_err(|e| ServerError::Config(format!("cannot find the keel binary: {e}")))?;
+    let ips: Vec<String> = (0..n).map(|i| format!("127.0.0.{}", 11 + i)).collect();
+    let initial: Vec<String> = ips
+        .iter()
+        .enumerate()
+        .map(|(i, ip)| format!("m{}=http://{ip}:2380", i + 1))
+        .collect();
+    let initial = initial.join(",");
+    std::fs::create_dir_all(&args.data_dir)
+        .map_err(|e| ServerError::Config(format!("{}: {e}", args.data_dir.display())))?;
     let started = Instant::now();
     eprintln!(
-        "keel up: starting member {name} on {ip} (data in {})",
-        sargs.data_dir.display()
+        "keel up: starting {n} member(s), data in {}",
+        args.data_dir.display()
     );
-    let ready = tokio::spawn(wait_ready(client.clone(), started));
-    let res = server::run(sargs).await;
-    ready.abort();
+    let mut members: Vec<Member> = Vec::new();
+    for (i, ip) in ips.iter().enumerate() {
+        let name = format!("m{}", i + 1);
+        let data = args.data_dir.join(&name);
+        let log = std::fs::File::create(args.data_dir.join(format!("{name}.log")))
+            .map_err(|e| ServerError::Config(format!("log file: {e}")))?;
+        let client = format!("http://{ip}:2379");
+        let peer = format!("http://{ip}:2380");
+        let child = Command::new(&exe)
+            .arg("server")
+            .args(["--name", &name, "--data-dir"])
+            .arg(&data)
+            .args([
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
+            .args([
+                "--initial-cluster",
+                &initial,
+                "--initial-cluster-state",
+                "new",
+            ])
+            .args(["--log-level", &args.log_level])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn();
+        match child {
+            Ok(child) => {
+                eprintln!(
+                    "keel up: [{}/{n}] {name} on {ip} (log: {}/{name}.log)",
+                    i + 1,
+                    args.data_dir.display()
+                );
+                members.push(Member {
+                    name,
+                    ip: ip.clone(),
+                    child,
+                });
+            }
+            Err(e) => {
+                stop_all(&mut members);
+                return Err(ServerError::Config(format!("cannot start {name}: {e}")));
+            }
+        }
+    }
+    for m in &mut members {
+        if let Err(e) = wait_serving(m).await {
+            stop_all(&mut members);
+            return Err(e);
+        }
+    }
+    let endpoints: Vec<String> = members.iter().map(Member::client_url).collect();
+    eprintln!(
+        "keel up: {n} member(s) serving in {} ms\n\n  export ETCDCTL_API=3 ETCDCTL_ENDPOINTS={}\n  etcdctl endpoint status -w table\n  etcdctl member list -w table\n  etcdctl put hello world && etcdctl get hello\n\nPress Ctrl-C to stop.",
+        started.elapsed().as_millis(),
+        endpoints.join(",")
+    );
+    let res = watch_members(&mut members).await;
+    stop_all(&mut members);
     res
 }
 
-async fn wait_ready(client: String, started: Instant) {
-    let addr = client.trim_start_matches("http://").to_string();
+/// Waits until a member accepts connections on its client port (bounded).
+async fn wait_serving(m: &mut Member) -> Result<(), ServerError> {
+    let addr = format!("{}:2379", m.ip);
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if tokio::net::TcpStream::connect(&addr).await.is_ok() {
-            break;
+        if let Ok(Some(st)) = m.child.try_wait() {
+            return Err(ServerError::Config(format!(
+                "{} exited during start ({st}); see its log",
+                m.name
+            )));
         }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        if tokio::net::TcpStream::connect(&addr).await.is_ok() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(ServerError::Config(format!(
+                "{} did not start serving within 30 s",
+                m.name
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    eprintln!(
-        "keel up: ready in {} ms: 1 member\n\n  export ETCDCTL_API=3 ETCDCTL_ENDPOINTS={client}\n  etcdctl endpoint status -w table\n  etcdctl put hello world && etcdctl get hello\n\nPress Ctrl-C to stop.",
-        started.elapsed().as_millis()
-    );
+}
+
+/// Returns on Ctrl-C/SIGTERM, or with an error when a member exits by itself.
+async fn watch_members(members: &mut [Member]) -> Result<(), ServerError> {
+    let signal = crate::server::terminated();
+    tokio::pin!(signal);
+    loop {
+        tokio::select! {
+            r = &mut signal => {
+                eprintln!("keel up: stopping");
+                return r.map_err(ServerError::Signal);
+            }
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                for m in members.iter_mut() {
+                    if let Ok(Some(st)) = m.child.try_wait() {
+                        return Err(ServerError::Config(format!("{} exited ({st}); see its log", m.name)));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// SIGTERM every member, then SIGKILL what is still running after a grace period.
+fn stop_all(members: &mut [Member]) {
+    for m in members.iter() {
+        // SAFETY: signalling our own child process.
+        unsafe {
+            libc::kill(m.child.id() as i32, libc::SIGTERM);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for m in members.iter_mut() {
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = m.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = m.child.kill();
+        let _ = m.child.wait();
+    }
 }

@@ -2,6 +2,7 @@
 
 pub mod codec;
 pub mod log_store;
+pub mod membership;
 pub mod network;
 pub mod node;
 pub mod peer;

@@ -16,7 +16,12 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::log_store::LogStore;
-use crate::network::PeerNetwork;
+use crate::membership::{
+    self, cluster_id, member_id, members_of, ClusterState, InitialClusterError, InitialMember,
+};
+use crate::network::{PeerApi, PeerNetwork};
+use crate::peer::server::{serve_service_on, PeerService};
+use crate::peer::{AppHandler, MemberChange, MemberChangeResult};
 use crate::proposer::Proposer;
 use crate::state_machine::{reconcile_with_snapshot, StateMachine};
 use crate::types::{MemberNode, NodeId, TypeConfig};
@@ -42,6 +47,14 @@ pub struct NodeConfig {
     pub request_timeout: Duration,
     /// Store tunables.
     pub store: StoreOptions,
+    /// URLs to serve peer traffic on (`--listen-peer-urls`).
+    pub listen_peer_urls: Vec<String>,
+    /// `--initial-cluster` (empty = this member alone).
+    pub initial_cluster: Vec<InitialMember>,
+    /// `--initial-cluster-state`.
+    pub cluster_state: ClusterState,
+    /// `--initial-cluster-token`: members and cluster IDs derive from it.
+    pub cluster_token: String,
 }
 
 impl NodeConfig {
@@ -57,6 +70,22 @@ impl NodeConfig {
             snapshot_count: 10_000,
             request_timeout: Duration::from_secs(7),
             store: StoreOptions::default(),
+            listen_peer_urls: vec!["http://127.0.0.1:2380".into()],
+            initial_cluster: Vec::new(),
+            cluster_state: ClusterState::New,
+            cluster_token: "keel-cluster".into(),
+        }
+    }
+
+    /// The initial cluster, defaulting to this member alone.
+    pub fn initial_members(&self) -> Vec<InitialMember> {
+        if self.initial_cluster.is_empty() {
+            vec![InitialMember {
+                name: self.name.clone(),
+                peer_urls: self.peer_urls.clone(),
+            }]
+        } else {
+            self.initial_cluster.clone()
         }
     }
 }
@@ -77,6 +106,12 @@ pub enum StartError {
     Raft(String),
     #[error("unrecoverable: {0}")]
     Unrecoverable(String),
+    #[error(transparent)]
+    InitialCluster(#[from] InitialClusterError),
+    #[error("this data directory belongs to cluster {stored:016x}, but --initial-cluster-token gives {given:016x}")]
+    ClusterMismatch { stored: u64, given: u64 },
+    #[error("peer transport: {0}")]
+    Peer(String),
 }
 
 /// Why a request through Raft failed.
@@ -119,6 +154,9 @@ pub enum MembershipError {
     BadTransferee,
     #[error("etcdserver: too many learner members in cluster")]
     TooManyLearners,
+    /// Another member already uses the name this member starts with.
+    #[error("keel: member name is already used by another member")]
+    NameInUse,
 }
 
 /// A snapshot of this member's Raft status.
@@ -149,19 +187,9 @@ pub struct Node {
     cluster_id: u64,
     cfg: NodeConfig,
     proposer: Proposer,
+    peers: PeerApi,
     stop: watch::Sender<bool>,
-}
-
-/// FNV-1a 64: a stable, dependency-free hash for deriving IDs from names and URLs.
-fn fnv64(parts: &[&str]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for p in parts {
-        for b in p.bytes().chain(std::iter::once(0)) {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-    h
+    fatal: watch::Sender<Option<String>>,
 }
 
 /// Reads the member and cluster IDs from `dir/member`, creating them on first start.
@@ -171,11 +199,20 @@ fn load_identity(dir: &Path, cfg: &NodeConfig) -> Result<(NodeId, u64), StartErr
         path: path.clone(),
         source,
     };
+    let given_cluster = cluster_id(&cfg.cluster_token);
     match std::fs::read_to_string(&path) {
         Ok(s) => {
             let mut it = s.split_whitespace().map(|t| u64::from_str_radix(t, 16));
             match (it.next(), it.next()) {
-                (Some(Ok(m)), Some(Ok(c))) if m != 0 => Ok((m, c)),
+                (Some(Ok(m)), Some(Ok(c))) if m != 0 => {
+                    if c != given_cluster {
+                        return Err(StartError::ClusterMismatch {
+                            stored: c,
+                            given: given_cluster,
+                        });
+                    }
+                    Ok((m, c))
+                }
                 _ => Err(StartError::Unrecoverable(format!(
                     "{} is malformed",
                     path.display()
@@ -183,12 +220,9 @@ fn load_identity(dir: &Path, cfg: &NodeConfig) -> Result<(NodeId, u64), StartErr
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let mut parts: Vec<&str> = vec![&cfg.name];
-            parts.extend(cfg.peer_urls.iter().map(String::as_str));
-            let member = fnv64(&parts).max(1);
-            let cluster = fnv64(&[&format!("{member:016x}"), "keel-cluster"]);
+            let member = member_id(&cfg.peer_urls, &cfg.cluster_token);
             let tmp = dir.join("member.tmp");
-            std::fs::write(&tmp, format!("{member:016x} {cluster:016x}\n")).map_err(io)?;
+            std::fs::write(&tmp, format!("{member:016x} {given_cluster:016x}\n")).map_err(io)?;
             std::fs::File::open(&tmp)
                 .and_then(|f| f.sync_all())
                 .map_err(io)?;
@@ -196,7 +230,7 @@ fn load_identity(dir: &Path, cfg: &NodeConfig) -> Result<(NodeId, u64), StartErr
             std::fs::File::open(dir)
                 .and_then(|f| f.sync_all())
                 .map_err(io)?;
-            Ok((member, cluster))
+            Ok((member, given_cluster))
         }
         Err(e) => Err(io(e)),
     }
@@ -243,41 +277,124 @@ impl Node {
                 path: dir.join("snap"),
                 source,
             })?;
-        let raft = Raft::new(id, Arc::new(raft_cfg), PeerNetwork, log_store, sm)
-            .await
-            .map_err(|e| StartError::Raft(e.to_string()))?;
+        let peers = PeerApi::new(cluster_id);
+        let raft = Raft::new(
+            id,
+            Arc::new(raft_cfg),
+            PeerNetwork::new(cluster_id),
+            log_store,
+            sm,
+        )
+        .await
+        .map_err(|e| StartError::Raft(e.to_string()))?;
         let initialized = raft
             .is_initialized()
             .await
             .map_err(|e| StartError::Raft(e.to_string()))?;
-        let me = MemberNode {
-            name: cfg.name.clone(),
-            peer_urls: cfg.peer_urls.clone(),
-            client_urls: cfg.client_urls.clone(),
-        };
+        let initial = cfg.initial_members();
         if !initialized {
-            info!(member = %format!("{id:x}"), name = %cfg.name, "bootstrapping a new single-member cluster");
-            raft.initialize(BTreeMap::from([(id, me)]))
-                .await
-                .map_err(|e| StartError::Raft(e.to_string()))?;
+            match cfg.cluster_state {
+                ClusterState::New => {
+                    // Every initial member proposes the same membership, so any of them may lead.
+                    let members: BTreeMap<NodeId, MemberNode> = initial
+                        .iter()
+                        .map(|m| {
+                            // Identical on every member (same log id, same content); each
+                            // member publishes its client URLs once the cluster runs.
+                            let node = MemberNode {
+                                name: m.name.clone(),
+                                peer_urls: m.peer_urls.clone(),
+                                client_urls: Vec::new(),
+                            };
+                            (member_id(&m.peer_urls, &cfg.cluster_token), node)
+                        })
+                        .collect();
+                    info!(member = %format!("{id:x}"), name = %cfg.name, members = members.len(), "bootstrapping a new cluster");
+                    raft.initialize(members)
+                        .await
+                        .map_err(|e| StartError::Raft(e.to_string()))?;
+                }
+                ClusterState::Existing => {
+                    info!(member = %format!("{id:x}"), name = %cfg.name, "joining an existing cluster: waiting for its leader");
+                }
+            }
         }
-        // A lone voter need not wait out an election timeout to lead.
-        if let Err(e) = raft.trigger().elect().await {
-            warn!(%e, "could not trigger election");
+        if initial.len() == 1 && cfg.cluster_state == ClusterState::New {
+            // A lone voter need not wait out an election timeout to lead.
+            if let Err(e) = raft.trigger().elect().await {
+                warn!(%e, "could not trigger election");
+            }
         }
         let (stop, _) = watch::channel(false);
-        let proposer = Proposer::start(raft.clone(), cfg.request_timeout);
+        let (fatal, _) = watch::channel(None);
+        let proposer = Proposer::start(raft.clone(), cfg.request_timeout, peers.clone());
         let node = Arc::new(Node {
             proposer,
+            peers,
             raft,
             store,
             id,
             cluster_id,
             cfg,
             stop,
+            fatal,
         });
-        tokio::spawn(lease_loop(node.clone()));
+        node.clone().serve_peers().await?;
+        tokio::spawn(leader_loop(node.clone()));
+        tokio::spawn(publish_loop(node.clone()));
         Ok(node)
+    }
+
+    /// Starts the peer transport on every listen peer URL.
+    async fn serve_peers(self: Arc<Self>) -> Result<(), StartError> {
+        for url in &self.cfg.listen_peer_urls {
+            let addr = parse_http_addr(url).ok_or_else(|| {
+                StartError::Peer(format!(
+                    "--listen-peer-urls {url:?}: expected http://HOST:PORT"
+                ))
+            })?;
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| StartError::Peer(format!("listen on {addr}: {e}")))?;
+            let mut stop = self.stop.subscribe();
+            let app: Arc<dyn AppHandler> = self.clone();
+            let raft = self.raft.clone();
+            let cluster = self.cluster_id;
+            tokio::spawn(async move {
+                let shutdown = async move {
+                    let _ = stop.changed().await;
+                };
+                let service = PeerService::new(raft, app).with_cluster_id(cluster);
+                if let Err(e) = serve_service_on(listener, service, shutdown).await {
+                    warn!(%e, "peer transport stopped");
+                }
+            });
+            info!(url = %url, "serving peer traffic");
+        }
+        Ok(())
+    }
+
+    /// The current leader's ID and node, if known.
+    fn leader(&self) -> Option<(NodeId, MemberNode)> {
+        let m = self.raft.metrics().borrow().clone();
+        let id = m.current_leader?;
+        let node = m
+            .membership_config
+            .membership()
+            .nodes()
+            .find(|(n, _)| **n == id)
+            .map(|(_, n)| n.clone())?;
+        Some((id, node))
+    }
+
+    /// Set when the member hits an error it cannot serve through (the process should exit).
+    pub fn fatal_error(&self) -> watch::Receiver<Option<String>> {
+        self.fatal.subscribe()
+    }
+
+    /// True while this member leads.
+    pub fn is_leader(&self) -> bool {
+        self.raft.metrics().borrow().state == ServerState::Leader
     }
 
     /// The store (serializable reads, watches, lease lookups).
@@ -311,17 +428,27 @@ impl Node {
     }
 
     /// Waits until this member has applied everything committed before the call (ReadIndex),
-    /// so a local read after it is linearizable.
+    /// so a local read after it is linearizable. A follower asks the leader for the index.
     pub async fn read_barrier(&self) -> Result<(), ProposeError> {
-        let fut = self.raft.ensure_linearizable();
-        match tokio::time::timeout(self.cfg.request_timeout, fut).await {
-            Err(_) => Err(ProposeError::Timeout),
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(RaftError::APIError(e))) => {
-                debug!(%e, "linearizable read refused");
-                Err(ProposeError::NoLeader)
-            }
-            Ok(Err(RaftError::Fatal(_))) => Err(ProposeError::Stopped),
+        let timeout = self.cfg.request_timeout;
+        if self.is_leader() {
+            return match tokio::time::timeout(timeout, self.raft.ensure_linearizable()).await {
+                Err(_) => Err(ProposeError::Timeout),
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(RaftError::APIError(e))) => {
+                    debug!(%e, "linearizable read refused");
+                    Err(ProposeError::NoLeader)
+                }
+                Ok(Err(RaftError::Fatal(_))) => Err(ProposeError::Stopped),
+            };
+        }
+        let (_, leader) = self.leader().ok_or(ProposeError::NoLeader)?;
+        let index = self.peers.read_index(&leader, timeout).await?;
+        let wait = self.raft.wait(Some(timeout));
+        match wait.applied_index_at_least(Some(index), "read index").await {
+            Ok(_) => Ok(()),
+            Err(openraft::metrics::WaitError::Timeout(..)) => Err(ProposeError::Timeout),
+            Err(openraft::metrics::WaitError::ShuttingDown) => Err(ProposeError::Stopped),
         }
     }
 
@@ -346,26 +473,111 @@ impl Node {
 
     /// Every member known to the current membership.
     pub fn members(&self) -> Vec<MemberInfo> {
-        let m = self.raft.metrics().borrow().clone();
-        let mem = m.membership_config.membership();
-        let voters: Vec<NodeId> = mem.voter_ids().collect();
-        mem.nodes()
-            .map(|(id, n)| MemberInfo {
-                id: *id,
-                node: n.clone(),
-                is_learner: !voters.contains(id),
-            })
-            .collect()
+        members_of(&self.raft)
     }
 
-    /// Renews a lease on the leader; `Ok(None)` if the lease does not exist.
+    /// Renews a lease (on the leader, forwarding if needed); `Ok(None)` if it does not exist.
     pub async fn lease_keepalive(&self, id: LeaseId) -> Result<Option<i64>, ProposeError> {
+        if self.is_leader() {
+            return self.lease_keepalive_here(id).await;
+        }
+        let (_, leader) = self.leader().ok_or(ProposeError::NoLeader)?;
+        self.peers
+            .lease_keepalive(&leader, id.0, self.cfg.request_timeout)
+            .await
+    }
+
+    async fn lease_keepalive_here(&self, id: LeaseId) -> Result<Option<i64>, ProposeError> {
         // The renewal must see every grant committed before it.
         self.read_barrier().await?;
-        if !self.status().is_leader {
+        if !self.is_leader() {
             return Err(ProposeError::NotLeader);
         }
         Ok(self.store.lease_renew(id))
+    }
+
+    /// A lease's remaining TTL (known on the leader), granted TTL and keys.
+    pub async fn lease_time_to_live(
+        &self,
+        id: LeaseId,
+        keys: bool,
+    ) -> Result<Option<(i64, i64, Vec<Vec<u8>>)>, ProposeError> {
+        if !self.is_leader() {
+            let (_, leader) = self.leader().ok_or(ProposeError::NoLeader)?;
+            return self
+                .peers
+                .lease_time_to_live(&leader, id.0, keys, self.cfg.request_timeout)
+                .await;
+        }
+        self.read_barrier().await?;
+        Ok(self
+            .store
+            .lease_time_to_live(id, keys)
+            .map(|(ttl, granted, ks)| (ttl, granted, ks.into_iter().map(|k| k.to_vec()).collect())))
+    }
+
+    /// Performs a membership change on the leader (forwarding if needed).
+    pub async fn member_change(
+        &self,
+        change: MemberChange,
+    ) -> Result<MemberChangeResult, ProposeError> {
+        if self.is_leader() {
+            return membership::change(
+                &self.raft,
+                &self.cfg.cluster_token,
+                change,
+                self.cfg.request_timeout,
+            )
+            .await;
+        }
+        let (_, leader) = self.leader().ok_or(ProposeError::NoLeader)?;
+        self.peers
+            .member_change(&leader, change, self.cfg.request_timeout)
+            .await
+    }
+
+    /// Hands leadership to `target` once it has the whole log (etcd's MoveLeader; leader only).
+    pub async fn move_leader(&self, target: NodeId) -> Result<(), ProposeError> {
+        if !self.is_leader() {
+            return Err(ProposeError::NotLeader);
+        }
+        if target == self.id {
+            return Ok(());
+        }
+        let m = self
+            .members()
+            .into_iter()
+            .find(|m| m.id == target && !m.is_learner)
+            .ok_or(MembershipError::BadTransferee)?;
+        let deadline = tokio::time::Instant::now() + self.cfg.request_timeout;
+        loop {
+            let metrics = self.raft.metrics().borrow().clone();
+            let last = metrics.last_log_index;
+            let matched = metrics
+                .replication
+                .as_ref()
+                .and_then(|r| r.get(&target).cloned())
+                .flatten()
+                .map(|l| l.index);
+            if matched.is_some() && matched == last {
+                break;
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(ProposeError::Timeout);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.peers
+            .move_leader(&m.node, target, self.cfg.request_timeout)
+            .await?;
+        let deadline = tokio::time::Instant::now() + self.cfg.request_timeout;
+        while tokio::time::Instant::now() < deadline {
+            if self.raft.metrics().borrow().current_leader == Some(target) {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Err(ProposeError::Timeout)
     }
 
     /// Stops Raft and flushes the store.
@@ -415,8 +627,9 @@ fn check_recoverable(
     Ok(())
 }
 
-/// On the leader, revokes expired leases through the log (etcd's primary lessor).
-async fn lease_loop(node: Arc<Node>) {
+/// Leader duties: revoke expired leases through the log (etcd's primary lessor) and finish a
+/// joint membership change a previous leader left behind.
+async fn leader_loop(node: Arc<Node>) {
     let mut stop = node.stop.subscribe();
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
@@ -424,12 +637,12 @@ async fn lease_loop(node: Arc<Node>) {
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
-        let status = node.status();
         let store = node.store();
-        if status.is_leader {
+        if node.is_leader() {
             if !store.lease_is_primary() {
                 store.lease_promote(node.cfg.election_timeout);
             }
+            membership::finish_joint(&node.raft, node.cfg.request_timeout).await;
             for id in store.expired_leases(1000) {
                 let cmd = Command::new(CommandKind::LeaseRevoke(LeaseRevokeRequest { id: id.0 }));
                 match node.propose(cmd).await {
@@ -445,5 +658,118 @@ async fn lease_loop(node: Arc<Node>) {
         } else if store.lease_is_primary() {
             store.lease_demote();
         }
+    }
+}
+
+/// Publishes this member's name and client URLs into the membership once it is part of it
+/// (etcd's attribute publication after start).
+async fn publish_loop(node: Arc<Node>) {
+    let mut stop = node.stop.subscribe();
+    loop {
+        let me = node.members().into_iter().find(|m| m.id == node.id);
+        match me {
+            Some(m)
+                if m.node.name == node.cfg.name && m.node.client_urls == node.cfg.client_urls =>
+            {
+                return
+            }
+            Some(_) if node.leader().is_some() => {
+                let change = MemberChange::Publish {
+                    id: node.id,
+                    name: node.cfg.name.clone(),
+                    client_urls: node.cfg.client_urls.clone(),
+                };
+                match node.member_change(change).await {
+                    Ok(_) => info!("published member attributes"),
+                    Err(ProposeError::Membership(MembershipError::NameInUse)) => {
+                        let msg = format!(
+                            "the cluster already has a member named {:?}; refusing to join under that name",
+                            node.cfg.name
+                        );
+                        tracing::error!("{msg}");
+                        let _ = node.fatal.send(Some(msg));
+                        return;
+                    }
+                    Err(e) => debug!(%e, "publishing member attributes; will retry"),
+                }
+            }
+            _ => {}
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// Parses `http://host:port` (localhost allowed) into a socket address.
+pub fn parse_http_addr(url: &str) -> Option<std::net::SocketAddr> {
+    let rest = url.strip_prefix("http://")?.trim_end_matches('/');
+    let rest = rest.replacen("localhost:", "127.0.0.1:", 1);
+    rest.parse().ok()
+}
+
+#[tonic::async_trait]
+impl AppHandler for Node {
+    async fn forward_propose(&self, cmd: Command) -> Result<CommandResponse, ProposeError> {
+        self.proposer.propose_here(cmd).await
+    }
+
+    async fn read_index(&self) -> Result<u64, ProposeError> {
+        if !self.is_leader() {
+            return Err(ProposeError::NotLeader);
+        }
+        match tokio::time::timeout(self.cfg.request_timeout, self.raft.get_read_log_id()).await {
+            Err(_) => Err(ProposeError::Timeout),
+            Ok(Ok((read, _))) => Ok(read.map(|l| l.index).unwrap_or(0)),
+            Ok(Err(RaftError::APIError(_))) => Err(ProposeError::NotLeader),
+            Ok(Err(RaftError::Fatal(_))) => Err(ProposeError::Stopped),
+        }
+    }
+
+    async fn lease_keepalive(&self, id: i64) -> Result<Option<i64>, ProposeError> {
+        if !self.is_leader() {
+            return Err(ProposeError::NotLeader);
+        }
+        self.lease_keepalive_here(LeaseId(id)).await
+    }
+
+    async fn lease_time_to_live(
+        &self,
+        id: i64,
+        keys: bool,
+    ) -> Result<Option<(i64, i64, Vec<Vec<u8>>)>, ProposeError> {
+        if !self.is_leader() {
+            return Err(ProposeError::NotLeader);
+        }
+        Node::lease_time_to_live(self, LeaseId(id), keys).await
+    }
+
+    async fn member_change(
+        &self,
+        change: MemberChange,
+    ) -> Result<MemberChangeResult, ProposeError> {
+        if !self.is_leader() {
+            return Err(ProposeError::NotLeader);
+        }
+        membership::change(
+            &self.raft,
+            &self.cfg.cluster_token,
+            change,
+            self.cfg.request_timeout,
+        )
+        .await
+    }
+
+    async fn move_leader(&self, target: NodeId) -> Result<(), ProposeError> {
+        if target != self.id {
+            return Err(MembershipError::BadTransferee.into());
+        }
+        // We were chosen and have the whole log: stand for election now.
+        self.raft
+            .trigger()
+            .elect()
+            .await
+            .map_err(|_| ProposeError::Stopped)
     }
 }

@@ -15,8 +15,9 @@ use openraft::Raft;
 use prost::Message;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
+use crate::network::PeerApi;
 use crate::node::ProposeError;
-use crate::types::TypeConfig;
+use crate::types::{MemberNode, TypeConfig};
 
 /// Most commands in one entry.
 const MAX_BATCH: usize = 1024;
@@ -36,14 +37,22 @@ struct Pending {
 /// Queues proposals and submits them in batches.
 pub struct Proposer {
     tx: mpsc::Sender<Pending>,
+    raft: Raft<TypeConfig>,
+    timeout: Duration,
 }
 
 impl Proposer {
     /// Starts the batching task for `raft`; each entry may wait `timeout` for its result.
-    pub fn start(raft: Raft<TypeConfig>, timeout: Duration) -> Self {
+    pub fn start(raft: Raft<TypeConfig>, timeout: Duration, peers: PeerApi) -> Self {
         let (tx, rx) = mpsc::channel(8192);
-        tokio::spawn(run(raft, rx, timeout));
-        Proposer { tx }
+        tokio::spawn(run(raft.clone(), rx, timeout, peers));
+        Proposer { tx, raft, timeout }
+    }
+
+    /// Proposes a command forwarded by a follower: straight to openraft, never forwarded again
+    /// (the follower batched already, and a second hop could loop during a leader change).
+    pub async fn propose_here(&self, cmd: Command) -> Result<CommandResponse, ProposeError> {
+        write(&self.raft, cmd, self.timeout, None).await
     }
 
     /// Proposes one command and waits for its result.
@@ -57,7 +66,12 @@ impl Proposer {
     }
 }
 
-async fn run(raft: Raft<TypeConfig>, mut rx: mpsc::Receiver<Pending>, timeout: Duration) {
+async fn run(
+    raft: Raft<TypeConfig>,
+    mut rx: mpsc::Receiver<Pending>,
+    timeout: Duration,
+    peers: PeerApi,
+) {
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     while let Some(first) = rx.recv().await {
         // Waiting for a slot is what lets the next batch grow.
@@ -76,24 +90,30 @@ async fn run(raft: Raft<TypeConfig>, mut rx: mpsc::Receiver<Pending>, timeout: D
             }
         }
         let raft = raft.clone();
+        let peers = peers.clone();
         tokio::spawn(async move {
-            submit(&raft, batch, timeout).await;
+            submit(&raft, batch, timeout, &peers).await;
             drop(permit);
         });
     }
 }
 
-async fn submit(raft: &Raft<TypeConfig>, mut batch: Vec<Pending>, timeout: Duration) {
+async fn submit(
+    raft: &Raft<TypeConfig>,
+    mut batch: Vec<Pending>,
+    timeout: Duration,
+    peers: &PeerApi,
+) {
     if batch.len() == 1 {
         if let Some(p) = batch.pop() {
-            let _ = p.reply.send(write(raft, p.cmd, timeout).await);
+            let _ = p.reply.send(write(raft, p.cmd, timeout, Some(peers)).await);
         }
         return;
     }
     let (cmds, replies): (Vec<Command>, Vec<Reply>) =
         batch.into_iter().map(|p| (p.cmd, p.reply)).unzip();
     let cmd = Command::new(CommandKind::Batch(CommandBatch { commands: cmds }));
-    match write(raft, cmd, timeout).await {
+    match write(raft, cmd, timeout, Some(peers)).await {
         Ok(CommandResponse::Batch(results)) if results.len() == replies.len() => {
             for (reply, r) in replies.into_iter().zip(results) {
                 let _ = reply.send(r.map_err(ProposeError::Store));
@@ -113,13 +133,24 @@ async fn submit(raft: &Raft<TypeConfig>, mut batch: Vec<Pending>, timeout: Durat
     }
 }
 
-/// One openraft write with etcd's error mapping.
+/// One openraft write with etcd's error mapping; on a follower, forwarded to the leader when
+/// `peers` is given.
 async fn write(
     raft: &Raft<TypeConfig>,
     cmd: Command,
     timeout: Duration,
+    peers: Option<&PeerApi>,
 ) -> Result<CommandResponse, ProposeError> {
-    let res = match tokio::time::timeout(timeout, raft.client_write(cmd)).await {
+    let started = tokio::time::Instant::now();
+    if let Some(peers) = peers {
+        // Not the leader: send it to the leader (waiting out an election, as etcd does).
+        if let Some(leader) = leader_or_wait(raft, timeout).await? {
+            let left = timeout.saturating_sub(started.elapsed());
+            return peers.forward_propose(&leader, cmd, left).await;
+        }
+    }
+    let left = timeout.saturating_sub(started.elapsed());
+    let res = match tokio::time::timeout(left, raft.client_write(cmd)).await {
         Err(_) => return Err(ProposeError::Timeout),
         Ok(r) => r,
     };
@@ -131,16 +162,42 @@ async fn write(
             ))),
             Err(e) => Err(ProposeError::Store(e)),
         },
-        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
-            if f.leader_id.is_some() {
-                Err(ProposeError::NotLeader)
-            } else {
-                Err(ProposeError::NoLeader)
-            }
+        // Leadership moved between the check and the write: the client retries elsewhere.
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
+            Err(ProposeError::NoLeader)
         }
         Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
             Err(ProposeError::Store(StoreError::Backend(e.to_string())))
         }
         Err(RaftError::Fatal(_)) => Err(ProposeError::Stopped),
+    }
+}
+
+/// `None` if this member leads; the leader's node if another member does; waits up to `timeout`
+/// while there is no leader.
+async fn leader_or_wait(
+    raft: &Raft<TypeConfig>,
+    timeout: Duration,
+) -> Result<Option<MemberNode>, ProposeError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let m = raft.metrics().borrow().clone();
+        if m.state == openraft::ServerState::Leader {
+            return Ok(None);
+        }
+        if let Some(id) = m.current_leader {
+            if let Some((_, n)) = m
+                .membership_config
+                .membership()
+                .nodes()
+                .find(|(n, _)| **n == id)
+            {
+                return Ok(Some(n.clone()));
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ProposeError::NoLeader);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -9,6 +9,7 @@ pub mod backend;
 pub mod bbolt;
 pub mod command;
 pub mod error;
+pub mod etcd_snapshot;
 pub mod lease;
 pub mod mvcc;
 pub mod snapshot;

@@ -28,9 +28,9 @@ use crate::pb::etcdserverpb::{
 use crate::pb::mvccpb::{event::EventType, Event, KeyValue};
 use crate::watch::{History, WatchHub};
 
-const META_RAFT: &[u8] = b"raft";
-const META_REV: &[u8] = b"rev";
-const META_COMPACT: &[u8] = b"compact";
+pub(crate) const META_RAFT: &[u8] = b"raft";
+pub(crate) const META_REV: &[u8] = b"rev";
+pub(crate) const META_COMPACT: &[u8] = b"compact";
 
 /// Tunables of the store.
 #[derive(Debug, Clone)]
@@ -61,6 +61,22 @@ struct State {
 struct Shared {
     backend: Box<dyn Backend>,
     state: RwLock<State>,
+    /// Held for read by readers that stream history without the state lock (etcd-format
+    /// export), for write by whatever deletes history (compaction, snapshot install).
+    history: RwLock<()>,
+}
+
+/// A revision pinned for reading history without the state lock: Kv entries at or below
+/// `revision` do not change while `_guard` lives (only compaction and snapshot installs
+/// delete history, and they wait for the guard).
+pub(crate) struct HistoryPin<'a> {
+    pub(crate) _guard: parking_lot::RwLockReadGuard<'a, ()>,
+    /// The store's revision when pinned.
+    pub(crate) revision: i64,
+    /// The compaction revision when pinned (0 = never compacted).
+    pub(crate) compacted: i64,
+    /// The Lease space when pinned (leases are few; they change without a new revision).
+    pub(crate) leases: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 /// The MVCC store.
@@ -82,6 +98,7 @@ impl Store {
         let shared = Arc::new(Shared {
             backend: Box::new(backend),
             state: RwLock::new(state),
+            history: RwLock::new(()),
         });
         let hub = WatchHub::new(shared.clone() as Arc<dyn History>, opts.progress_interval);
         Ok(Arc::new(Store {
@@ -152,6 +169,8 @@ impl Store {
                 revision.to_be_bytes().to_vec(),
             );
             batch.put(Space::Meta, META_RAFT.to_vec(), raft_meta.clone());
+            // A compaction deletes history: wait for etcd-format exports streaming it.
+            let _history = compacted.map(|_| self.shared.history.write());
             self.shared.backend.write(batch)?;
             st.raft_meta = Some(raft_meta);
         }
@@ -344,6 +363,30 @@ impl Store {
         self.shared.backend.flush()
     }
 
+    /// Pins the current revision for [`crate::etcd_snapshot`]: reads the revision, the
+    /// compaction point and the leases under the state lock, and takes the history guard
+    /// before releasing it, so no compaction can slip in between.
+    pub(crate) fn pin_history(&self) -> Result<HistoryPin<'_>, StoreError> {
+        let st = self.shared.state.read();
+        let guard = self.shared.history.read();
+        let leases = self
+            .shared
+            .backend
+            .scan(Space::Lease, &[], None)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(HistoryPin {
+            _guard: guard,
+            revision: st.kv.current,
+            compacted: st.kv.compacted,
+            leases,
+        })
+    }
+
+    /// The backend, for readers that hold a [`HistoryPin`] instead of the state lock.
+    pub(crate) fn backend(&self) -> &dyn Backend {
+        &*self.shared.backend
+    }
+
     /// Writes the whole replicated state (see [`crate::snapshot`]) while holding reads.
     pub fn write_snapshot(
         &self,
@@ -365,6 +408,8 @@ impl Store {
         min_lease_ttl: i64,
     ) -> Result<(), StoreError> {
         let mut st = self.shared.state.write();
+        // Clearing deletes history: wait for etcd-format exports streaming it.
+        let _history = self.shared.history.write();
         self.shared.backend.clear()?;
         crate::snapshot::read_into(&*self.shared.backend, r)?;
         self.shared.backend.flush()?;

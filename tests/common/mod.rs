@@ -994,3 +994,6 @@ impl Vars {
             .unwrap_or_else(|| panic!("variable {k} was never captured"))
     }
 }
+
+pub mod cluster;
+pub mod netns;

@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use keel_raft::node::Node;
+use keel_raft::node::{MemberInfo, Node};
+use keel_raft::peer::MemberChange;
 use keel_store::pb::etcdserverpb::{
     Member, MemberAddRequest, MemberAddResponse, MemberListRequest, MemberListResponse,
     MemberPromoteRequest, MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse,
@@ -10,6 +11,7 @@ use keel_store::pb::etcdserverpb::{
 };
 use tonic::{Request, Response, Status};
 
+use super::error::propose_status;
 use super::header::HeaderSource;
 use super::pb::cluster_server::Cluster;
 
@@ -29,47 +31,86 @@ impl ClusterService {
     }
 
     fn members(&self) -> Vec<Member> {
-        let mut v: Vec<Member> = self
-            .node
-            .members()
-            .into_iter()
-            .map(|m| Member {
-                id: m.id,
-                name: m.node.name,
-                peer_ur_ls: m.node.peer_urls,
-                client_ur_ls: m.node.client_urls,
-                is_learner: m.is_learner,
-            })
-            .collect();
-        v.sort_by_key(|m| m.id);
-        v
+        self.node.members().into_iter().map(to_pb).collect()
     }
 }
 
-const NO_MEMBERSHIP: &str =
-    "keel: membership changes need the peer transport, which this build does not have";
+fn to_pb(m: MemberInfo) -> Member {
+    Member {
+        id: m.id,
+        name: m.node.name,
+        peer_ur_ls: m.node.peer_urls,
+        client_ur_ls: m.node.client_urls,
+        is_learner: m.is_learner,
+    }
+}
+
+impl ClusterService {
+    async fn change(&self, change: MemberChange) -> Result<(Option<Member>, Vec<Member>), Status> {
+        let r = self
+            .node
+            .member_change(change)
+            .await
+            .map_err(|e| propose_status(&e))?;
+        Ok((
+            r.member.map(to_pb),
+            r.members.into_iter().map(to_pb).collect(),
+        ))
+    }
+
+    fn header(&self) -> Option<keel_store::pb::etcdserverpb::ResponseHeader> {
+        // etcd's Cluster service leaves the header revision unset.
+        Some(self.hdr.header(0))
+    }
+}
 
 #[tonic::async_trait]
 impl Cluster for ClusterService {
     async fn member_add(
         &self,
-        _req: Request<MemberAddRequest>,
+        req: Request<MemberAddRequest>,
     ) -> Result<Response<MemberAddResponse>, Status> {
-        Err(Status::unimplemented(NO_MEMBERSHIP))
+        let r = req.into_inner();
+        let (member, members) = self
+            .change(MemberChange::Add {
+                peer_urls: r.peer_ur_ls,
+                learner: r.is_learner,
+            })
+            .await?;
+        Ok(Response::new(MemberAddResponse {
+            header: self.header(),
+            member,
+            members,
+        }))
     }
 
     async fn member_remove(
         &self,
-        _req: Request<MemberRemoveRequest>,
+        req: Request<MemberRemoveRequest>,
     ) -> Result<Response<MemberRemoveResponse>, Status> {
-        Err(Status::unimplemented(NO_MEMBERSHIP))
+        let r = req.into_inner();
+        let (_, members) = self.change(MemberChange::Remove { id: r.id }).await?;
+        Ok(Response::new(MemberRemoveResponse {
+            header: self.header(),
+            members,
+        }))
     }
 
     async fn member_update(
         &self,
-        _req: Request<MemberUpdateRequest>,
+        req: Request<MemberUpdateRequest>,
     ) -> Result<Response<MemberUpdateResponse>, Status> {
-        Err(Status::unimplemented(NO_MEMBERSHIP))
+        let r = req.into_inner();
+        let (_, members) = self
+            .change(MemberChange::Update {
+                id: r.id,
+                peer_urls: r.peer_ur_ls,
+            })
+            .await?;
+        Ok(Response::new(MemberUpdateResponse {
+            header: self.header(),
+            members,
+        }))
     }
 
     async fn member_list(
@@ -77,16 +118,20 @@ impl Cluster for ClusterService {
         _req: Request<MemberListRequest>,
     ) -> Result<Response<MemberListResponse>, Status> {
         Ok(Response::new(MemberListResponse {
-            // etcd's Cluster service leaves the header revision unset.
-            header: Some(self.hdr.header(0)),
+            header: self.header(),
             members: self.members(),
         }))
     }
 
     async fn member_promote(
         &self,
-        _req: Request<MemberPromoteRequest>,
+        req: Request<MemberPromoteRequest>,
     ) -> Result<Response<MemberPromoteResponse>, Status> {
-        Err(Status::unimplemented(NO_MEMBERSHIP))
+        let r = req.into_inner();
+        let (_, members) = self.change(MemberChange::Promote { id: r.id }).await?;
+        Ok(Response::new(MemberPromoteResponse {
+            header: self.header(),
+            members,
+        }))
     }
 }

@@ -145,19 +145,19 @@ impl Lease for LeaseService {
         req: Request<LeaseTimeToLiveRequest>,
     ) -> Result<Response<LeaseTimeToLiveResponse>, Status> {
         let r = req.into_inner();
-        self.node
-            .read_barrier()
+        let found = self
+            .node
+            .lease_time_to_live(LeaseId(r.id), r.keys)
             .await
             .map_err(|e| propose_status(&e))?;
-        let store = self.node.store();
-        let header = Some(self.hdr.header(store.revision()));
-        let resp = match store.lease_time_to_live(LeaseId(r.id), r.keys) {
+        let header = Some(self.hdr.header(self.node.store().revision()));
+        let resp = match found {
             Some((ttl, granted, keys)) => LeaseTimeToLiveResponse {
                 header,
                 id: r.id,
                 ttl,
                 granted_ttl: granted,
-                keys,
+                keys: keys.into_iter().map(Into::into).collect(),
             },
             None => LeaseTimeToLiveResponse {
                 header,

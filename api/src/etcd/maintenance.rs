@@ -12,7 +12,7 @@ use keel_store::pb::etcdserverpb::{
 };
 use tonic::{Request, Response, Status};
 
-use super::error::store_status;
+use super::error::{propose_status, store_status};
 use super::header::HeaderSource;
 use super::pb::maintenance_server::Maintenance;
 use super::ETCD_VERSION;
@@ -127,9 +127,12 @@ impl Maintenance for MaintenanceService {
         &self,
         _req: Request<SnapshotRequest>,
     ) -> Result<Response<Self::SnapshotStream>, Status> {
-        Err(Status::unimplemented(
-            "keel: etcd-format snapshot streaming is not available yet (see docs/etcd-compatibility.md)",
-        ))
+        // A few messages of read-ahead: enough to keep the connection busy, little memory.
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(snapshot_export::produce(self.node.clone(), tx));
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
     }
 
     async fn move_leader(
@@ -137,17 +140,159 @@ impl Maintenance for MaintenanceService {
         req: Request<MoveLeaderRequest>,
     ) -> Result<Response<MoveLeaderResponse>, Status> {
         let r = req.into_inner();
-        let st = self.node.status();
-        if !st.is_leader {
-            return Err(Status::failed_precondition("etcdserver: not leader"));
-        }
-        if r.target_id != st.member_id {
-            return Err(Status::failed_precondition(
-                "etcdserver: bad leader transferee",
-            ));
-        }
+        self.node
+            .move_leader(r.target_id)
+            .await
+            .map_err(|e| propose_status(&e))?;
         Ok(Response::new(MoveLeaderResponse {
             header: self.header(),
         }))
+    }
+}
+
+/// Maintenance.Snapshot: the store is exported to a temporary etcd-format file in the
+/// member's `snap/` directory, which is then streamed as etcd streams its bbolt file: 32 KiB
+/// messages with `remaining_bytes = total - sent`, then one message with the SHA-256 of
+/// everything sent. The file is removed when the stream ends, fails, or the client goes away.
+mod snapshot_export {
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use keel_raft::node::Node;
+    use keel_store::bbolt::EtcdMember;
+    use keel_store::etcd_snapshot::SnapshotDigest;
+    use keel_store::pb::etcdserverpb::SnapshotResponse;
+    use tokio::io::AsyncReadExt;
+    use tokio::sync::mpsc::Sender;
+    use tonic::Status;
+    use tracing::{info, warn};
+
+    /// etcd's snapshot message size.
+    const CHUNK: usize = 32 * 1024;
+    /// Prefix of the temporary export files in `snap/`.
+    const PREFIX: &str = "etcd-export-";
+
+    /// Numbers concurrent exports of this process apart.
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+
+    /// Deletes the export file however the stream ends.
+    struct TempFile(PathBuf);
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            if let Err(e) = std::fs::remove_file(&self.0) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    warn!(path = %self.0.display(), %e, "could not remove snapshot export file");
+                }
+            }
+        }
+    }
+
+    /// Streams one snapshot into `tx`; errors go to the client as the stream's status.
+    pub(super) async fn produce(node: Arc<Node>, tx: Sender<Result<SnapshotResponse, Status>>) {
+        if let Err(status) = stream(node, &tx).await {
+            // The client may be gone already; then nobody needs the status either.
+            let _ = tx.send(Err(status)).await;
+        }
+    }
+
+    async fn stream(
+        node: Arc<Node>,
+        tx: &Sender<Result<SnapshotResponse, Status>>,
+    ) -> Result<(), Status> {
+        let dir = node.config().data_dir.join("snap");
+        tokio::fs::create_dir_all(&dir)
+            .await
+            .map_err(|e| internal(&dir, e))?;
+        remove_stale(&dir).await;
+        let path = dir.join(format!(
+            "{PREFIX}{}-{}.db",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _cleanup = TempFile(path.clone());
+
+        let members: Vec<EtcdMember> = node
+            .members()
+            .into_iter()
+            .map(|m| EtcdMember {
+                id: m.id,
+                name: m.node.name,
+                peer_urls: m.node.peer_urls,
+                client_urls: m.node.client_urls,
+                is_learner: m.is_learner,
+            })
+            .collect();
+        // etcd records the index it applied; etcd's restore replaces it, so "about the
+        // exported revision" is precise enough.
+        let consistent_index = node.status().applied_index;
+        let store = node.store().clone();
+        let export_path = path.clone();
+        // Sled reads block: keep them off the async workers.
+        let summary = tokio::task::spawn_blocking(move || {
+            store.export_etcd(&export_path, members, consistent_index, &|_| {})
+        })
+        .await
+        .map_err(|e| Status::internal(format!("keel: snapshot export task failed: {e}")))?
+        .map_err(|e| Status::internal(format!("keel: snapshot export failed: {e}")))?;
+        info!(
+            revision = summary.revision,
+            size = summary.total_size,
+            "streaming snapshot"
+        );
+
+        let mut file = tokio::fs::File::open(&path)
+            .await
+            .map_err(|e| internal(&path, e))?;
+        let total = summary.total_size;
+        let mut sent = 0u64;
+        let mut digest = SnapshotDigest::new();
+        let mut buf = vec![0u8; CHUNK];
+        while sent < total {
+            let n = (total - sent).min(CHUNK as u64) as usize;
+            file.read_exact(&mut buf[..n])
+                .await
+                .map_err(|e| internal(&path, e))?;
+            digest.update(&buf[..n]);
+            sent += n as u64;
+            let msg = SnapshotResponse {
+                header: None,
+                remaining_bytes: total - sent,
+                blob: Bytes::copy_from_slice(&buf[..n]),
+            };
+            if tx.send(Ok(msg)).await.is_err() {
+                info!(sent, total, "snapshot client went away");
+                return Ok(());
+            }
+        }
+        let last = SnapshotResponse {
+            header: None,
+            remaining_bytes: 0,
+            blob: Bytes::copy_from_slice(&digest.finish()),
+        };
+        // Nothing to do if the client left just before the digest.
+        let _ = tx.send(Ok(last)).await;
+        Ok(())
+    }
+
+    fn internal(path: &Path, e: std::io::Error) -> Status {
+        Status::internal(format!("keel: snapshot file {}: {e}", path.display()))
+    }
+
+    /// Removes export files an earlier process left behind (it was killed mid-stream); files
+    /// of this process belong to streams still running.
+    async fn remove_stale(dir: &Path) {
+        let own = format!("{PREFIX}{}-", std::process::id());
+        let Ok(mut rd) = tokio::fs::read_dir(dir).await else {
+            return;
+        };
+        while let Ok(Some(e)) = rd.next_entry().await {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with(PREFIX) && !name.starts_with(&own) && name.ends_with(".db") {
+                let _ = tokio::fs::remove_file(e.path()).await;
+            }
+        }
     }
 }

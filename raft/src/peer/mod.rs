@@ -5,6 +5,13 @@
 //! The Raft side plugs into openraft as a `RaftNetworkFactory`; the application side calls an
 //! [`AppHandler`], which the member (`crate::node::Node`) implements.
 
+pub mod codec;
+pub mod server;
+
+pub use server::{
+    peer_service, serve_peer, serve_peer_on, serve_service_on, PeerError, PeerService,
+};
+
 use keel_store::{Command, CommandResponse};
 
 use crate::node::{MemberInfo, ProposeError};
@@ -14,7 +21,10 @@ use crate::types::NodeId;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MemberChange {
     /// Add a member with these peer URLs (as a learner if `learner`).
-    Add { peer_urls: Vec<String>, learner: bool },
+    Add {
+        peer_urls: Vec<String>,
+        learner: bool,
+    },
     /// Remove a member.
     Remove { id: NodeId },
     /// Replace a member's peer URLs.
@@ -22,7 +32,11 @@ pub enum MemberChange {
     /// Promote a learner to voter.
     Promote { id: NodeId },
     /// A member publishes its name and client URLs after it starts (etcd's attribute update).
-    Publish { id: NodeId, name: String, client_urls: Vec<String> },
+    Publish {
+        id: NodeId,
+        name: String,
+        client_urls: Vec<String>,
+    },
 }
 
 /// The result of a membership change: the member it concerned (for Add) and the new list.
@@ -42,9 +56,14 @@ pub trait AppHandler: Send + Sync + 'static {
     /// Renews a lease; `Ok(None)` if it does not exist.
     async fn lease_keepalive(&self, id: i64) -> Result<Option<i64>, ProposeError>;
     /// Remaining TTL, granted TTL and attached keys of a lease; `Ok(None)` if it does not exist.
-    async fn lease_time_to_live(&self, id: i64, keys: bool) -> Result<Option<(i64, i64, Vec<Vec<u8>>)>, ProposeError>;
+    async fn lease_time_to_live(
+        &self,
+        id: i64,
+        keys: bool,
+    ) -> Result<Option<(i64, i64, Vec<Vec<u8>>)>, ProposeError>;
     /// Performs a membership change.
-    async fn member_change(&self, change: MemberChange) -> Result<MemberChangeResult, ProposeError>;
+    async fn member_change(&self, change: MemberChange)
+        -> Result<MemberChangeResult, ProposeError>;
     /// Hands leadership to `target` (etcd's MoveLeader).
     async fn move_leader(&self, target: NodeId) -> Result<(), ProposeError>;
 }

@@ -1,0 +1,325 @@
+//! The peer transport's server: Raft RPCs go to openraft, application RPCs to the
+//! [`AppHandler`]. A request that does not decode is `InvalidArgument`; nothing here panics on
+//! input.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::Raft;
+use tokio::net::TcpListener;
+use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
+use tonic::metadata::MetadataMap;
+use tonic::{Request, Response, Status};
+use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
+use tracing::debug;
+
+use crate::peer::codec::{self, pb, CodecError};
+use crate::peer::AppHandler;
+use crate::types::{NodeId, TypeConfig};
+
+pub use pb::peer_server::PeerServer;
+
+/// Largest peer message either side encodes or decodes. AppendEntries batches are split near
+/// [`APPEND_SPLIT_BYTES`] and snapshot chunks are openraft's `snapshot_max_chunk_size` (3 MiB by
+/// default), so this leaves room for one oversized entry plus framing.
+pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
+
+/// An AppendEntries request larger than this (with more than one entry) is sent in parts.
+pub const APPEND_SPLIT_BYTES: usize = 4 << 20;
+
+/// Metadata header naming the cluster the sender belongs to (hex).
+pub const CLUSTER_HEADER: &str = "keel-cluster-id";
+
+/// Metadata header naming the member a Raft RPC is meant for (hex).
+pub const TO_HEADER: &str = "keel-to";
+
+/// HTTP/2 keep-alive on idle peer connections, so a dead peer's connection is noticed and
+/// replaced instead of eating RPC timeouts.
+pub(crate) const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+/// How long a keep-alive ping may go unanswered.
+pub(crate) const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The peer service's codec: prost, except that a message that does not parse is
+/// `InvalidArgument` (the sender is at fault) instead of prost's `Internal`. Generated code
+/// uses it through `build.rs`'s `codec_path`.
+#[derive(Debug, Clone)]
+pub struct PeerCodec<T, U>(ProstCodec<T, U>);
+
+impl<T, U> Default for PeerCodec<T, U> {
+    fn default() -> Self {
+        PeerCodec(ProstCodec::default())
+    }
+}
+
+impl<T, U> Codec for PeerCodec<T, U>
+where
+    T: prost::Message + Send + 'static,
+    U: prost::Message + Default + Send + 'static,
+{
+    type Encode = T;
+    type Decode = U;
+    type Encoder = ProstEncoder<T>;
+    type Decoder = PeerDecoder<U>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        self.0.encoder()
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        PeerDecoder(self.0.decoder())
+    }
+}
+
+/// Decoder of [`PeerCodec`].
+#[derive(Debug)]
+pub struct PeerDecoder<U>(ProstDecoder<U>);
+
+impl<U: prost::Message + Default> Decoder for PeerDecoder<U> {
+    type Item = U;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
+        self.0.decode(src).map_err(|s| {
+            if s.code() == tonic::Code::Internal {
+                Status::invalid_argument(format!("undecodable message: {}", s.message()))
+            } else {
+                s
+            }
+        })
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        self.0.buffer_settings()
+    }
+}
+
+/// Why the peer server stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    /// The listen address could not be bound.
+    #[error("peer transport: bind {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    /// The server failed while serving.
+    #[error("peer transport: {0}")]
+    Serve(#[from] tonic::transport::Error),
+}
+
+/// Serves the `keel.peer.Peer` service for one member.
+#[derive(Clone)]
+pub struct PeerService {
+    raft: Raft<TypeConfig>,
+    app: Arc<dyn AppHandler>,
+    id: NodeId,
+    cluster_id: Option<u64>,
+}
+
+impl PeerService {
+    /// A service for `raft` (this member) and `app`; accepts callers from any cluster.
+    pub fn new(raft: Raft<TypeConfig>, app: Arc<dyn AppHandler>) -> Self {
+        let id = raft.metrics().borrow().id;
+        PeerService {
+            raft,
+            app,
+            id,
+            cluster_id: None,
+        }
+    }
+
+    /// Refuses callers that name a different cluster (etcd's cluster-ID check).
+    pub fn with_cluster_id(mut self, cluster_id: u64) -> Self {
+        self.cluster_id = Some(cluster_id);
+        self
+    }
+
+    /// Wraps the service in its tonic server with keel's message size limits.
+    pub fn into_server(self) -> PeerServer<PeerService> {
+        PeerServer::new(self)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    /// Checks the cluster header and, for Raft RPCs, that this member is the intended target:
+    /// a URL reused by another member or cluster must not accept votes or entries.
+    fn check(&self, md: &MetadataMap, raft_rpc: bool) -> Result<(), Status> {
+        if let Some(want) = self.cluster_id {
+            match header_u64(md, CLUSTER_HEADER) {
+                Some(got) if got == want => {}
+                got => {
+                    return Err(Status::failed_precondition(format!(
+                        "cluster ID mismatch: this member is in cluster {want:016x}, the caller named {}",
+                        got.map(|g| format!("{g:016x}")).unwrap_or_else(|| "none".into())
+                    )))
+                }
+            }
+        }
+        if raft_rpc {
+            if let Some(to) = header_u64(md, TO_HEADER) {
+                if to != self.id {
+                    return Err(Status::failed_precondition(format!(
+                        "request for member {to:016x} reached member {:016x}",
+                        self.id
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Parses a hex header; absent or malformed = `None`.
+fn header_u64(md: &MetadataMap, key: &str) -> Option<u64> {
+    let v = md.get(key)?.to_str().ok()?;
+    u64::from_str_radix(v, 16).ok()
+}
+
+fn invalid(what: &str, e: CodecError) -> Status {
+    debug!(%e, "undecodable {what} request");
+    Status::invalid_argument(format!("{what}: {e}"))
+}
+
+/// The tonic service for `raft` and `app` (no cluster-ID check; see [`PeerService`]).
+pub fn peer_service(raft: Raft<TypeConfig>, app: Arc<dyn AppHandler>) -> PeerServer<PeerService> {
+    PeerService::new(raft, app).into_server()
+}
+
+/// Binds `addr` and serves the peer service until `shutdown` completes.
+pub async fn serve_peer(
+    addr: SocketAddr,
+    raft: Raft<TypeConfig>,
+    app: Arc<dyn AppHandler>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), PeerError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| PeerError::Bind { addr, source })?;
+    serve_peer_on(listener, raft, app, shutdown).await
+}
+
+/// Serves the peer service on an already bound listener until `shutdown` completes (binding
+/// first lets the caller report a busy port before it starts anything else).
+pub async fn serve_peer_on(
+    listener: TcpListener,
+    raft: Raft<TypeConfig>,
+    app: Arc<dyn AppHandler>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), PeerError> {
+    serve_service_on(listener, PeerService::new(raft, app), shutdown).await
+}
+
+/// Serves a configured [`PeerService`] (e.g. with a cluster-ID check) on `listener`.
+pub async fn serve_service_on(
+    listener: TcpListener,
+    service: PeerService,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), PeerError> {
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        .http2_adaptive_window(Some(true))
+        .add_service(service.into_server())
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await?;
+    Ok(())
+}
+
+#[tonic::async_trait]
+impl pb::peer_server::Peer for PeerService {
+    async fn append_entries(
+        &self,
+        request: Request<pb::AppendEntriesRequest>,
+    ) -> Result<Response<pb::AppendEntriesReply>, Status> {
+        self.check(request.metadata(), true)?;
+        let rpc = codec::append_request_from_pb(request.into_inner())
+            .map_err(|e| invalid("AppendEntries", e))?;
+        let res = self.raft.append_entries(rpc).await;
+        Ok(Response::new(codec::append_reply_to_pb(&res)))
+    }
+
+    async fn vote(
+        &self,
+        request: Request<pb::VoteRequest>,
+    ) -> Result<Response<pb::VoteReply>, Status> {
+        self.check(request.metadata(), true)?;
+        let rpc =
+            codec::vote_request_from_pb(request.into_inner()).map_err(|e| invalid("Vote", e))?;
+        let res = self.raft.vote(rpc).await;
+        Ok(Response::new(codec::vote_reply_to_pb(&res)))
+    }
+
+    async fn install_snapshot(
+        &self,
+        request: Request<pb::InstallSnapshotRequest>,
+    ) -> Result<Response<pb::InstallSnapshotReply>, Status> {
+        self.check(request.metadata(), true)?;
+        let rpc = codec::snapshot_request_from_pb(request.into_inner())
+            .map_err(|e| invalid("InstallSnapshot", e))?;
+        let res = self.raft.install_snapshot(rpc).await;
+        Ok(Response::new(codec::snapshot_reply_to_pb(&res)))
+    }
+
+    async fn forward(
+        &self,
+        request: Request<pb::ForwardRequest>,
+    ) -> Result<Response<pb::ForwardReply>, Status> {
+        self.check(request.metadata(), false)?;
+        let bytes = request.into_inner().command;
+        let cmd = <keel_store::Command as prost::Message>::decode(bytes.as_slice())
+            .map_err(|e| invalid("Forward", e.into()))?;
+        let res = self.app.forward_propose(cmd).await;
+        Ok(Response::new(codec::forward_reply_to_pb(&res)))
+    }
+
+    async fn read_index(
+        &self,
+        request: Request<pb::ReadIndexRequest>,
+    ) -> Result<Response<pb::ReadIndexReply>, Status> {
+        self.check(request.metadata(), false)?;
+        let res = self.app.read_index().await;
+        Ok(Response::new(codec::read_index_reply_to_pb(&res)))
+    }
+
+    async fn lease_keep_alive(
+        &self,
+        request: Request<pb::LeaseKeepAliveRequest>,
+    ) -> Result<Response<pb::LeaseKeepAliveReply>, Status> {
+        self.check(request.metadata(), false)?;
+        let res = self.app.lease_keepalive(request.into_inner().id).await;
+        Ok(Response::new(codec::lease_keepalive_reply_to_pb(&res)))
+    }
+
+    async fn lease_time_to_live(
+        &self,
+        request: Request<pb::LeaseTimeToLiveRequest>,
+    ) -> Result<Response<pb::LeaseTimeToLiveReply>, Status> {
+        self.check(request.metadata(), false)?;
+        let req = request.into_inner();
+        let res = self.app.lease_time_to_live(req.id, req.keys).await;
+        Ok(Response::new(codec::lease_ttl_reply_to_pb(&res)))
+    }
+
+    async fn member_change(
+        &self,
+        request: Request<pb::MemberChangeRequest>,
+    ) -> Result<Response<pb::MemberChangeReply>, Status> {
+        self.check(request.metadata(), false)?;
+        let change = codec::member_change_from_pb(request.into_inner())
+            .map_err(|e| invalid("MemberChange", e))?;
+        let res = self.app.member_change(change).await;
+        Ok(Response::new(codec::member_change_reply_to_pb(&res)))
+    }
+
+    async fn move_leader(
+        &self,
+        request: Request<pb::MoveLeaderRequest>,
+    ) -> Result<Response<pb::MoveLeaderReply>, Status> {
+        self.check(request.metadata(), false)?;
+        let res = self.app.move_leader(request.into_inner().target).await;
+        Ok(Response::new(codec::move_leader_reply_to_pb(&res)))
+    }
+}

@@ -1,0 +1,536 @@
+//! `keel snapshot save` and `keel snapshot restore`: etcd-format snapshots from the command
+//! line.
+//!
+//! `save` streams `Maintenance.Snapshot` from one member into `<file>.part`, checks the
+//! SHA-256 the member sends last, fsyncs and renames: the result is byte for byte what
+//! `etcdctl snapshot save` writes (the bbolt file followed by its SHA-256), so etcdctl, etcd
+//! and keel all read it. `restore` checks a snapshot (trailer, then every page) before creating
+//! anything, loads it into a temporary directory next to `--data-dir`, and renames that into
+//! place only when it is complete: an error or an interrupt never leaves a half-restored
+//! data directory. Every member of the new cluster restores the same file with the same
+//! cluster flags, then starts with `keel server ... --initial-cluster-state new`.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use keel_raft::codec::{
+    applied_to_bytes, log_id_from_pb, membership_from_pb, LogIdPb, MemberPb, MembershipPb,
+    VoterSetPb,
+};
+use keel_raft::membership::{
+    check_self, cluster_id, member_id, parse_initial_cluster, InitialMember,
+};
+use keel_raft::types::StoredMembership;
+use keel_store::bbolt::{BoltReader, SHA256_LEN};
+use keel_store::etcd_snapshot::{
+    import_etcd, verify_etcd_file, EtcdSnapshotError, ImportOptions, SnapshotDigest,
+};
+
+use crate::cli::{SnapshotArgs, SnapshotCommand, SnapshotRestoreArgs, SnapshotSaveArgs};
+
+/// Why a snapshot command failed; every message names the file or flag involved.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotCmdError {
+    /// A flag is unusable.
+    #[error("{0}")]
+    Flags(String),
+    /// The member could not be reached or the stream failed.
+    #[error("snapshot from {endpoint}: {reason}")]
+    Remote { endpoint: String, reason: String },
+    /// A local file operation failed.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The snapshot is damaged, or is not an etcd snapshot.
+    #[error("{path}: {source}")]
+    Snapshot {
+        path: PathBuf,
+        source: EtcdSnapshotError,
+    },
+    /// The user interrupted the command (what it had written is removed).
+    #[error("interrupted; {0} was removed")]
+    Interrupted(PathBuf),
+    /// The blocking part of the command panicked or was cancelled.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SnapshotCmdError + '_ {
+    move |source| SnapshotCmdError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn snap_err<E: Into<EtcdSnapshotError>>(path: &Path) -> impl FnOnce(E) -> SnapshotCmdError + '_ {
+    move |e| SnapshotCmdError::Snapshot {
+        path: path.to_path_buf(),
+        source: e.into(),
+    }
+}
+
+/// Runs `keel snapshot ...`.
+pub async fn run(args: SnapshotArgs) -> Result<(), SnapshotCmdError> {
+    match args.command {
+        SnapshotCommand::Save(a) => save(a).await,
+        SnapshotCommand::Restore(a) => {
+            let tmp = restore_tmp_dir(&a.data_dir)?;
+            let cleanup = tmp.clone();
+            let work = tokio::task::spawn_blocking(move || restore(a, &tmp));
+            tokio::select! {
+                r = work => r.map_err(|e| SnapshotCmdError::Internal(e.to_string()))?,
+                _ = tokio::signal::ctrl_c() => {
+                    // The data directory does not exist yet (it appears by rename at the end).
+                    let _ = std::fs::remove_dir_all(&cleanup);
+                    Err(SnapshotCmdError::Interrupted(cleanup))
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// save
+
+async fn save(a: SnapshotSaveArgs) -> Result<(), SnapshotCmdError> {
+    let endpoint = match a.endpoints.as_slice() {
+        [one] => one.clone(),
+        _ => {
+            // As etcdctl: a snapshot is one member's state.
+            return Err(SnapshotCmdError::Flags(format!(
+                "snapshot must be requested from exactly one endpoint, got {}",
+                a.endpoints.len()
+            )));
+        }
+    };
+    let mut part = a.file.clone().into_os_string();
+    part.push(".part");
+    let part = PathBuf::from(part);
+    let res = tokio::select! {
+        r = save_to(&endpoint, &part, a.dial_timeout) => r,
+        _ = tokio::signal::ctrl_c() => Err(SnapshotCmdError::Interrupted(part.clone())),
+    };
+    let (size, digest) = match res {
+        Ok(v) => v,
+        Err(e) => {
+            // As etcdctl, nothing is left under the final name; the partial file goes too.
+            let _ = std::fs::remove_file(&part);
+            return Err(e);
+        }
+    };
+    if let Err(e) = finish_file(&part, &a.file) {
+        let _ = std::fs::remove_file(&part);
+        return Err(e);
+    }
+    // Walk the saved file as `etcdctl snapshot status` would, so a bad snapshot is noticed
+    // now and not on the day it is needed.
+    let file = a.file.clone();
+    let status = tokio::task::spawn_blocking(move || {
+        let reader = BoltReader::open(&file).map_err(snap_err(&file))?;
+        verify_etcd_file(&reader).map_err(snap_err(&file))
+    })
+    .await
+    .map_err(|e| SnapshotCmdError::Internal(e.to_string()))??;
+    println!("Snapshot saved at {}", a.file.display());
+    println!(
+        "revision {}, {} keys, {} bytes (+{SHA256_LEN}-byte sha256 {})",
+        status.revision,
+        status.total_key,
+        size,
+        hex(&digest)
+    );
+    Ok(())
+}
+
+/// Streams the snapshot into `part`; returns the database size and its SHA-256.
+async fn save_to(
+    endpoint: &str,
+    part: &Path,
+    dial_timeout: Duration,
+) -> Result<(u64, [u8; SHA256_LEN]), SnapshotCmdError> {
+    let remote = |reason: String| SnapshotCmdError::Remote {
+        endpoint: endpoint.to_string(),
+        reason,
+    };
+    let opts = etcd_client::ConnectOptions::new().with_connect_timeout(dial_timeout);
+    let mut client = etcd_client::Client::connect([endpoint], Some(opts))
+        .await
+        .map_err(|e| remote(e.to_string()))?;
+    let mut stream = client.snapshot().await.map_err(|e| remote(e.to_string()))?;
+
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+    let file = opts.open(part).map_err(io_err(part))?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+
+    let mut total: Option<u64> = None;
+    let mut received = 0u64;
+    let mut digest = SnapshotDigest::new();
+    let mut progress: Option<Progress> = None;
+    loop {
+        let msg = stream.message().await.map_err(|e| remote(e.to_string()))?;
+        let Some(msg) = msg else {
+            return Err(remote(match total {
+                Some(t) if received == t => "the stream ended without the sha256 digest".into(),
+                Some(t) => format!("the stream ended after {received} of {t} bytes"),
+                None => "the stream ended before any data".into(),
+            }));
+        };
+        let blob = msg.blob();
+        // The first message tells the size: what it carries plus what remains.
+        let total = *total.get_or_insert_with(|| {
+            let t = msg.remaining_bytes().saturating_add(blob.len() as u64);
+            progress = Some(Progress::bytes("saving snapshot", t));
+            t
+        });
+        if received == total {
+            // The data is complete: this is the digest of everything sent.
+            let sent: [u8; SHA256_LEN] = blob.try_into().map_err(|_| {
+                remote(format!(
+                    "expected the 32-byte sha256 after {total} bytes, got {} more bytes",
+                    blob.len()
+                ))
+            })?;
+            let ours = digest.finish();
+            if sent != ours {
+                return Err(remote(format!(
+                    "sha256 mismatch: the member sent {}, the received data hashes to {}",
+                    hex(&sent),
+                    hex(&ours)
+                )));
+            }
+            if stream
+                .message()
+                .await
+                .map_err(|e| remote(e.to_string()))?
+                .is_some()
+            {
+                return Err(remote("unexpected data after the sha256 digest".into()));
+            }
+            // Same layout as etcdctl: the database, then its SHA-256.
+            out.write_all(&sent).map_err(io_err(part))?;
+            let file = out.into_inner().map_err(|e| io_err(part)(e.into_error()))?;
+            file.sync_all().map_err(io_err(part))?;
+            if let Some(p) = &progress {
+                p.finish();
+            }
+            return Ok((total, sent));
+        }
+        let expected_remaining = total
+            .checked_sub(received + blob.len() as u64)
+            .ok_or_else(|| remote(format!("more data than the announced {total} bytes")))?;
+        if msg.remaining_bytes() != expected_remaining {
+            return Err(remote(format!(
+                "inconsistent remaining_bytes {} after {} of {total} bytes",
+                msg.remaining_bytes(),
+                received + blob.len() as u64
+            )));
+        }
+        digest.update(blob);
+        out.write_all(blob).map_err(io_err(part))?;
+        received += blob.len() as u64;
+        if let Some(p) = &progress {
+            p.set(received);
+        }
+    }
+}
+
+/// Renames the complete `.part` file into place and makes the rename durable.
+fn finish_file(part: &Path, file: &Path) -> Result<(), SnapshotCmdError> {
+    std::fs::rename(part, file).map_err(io_err(file))?;
+    sync_parent(file)
+}
+
+fn sync_parent(path: &Path) -> Result<(), SnapshotCmdError> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(parent)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err(parent))
+}
+
+// ---------------------------------------------------------------------------------------------
+// restore
+
+/// The temporary directory a restore builds in: hidden, next to the data directory (same
+/// file system, so the final rename is atomic), named after this process.
+fn restore_tmp_dir(data_dir: &Path) -> Result<PathBuf, SnapshotCmdError> {
+    let name = data_dir
+        .file_name()
+        .ok_or_else(|| {
+            SnapshotCmdError::Flags(format!(
+                "--data-dir {}: needs a directory name",
+                data_dir.display()
+            ))
+        })?
+        .to_string_lossy()
+        .into_owned();
+    let parent = match data_dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    Ok(parent.join(format!(".{name}.restoring-{}", std::process::id())))
+}
+
+fn restore(a: SnapshotRestoreArgs, tmp: &Path) -> Result<(), SnapshotCmdError> {
+    // Flags first: nothing is read or written for a command that cannot succeed.
+    if a.data_dir.symlink_metadata().is_ok() {
+        return Err(SnapshotCmdError::Flags(format!(
+            "data-dir {:?} exists",
+            a.data_dir.display().to_string()
+        )));
+    }
+    let cluster = if a.initial_cluster.is_empty() {
+        a.initial_advertise_peer_urls
+            .iter()
+            .map(|u| format!("{}={u}", a.name))
+            .collect::<Vec<_>>()
+            .join(",")
+    } else {
+        a.initial_cluster.clone()
+    };
+    let members =
+        parse_initial_cluster(&cluster).map_err(|e| SnapshotCmdError::Flags(e.to_string()))?;
+    check_self(&members, &a.name, &a.initial_advertise_peer_urls)
+        .map_err(|e| SnapshotCmdError::Flags(e.to_string()))?;
+
+    // The whole file is checked before anything is created.
+    let file = &a.file;
+    let spin = Progress::spinner("verifying sha256");
+    let reader = if a.skip_hash_check {
+        BoltReader::open(file)
+    } else {
+        BoltReader::open_snapshot(file)
+    }
+    .map_err(snap_err(file))?;
+    spin.finish();
+    let spin = Progress::spinner("checking every page");
+    let status = verify_etcd_file(&reader).map_err(snap_err(file))?;
+    spin.finish();
+
+    let parent = tmp.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(io_err(parent))?;
+    if tmp.exists() {
+        // Left by an earlier run that had this process ID; it was never renamed into place.
+        std::fs::remove_dir_all(tmp).map_err(io_err(tmp))?;
+    }
+    let res = restore_into(&a, &reader, &members, status.total_key, tmp);
+    if res.is_err() {
+        let _ = std::fs::remove_dir_all(tmp);
+    }
+    res
+}
+
+fn restore_into(
+    a: &SnapshotRestoreArgs,
+    reader: &BoltReader,
+    members: &[InitialMember],
+    total_entries: u64,
+    tmp: &Path,
+) -> Result<(), SnapshotCmdError> {
+    std::fs::create_dir(tmp).map_err(io_err(tmp))?;
+    let bar = Progress::count("restoring", total_entries);
+    let opts = ImportOptions {
+        raft_meta: Some(bootstrap_raft_state(members, &a.initial_cluster_token)),
+    };
+    let sum = import_etcd(&tmp.join("store"), reader, &opts, &|n| bar.set(n))
+        .map_err(snap_err(&a.file))?;
+    bar.finish();
+    // The member's identity, as `keel server` records it on first start: fixed here so the
+    // member joins the membership recorded above even if its flags drift, and a wrong
+    // --initial-cluster-token is refused instead of forming a second cluster.
+    let me = member_id(&a.initial_advertise_peer_urls, &a.initial_cluster_token);
+    let cluster = cluster_id(&a.initial_cluster_token);
+    let member_file = tmp.join("member");
+    std::fs::write(&member_file, format!("{me:016x} {cluster:016x}\n"))
+        .map_err(io_err(&member_file))?;
+    std::fs::File::open(&member_file)
+        .and_then(|f| f.sync_all())
+        .map_err(io_err(&member_file))?;
+    for sub in ["wal", "snap"] {
+        let d = tmp.join(sub);
+        std::fs::create_dir(&d).map_err(io_err(&d))?;
+    }
+    std::fs::File::open(tmp)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err(tmp))?;
+    if a.data_dir.symlink_metadata().is_ok() {
+        // Someone created it while we worked; renaming would replace an empty directory.
+        return Err(SnapshotCmdError::Flags(format!(
+            "data-dir {:?} exists",
+            a.data_dir.display().to_string()
+        )));
+    }
+    std::fs::rename(tmp, &a.data_dir).map_err(io_err(&a.data_dir))?;
+    sync_parent(&a.data_dir)?;
+    println!(
+        "Restored {} into {}: revision {}, compacted at {}, {} revisions ({} deletions), {} leases; member {me:016x} of {} member(s)",
+        a.file.display(),
+        a.data_dir.display(),
+        sum.revision,
+        sum.compact_revision,
+        sum.kv_entries,
+        sum.tombstones,
+        sum.leases,
+        members.len()
+    );
+    Ok(())
+}
+
+/// The Raft state a restored member starts from: the bootstrap membership (every member of
+/// `--initial-cluster` a voter, as `keel server --initial-cluster-state new` would propose it)
+/// applied at log index 0, term 0 — the position of the membership entry a fresh cluster
+/// starts with. Raft then treats everything before index 1 as a snapshot: the first new
+/// entries apply on top of the restored data, and a member added later is sent a snapshot of
+/// it instead of a log that does not contain it.
+fn bootstrap_raft_state(members: &[InitialMember], token: &str) -> Vec<u8> {
+    let nodes: Vec<MemberPb> = members
+        .iter()
+        .map(|m| MemberPb {
+            id: member_id(&m.peer_urls, token),
+            name: m.name.clone(),
+            peer_urls: m.peer_urls.clone(),
+            // Each member publishes its client URLs once it runs.
+            client_urls: Vec::new(),
+        })
+        .collect();
+    let ids = nodes.iter().map(|n| n.id).collect();
+    let membership = membership_from_pb(&MembershipPb {
+        configs: vec![VoterSetPb { ids }],
+        nodes,
+    });
+    let at = log_id_from_pb(&LogIdPb {
+        term: 0,
+        node_id: 0,
+        index: 0,
+    });
+    applied_to_bytes(Some(&at), &StoredMembership::new(Some(at), membership))
+}
+
+// ---------------------------------------------------------------------------------------------
+// progress
+
+/// A progress display on stderr: an indicatif bar on a terminal; otherwise a line at every
+/// quarter (so logs of scripted backups show progress without a line per chunk).
+struct Progress {
+    bar: Option<ProgressBar>,
+    plain: Option<Plain>,
+}
+
+struct Plain {
+    label: &'static str,
+    total: u64,
+    bytes: bool,
+    shown: std::cell::Cell<u64>,
+}
+
+impl Progress {
+    fn new(label: &'static str, total: u64, bytes: bool, template: &str) -> Self {
+        if std::io::stderr().is_terminal() {
+            let bar = ProgressBar::new(total);
+            let style = ProgressStyle::with_template(template)
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> ");
+            bar.set_style(style);
+            bar.set_message(label);
+            Progress {
+                bar: Some(bar),
+                plain: None,
+            }
+        } else {
+            Progress {
+                bar: None,
+                plain: Some(Plain {
+                    label,
+                    total,
+                    bytes,
+                    shown: std::cell::Cell::new(0),
+                }),
+            }
+        }
+    }
+
+    /// A byte count with a known total.
+    fn bytes(label: &'static str, total: u64) -> Self {
+        Self::new(
+            label,
+            total,
+            true,
+            "{msg} [{bar:40}] {bytes}/{total_bytes} ({binary_bytes_per_sec}, {eta})",
+        )
+    }
+
+    /// An entry count with a known total.
+    fn count(label: &'static str, total: u64) -> Self {
+        Self::new(
+            label,
+            total,
+            false,
+            "{msg} [{bar:40}] {human_pos}/{human_len} entries ({per_sec}, {eta})",
+        )
+    }
+
+    /// A step without a measurable size.
+    fn spinner(label: &'static str) -> Self {
+        if std::io::stderr().is_terminal() {
+            let bar = ProgressBar::new_spinner();
+            bar.set_message(format!("{label} ..."));
+            bar.enable_steady_tick(Duration::from_millis(120));
+            Progress {
+                bar: Some(bar),
+                plain: None,
+            }
+        } else {
+            eprintln!("keel: {label} ...");
+            Progress {
+                bar: None,
+                plain: None,
+            }
+        }
+    }
+
+    fn set(&self, done: u64) {
+        if let Some(bar) = &self.bar {
+            bar.set_position(done);
+        }
+        if let Some(p) = &self.plain {
+            let quarter = done
+                .saturating_mul(4)
+                .checked_div(p.total)
+                .unwrap_or(4)
+                .min(4);
+            if quarter > p.shown.get() {
+                p.shown.set(quarter);
+                let amount = if p.bytes {
+                    format!("{}/{} bytes", done, p.total)
+                } else {
+                    format!("{}/{} entries", done, p.total)
+                };
+                eprintln!("keel: {}: {}% ({amount})", p.label, quarter * 25);
+            }
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            if let Some(len) = bar.length() {
+                bar.set_position(len);
+            }
+            bar.finish();
+        }
+        if let Some(p) = &self.plain {
+            self.set(p.total);
+        }
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|b| format!("{b:02x}")).collect()
+}
