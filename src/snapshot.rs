@@ -303,7 +303,11 @@ fn restore(a: SnapshotRestoreArgs, tmp: &Path) -> Result<(), SnapshotCmdError> {
 
     // The whole file is checked before anything is created.
     let file = &a.file;
-    let spin = Progress::spinner("verifying sha256");
+    let spin = Progress::spinner(if a.skip_hash_check {
+        "opening the snapshot"
+    } else {
+        "verifying sha256"
+    });
     let reader = if a.skip_hash_check {
         BoltReader::open(file)
     } else {

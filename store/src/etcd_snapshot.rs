@@ -144,7 +144,7 @@ impl Store {
             Box::new(self.backend().scan(Space::Kv, &[], Some(&end)).map(|r| {
                 let n = written.get() + 1;
                 written.set(n);
-                if n % PROGRESS_EVERY == 0 {
+                if n.is_multiple_of(PROGRESS_EVERY) {
                     progress(n);
                 }
                 r.map_err(SnapshotError::from)
@@ -267,7 +267,7 @@ pub fn import_etcd(
         sum.tombstones += u64::from(tomb);
         batch.put(Space::Kv, k, v)?;
         loaded += 1;
-        if loaded % PROGRESS_EVERY == 0 {
+        if loaded.is_multiple_of(PROGRESS_EVERY) {
             progress(loaded);
         }
     }
@@ -290,7 +290,7 @@ pub fn import_etcd(
             batch.put(Space::Lease, k, rec.encode_to_vec())?;
             sum.leases += 1;
             loaded += 1;
-            if loaded % PROGRESS_EVERY == 0 {
+            if loaded.is_multiple_of(PROGRESS_EVERY) {
                 progress(loaded);
             }
         }

@@ -380,7 +380,13 @@ impl<S: Connected> Connected for AuthorityFix<S> {
 pub fn wrap_incoming(
     listener: TcpListener,
 ) -> impl Stream<Item = io::Result<AuthorityFix<TcpStream>>> + Send + 'static {
-    TcpListenerStream::new(listener).map(|conn| conn.map(AuthorityFix::new))
+    TcpListenerStream::new(listener).map(|conn| {
+        conn.map(|c| {
+            // Small request/response RPCs: never wait on Nagle's algorithm.
+            let _ = c.set_nodelay(true);
+            AuthorityFix::new(c)
+        })
+    })
 }
 
 fn invalid(msg: &str) -> io::Error {
