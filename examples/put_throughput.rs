@@ -153,7 +153,7 @@ async fn main() {
         let url = args.get(2).expect("--endpoint URL CLIENTS SECONDS").clone();
         let clients = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(64);
         let secs = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(5);
-        let rate = run(&[url.clone()], Op::Put, clients, secs).await;
+        let rate = run(std::slice::from_ref(&url), Op::Put, clients, secs).await;
         println!("{url}: {rate:.0} put/s with {clients} clients");
         return;
     }

@@ -318,6 +318,13 @@ fn restore(a: SnapshotRestoreArgs, tmp: &Path) -> Result<(), SnapshotCmdError> {
     let spin = Progress::spinner("checking every page");
     let status = verify_etcd_file(&reader).map_err(snap_err(file))?;
     spin.finish();
+    if auth_enabled(&reader).map_err(snap_err(file))? {
+        eprintln!(
+            "keel: warning: the snapshot's cluster had authentication enabled; keel does not serve \
+             Auth yet, so its users and roles are not restored and the restored member accepts \
+             unauthenticated clients"
+        );
+    }
 
     let parent = tmp.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).map_err(io_err(parent))?;
@@ -386,6 +393,20 @@ fn restore_into(
         members.len()
     );
     Ok(())
+}
+
+/// True if the snapshot's cluster had authentication on (etcd's `auth/authEnabled` = 1).
+fn auth_enabled(reader: &BoltReader) -> Result<bool, keel_store::bbolt::SnapshotError> {
+    let Some(auth) = reader.bucket(b"auth")? else {
+        return Ok(false);
+    };
+    for pair in auth {
+        let (k, v) = pair?;
+        if k == b"authEnabled" {
+            return Ok(v == [1]);
+        }
+    }
+    Ok(false)
 }
 
 /// The Raft state a restored member starts from: the bootstrap membership (every member of

@@ -176,7 +176,7 @@ pub fn read_into(backend: &dyn Backend, r: &mut dyn Read) -> Result<SnapshotHead
                 };
                 batch.put(space, e.key, e.value);
                 n += 1;
-                if batch.ops.len() >= 10_000 {
+                if batch.ops.len() >= 256 {
                     backend.write(std::mem::take(&mut batch))?;
                 }
             }
