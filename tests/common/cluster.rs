@@ -9,8 +9,9 @@
 //! - Members are numbered in order of creation; the index of a removed member stays taken, so indexes never
 //!   shift. Initial members are named `n1`, `n2`, …
 //! - Every wait is bounded; on timeout the harness panics with the last lines of every member's log
-//!   ([`Cluster::fail`]). `Drop` SIGKILLs every process (then the namespaces go); when the test is panicking,
-//!   the cluster's directory (data dirs and logs) is kept and its path printed.
+//!   ([`Cluster::fail`]). `Drop` SIGKILLs every process (then the namespaces go); when the test is panicking
+//!   (or `KEEL_KEEP_CLUSTER_DIRS` is set), the cluster's directory (data dirs and logs) is kept and its path
+//!   printed.
 //! - [`kind_under_test`]: keel, or a real etcd when `KEEL_DIFF_AGAINST_ETCD=1` (self-check of the harness and of
 //!   the tests themselves).
 
@@ -40,6 +41,8 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a removed member gets to exit on its own.
 pub const REMOVED_EXIT_TIMEOUT: Duration = Duration::from_secs(15);
+/// Env var: when set, every cluster's directory (data dirs, logs) is kept, not only a failed test's.
+pub const KEEP_ENV: &str = "KEEL_KEEP_CLUSTER_DIRS";
 /// Lines of each member's log shown in a failure message.
 const LOG_TAIL_LINES: usize = 25;
 
@@ -891,11 +894,9 @@ impl Cluster {
             leader = Some(s.leader);
         }
         let l = leader?;
-        let (i, s) = res
-            .iter()
-            .find(|(_, r)| r.as_ref().is_ok_and(|s| s.member_id == l))?;
-        s.as_ref().ok()?;
-        Some(*i)
+        res.iter()
+            .find(|(_, r)| r.as_ref().is_ok_and(|s| s.member_id == l))
+            .map(|(i, _)| *i)
     }
 
     /// The leader agreed on by every live voter.
@@ -1072,8 +1073,9 @@ impl Cluster {
     }
 
     /// `member remove` of member `i` through another live voter (retrying while the cluster is unhealthy, at
-    /// most 30 s). The member is marked removed; its process gets [`REMOVED_EXIT_TIMEOUT`] to exit on its own
-    /// (etcd does), else it is killed. Returns how long it took to exit on its own, if it did.
+    /// most 30 s). The member is marked removed; its process, if running, gets [`REMOVED_EXIT_TIMEOUT`] to exit
+    /// on its own (etcd's does, at once), else it is killed. Returns how long it took to exit on its own, if it
+    /// did.
     pub fn remove_member(&mut self, i: usize) -> Option<Duration> {
         let id = self.member_id(i);
         let hex = format!("{id:x}");
@@ -1104,6 +1106,9 @@ impl Cluster {
             thread::sleep(Duration::from_millis(500));
         }
         self.members[i].removed = true;
+        if !self.is_running(i) {
+            return None;
+        }
         let removed_at = Instant::now();
         match self.wait_exit(i, REMOVED_EXIT_TIMEOUT) {
             Some(st) => {
@@ -1205,7 +1210,7 @@ impl Drop for Cluster {
                 let _ = c.wait();
             }
         }
-        if thread::panicking() {
+        if thread::panicking() || std::env::var_os(KEEP_ENV).is_some() {
             if let Some(dir) = self.dir.take() {
                 let path = dir.keep();
                 eprintln!("cluster files (data dirs, logs) kept at {}", path.display());
