@@ -86,6 +86,11 @@ pub async fn run(args: ServerArgs) -> Result<(), ServerError> {
     init_logging(&args.log_level)?;
     let node = Node::start(node_config(&args)?).await?;
     info!(name = %args.name, member = %format!("{:x}", node.member_id()), "member started");
+    // Like etcd, serve clients once this member's attributes are published (bounded, so a
+    // member that cannot reach a quorum still answers serializable reads and status).
+    if !node.wait_published(node.config().request_timeout).await {
+        tracing::warn!("member attributes not published yet; serving clients anyway");
+    }
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let mut serving = tokio::spawn(serve(
         node.clone(),

@@ -35,7 +35,7 @@ pub enum ClusterState {
 pub enum InitialClusterError {
     #[error("--initial-cluster entry {0:?} is not name=http://host:port")]
     Malformed(String),
-    #[error("--initial-cluster names member {0:?} more than once with different URLs")]
+    #[error("member name {0:?} is already used by another member: --initial-cluster names it more than once with different URLs")]
     DuplicateName(String),
     #[error("--initial-cluster lists peer URL {0} for two members")]
     DuplicateUrl(String),
@@ -126,6 +126,10 @@ pub fn check_self(
     let mut b = own_urls.to_vec();
     a.sort();
     b.sort();
+    if a != b && b.iter().all(|u| a.contains(u)) {
+        // The name also stands for URLs that are not ours: another member already uses it.
+        return Err(InitialClusterError::DuplicateName(name.into()));
+    }
     if a != b {
         return Err(InitialClusterError::UrlMismatch {
             name: name.into(),

@@ -574,7 +574,18 @@ impl PeerApi {
             Ok(Err(status)) if is_timeout(&status) => return Err(ProposeError::Timeout),
             Ok(Err(status)) => {
                 debug!(%status, what, leader = ?node.peer_urls, "leader call failed");
-                return Err(ProposeError::NoLeader);
+                // Never connected: the leader did not get the call, so the caller may retry.
+                // Failed later: the outcome is unknown, which etcd reports as a timeout.
+                let msg = status.message().to_ascii_lowercase();
+                let undelivered = status.code() == tonic::Code::Unavailable
+                    && (msg.contains("connect") || msg.contains("refused"));
+                return Err(
+                    if undelivered || status.code() == tonic::Code::FailedPrecondition {
+                        ProposeError::NoLeader
+                    } else {
+                        ProposeError::Timeout
+                    },
+                );
             }
             Ok(Ok(resp)) => resp.into_inner(),
         };

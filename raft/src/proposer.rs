@@ -27,6 +27,9 @@ const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
 /// behind it, one being applied.
 const MAX_IN_FLIGHT: usize = 3;
 
+/// Pause before re-sending a write whose leader could not be reached.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+
 type Reply = oneshot::Sender<Result<CommandResponse, ProposeError>>;
 
 struct Pending {
@@ -143,10 +146,20 @@ async fn write(
 ) -> Result<CommandResponse, ProposeError> {
     let started = tokio::time::Instant::now();
     if let Some(peers) = peers {
-        // Not the leader: send it to the leader (waiting out an election, as etcd does).
-        if let Some(leader) = leader_or_wait(raft, timeout).await? {
+        // Not the leader: send it to the leader, waiting out an election (as etcd does) and
+        // retrying while a dead leader is still believed to lead. A forwarded write whose
+        // leader could not be reached was not applied by it, so sending it again is safe.
+        loop {
             let left = timeout.saturating_sub(started.elapsed());
-            return peers.forward_propose(&leader, cmd, left).await;
+            match leader_or_wait(raft, left).await? {
+                None => break,
+                Some(leader) => match peers.forward_propose(&leader, cmd.clone(), left).await {
+                    Err(ProposeError::NoLeader) if started.elapsed() + RETRY_PAUSE < timeout => {
+                        tokio::time::sleep(RETRY_PAUSE).await;
+                    }
+                    other => return other,
+                },
+            }
         }
     }
     let left = timeout.saturating_sub(started.elapsed());

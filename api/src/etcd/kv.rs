@@ -43,6 +43,18 @@ impl KvService {
         self.node.propose(cmd).await.map_err(|e| propose_status(&e))
     }
 
+    /// etcd's `hasleader` metadata (clientv3.WithRequireLeader): fail at once without a leader.
+    fn require_leader<T>(&self, req: &Request<T>) -> Result<(), Status> {
+        let wants = req
+            .metadata()
+            .get("hasleader")
+            .is_some_and(|v| v.as_bytes() == b"true");
+        if wants && self.node.status().leader.is_none() {
+            return Err(propose_status(&keel_raft::node::ProposeError::NoLeader));
+        }
+        Ok(())
+    }
+
     async fn barrier(&self, serializable: bool) -> Result<(), Status> {
         if serializable {
             return Ok(());
@@ -61,6 +73,7 @@ fn unexpected(r: CommandResponse) -> Status {
 #[tonic::async_trait]
 impl Kv for KvService {
     async fn range(&self, req: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
+        self.require_leader(&req)?;
         let r = req.into_inner();
         check_recv_size(r.encoded_len())?;
         if r.key.is_empty() {
@@ -73,6 +86,7 @@ impl Kv for KvService {
     }
 
     async fn put(&self, req: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
+        self.require_leader(&req)?;
         let p = req.into_inner();
         check_recv_size(p.encoded_len())?;
         validate_put(&p).map_err(|e| store_status(&e))?;
@@ -89,6 +103,7 @@ impl Kv for KvService {
         &self,
         req: Request<DeleteRangeRequest>,
     ) -> Result<Response<DeleteRangeResponse>, Status> {
+        self.require_leader(&req)?;
         let d = req.into_inner();
         check_recv_size(d.encoded_len())?;
         if d.key.is_empty() {
@@ -104,6 +119,7 @@ impl Kv for KvService {
     }
 
     async fn txn(&self, req: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
+        self.require_leader(&req)?;
         let t = req.into_inner();
         check_recv_size(t.encoded_len())?;
         validate_txn(&t, MAX_TXN_OPS).map_err(|e| store_status(&e))?;
@@ -130,6 +146,7 @@ impl Kv for KvService {
         &self,
         req: Request<CompactionRequest>,
     ) -> Result<Response<CompactionResponse>, Status> {
+        self.require_leader(&req)?;
         let c = req.into_inner();
         match self.propose(CommandKind::Compaction(c)).await? {
             CommandResponse::Compaction(mut r) => {

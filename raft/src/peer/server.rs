@@ -116,6 +116,7 @@ pub struct PeerService {
     app: Arc<dyn AppHandler>,
     id: NodeId,
     cluster_id: Option<u64>,
+    on_mismatch: Option<Arc<dyn Fn(&str) + Send + Sync>>,
 }
 
 impl PeerService {
@@ -127,7 +128,14 @@ impl PeerService {
             app,
             id,
             cluster_id: None,
+            on_mismatch: None,
         }
+    }
+
+    /// Calls `hook` with the refusal text whenever a caller names another cluster.
+    pub fn on_cluster_mismatch(mut self, hook: Arc<dyn Fn(&str) + Send + Sync>) -> Self {
+        self.on_mismatch = Some(hook);
+        self
     }
 
     /// Refuses callers that name a different cluster (etcd's cluster-ID check).
@@ -150,10 +158,14 @@ impl PeerService {
             match header_u64(md, CLUSTER_HEADER) {
                 Some(got) if got == want => {}
                 got => {
-                    return Err(Status::failed_precondition(format!(
+                    let msg = format!(
                         "cluster ID mismatch: this member is in cluster {want:016x}, the caller named {}",
                         got.map(|g| format!("{g:016x}")).unwrap_or_else(|| "none".into())
-                    )))
+                    );
+                    if let Some(hook) = &self.on_mismatch {
+                        hook(&msg);
+                    }
+                    return Err(Status::failed_precondition(msg));
                 }
             }
         }
