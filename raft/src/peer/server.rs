@@ -109,6 +109,9 @@ pub enum PeerError {
     Serve(#[from] tonic::transport::Error),
 }
 
+/// Called with the refusal text when a caller names another cluster.
+pub type MismatchHook = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// Serves the `keel.peer.Peer` service for one member.
 #[derive(Clone)]
 pub struct PeerService {
@@ -116,7 +119,7 @@ pub struct PeerService {
     app: Arc<dyn AppHandler>,
     id: NodeId,
     cluster_id: Option<u64>,
-    on_mismatch: Option<Arc<dyn Fn(&str) + Send + Sync>>,
+    on_mismatch: Option<MismatchHook>,
 }
 
 impl PeerService {
@@ -133,7 +136,7 @@ impl PeerService {
     }
 
     /// Calls `hook` with the refusal text whenever a caller names another cluster.
-    pub fn on_cluster_mismatch(mut self, hook: Arc<dyn Fn(&str) + Send + Sync>) -> Self {
+    pub fn on_cluster_mismatch(mut self, hook: MismatchHook) -> Self {
         self.on_mismatch = Some(hook);
         self
     }
