@@ -32,6 +32,8 @@ pub fn init_logging(level: &str) -> Result<(), ServerError> {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colour only on a terminal, so log files stay readable.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
     Ok(())
 }
