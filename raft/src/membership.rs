@@ -177,10 +177,43 @@ fn caught_up(matched: u64, leader_last: u64) -> bool {
 }
 
 /// The log index each follower/learner has acknowledged (leader only).
-fn matched(raft: &Raft<TypeConfig>, id: NodeId) -> Option<u64> {
+pub(crate) fn matched(raft: &Raft<TypeConfig>, id: NodeId) -> Option<u64> {
     let m = raft.metrics().borrow().clone();
     let rep = m.replication.as_ref()?;
     rep.get(&id).and_then(|l| l.as_ref().map(|l| l.index))
+}
+
+/// Refuses malformed peer URLs and URLs another member (other than `except`) already has.
+fn check_new_urls(
+    current: &[MemberInfo],
+    except: Option<NodeId>,
+    peer_urls: &[String],
+) -> Result<(), MembershipError> {
+    if peer_urls.is_empty() || !peer_urls.iter().all(|u| valid_peer_url(u)) {
+        return Err(MembershipError::InvalidUrls);
+    }
+    let taken = current
+        .iter()
+        .any(|o| Some(o.id) != except && o.node.peer_urls.iter().any(|u| peer_urls.contains(u)));
+    if taken {
+        return Err(MembershipError::PeerUrlExists);
+    }
+    Ok(())
+}
+
+/// Replaces one member's node record (name and URLs) in the membership.
+async fn set_node(
+    raft: &Raft<TypeConfig>,
+    timeout: Duration,
+    id: NodeId,
+    node: MemberNode,
+) -> Result<(), ProposeError> {
+    bounded(
+        timeout,
+        raft.change_membership(ChangeMembers::SetNodes(BTreeMap::from([(id, node)])), false),
+    )
+    .await
+    .map(|_| ())
 }
 
 /// Performs a membership change on the leader.
@@ -194,15 +227,7 @@ pub async fn change(
     let find = |id: NodeId| current.iter().find(|m| m.id == id).cloned();
     let member = match change {
         MemberChange::Add { peer_urls, learner } => {
-            if peer_urls.is_empty() || !peer_urls.iter().all(|u| valid_peer_url(u)) {
-                return Err(MembershipError::InvalidUrls.into());
-            }
-            if current
-                .iter()
-                .any(|m| m.node.peer_urls.iter().any(|u| peer_urls.contains(u)))
-            {
-                return Err(MembershipError::PeerUrlExists.into());
-            }
+            check_new_urls(&current, None, &peer_urls)?;
             let id = member_id(&peer_urls, token);
             if find(id).is_some() {
                 return Err(MembershipError::IdExists.into());
@@ -259,24 +284,9 @@ pub async fn change(
         }
         MemberChange::Update { id, peer_urls } => {
             let mut m = find(id).ok_or(MembershipError::NotFound)?;
-            if peer_urls.is_empty() || !peer_urls.iter().all(|u| valid_peer_url(u)) {
-                return Err(MembershipError::InvalidUrls.into());
-            }
-            if current
-                .iter()
-                .any(|o| o.id != id && o.node.peer_urls.iter().any(|u| peer_urls.contains(u)))
-            {
-                return Err(MembershipError::PeerUrlExists.into());
-            }
+            check_new_urls(&current, Some(id), &peer_urls)?;
             m.node.peer_urls = peer_urls;
-            bounded(
-                timeout,
-                raft.change_membership(
-                    ChangeMembers::SetNodes(BTreeMap::from([(id, m.node)])),
-                    false,
-                ),
-            )
-            .await?;
+            set_node(raft, timeout, id, m.node).await?;
             None
         }
         MemberChange::Promote { id } => {
@@ -308,14 +318,7 @@ pub async fn change(
             if m.node.name != name || m.node.client_urls != client_urls {
                 m.node.name = name;
                 m.node.client_urls = client_urls;
-                bounded(
-                    timeout,
-                    raft.change_membership(
-                        ChangeMembers::SetNodes(BTreeMap::from([(id, m.node)])),
-                        false,
-                    ),
-                )
-                .await?;
+                set_node(raft, timeout, id, m.node).await?;
             }
             None
         }

@@ -585,14 +585,8 @@ impl Node {
             .ok_or(MembershipError::BadTransferee)?;
         let deadline = tokio::time::Instant::now() + self.cfg.request_timeout;
         loop {
-            let metrics = self.raft.metrics().borrow().clone();
-            let last = metrics.last_log_index;
-            let matched = metrics
-                .replication
-                .as_ref()
-                .and_then(|r| r.get(&target).cloned())
-                .flatten()
-                .map(|l| l.index);
+            let last = self.raft.metrics().borrow().last_log_index;
+            let matched = membership::matched(&self.raft, target);
             if matched.is_some() && matched == last {
                 break;
             }

@@ -52,16 +52,7 @@ pub enum ServeError {
 
 /// Parses `http://host:port` into a socket address.
 pub fn parse_url(url: &str) -> Result<SocketAddr, ServeError> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| ServeError::BadUrl(url.into()))?;
-    let rest = rest.trim_end_matches('/');
-    let rest = if rest.starts_with("localhost:") {
-        rest.replacen("localhost", "127.0.0.1", 1)
-    } else {
-        rest.to_string()
-    };
-    rest.parse().map_err(|_| ServeError::BadUrl(url.into()))
+    keel_raft::node::parse_http_addr(url).ok_or_else(|| ServeError::BadUrl(url.into()))
 }
 
 /// Binds every URL, then serves until `shutdown` resolves.
