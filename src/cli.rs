@@ -68,6 +68,11 @@ pub struct ServerArgs {
     /// Log level: error, warn, info, debug, trace (or a tracing filter).
     #[arg(long, env = "KEEL_LOG", default_value = "warn")]
     pub log_level: String,
+    /// UNSAFE, never use in production: serve linearizable reads from this member's local state without
+    /// confirming leadership (ReadIndex), so a partitioned member returns stale data. Exists only so that the
+    /// Jepsen tests (jepsen-tests/) can show their checker catches stale reads.
+    #[arg(long, hide = true)]
+    pub unsafe_serve_linearizable_reads_locally: bool,
 }
 
 /// Flags of `keel up`.

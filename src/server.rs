@@ -50,6 +50,7 @@ pub fn node_config(a: &ServerArgs) -> Result<NodeConfig, ServerError> {
     cfg.heartbeat = Duration::from_millis(a.heartbeat_interval);
     cfg.election_timeout = Duration::from_millis(a.election_timeout);
     cfg.snapshot_count = a.snapshot_count;
+    cfg.unsafe_local_linearizable_reads = a.unsafe_serve_linearizable_reads_locally;
     cfg.store = StoreOptions {
         progress_interval: a.progress_notify_interval,
         ..StoreOptions::default()
@@ -88,6 +89,9 @@ pub async fn run(args: ServerArgs) -> Result<(), ServerError> {
     init_logging(&args.log_level)?;
     let node = Node::start(node_config(&args)?).await?;
     info!(name = %args.name, member = %format!("{:x}", node.member_id()), "member started");
+    if args.unsafe_serve_linearizable_reads_locally {
+        tracing::warn!("UNSAFE: linearizable reads are served from local state (--unsafe-serve-linearizable-reads-locally)");
+    }
     // Like etcd, serve clients once this member's attributes are published (bounded, so a
     // member that cannot reach a quorum still answers serializable reads and status).
     if !node.wait_published(node.config().request_timeout).await {

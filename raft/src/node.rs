@@ -55,6 +55,9 @@ pub struct NodeConfig {
     pub cluster_state: ClusterState,
     /// `--initial-cluster-token`: members and cluster IDs derive from it.
     pub cluster_token: String,
+    /// UNSAFE, for testing the Jepsen checker only: answer linearizable reads from local state without a
+    /// ReadIndex round, so a partitioned or lagging member serves stale data.
+    pub unsafe_local_linearizable_reads: bool,
 }
 
 impl NodeConfig {
@@ -74,6 +77,7 @@ impl NodeConfig {
             initial_cluster: Vec::new(),
             cluster_state: ClusterState::New,
             cluster_token: "keel-cluster".into(),
+            unsafe_local_linearizable_reads: false,
         }
     }
 
@@ -464,6 +468,10 @@ impl Node {
     /// Waits until this member has applied everything committed before the call (ReadIndex),
     /// so a local read after it is linearizable. A follower asks the leader for the index.
     pub async fn read_barrier(&self) -> Result<(), ProposeError> {
+        if self.cfg.unsafe_local_linearizable_reads {
+            // Deliberately broken (see NodeConfig): the Jepsen harness must catch the stale reads this allows.
+            return Ok(());
+        }
         let timeout = self.cfg.request_timeout;
         if self.is_leader() {
             return match tokio::time::timeout(timeout, self.raft.ensure_linearizable()).await {
