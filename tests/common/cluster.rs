@@ -28,7 +28,8 @@ use serde_json::Value;
 
 use super::netns::Net;
 use super::{
-    against_etcd, etcdctl_command, require_etcd_tools, run_bounded, CtlOutput, Kind, ETCD_BIN,
+    against_etcd, etcdctl_command, keel_bin, require_etcd_tools, run_bounded, CtlOutput, Kind,
+    ETCD_BIN,
 };
 
 /// Client port of every member in netns mode (each member has its own address).
@@ -522,8 +523,8 @@ impl Cluster {
         );
         let kind = self.opts.kind;
         let program = match kind {
-            Kind::Etcd => ETCD_BIN,
-            Kind::Keel => env!("CARGO_BIN_EXE_keel"),
+            Kind::Etcd => PathBuf::from(ETCD_BIN),
+            Kind::Keel => keel_bin(),
         };
         let mut cmd = match &self.net {
             Some(net) => net.command(i, program),

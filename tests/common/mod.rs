@@ -45,6 +45,34 @@ pub fn require_etcd_tools() {
     }
 }
 
+/// Env var: path of the `keel` binary to test (overrides the one cargo built).
+pub const KEEL_BIN_ENV: &str = "KEEL_BIN";
+
+/// The `keel` binary under test: `$KEEL_BIN`, else the one cargo built for the root package's integration tests,
+/// else `keel` in the target directory the running executable was built into (`target/<profile>/`, also from
+/// `target/<profile>/deps/`), which is how the jepsen-tests crate (a separate package) finds it.
+pub fn keel_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os(KEEL_BIN_ENV) {
+        return PathBuf::from(p);
+    }
+    if let Some(p) = option_env!("CARGO_BIN_EXE_keel") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.pop();
+    }
+    let bin = dir.join("keel");
+    if !bin.exists() {
+        panic!(
+            "keel binary not found at {} (set {KEEL_BIN_ENV} or run `cargo build --bin keel` first)",
+            bin.display()
+        );
+    }
+    bin
+}
+
 /// True when the "keel" side should be a second real etcd (harness self-check mode).
 pub fn against_etcd() -> bool {
     matches!(
@@ -176,7 +204,7 @@ impl Server {
                 c
             }
             Kind::Keel => {
-                let mut c = Command::new(env!("CARGO_BIN_EXE_keel"));
+                let mut c = Command::new(keel_bin());
                 c.arg("server")
                     .arg("--name")
                     .arg(&name)

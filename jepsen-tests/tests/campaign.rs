@@ -1,0 +1,118 @@
+//! The campaigns CI runs (part of `cargo test --workspace --all-targets`). They need root (network namespaces,
+//! nftables), etcd 3.4 in /usr/bin, and the `keel` binary built in the same target directory (the workspace
+//! build does it; alone: `cargo build --bin keel` first). They run one at a time.
+//!
+//! - `short_campaign_every_fault`: every fault against 3 keel members, `JEPSEN_PHASE_SECS` (default 20) each;
+//!   must find nothing.
+//! - `unsafe_local_reads_are_caught`: keel with `--unsafe-serve-linearizable-reads-locally`; the checker must
+//!   find non-linearizable histories (proof that it can fail).
+//! - `etcd_passes`: the same harness against real etcd 3.4 under four faults; must find nothing.
+//!
+//! `JEPSEN_SEED=<n>` replays a seed (each run prints the one it used).
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use jepsen_tests::campaign::{self, CampaignReport, Config};
+use jepsen_tests::harness::Kind;
+use jepsen_tests::nemesis::Fault;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn seed() -> u64 {
+    std::env::var("JEPSEN_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(campaign::clock_seed)
+}
+
+fn phase_secs(default: u64) -> Duration {
+    Duration::from_secs(
+        std::env::var("JEPSEN_PHASE_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default),
+    )
+}
+
+fn show(r: &CampaignReport) {
+    println!(
+        "{} campaign, seed {}, {:.1} min\n{}",
+        r.kind.label(),
+        r.seed,
+        r.duration.as_secs_f64() / 60.0,
+        r.table()
+    );
+}
+
+fn assert_clean(r: &CampaignReport) {
+    show(r);
+    for p in &r.phases {
+        assert!(
+            p.injections >= 1,
+            "fault {:?} was never injected (seed {})",
+            p.fault,
+            r.seed
+        );
+    }
+    let anomalies = r.anomalies();
+    assert!(
+        anomalies.is_empty(),
+        "{} anomalies (seed {}):\n{}",
+        anomalies.len(),
+        r.seed,
+        anomalies.join("\n")
+    );
+    assert_eq!(
+        r.unknown(),
+        0,
+        "the checker could not decide some partitions (seed {})",
+        r.seed
+    );
+}
+
+#[test]
+fn short_campaign_every_fault() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cfg = Config::new(seed(), phase_secs(20));
+    assert_clean(&campaign::run(&cfg));
+}
+
+#[test]
+fn unsafe_local_reads_are_caught() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cfg = Config::new(seed(), phase_secs(15));
+    cfg.faults = vec![Fault::PartitionLeader];
+    cfg.unsafe_local_reads = true;
+    let r = campaign::run(&cfg);
+    show(&r);
+    let caught: Vec<String> = r
+        .anomalies()
+        .into_iter()
+        .filter(|a| a.contains("is not linearizable"))
+        .collect();
+    assert!(
+        !caught.is_empty(),
+        "the checker did not catch keel serving linearizable reads locally (seed {})",
+        r.seed
+    );
+    println!(
+        "caught: {} non-linearizable partitions; first:\n{}",
+        caught.len(),
+        caught[0]
+    );
+}
+
+#[test]
+fn etcd_passes() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cfg = Config::new(seed(), phase_secs(15));
+    cfg.kind = Kind::Etcd;
+    cfg.faults = vec![
+        Fault::PartitionLeader,
+        Fault::KillLeader,
+        Fault::Pause,
+        Fault::MemberReplace,
+    ];
+    assert_clean(&campaign::run(&cfg));
+}
