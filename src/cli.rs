@@ -16,7 +16,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run one member (the etcd v3 API on its client URLs).
-    Server(ServerArgs),
+    Server(Box<ServerArgs>),
     /// Start a local cluster on loopback, ready for etcdctl; Ctrl-C stops it.
     Up(UpArgs),
     /// Save or restore etcd-format snapshots (the files `etcdctl snapshot` reads and writes).
@@ -68,6 +68,19 @@ pub struct ServerArgs {
     /// Log level: error, warn, info, debug, trace (or a tracing filter).
     #[arg(long, env = "KEEL_LOG", default_value = "warn")]
     pub log_level: String,
+    /// Serve the Kubernetes API over HTTPS at this URL (e.g. `https://127.0.0.11:6443`); empty = not served.
+    /// The cluster PKI and `<data-dir>/admin.kubeconfig` are made at first start.
+    #[arg(long, default_value = "")]
+    pub kube_listen: String,
+    /// URL clients use to reach this member's Kubernetes API (default: `--kube-listen`).
+    #[arg(long, default_value = "")]
+    pub kube_advertise_url: String,
+    /// Extra host names or IPs for the API serving certificate (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub kube_extra_sans: Vec<String>,
+    /// Static bearer tokens, kube-apiserver's format: `token,user,uid[,"group1,group2"]` per line.
+    #[arg(long)]
+    pub token_auth_file: Option<std::path::PathBuf>,
     /// UNSAFE, never use in production: serve linearizable reads from this member's local state without
     /// confirming leadership (ReadIndex), so a partitioned member returns stale data. Exists only so that the
     /// Jepsen tests (jepsen-tests/) can show their checker catches stale reads.

@@ -22,7 +22,7 @@ fn main() -> std::process::ExitCode {
     };
     let res = rt.block_on(async move {
         match cli.command {
-            cli::Command::Server(args) => server::run(args).await,
+            cli::Command::Server(args) => server::run(*args).await,
             cli::Command::Up(args) => up::run(args).await,
             cli::Command::Snapshot(args) => snapshot::run(args)
                 .await

@@ -23,6 +23,37 @@ pub enum ServerError {
     Signal(std::io::Error),
     #[error("{0}")]
     Config(String),
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] keel_api::kube::KubeServeError),
+}
+
+/// The Kubernetes API options from flags, if it is to be served.
+pub fn kube_options(a: &ServerArgs) -> Result<Option<keel_api::kube::KubeOptions>, ServerError> {
+    if a.kube_listen.is_empty() {
+        return Ok(None);
+    }
+    let listen = a.kube_listen.strip_prefix("https://").ok_or_else(|| {
+        ServerError::Config(format!(
+            "--kube-listen {}: must be an https:// URL",
+            a.kube_listen
+        ))
+    })?;
+    let listen: std::net::SocketAddr = listen
+        .trim_end_matches('/')
+        .parse()
+        .map_err(|e| ServerError::Config(format!("--kube-listen {}: {e}", a.kube_listen)))?;
+    let advertise_url = if a.kube_advertise_url.is_empty() {
+        a.kube_listen.trim_end_matches('/').to_string()
+    } else {
+        a.kube_advertise_url.clone()
+    };
+    Ok(Some(keel_api::kube::KubeOptions {
+        listen,
+        advertise_url,
+        data_dir: a.data_dir.clone(),
+        extra_sans: a.kube_extra_sans.clone(),
+        token_file: a.token_auth_file.clone(),
+    }))
 }
 
 /// Installs the tracing subscriber (quiet by default).
@@ -87,6 +118,7 @@ pub async fn terminated() -> Result<(), std::io::Error> {
 /// Runs one member until it is told to stop.
 pub async fn run(args: ServerArgs) -> Result<(), ServerError> {
     init_logging(&args.log_level)?;
+    let kube = kube_options(&args)?;
     let node = Node::start(node_config(&args)?).await?;
     info!(name = %args.name, member = %format!("{:x}", node.member_id()), "member started");
     if args.unsafe_serve_linearizable_reads_locally {
@@ -98,6 +130,22 @@ pub async fn run(args: ServerArgs) -> Result<(), ServerError> {
         tracing::warn!("member attributes not published yet; serving clients anyway");
     }
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let (kube_tx, kube_rx) = tokio::sync::oneshot::channel::<()>();
+    let kube_node = node.clone();
+    let mut kube_serving = tokio::spawn(async move {
+        match kube {
+            Some(opts) => {
+                keel_api::kube::serve(kube_node, opts, async move {
+                    let _ = kube_rx.await;
+                })
+                .await
+            }
+            None => {
+                let _ = kube_rx.await;
+                Ok(())
+            }
+        }
+    });
     let mut serving = tokio::spawn(serve(
         node.clone(),
         args.listen_client_urls.clone(),
@@ -108,8 +156,19 @@ pub async fn run(args: ServerArgs) -> Result<(), ServerError> {
     let signal = terminated();
     let mut fatal = node.fatal_error();
     tokio::select! {
+        r = &mut kube_serving => {
+            let _ = tx.send(());
+            let _ = serving.await;
+            node.shutdown().await;
+            return match r {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(e.into()),
+                Err(e) => Err(ServerError::Signal(std::io::Error::other(e))),
+            };
+        }
         r = fatal.wait_for(|f| f.is_some()) => {
             let msg = r.ok().and_then(|v| v.clone()).unwrap_or_default();
+            let _ = kube_tx.send(());
             let _ = tx.send(());
             let _ = serving.await;
             node.shutdown().await;
@@ -118,6 +177,7 @@ pub async fn run(args: ServerArgs) -> Result<(), ServerError> {
         r = signal => {
             r.map_err(ServerError::Signal)?;
             info!("stopping");
+            let _ = kube_tx.send(());
             let _ = tx.send(());
             let _ = serving.await;
         }

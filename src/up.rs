@@ -46,6 +46,7 @@ pub async fn run(args: UpArgs) -> Result<(), ServerError> {
             .map_err(|e| ServerError::Config(format!("log file: {e}")))?;
         let client = format!("http://{ip}:2379");
         let peer = format!("http://{ip}:2380");
+        let kube = format!("https://{ip}:6443");
         let child = Command::new(&exe)
             .arg("server")
             .args(["--name", &name, "--data-dir"])
@@ -68,6 +69,7 @@ pub async fn run(args: UpArgs) -> Result<(), ServerError> {
                 "--initial-cluster-state",
                 "new",
             ])
+            .args(["--kube-listen", &kube])
             .args(["--log-level", &args.log_level])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -98,15 +100,48 @@ pub async fn run(args: UpArgs) -> Result<(), ServerError> {
             return Err(e);
         }
     }
+    let kubeconfig = args.data_dir.join("m1").join("admin.kubeconfig");
+    if let Err(e) = wait_kubeconfig(&kubeconfig, &mut members).await {
+        stop_all(&mut members);
+        return Err(e);
+    }
+    let kubeconfig = std::fs::canonicalize(&kubeconfig).unwrap_or(kubeconfig);
     let endpoints: Vec<String> = members.iter().map(Member::client_url).collect();
     eprintln!(
-        "keel up: {n} member(s) serving in {} ms\n\n  export ETCDCTL_API=3 ETCDCTL_ENDPOINTS={}\n  etcdctl endpoint status -w table\n  etcdctl member list -w table\n  etcdctl put hello world && etcdctl get hello\n\nPress Ctrl-C to stop.",
+        "keel up: {n} member(s) serving in {} ms\n\n  export ETCDCTL_API=3 ETCDCTL_ENDPOINTS={}\n  etcdctl endpoint status -w table\n  etcdctl member list -w table\n  etcdctl put hello world && etcdctl get hello\n\n  export KUBECONFIG={}\n  kubectl get namespaces\n  kubectl create deployment web --image=nginx --replicas=2\n\nEvery member serves the Kubernetes API on https://<its address>:6443 (each member's data dir has an admin.kubeconfig).\nPress Ctrl-C to stop.",
         started.elapsed().as_millis(),
-        endpoints.join(",")
+        endpoints.join(","),
+        kubeconfig.display()
     );
     let res = watch_members(&mut members).await;
     stop_all(&mut members);
     res
+}
+
+/// Waits until the first member has written its admin kubeconfig (bounded).
+async fn wait_kubeconfig(
+    path: &std::path::Path,
+    members: &mut [Member],
+) -> Result<(), ServerError> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !path.exists() {
+        for m in members.iter_mut() {
+            if let Ok(Some(st)) = m.child.try_wait() {
+                return Err(ServerError::Config(format!(
+                    "{} exited during start ({st}); see its log",
+                    m.name
+                )));
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(ServerError::Config(format!(
+                "{} did not appear within 60 s; see the members' logs",
+                path.display()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
 }
 
 /// Waits until a member accepts connections on its client port (bounded).

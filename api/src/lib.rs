@@ -1,3 +1,5 @@
-//! keel's front doors. Today: the etcd v3 gRPC API, served on one member's client URL.
+//! keel's front doors: the etcd v3 gRPC API and the Kubernetes REST API, both served on one member from
+//! the same in-process store handle.
 
 pub mod etcd;
+pub mod kube;

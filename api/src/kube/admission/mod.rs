@@ -1,0 +1,5 @@
+//! Admission of built-in kinds: defaulting, then validation (names, required fields, immutable fields).
+
+pub mod defaults;
+pub mod names;
+pub mod validate;

@@ -1,0 +1,255 @@
+//! Discovery documents: `/version`, aggregated discovery (apidiscovery.k8s.io/v2) and the legacy
+//! `/api`, `/apis`, `/apis/<group>` and per-group-version lists, all built from [`super::resource`].
+
+use serde_json::{json, Value};
+
+use super::resource::{self, ResourceDef};
+
+/// kube-apiserver version keel reports; kubectl's dispatcher picks its client from `minor`.
+pub const KUBE_MAJOR: &str = "1";
+/// See [`KUBE_MAJOR`].
+pub const KUBE_MINOR: &str = "32";
+/// The `gitVersion` field of `/version`.
+pub const KUBE_GIT_VERSION: &str = "v1.32.0-keel";
+
+/// Content type of an aggregated discovery answer (client-go checks these parameters).
+pub const AGGREGATED_V2: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+/// The beta variant, for clients that only ask for it.
+pub const AGGREGATED_V2BETA1: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
+
+/// The verbs of every resource collection keel serves.
+pub const VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+/// The `/version` document.
+pub fn version() -> Value {
+    json!({
+        "major": KUBE_MAJOR,
+        "minor": KUBE_MINOR,
+        "gitVersion": KUBE_GIT_VERSION,
+        "gitCommit": env!("CARGO_PKG_VERSION"),
+        "gitTreeState": "clean",
+        "buildDate": "2026-12-02T00:00:00Z",
+        "goVersion": "rust",
+        "compiler": "rustc",
+        "platform": format!("{}/{}", std::env::consts::OS, go_arch()),
+    })
+}
+
+fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+/// Which aggregated discovery version an Accept header asks for, if any.
+pub fn wants_aggregated(accept: &str) -> Option<&'static str> {
+    for part in accept.split(',') {
+        let p = part.replace(' ', "");
+        if p.contains("g=apidiscovery.k8s.io") && p.contains("as=APIGroupDiscoveryList") {
+            if p.contains("v=v2beta1") {
+                return Some(AGGREGATED_V2BETA1);
+            }
+            if p.contains("v=v2") {
+                return Some(AGGREGATED_V2);
+            }
+        }
+    }
+    None
+}
+
+fn scope(r: &ResourceDef) -> &'static str {
+    if r.namespaced {
+        "Namespaced"
+    } else {
+        "Cluster"
+    }
+}
+
+fn aggregated_resource(r: &ResourceDef) -> Value {
+    let mut subs = Vec::new();
+    if r.scale {
+        subs.push(json!({
+            "subresource": "scale",
+            "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
+            "verbs": ["get", "patch", "update"],
+        }));
+    }
+    if r.status {
+        subs.push(json!({
+            "subresource": "status",
+            "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
+            "verbs": ["get", "patch", "update"],
+        }));
+    }
+    let mut v = json!({
+        "resource": r.plural,
+        "singularResource": r.singular,
+        "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
+        "scope": scope(r),
+        "verbs": VERBS,
+    });
+    if !r.short_names.is_empty() {
+        v["shortNames"] = json!(r.short_names);
+    }
+    if !r.categories.is_empty() {
+        v["categories"] = json!(r.categories);
+    }
+    if !subs.is_empty() {
+        v["subresources"] = Value::Array(subs);
+    }
+    v
+}
+
+fn aggregated_group(group: &str) -> Value {
+    let resources: Vec<Value> = resource::of_group_version(group, "v1")
+        .into_iter()
+        .map(aggregated_resource)
+        .collect();
+    json!({
+        "metadata": {"name": group, "creationTimestamp": null},
+        "versions": [{"version": "v1", "resources": resources, "freshness": "Current"}],
+    })
+}
+
+/// The aggregated document for `/api` (core) or `/apis` (every named group).
+pub fn aggregated(core: bool, content_type: &str) -> Value {
+    let version = if content_type == AGGREGATED_V2BETA1 {
+        "apidiscovery.k8s.io/v2beta1"
+    } else {
+        "apidiscovery.k8s.io/v2"
+    };
+    let items: Vec<Value> = if core {
+        vec![aggregated_group("")]
+    } else {
+        resource::groups()
+            .into_iter()
+            .map(aggregated_group)
+            .collect()
+    };
+    json!({
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": version,
+        "metadata": {},
+        "items": items,
+    })
+}
+
+/// Legacy `/api`.
+pub fn api_versions(server_address: &str) -> Value {
+    json!({
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}],
+    })
+}
+
+fn group_doc(group: &str) -> Value {
+    let gv = json!({"groupVersion": format!("{group}/v1"), "version": "v1"});
+    json!({"name": group, "versions": [gv.clone()], "preferredVersion": gv})
+}
+
+/// Legacy `/apis`.
+pub fn api_group_list() -> Value {
+    let groups: Vec<Value> = resource::groups().into_iter().map(group_doc).collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// Legacy `/apis/<group>`, if served.
+pub fn api_group(group: &str) -> Option<Value> {
+    if !resource::groups().contains(&group) {
+        return None;
+    }
+    let mut g = group_doc(group);
+    g["kind"] = json!("APIGroup");
+    g["apiVersion"] = json!("v1");
+    Some(g)
+}
+
+/// Legacy `/api/v1` or `/apis/<group>/<version>`, if served.
+pub fn api_resource_list(group: &str, version: &str) -> Option<Value> {
+    let defs = resource::of_group_version(group, version);
+    if defs.is_empty() {
+        return None;
+    }
+    let mut list = Vec::new();
+    for r in defs {
+        let mut v = json!({
+            "name": r.plural,
+            "singularName": r.singular,
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": VERBS,
+        });
+        if !r.short_names.is_empty() {
+            v["shortNames"] = json!(r.short_names);
+        }
+        if !r.categories.is_empty() {
+            v["categories"] = json!(r.categories);
+        }
+        list.push(v);
+        if r.scale {
+            list.push(json!({
+                "name": format!("{}/scale", r.plural), "singularName": "", "namespaced": r.namespaced,
+                "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"],
+            }));
+        }
+        if r.status {
+            list.push(json!({
+                "name": format!("{}/status", r.plural), "singularName": "", "namespaced": r.namespaced,
+                "kind": r.kind, "verbs": ["get", "patch", "update"],
+            }));
+        }
+    }
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": list}),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aggregated_accept_is_recognised() {
+        let kubectl = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+        assert_eq!(wants_aggregated(kubectl), Some(AGGREGATED_V2));
+        assert_eq!(wants_aggregated("application/json, */*"), None);
+    }
+
+    #[test]
+    fn apps_group_lists_deployments_with_scale() {
+        let doc = aggregated(false, AGGREGATED_V2);
+        let apps = doc["items"]
+            .as_array()
+            .and_then(|a| a.iter().find(|g| g["metadata"]["name"] == "apps"))
+            .cloned()
+            .expect("apps group");
+        let deploy = apps["versions"][0]["resources"]
+            .as_array()
+            .and_then(|a| a.iter().find(|r| r["resource"] == "deployments"))
+            .cloned()
+            .expect("deployments");
+        assert_eq!(deploy["subresources"][0]["subresource"], "scale");
+        assert_eq!(deploy["shortNames"][0], "deploy");
+        let core = aggregated(true, AGGREGATED_V2);
+        assert_eq!(core["items"][0]["metadata"]["name"], "");
+    }
+}

@@ -1,0 +1,125 @@
+//! Resource requests: routing by verb to reads (`read`), writes (`write`), deletes (`delete`), watches
+//! (`watch`) and the scale subresource (`scale`).
+
+pub mod delete;
+pub mod read;
+pub mod scale;
+pub mod watch;
+pub mod write;
+
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, Method};
+use axum::response::Response;
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::object;
+use super::request::{parse_route, Params, Route};
+use super::status::{ApiError, Target};
+use super::storage::Storage;
+
+/// Everything a request handler needs.
+pub struct KubeState {
+    /// Objects in the store.
+    pub storage: Storage,
+    /// `https://host:port` of this member's API (for `/api`'s serverAddressByClientCIDRs).
+    pub server_address: String,
+    /// Ends long-running requests (watches) when the server stops.
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
+}
+
+/// One resource request, parsed.
+pub struct Call {
+    pub state: Arc<KubeState>,
+    pub route: Route,
+    pub params: Params,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    /// Who asks (for field managers and events).
+    pub user: String,
+}
+
+impl Call {
+    /// The namespace of the request (from the path).
+    pub fn ns(&self) -> Option<&str> {
+        self.route.namespace.as_deref()
+    }
+
+    /// The object name (the router guarantees it where a handler needs it).
+    pub fn name(&self) -> &str {
+        self.route.name.as_deref().unwrap_or("")
+    }
+
+    /// The key of the named object.
+    pub fn key(&self) -> String {
+        self.route.def.key(self.ns(), self.name())
+    }
+
+    /// Error target naming this request's object.
+    pub fn target(&self) -> Target {
+        Target::new(self.route.def.group, self.route.def.plural, self.name())
+    }
+}
+
+/// Serves `/api/v1/...` (`group` = "") and `/apis/<group>/<version>/...`.
+#[allow(clippy::too_many_arguments)]
+pub async fn serve(
+    state: Arc<KubeState>,
+    method: Method,
+    group: &str,
+    version: &str,
+    segments: &[&str],
+    query: Option<&str>,
+    headers: HeaderMap,
+    body: Bytes,
+    user: String,
+) -> Result<Response, ApiError> {
+    let route = parse_route(group, version, segments)?;
+    let params = Params::parse(query);
+    let call = Call {
+        state,
+        route,
+        params,
+        headers,
+        body,
+        user,
+    };
+    let sub = call.route.subresource.clone();
+    let named = call.route.name.is_some();
+    let watching = call.route.legacy_watch || call.params.flag("watch");
+    match (&method, named, sub.as_deref()) {
+        (&Method::GET, false, None) if watching => watch::watch(call).await,
+        (&Method::GET, false, None) => read::list(call).await,
+        (&Method::GET, true, None) if watching => watch::watch(call).await,
+        (&Method::GET, true, Some("scale")) => scale::get(call).await,
+        (&Method::GET, true, None | Some("status")) => read::get(call).await,
+        (&Method::POST, false, None) => write::create(call).await,
+        (&Method::PUT, true, Some("scale")) => scale::update(call).await,
+        (&Method::PUT, true, None | Some("status") | Some("finalize")) => write::update(call).await,
+        (&Method::PATCH, true, Some("scale")) => scale::patch(call).await,
+        (&Method::PATCH, true, None | Some("status")) => write::patch(call).await,
+        (&Method::DELETE, true, None) => delete::delete(call).await,
+        (&Method::DELETE, false, None) => delete::delete_collection(call).await,
+        _ => Err(ApiError::MethodNotAllowed(call.target())),
+    }
+}
+
+/// Strips what list items omit (built-in list items carry no kind/apiVersion).
+pub fn list_item(mut obj: Value) -> Value {
+    if let Some(m) = obj.as_object_mut() {
+        m.remove("kind");
+        m.remove("apiVersion");
+    }
+    obj
+}
+
+/// The name and namespace of a stored object, for messages.
+pub fn describe(obj: &Value) -> String {
+    let ns = object::namespace(obj);
+    if ns.is_empty() {
+        object::name(obj).to_string()
+    } else {
+        format!("{ns}/{}", object::name(obj))
+    }
+}

@@ -1,0 +1,30 @@
+//! The Kubernetes API (HTTPS, default port 6443), served by every member from the same store handle the
+//! etcd front door uses.
+//!
+//! - `server`: PKI bootstrap, TLS, authentication, routing of non-resource paths.
+//! - `handler`: resource verbs (get, list, watch, create, update, patch, delete, scale).
+//! - `resource`: the table of served resources; `discovery`: documents built from it.
+//! - `storage`: objects as JSON under `/registry/...`, resourceVersion = mod revision.
+//! - `admission`: defaulting and validation; `alloc`: Service IPs and node ports; `lifecycle`: namespaces.
+//! - `table`: `kubectl get` columns; `selector`: label and field selectors; `status`: every error answer.
+
+pub mod admission;
+pub mod alloc;
+pub mod authn;
+pub mod body;
+pub mod convert;
+pub mod discovery;
+pub mod handler;
+pub mod lifecycle;
+pub mod object;
+pub mod pki;
+pub mod protobuf;
+pub mod request;
+pub mod resource;
+pub mod selector;
+pub mod server;
+pub mod status;
+pub mod storage;
+pub mod table;
+
+pub use server::{serve, KubeOptions, KubeServeError};

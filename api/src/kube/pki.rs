@@ -1,0 +1,247 @@
+//! The cluster PKI: one CA and one admin identity per cluster, a serving certificate per member.
+//!
+//! The first member that finds no PKI in the store creates the CA, the admin client certificate and the
+//! admin bearer token, and writes them through Raft under [`PKI_KEY`] with a create-only Txn, so every
+//! member of a cluster shares them and an `admin.kubeconfig` from any member works against all of them.
+//! Each member then signs its own serving certificate (its addresses and every member's as SANs) and writes
+//! the files under `<data-dir>/pki/` plus `<data-dir>/admin.kubeconfig`.
+//!
+//! Like kubeadm's etcd, whoever can read the etcd keyspace can read the CA key; keel serves no etcd auth, so
+//! the etcd port must be reachable only by the cluster's operators (docs/kubernetes-api.md says so).
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use rcgen::{
+    date_time_ymd, BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
+};
+use serde::{Deserialize, Serialize};
+
+/// Where the shared PKI lives in the store (outside `/registry`, like k3s's bootstrap data).
+pub const PKI_KEY: &str = "/keel/bootstrap/pki";
+/// Subject of the admin client certificate: CN = user, O = group.
+pub const ADMIN_USER: &str = "kubernetes-admin";
+/// The group that may do everything (RBAC comes later; today every authenticated user may).
+pub const ADMIN_GROUP: &str = "system:masters";
+
+/// Why the PKI could not be made or written.
+#[derive(Debug, thiserror::Error)]
+pub enum PkiError {
+    #[error("certificate: {0}")]
+    Cert(#[from] rcgen::Error),
+    #[error("stored PKI is not valid JSON: {0}")]
+    Decode(#[from] serde_json::Error),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// The cluster-wide part: CA and admin credentials, stored through Raft.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ClusterPki {
+    /// CA certificate (PEM).
+    pub ca_cert: String,
+    /// CA private key (PEM, PKCS#8).
+    pub ca_key: String,
+    /// Admin client certificate (PEM), CN=[`ADMIN_USER`], O=[`ADMIN_GROUP`].
+    pub admin_cert: String,
+    /// Admin client key (PEM).
+    pub admin_key: String,
+    /// A bearer token that authenticates as the admin.
+    pub admin_token: String,
+}
+
+/// A member's serving certificate and key (PEM).
+#[derive(Debug, Clone)]
+pub struct ServingCert {
+    pub cert: String,
+    pub key: String,
+}
+
+fn validity(params: &mut CertificateParams, years: i32) {
+    let now = jiff::Timestamp::now().to_zoned(jiff::tz::TimeZone::UTC);
+    let (y, m, d) = (now.year() as i32, now.month() as u8, now.day() as u8);
+    // Back-date a day so members whose clocks differ slightly accept each other's certificates.
+    let start = now.checked_sub(jiff::Span::new().days(1)).unwrap_or(now);
+    params.not_before = date_time_ymd(start.year() as i32, start.month() as u8, start.day() as u8);
+    params.not_after = date_time_ymd(y + years, m, d.min(28));
+}
+
+impl ClusterPki {
+    /// A fresh CA (10 years), admin certificate (10 years) and admin token.
+    pub fn generate() -> Result<Self, PkiError> {
+        let ca_key = KeyPair::generate()?;
+        let mut ca = CertificateParams::new(Vec::<String>::new())?;
+        ca.distinguished_name.push(DnType::CommonName, "keel-ca");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        validity(&mut ca, 10);
+        let ca_cert = ca.self_signed(&ca_key)?;
+        let ca_cert_pem = ca_cert.pem();
+        let issuer = Issuer::new(ca, ca_key);
+
+        let admin_key = KeyPair::generate()?;
+        let mut admin = CertificateParams::new(Vec::<String>::new())?;
+        admin
+            .distinguished_name
+            .push(DnType::CommonName, ADMIN_USER);
+        admin
+            .distinguished_name
+            .push(DnType::OrganizationName, ADMIN_GROUP);
+        admin.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        admin.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        validity(&mut admin, 10);
+        let admin_cert = admin.signed_by(&admin_key, &issuer)?;
+
+        let mut token = [0u8; 24];
+        rand::Rng::fill(&mut rand::thread_rng(), &mut token[..]);
+        let admin_token = token.iter().map(|b| format!("{b:02x}")).collect();
+        Ok(ClusterPki {
+            ca_cert: ca_cert_pem,
+            ca_key: issuer.key().serialize_pem(),
+            admin_cert: admin_cert.pem(),
+            admin_key: admin_key.serialize_pem(),
+            admin_token,
+        })
+    }
+
+    /// Signs a serving certificate for `hosts` (IP addresses and DNS names).
+    pub fn serving_cert(&self, hosts: &[String]) -> Result<ServingCert, PkiError> {
+        let ca_key = KeyPair::from_pem(&self.ca_key)?;
+        let issuer = Issuer::from_ca_cert_pem(&self.ca_cert, ca_key)?;
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "kube-apiserver");
+        let mut sans = Vec::new();
+        for h in hosts {
+            let san = match h.parse::<IpAddr>() {
+                Ok(ip) => SanType::IpAddress(ip),
+                Err(_) => SanType::DnsName(h.clone().try_into()?),
+            };
+            if !sans.contains(&san) {
+                sans.push(san);
+            }
+        }
+        params.subject_alt_names = sans;
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        validity(&mut params, 10);
+        let cert = params.signed_by(&key, &issuer)?;
+        Ok(ServingCert {
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        })
+    }
+
+    /// A kubeconfig for the admin pointing at `server` (an `https://host:port` URL).
+    pub fn admin_kubeconfig(&self, server: &str) -> String {
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: keel\n  cluster:\n    server: {server}\n    \
+             certificate-authority-data: {ca}\nusers:\n- name: {ADMIN_USER}\n  user:\n    \
+             client-certificate-data: {cert}\n    client-key-data: {key}\ncontexts:\n- name: keel\n  context:\n    \
+             cluster: keel\n    user: {ADMIN_USER}\ncurrent-context: keel\npreferences: {{}}\n",
+            ca = b64(&self.ca_cert),
+            cert = b64(&self.admin_cert),
+            key = b64(&self.admin_key),
+        )
+    }
+
+    /// Writes `pki/{ca.crt,ca.key,apiserver.crt,apiserver.key,admin.crt,admin.key,admin.token}` and
+    /// `admin.kubeconfig` under `data_dir`; private keys get mode 0600.
+    pub fn write_files(
+        &self,
+        data_dir: &Path,
+        serving: &ServingCert,
+        server_url: &str,
+    ) -> Result<PathBuf, PkiError> {
+        let dir = data_dir.join("pki");
+        std::fs::create_dir_all(&dir).map_err(|source| PkiError::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        let files: [(&str, &str, bool); 7] = [
+            ("ca.crt", &self.ca_cert, false),
+            ("ca.key", &self.ca_key, true),
+            ("apiserver.crt", &serving.cert, false),
+            ("apiserver.key", &serving.key, true),
+            ("admin.crt", &self.admin_cert, false),
+            ("admin.key", &self.admin_key, true),
+            ("admin.token", &self.admin_token, true),
+        ];
+        for (name, body, secret) in files {
+            write_file(&dir.join(name), body.as_bytes(), secret)?;
+        }
+        let kubeconfig = data_dir.join("admin.kubeconfig");
+        write_file(
+            &kubeconfig,
+            self.admin_kubeconfig(server_url).as_bytes(),
+            true,
+        )?;
+        Ok(kubeconfig)
+    }
+}
+
+fn write_file(path: &Path, body: &[u8], secret: bool) -> Result<(), PkiError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let err = |source| PkiError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(if secret { 0o600 } else { 0o644 })
+        .open(&tmp)
+        .map_err(err)?;
+    f.write_all(body).map_err(err)?;
+    f.sync_all().map_err(err)?;
+    std::fs::rename(&tmp, path).map_err(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serving_cert_chains_to_ca() {
+        let pki = ClusterPki::generate().expect("generate");
+        let s = pki
+            .serving_cert(&["127.0.0.1".into(), "localhost".into()])
+            .expect("serving");
+        assert!(s.cert.starts_with("-----BEGIN CERTIFICATE-----"));
+        let der = rustls::pki_types::CertificateDer::from(
+            x509_parser::pem::parse_x509_pem(s.cert.as_bytes())
+                .expect("pem")
+                .1
+                .contents,
+        );
+        let (_, cert) = x509_parser::parse_x509_certificate(&der).expect("x509");
+        let ca = x509_parser::pem::parse_x509_pem(pki.ca_cert.as_bytes())
+            .expect("ca pem")
+            .1;
+        let (_, ca) = x509_parser::parse_x509_certificate(&ca.contents).expect("ca");
+        assert_eq!(cert.issuer(), ca.subject());
+        let kc = pki.admin_kubeconfig("https://127.0.0.1:6443");
+        assert!(kc.contains("server: https://127.0.0.1:6443"));
+    }
+}

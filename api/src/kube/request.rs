@@ -1,0 +1,170 @@
+//! What a resource request asks for: the route parsed from the URL path and the query parameters.
+
+use std::collections::HashMap;
+
+use super::resource::{self, ResourceDef};
+use super::status::ApiError;
+
+/// The object or collection a URL names.
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// The resource.
+    pub def: &'static ResourceDef,
+    /// Namespace from the path (None for cluster-scoped resources or all-namespace lists).
+    pub namespace: Option<String>,
+    /// Object name, if the path names one.
+    pub name: Option<String>,
+    /// Subresource (`status`, `scale`, ...).
+    pub subresource: Option<String>,
+    /// A legacy `/watch/` path.
+    pub legacy_watch: bool,
+}
+
+/// Parses the segments after `/api/v1/` or `/apis/<group>/<version>/`.
+pub fn parse_route(group: &str, version: &str, segments: &[&str]) -> Result<Route, ApiError> {
+    let mut segs: Vec<&str> = segments.iter().copied().filter(|s| !s.is_empty()).collect();
+    let mut legacy_watch = false;
+    if segs.first() == Some(&"watch") {
+        legacy_watch = true;
+        segs.remove(0);
+    }
+    let (namespace, rest): (Option<String>, &[&str]) = match segs.as_slice() {
+        ["namespaces", ns, plural, rest @ ..] if !matches!(*plural, "status" | "finalize") => {
+            (Some((*ns).to_string()), {
+                // `rest` starts after the plural; re-slice to include it.
+                let idx = segs.len() - rest.len() - 1;
+                &segs[idx..]
+            })
+        }
+        _ => (None, &segs[..]),
+    };
+    let (plural, name, sub) = match rest {
+        [plural] => (*plural, None, None),
+        [plural, name] => (*plural, Some(*name), None),
+        [plural, name, sub] => (*plural, Some(*name), Some(*sub)),
+        _ => return Err(ApiError::NoRoute),
+    };
+    let def = resource::find(group, version, plural).ok_or(ApiError::NoRoute)?;
+    if namespace.is_some() && !def.namespaced {
+        return Err(ApiError::NoRoute);
+    }
+    if let Some(s) = sub {
+        let served = (s == "status" && def.status)
+            || (s == "scale" && def.scale)
+            || (s == "finalize" && def.kind == "Namespace" && def.group.is_empty());
+        if !served {
+            return Err(ApiError::NoRoute);
+        }
+    }
+    if legacy_watch && sub.is_some() {
+        return Err(ApiError::NoRoute);
+    }
+    Ok(Route {
+        def,
+        namespace,
+        name: name.map(str::to_string),
+        subresource: sub.map(str::to_string),
+        legacy_watch,
+    })
+}
+
+/// Query parameters of a resource request.
+#[derive(Debug, Clone, Default)]
+pub struct Params {
+    raw: HashMap<String, String>,
+}
+
+impl Params {
+    /// Parses a query string (`a=b&c=d`, percent-decoded).
+    pub fn parse(query: Option<&str>) -> Self {
+        let mut raw = HashMap::new();
+        if let Some(q) = query {
+            for (k, v) in form_urlencoded::parse(q.as_bytes()) {
+                raw.insert(k.into_owned(), v.into_owned());
+            }
+        }
+        Params { raw }
+    }
+
+    /// A parameter's value, if present.
+    pub fn get(&self, k: &str) -> Option<&str> {
+        self.raw.get(k).map(String::as_str)
+    }
+
+    /// Drops the parameters of paging and watching (a watch's initial list is one unpaged read).
+    pub fn remove_paging(&mut self) {
+        for k in ["limit", "continue", "watch"] {
+            self.raw.remove(k);
+        }
+    }
+
+    /// A boolean parameter (`true`/`1`).
+    pub fn flag(&self, k: &str) -> bool {
+        matches!(self.get(k), Some("true") | Some("1"))
+    }
+
+    /// An integer parameter; malformed is a 400.
+    pub fn int(&self, k: &str) -> Result<Option<i64>, ApiError> {
+        match self.get(k) {
+            None | Some("") => Ok(None),
+            Some(v) => v.parse::<i64>().map(Some).map_err(|_| {
+                ApiError::BadRequest(format!("invalid value for {k}: {v:?} is not an integer"))
+            }),
+        }
+    }
+
+    /// `dryRun=All`; any other value is a 400.
+    pub fn dry_run(&self) -> Result<bool, ApiError> {
+        match self.get("dryRun") {
+            None | Some("") => Ok(false),
+            Some("All") => Ok(true),
+            Some(v) => Err(ApiError::BadRequest(format!(
+                "Invalid dryRun value: unsupported value {v:?}, supported values: \"All\""
+            ))),
+        }
+    }
+
+    /// `resourceVersion` as a revision: None when unset, Some(0) for "0"; malformed is a 400.
+    pub fn resource_version(&self) -> Result<Option<i64>, ApiError> {
+        match self.get("resourceVersion") {
+            None | Some("") => Ok(None),
+            Some(v) => v
+                .parse::<i64>()
+                .ok()
+                .filter(|r| *r >= 0)
+                .map(Some)
+                .ok_or_else(|| ApiError::BadRequest(format!("invalid resource version: {v:?}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes() {
+        let r = parse_route(
+            "",
+            "v1",
+            &["namespaces", "default", "pods", "web", "status"],
+        )
+        .expect("pod status");
+        assert_eq!(r.def.plural, "pods");
+        assert_eq!(r.namespace.as_deref(), Some("default"));
+        assert_eq!(r.name.as_deref(), Some("web"));
+        assert_eq!(r.subresource.as_deref(), Some("status"));
+        let ns = parse_route("", "v1", &["namespaces", "default"]).expect("namespace");
+        assert_eq!(ns.def.plural, "namespaces");
+        assert_eq!(ns.name.as_deref(), Some("default"));
+        let fin = parse_route("", "v1", &["namespaces", "x", "finalize"]).expect("finalize");
+        assert_eq!(fin.subresource.as_deref(), Some("finalize"));
+        let all = parse_route("apps", "v1", &["deployments"]).expect("all deployments");
+        assert!(all.namespace.is_none() && all.name.is_none());
+        let w = parse_route("", "v1", &["watch", "namespaces", "d", "pods"]).expect("legacy watch");
+        assert!(w.legacy_watch);
+        assert!(parse_route("", "v1", &["bogus"]).is_err());
+        assert!(parse_route("", "v1", &["namespaces", "d", "nodes"]).is_err());
+        assert!(parse_route("", "v1", &["namespaces", "d", "configmaps", "x", "scale"]).is_err());
+    }
+}

@@ -1,0 +1,580 @@
+//! What the Kubernetes API serves: one [`ResourceDef`] per resource, looked up by URL segments.
+//!
+//! Discovery, storage keys, Table printers, field selectors and defaulting all read this one table, so a
+//! resource is added in one place.
+
+/// Which `kubectl get` columns a resource prints (see `table/`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Printer {
+    Pod,
+    Node,
+    Namespace,
+    Service,
+    Endpoints,
+    ConfigMap,
+    Secret,
+    ServiceAccount,
+    Event,
+    EventsV1,
+    Deployment,
+    ReplicaSet,
+    StatefulSet,
+    DaemonSet,
+    Job,
+    CronJob,
+    Lease,
+    EndpointSlice,
+    RoleBinding,
+    /// Upstream's fallback: Name and Created At.
+    Default,
+}
+
+/// One served resource of one group-version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResourceDef {
+    /// API group, "" for core.
+    pub group: &'static str,
+    /// Version, e.g. `v1`.
+    pub version: &'static str,
+    /// Kind of a single object.
+    pub kind: &'static str,
+    /// URL segment (plural, lowercase).
+    pub plural: &'static str,
+    /// Singular name (`kubectl get deployment`).
+    pub singular: &'static str,
+    /// Namespaced or cluster-scoped.
+    pub namespaced: bool,
+    /// `kubectl get po` style aliases.
+    pub short_names: &'static [&'static str],
+    /// `all` etc.
+    pub categories: &'static [&'static str],
+    /// Served `/status`.
+    pub status: bool,
+    /// Served `/scale` (autoscaling/v1 Scale).
+    pub scale: bool,
+    /// Key segment under `/registry/` (upstream's layout: `minions`, `services/specs`, ...).
+    pub storage: &'static str,
+    /// Table columns.
+    pub printer: Printer,
+    /// Field selectors beyond `metadata.name` / `metadata.namespace`.
+    pub fields: &'static [&'static str],
+    /// PUT of a missing object creates it (upstream's AllowCreateOnUpdate).
+    pub create_on_update: bool,
+    /// Spec changes bump `metadata.generation` (kinds with a spec/status split).
+    pub tracks_generation: bool,
+}
+
+impl ResourceDef {
+    /// `apps/v1`, or `v1` for core.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// `deployments.apps`, or `pods` for core.
+    pub fn qualified(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.to_string()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+
+    /// The Kind of this resource's list.
+    pub fn list_kind(&self) -> String {
+        format!("{}List", self.kind)
+    }
+
+    /// Key prefix of every object of this resource (ends with `/`).
+    pub fn prefix(&self) -> String {
+        format!("/registry/{}/", self.storage)
+    }
+
+    /// Key prefix of one namespace's objects (ends with `/`).
+    pub fn ns_prefix(&self, ns: &str) -> String {
+        format!("/registry/{}/{ns}/", self.storage)
+    }
+
+    /// The key of one object.
+    pub fn key(&self, ns: Option<&str>, name: &str) -> String {
+        match ns {
+            Some(ns) if self.namespaced => format!("/registry/{}/{ns}/{name}", self.storage),
+            _ => format!("/registry/{}/{name}", self.storage),
+        }
+    }
+}
+
+const ALL: &[&str] = &["all"];
+const NONE: &[&str] = &[];
+
+/// Field selectors of pods (upstream's `PodToSelectableFields`).
+const POD_FIELDS: &[&str] = &[
+    "spec.nodeName",
+    "spec.restartPolicy",
+    "spec.schedulerName",
+    "spec.serviceAccountName",
+    "spec.hostNetwork",
+    "status.phase",
+    "status.podIP",
+    "status.nominatedNodeName",
+];
+/// Field selectors of core events.
+const EVENT_FIELDS: &[&str] = &[
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "reason",
+    "reportingComponent",
+    "source",
+    "type",
+];
+
+macro_rules! res {
+    ($group:expr, $kind:expr, $plural:expr, $singular:expr, ns=$ns:expr, short=$short:expr, cat=$cat:expr,
+     status=$status:expr, scale=$scale:expr, storage=$storage:expr, printer=$printer:ident, fields=$fields:expr,
+     cou=$cou:expr, gen=$gen:expr) => {
+        ResourceDef {
+            group: $group,
+            version: "v1",
+            kind: $kind,
+            plural: $plural,
+            singular: $singular,
+            namespaced: $ns,
+            short_names: $short,
+            categories: $cat,
+            status: $status,
+            scale: $scale,
+            storage: $storage,
+            printer: Printer::$printer,
+            fields: $fields,
+            create_on_update: $cou,
+            tracks_generation: $gen,
+        }
+    };
+}
+
+/// Every built-in resource keel serves, in discovery order.
+pub static BUILTIN: &[ResourceDef] = &[
+    res!(
+        "",
+        "Namespace",
+        "namespaces",
+        "namespace",
+        ns = false,
+        short = &["ns"],
+        cat = NONE,
+        status = true,
+        scale = false,
+        storage = "namespaces",
+        printer = Namespace,
+        fields = &["status.phase"],
+        cou = false,
+        gen = false
+    ),
+    res!(
+        "",
+        "Pod",
+        "pods",
+        "pod",
+        ns = true,
+        short = &["po"],
+        cat = ALL,
+        status = true,
+        scale = false,
+        storage = "pods",
+        printer = Pod,
+        fields = POD_FIELDS,
+        cou = false,
+        gen = false
+    ),
+    res!(
+        "",
+        "Node",
+        "nodes",
+        "node",
+        ns = false,
+        short = &["no"],
+        cat = NONE,
+        status = true,
+        scale = false,
+        storage = "minions",
+        printer = Node,
+        fields = &["spec.unschedulable"],
+        cou = false,
+        gen = false
+    ),
+    res!(
+        "",
+        "Service",
+        "services",
+        "service",
+        ns = true,
+        short = &["svc"],
+        cat = ALL,
+        status = true,
+        scale = false,
+        storage = "services/specs",
+        printer = Service,
+        fields = &["spec.clusterIP", "spec.type"],
+        cou = false,
+        gen = false
+    ),
+    res!(
+        "",
+        "Endpoints",
+        "endpoints",
+        "endpoints",
+        ns = true,
+        short = &["ep"],
+        cat = NONE,
+        status = false,
+        scale = false,
+        storage = "services/endpoints",
+        printer = Endpoints,
+        fields = NONE,
+        cou = true,
+        gen = false
+    ),
+    res!(
+        "",
+        "ConfigMap",
+        "configmaps",
+        "configmap",
+        ns = true,
+        short = &["cm"],
+        cat = NONE,
+        status = false,
+        scale = false,
+        storage = "configmaps",
+        printer = ConfigMap,
+        fields = NONE,
+        cou = false,
+        gen = false
+    ),
+    res!(
+        "",
+        "Secret",
+        "secrets",
+        "secret",
+        ns = true,
+        short = NONE,
+        cat = NONE,
+        status = false,
+        scale = false,
+        storage = "secrets",
+        printer = Secret,
+        fields = &["type"],
+        cou = false,
+        gen = false
+    ),
+    res!(
+        "",
+        "ServiceAccount",
+        "serviceaccounts",
+        "serviceaccount",
+        ns = true,
+        short = &["sa"],
+        cat = NONE,
+        status = false,
+        scale = false,
+        storage = "serviceaccounts",
+        printer = ServiceAccount,
+        fields = NONE,
+        cou = false,
+        gen = false
+    ),
+    res!(
+        "",
+        "Event",
+        "events",
+        "event",
+        ns = true,
+        short = &["ev"],
+        cat = NONE,
+        status = false,
+        scale = false,
+        storage = "events",
+        printer = Event,
+        fields = EVENT_FIELDS,
+        cou = true,
+        gen = false
+    ),
+    res!(
+        "apps",
+        "Deployment",
+        "deployments",
+        "deployment",
+        ns = true,
+        short = &["deploy"],
+        cat = ALL,
+        status = true,
+        scale = true,
+        storage = "deployments",
+        printer = Deployment,
+        fields = NONE,
+        cou = false,
+        gen = true
+    ),
+    res!(
+        "apps",
+        "ReplicaSet",
+        "replicasets",
+        "replicaset",
+        ns = true,
+        short = &["rs"],
+        cat = ALL,
+        status = true,
+        scale = true,
+        storage = "replicasets",
+        printer = ReplicaSet,
+        fields = &["status.replicas"],
+        cou = false,
+        gen = true
+    ),
+    res!(
+        "apps",
+        "StatefulSet",
+        "statefulsets",
+        "statefulset",
+        ns = true,
+        short = &["sts"],
+        cat = ALL,
+        status = true,
+        scale = true,
+        storage = "statefulsets",
+        printer = StatefulSet,
+        fields = NONE,
+        cou = false,
+        gen = true
+    ),
+    res!(
+        "apps",
+        "DaemonSet",
+        "daemonsets",
+        "daemonset",
+        ns = true,
+        short = &["ds"],
+        cat = ALL,
+        status = true,
+        scale = false,
+        storage = "daemonsets",
+        printer = DaemonSet,
+        fields = NONE,
+        cou = false,
+        gen = true
+    ),
+    res!(
+        "events.k8s.io",
+        "Event",
+        "events",
+        "event",
+        ns = true,
+        short = &["ev"],
+        cat = NONE,
+        status = false,
+        scale = false,
+        storage = "events",
+        printer = EventsV1,
+        fields = EVENT_FIELDS,
+        cou = true,
+        gen = false
+    ),
+    res!(
+        "batch",
+        "Job",
+        "jobs",
+        "job",
+        ns = true,
+        short = NONE,
+        cat = ALL,
+        status = true,
+        scale = false,
+        storage = "jobs",
+        printer = Job,
+        fields = &["status.successful"],
+        cou = false,
+        gen = true
+    ),
+    res!(
+        "batch",
+        "CronJob",
+        "cronjobs",
+        "cronjob",
+        ns = true,
+        short = &["cj"],
+        cat = ALL,
+        status = true,
+        scale = false,
+        storage = "cronjobs",
+        printer = CronJob,
+        fields = NONE,
+        cou = false,
+        gen = true
+    ),
+    res!(
+        "rbac.authorization.k8s.io",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+        "clusterrolebinding",
+        ns = false,
+        short = NONE,
+        cat = NONE,
+        status = false,
+        scale = false,
+        storage = "clusterrolebindings",
+        printer = RoleBinding,
+        fields = NONE,
+        cou = true,
+        gen = false
+    ),
+    res!(
+        "rbac.authorization.k8s.io",
+        "ClusterRole",
+        "clusterroles",
+        "clusterrole",
+        ns = false,
+        short = NONE,
+        cat = NONE,
+        status = false,
+        scale = false,
+        storage = "clusterroles",
+        printer = Default,
+        fields = NONE,
+        cou = true,
+        gen = false
+    ),
+    res!(
+        "rbac.authorization.k8s.io",
+        "RoleBinding",
+        "rolebindings",
+        "rolebinding",
+        ns = true,
+        short = NONE,
+        cat = NONE,
+        status = false,
+        scale = false,
+        storage = "rolebindings",
+        printer = RoleBinding,
+        fields = NONE,
+        cou = true,
+        gen = false
+    ),
+    res!(
+        "rbac.authorization.k8s.io",
+        "Role",
+        "roles",
+        "role",
+        ns = true,
+        short = NONE,
+        cat = NONE,
+        status = false,
+        scale = false,
+        storage = "roles",
+        printer = Default,
+        fields = NONE,
+        cou = true,
+        gen = false
+    ),
+    res!(
+        "coordination.k8s.io",
+        "Lease",
+        "leases",
+        "lease",
+        ns = true,
+        short = NONE,
+        cat = NONE,
+        status = false,
+        scale = false,
+        storage = "leases",
+        printer = Lease,
+        fields = NONE,
+        cou = true,
+        gen = false
+    ),
+    res!(
+        "discovery.k8s.io",
+        "EndpointSlice",
+        "endpointslices",
+        "endpointslice",
+        ns = true,
+        short = NONE,
+        cat = NONE,
+        status = false,
+        scale = false,
+        storage = "endpointslices",
+        printer = EndpointSlice,
+        fields = NONE,
+        cou = false,
+        gen = false
+    ),
+];
+
+/// The groups in discovery order (core first, as `/apis` lists the rest).
+pub fn groups() -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for r in BUILTIN {
+        if !r.group.is_empty() && !out.contains(&r.group) {
+            out.push(r.group);
+        }
+    }
+    out
+}
+
+/// The resources of one group-version.
+pub fn of_group_version(group: &str, version: &str) -> Vec<&'static ResourceDef> {
+    BUILTIN
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+        .collect()
+}
+
+/// The resource served at `/<prefix>/<group>/<version>/<plural>`.
+pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static ResourceDef> {
+    BUILTIN
+        .iter()
+        .find(|r| r.group == group && r.version == version && r.plural == plural)
+}
+
+/// The resource of a Kind in a group (for owner references and events).
+pub fn by_kind(group: &str, kind: &str) -> Option<&'static ResourceDef> {
+    BUILTIN.iter().find(|r| r.group == group && r.kind == kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_follow_upstream_layout() {
+        let svc = find("", "v1", "services").expect("services");
+        assert_eq!(
+            svc.key(Some("default"), "kubernetes"),
+            "/registry/services/specs/default/kubernetes"
+        );
+        let node = find("", "v1", "nodes").expect("nodes");
+        assert_eq!(node.key(None, "n1"), "/registry/minions/n1");
+        let d = find("apps", "v1", "deployments").expect("deployments");
+        assert_eq!(d.qualified(), "deployments.apps");
+        assert_eq!(d.api_version(), "apps/v1");
+    }
+
+    #[test]
+    fn plurals_unique_per_group_version() {
+        for (i, a) in BUILTIN.iter().enumerate() {
+            for b in &BUILTIN[i + 1..] {
+                assert!(
+                    !(a.group == b.group && a.version == b.version && a.plural == b.plural),
+                    "{}",
+                    a.plural
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,431 @@
+//! The Kubernetes API listener: cluster PKI bootstrap, HTTPS (rustls; HTTP/2 and HTTP/1.1), authentication,
+//! and routing of non-resource paths (version, health, discovery) and resource paths (see `handler`).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::http::{header, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Router};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use keel_raft::node::Node;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tracing::{debug, info, warn};
+
+use super::authn::{self, Identity, Tokens};
+use super::body::{respond, respond_as, MAX_BODY};
+use super::discovery;
+use super::handler::{self, KubeState};
+use super::pki::{ClusterPki, PkiError, ADMIN_GROUP, ADMIN_USER, PKI_KEY};
+use super::status::ApiError;
+use super::storage::Storage;
+use super::{alloc, lifecycle};
+
+/// How a member serves the Kubernetes API.
+#[derive(Debug, Clone)]
+pub struct KubeOptions {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// URL clients use for this member (`https://host:port`), written into `admin.kubeconfig`.
+    pub advertise_url: String,
+    /// Data directory (gets `pki/` and `admin.kubeconfig`).
+    pub data_dir: PathBuf,
+    /// Extra names and addresses for the serving certificate.
+    pub extra_sans: Vec<String>,
+    /// kube-apiserver's `--token-auth-file`.
+    pub token_file: Option<PathBuf>,
+}
+
+/// Why the API could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeServeError {
+    #[error("cluster PKI: {0}")]
+    Pki(#[from] PkiError),
+    #[error("cluster PKI: {0}")]
+    Bootstrap(String),
+    #[error("TLS: {0}")]
+    Tls(String),
+    #[error("cannot listen on {0}: {1}")]
+    Bind(SocketAddr, std::io::Error),
+    #[error("token file: {0}")]
+    Tokens(#[from] authn::TokenFileError),
+}
+
+/// The authenticated identity of a TLS connection's client certificate, if any.
+#[derive(Debug, Clone)]
+struct PeerIdentity(Option<Identity>);
+
+struct App {
+    state: Arc<KubeState>,
+    tokens: Tokens,
+}
+
+fn host_of(url: &str) -> Option<String> {
+    let rest = url.split("://").nth(1).unwrap_or(url);
+    let hostport = rest.split('/').next()?;
+    let host = if let Some(h) = hostport.strip_prefix('[') {
+        h.split(']').next()?.to_string()
+    } else {
+        hostport
+            .rsplit_once(':')
+            .map(|(h, _)| h)
+            .unwrap_or(hostport)
+            .to_string()
+    };
+    (!host.is_empty()).then_some(host)
+}
+
+/// Reads the cluster PKI from the store, creating it first if this is the first member to get here.
+async fn bootstrap_pki(
+    storage: &Storage,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) -> Result<ClusterPki, KubeServeError> {
+    let mut delay = Duration::from_millis(200);
+    loop {
+        let attempt = async {
+            if let Some(raw) = storage.get_raw(PKI_KEY).await? {
+                return Ok::<_, ApiError>(Some(raw));
+            }
+            let fresh = ClusterPki::generate().map_err(|e| ApiError::Internal(e.to_string()))?;
+            let bytes =
+                serde_json::to_vec(&fresh).map_err(|e| ApiError::Internal(e.to_string()))?;
+            storage.create_raw(PKI_KEY, bytes).await?;
+            storage.get_raw(PKI_KEY).await
+        };
+        match attempt.await {
+            Ok(Some(raw)) => return Ok(serde_json::from_slice(&raw).map_err(PkiError::Decode)?),
+            Ok(None) => {}
+            Err(e) => debug!(error = %e, "cluster PKI not readable yet"),
+        }
+        tokio::select! {
+            _ = stop.changed() => return Err(KubeServeError::Bootstrap("stopped before the PKI was available".into())),
+            _ = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(Duration::from_secs(2));
+    }
+}
+
+fn tls_config(
+    pki: &ClusterPki,
+    cert_pem: &str,
+    key_pem: &str,
+) -> Result<rustls::ServerConfig, KubeServeError> {
+    let tls = |e: &dyn std::fmt::Display| KubeServeError::Tls(e.to_string());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(pki.ca_cert.as_bytes()) {
+        roots.add(c.map_err(|e| tls(&e))?).map_err(|e| tls(&e))?;
+    }
+    // Client certificates are optional at the TLS layer: requests without one may still carry a token,
+    // and anonymous ones get a proper 401 Status instead of a handshake failure.
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| tls(&e))?;
+    let certs = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| tls(&e))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| tls(&e))?;
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls(&e))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)
+        .map_err(|e| tls(&e))?;
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+/// Every name this member's serving certificate covers.
+fn serving_hosts(node: &Node, opts: &KubeOptions) -> Vec<String> {
+    let mut hosts: Vec<String> = vec![
+        "localhost".into(),
+        "127.0.0.1".into(),
+        "kubernetes".into(),
+        "kubernetes.default".into(),
+        "kubernetes.default.svc".into(),
+        "kubernetes.default.svc.cluster.local".into(),
+        alloc::KUBERNETES_SERVICE_IP.to_string(),
+        opts.listen.ip().to_string(),
+    ];
+    hosts.extend(host_of(&opts.advertise_url));
+    for m in node.config().initial_members() {
+        for u in &m.peer_urls {
+            hosts.extend(host_of(u));
+        }
+    }
+    for m in node.members() {
+        for u in m.node.client_urls.iter().chain(m.node.peer_urls.iter()) {
+            hosts.extend(host_of(u));
+        }
+    }
+    if let Ok(h) = std::fs::read_to_string("/etc/hostname") {
+        let h = h.trim();
+        if !h.is_empty() {
+            hosts.push(h.to_string());
+        }
+    }
+    hosts.extend(opts.extra_sans.iter().cloned());
+    hosts.retain(|h| h != "0.0.0.0" && h != "::");
+    hosts.dedup();
+    hosts
+}
+
+/// Serves the Kubernetes API of `node` until `shutdown` resolves.
+pub async fn serve(
+    node: Arc<Node>,
+    opts: KubeOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), KubeServeError> {
+    let listener = TcpListener::bind(opts.listen)
+        .await
+        .map_err(|e| KubeServeError::Bind(opts.listen, e))?;
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let storage = Storage::new(node.clone());
+    tokio::pin!(shutdown);
+    let pki = tokio::select! {
+        p = bootstrap_pki(&storage, &mut stop_rx) => p?,
+        _ = &mut shutdown => return Ok(()),
+    };
+    let serving = pki.serving_cert(&serving_hosts(&node, &opts))?;
+    let kubeconfig = pki.write_files(&opts.data_dir, &serving, &opts.advertise_url)?;
+    let tls = Arc::new(tls_config(&pki, &serving.cert, &serving.key)?);
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+
+    let mut tokens = Tokens::default();
+    tokens.insert(
+        &pki.admin_token,
+        Identity {
+            user: ADMIN_USER.into(),
+            groups: vec![ADMIN_GROUP.into(), "system:authenticated".into()],
+        },
+    );
+    if let Some(f) = &opts.token_file {
+        tokens.load_file(f)?;
+    }
+    let state = Arc::new(KubeState {
+        storage: storage.clone(),
+        server_address: opts.advertise_url.clone(),
+        shutdown: stop_rx.clone(),
+    });
+    let app = Arc::new(App { state, tokens });
+    let router = Router::new().fallback(route).with_state(app);
+    let lifecycle_task = tokio::spawn(lifecycle::run(storage, stop_rx.clone()));
+    info!(listen = %opts.listen, kubeconfig = %kubeconfig.display(), "Kubernetes API serving");
+
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => {
+                let (tcp, peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let acceptor = acceptor.clone();
+                let router = router.clone();
+                conns.spawn(async move {
+                    let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+                        Ok(Ok(s)) => s,
+                        Ok(Err(e)) => {
+                            debug!(%peer, error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => return,
+                    };
+                    let identity = tls
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .and_then(|c| authn::from_certificate(c));
+                    let svc = router.layer(Extension(PeerIdentity(identity)));
+                    let svc = hyper_util::service::TowerToHyperService::new(svc);
+                    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    if let Err(e) = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc).await {
+                        debug!(%peer, error = %e, "connection ended");
+                    }
+                });
+            }
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    let _ = stop_tx.send(true);
+    lifecycle_task.abort();
+    // Give streaming answers a moment to see the stop, then cut what is left.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    conns.abort_all();
+    Ok(())
+}
+
+fn plain(code: StatusCode, text: &str) -> Response {
+    let mut r = (code, text.to_string()).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+fn health(app: &App, path: &str, query: Option<&str>) -> Response {
+    let ready = app.state.storage.node().status().leader.is_some();
+    let check = if path.starts_with("/readyz") {
+        ready
+    } else {
+        true
+    };
+    let verbose = query.is_some_and(|q| q.contains("verbose"));
+    match (check, verbose) {
+        (true, false) => plain(StatusCode::OK, "ok"),
+        (true, true) => plain(
+            StatusCode::OK,
+            &format!("[+]ping ok\n[+]etcd ok\n{} check passed\n", &path[1..]),
+        ),
+        (false, _) => plain(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!(
+                "[+]ping ok\n[-]etcd failed: no Raft leader\n{} check failed\n",
+                &path[1..]
+            ),
+        ),
+    }
+}
+
+async fn route(
+    State(app): State<Arc<App>>,
+    Extension(peer): Extension<PeerIdentity>,
+    req: Request,
+) -> Response {
+    match dispatch(app, peer, req).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn dispatch(app: Arc<App>, peer: PeerIdentity, req: Request) -> Result<Response, ApiError> {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_string();
+    let query = parts.uri.query().map(str::to_string);
+    let identity = peer.0.or_else(|| app.tokens.from_headers(&parts.headers));
+    if identity.is_none() && !authn::is_public(&path) {
+        return Err(ApiError::Unauthorized);
+    }
+    let body = axum::body::to_bytes(body, MAX_BODY)
+        .await
+        .map_err(|_| ApiError::TooLarge(format!("limit is {MAX_BODY}")))?;
+    let method = parts.method.clone();
+    let headers = parts.headers;
+    let segments: Vec<String> = path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
+        })
+        .collect();
+    let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let read_only = method == Method::GET || method == Method::HEAD;
+    match segs.as_slice() {
+        ["version"] if read_only => Ok(respond(StatusCode::OK, &discovery::version())),
+        [p] | [p, _] if matches!(*p, "healthz" | "livez" | "readyz") && read_only => {
+            Ok(health(&app, &path, query.as_deref()))
+        }
+        ["api"] if read_only => Ok(discovery_answer(&accept, true, || {
+            discovery::api_versions(&app.state.server_address)
+        })),
+        ["apis"] if read_only => Ok(discovery_answer(&accept, false, discovery::api_group_list)),
+        ["api", "v1"] if read_only => discovery::api_resource_list("", "v1")
+            .map(|v| respond(StatusCode::OK, &v))
+            .ok_or(ApiError::NoRoute),
+        ["apis", group] if read_only => discovery::api_group(group)
+            .map(|v| respond(StatusCode::OK, &v))
+            .ok_or(ApiError::NoRoute),
+        ["apis", group, version] if read_only => discovery::api_resource_list(group, version)
+            .map(|v| respond(StatusCode::OK, &v))
+            .ok_or(ApiError::NoRoute),
+        ["api", "v1", rest @ ..] => {
+            let user = user_name(identity.as_ref());
+            handler::serve(
+                app.state.clone(),
+                method,
+                "",
+                "v1",
+                rest,
+                query.as_deref(),
+                headers,
+                body,
+                user,
+            )
+            .await
+        }
+        ["apis", group, version, rest @ ..] => {
+            let user = user_name(identity.as_ref());
+            handler::serve(
+                app.state.clone(),
+                method,
+                group,
+                version,
+                rest,
+                query.as_deref(),
+                headers,
+                body,
+                user,
+            )
+            .await
+        }
+        _ => Err(ApiError::NoRoute),
+    }
+}
+
+fn user_name(id: Option<&Identity>) -> String {
+    id.map(|i| i.user.clone()).unwrap_or_default()
+}
+
+fn discovery_answer(
+    accept: &str,
+    core: bool,
+    legacy: impl FnOnce() -> serde_json::Value,
+) -> Response {
+    match discovery::wants_aggregated(accept) {
+        Some(ct) => respond_as(StatusCode::OK, &discovery::aggregated(core, ct), ct),
+        None => respond(StatusCode::OK, &legacy()),
+    }
+}
+
+/// Where a member writes its admin kubeconfig.
+pub fn kubeconfig_path(data_dir: &std::path::Path) -> PathBuf {
+    data_dir.join("admin.kubeconfig")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_from_urls() {
+        assert_eq!(
+            host_of("https://127.0.0.11:6443").as_deref(),
+            Some("127.0.0.11")
+        );
+        assert_eq!(host_of("http://[::1]:2380").as_deref(), Some("::1"));
+        assert_eq!(host_of("http://node-a:2380/x").as_deref(), Some("node-a"));
+    }
+}

@@ -1,0 +1,385 @@
+//! Kubernetes objects in the MVCC store, reached through the member's in-process [`Node`] handle (the same
+//! one the etcd front door uses): reads from the local store after a ReadIndex barrier, writes as Txns
+//! proposed through Raft that compare `mod_revision` exactly as kube-apiserver's etcd3 storage does.
+//!
+//! Values are JSON; `metadata.resourceVersion` is never stored, it is the key's mod revision, filled in on
+//! read. Values in upstream's protobuf encoding (`k8s\0` prefix) are decoded by [`super::protobuf`].
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use keel_raft::node::{Node, ProposeError};
+use keel_store::command::CommandKind;
+use keel_store::pb::etcdserverpb::{
+    compare, request_op, response_op, Compare, DeleteRangeRequest, PutRequest, RangeRequest,
+    RequestOp, TxnRequest,
+};
+use keel_store::pb::mvccpb::KeyValue;
+use keel_store::{Command, CommandResponse, StoreError, MAX_REQUEST_BYTES};
+use serde_json::Value;
+
+use super::object;
+use super::protobuf;
+use super::status::ApiError;
+
+/// One stored object with its revisions.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    /// The object, `metadata.resourceVersion` set.
+    pub object: Value,
+    /// The key's mod revision (= resourceVersion).
+    pub mod_revision: i64,
+}
+
+/// The result of a conditional write.
+#[derive(Debug)]
+pub enum WriteOutcome {
+    /// Written at this revision.
+    Done(i64),
+    /// The condition failed; the key's current state (None when it does not exist).
+    Lost(Option<Stored>),
+}
+
+/// One page of a list.
+#[derive(Debug)]
+pub struct Page {
+    pub items: Vec<(Vec<u8>, Stored)>,
+    /// Store revision the page was read at.
+    pub revision: i64,
+    /// More keys follow the last one.
+    pub more: bool,
+    /// Keys after this page (upstream's remainingItemCount).
+    pub remaining: i64,
+}
+
+/// Access to Kubernetes objects in the store.
+#[derive(Clone)]
+pub struct Storage {
+    node: Arc<Node>,
+}
+
+/// Maps store and Raft errors to API errors (one place).
+pub fn propose_error(e: &ProposeError) -> ApiError {
+    match e {
+        ProposeError::Store(StoreError::RequestTooLarge) => {
+            ApiError::TooLarge("etcdserver: request is too large".to_string())
+        }
+        ProposeError::Store(StoreError::Compacted) => {
+            ApiError::Expired("The resourceVersion for the provided list is too old.".to_string())
+        }
+        ProposeError::Store(StoreError::FutureRev) => ApiError::Timeout(
+            "Too large resource version: the store has not reached it yet".to_string(),
+        ),
+        ProposeError::Store(s) => ApiError::Internal(s.to_string()),
+        ProposeError::Timeout => ApiError::Timeout(
+            "The request did not complete in time: etcdserver: request timed out".to_string(),
+        ),
+        ProposeError::NoLeader | ProposeError::NotLeader | ProposeError::Stopped => {
+            ApiError::Unavailable(format!("the cluster is unavailable: {e}"))
+        }
+        ProposeError::Membership(m) => ApiError::Internal(m.to_string()),
+    }
+}
+
+fn store_error(e: &StoreError) -> ApiError {
+    propose_error(&ProposeError::Store(e.clone()))
+}
+
+/// The first key after every key with this prefix.
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// Decodes a stored value (JSON, or upstream's protobuf envelope) and sets its resourceVersion.
+pub fn decode(kv: &KeyValue) -> Result<Stored, ApiError> {
+    let mut object = if kv.value.starts_with(protobuf::MAGIC) {
+        protobuf::decode_stored(&kv.value)?
+    } else {
+        serde_json::from_slice::<Value>(&kv.value).map_err(|e| {
+            ApiError::Internal(format!(
+                "stored object at {} does not decode: {e}",
+                String::from_utf8_lossy(&kv.key)
+            ))
+        })?
+    };
+    object::set_resource_version(&mut object, kv.mod_revision);
+    Ok(Stored {
+        object,
+        mod_revision: kv.mod_revision,
+    })
+}
+
+/// Encodes an object for storage: JSON without `metadata.resourceVersion`.
+pub fn encode(object: &Value) -> Result<Vec<u8>, ApiError> {
+    let mut o = object.clone();
+    object::clear_resource_version(&mut o);
+    let bytes = serde_json::to_vec(&o).map_err(|e| ApiError::Internal(e.to_string()))?;
+    if bytes.len() > MAX_REQUEST_BYTES - 1024 {
+        return Err(ApiError::TooLarge(
+            "etcdserver: request is too large".to_string(),
+        ));
+    }
+    Ok(bytes)
+}
+
+fn cmp_mod(key: &str, rev: i64) -> Compare {
+    Compare {
+        result: compare::CompareResult::Equal as i32,
+        target: compare::CompareTarget::Mod as i32,
+        key: Bytes::copy_from_slice(key.as_bytes()),
+        range_end: Bytes::new(),
+        target_union: Some(compare::TargetUnion::ModRevision(rev)),
+    }
+}
+
+fn get_op(key: &str) -> RequestOp {
+    RequestOp {
+        request: Some(request_op::Request::RequestRange(RangeRequest {
+            key: Bytes::copy_from_slice(key.as_bytes()),
+            ..Default::default()
+        })),
+    }
+}
+
+impl Storage {
+    /// Storage over a member.
+    pub fn new(node: Arc<Node>) -> Self {
+        Storage { node }
+    }
+
+    /// The member this storage proposes through.
+    pub fn node(&self) -> &Arc<Node> {
+        &self.node
+    }
+
+    /// The store's current revision.
+    pub fn revision(&self) -> i64 {
+        self.node.store().revision()
+    }
+
+    /// Waits until this member has applied everything committed before the call (ReadIndex).
+    pub async fn barrier(&self) -> Result<(), ApiError> {
+        self.node
+            .read_barrier()
+            .await
+            .map_err(|e| propose_error(&e))
+    }
+
+    /// Reads one key; `consistent` waits for a ReadIndex first.
+    pub async fn get(&self, key: &str, consistent: bool) -> Result<Option<Stored>, ApiError> {
+        if consistent {
+            self.barrier().await?;
+        }
+        let r = self
+            .node
+            .store()
+            .range(&RangeRequest {
+                key: Bytes::copy_from_slice(key.as_bytes()),
+                ..Default::default()
+            })
+            .map_err(|e| store_error(&e))?;
+        match r.kvs.first() {
+            Some(kv) => Ok(Some(decode(kv)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Reads keys in `[start, end)` at `revision` (0 = current), at most `limit` (0 = all).
+    pub fn range(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        revision: i64,
+        limit: i64,
+    ) -> Result<Page, ApiError> {
+        let r = self
+            .node
+            .store()
+            .range(&RangeRequest {
+                key: Bytes::copy_from_slice(start),
+                range_end: Bytes::copy_from_slice(end),
+                revision,
+                limit,
+                ..Default::default()
+            })
+            .map_err(|e| store_error(&e))?;
+        let rev = if revision > 0 {
+            revision
+        } else {
+            r.header.as_ref().map(|h| h.revision).unwrap_or(0)
+        };
+        let mut items = Vec::with_capacity(r.kvs.len());
+        for kv in &r.kvs {
+            items.push((kv.key.to_vec(), decode(kv)?));
+        }
+        let remaining = (r.count - items.len() as i64).max(0);
+        Ok(Page {
+            items,
+            revision: rev,
+            more: r.more,
+            remaining,
+        })
+    }
+
+    async fn txn(
+        &self,
+        t: TxnRequest,
+    ) -> Result<keel_store::pb::etcdserverpb::TxnResponse, ApiError> {
+        let cmd = Command::new(CommandKind::Txn(t));
+        match self.node.propose(cmd).await {
+            Ok(CommandResponse::Txn(r)) => Ok(r),
+            Ok(other) => Err(ApiError::Internal(format!(
+                "unexpected store answer {other:?}"
+            ))),
+            Err(e) => Err(propose_error(&e)),
+        }
+    }
+
+    fn lost(r: &keel_store::pb::etcdserverpb::TxnResponse) -> Result<WriteOutcome, ApiError> {
+        let current = r.responses.first().and_then(|op| match &op.response {
+            Some(response_op::Response::ResponseRange(rr)) => rr.kvs.first().cloned(),
+            _ => None,
+        });
+        Ok(WriteOutcome::Lost(match current {
+            Some(kv) => Some(decode(&kv)?),
+            None => None,
+        }))
+    }
+
+    /// Writes `object` at `key` if the key's mod revision is `expected` (0 = the key must not exist).
+    pub async fn put_if(
+        &self,
+        key: &str,
+        object: &Value,
+        expected: i64,
+    ) -> Result<WriteOutcome, ApiError> {
+        self.put_claiming(key, object, expected, &[]).await
+    }
+
+    /// Like [`Storage::put_if`], and in the same Txn claims each of `claims` (keys that must not exist yet,
+    /// written with `key` as value): how unique allocations (service IPs, node ports) stay unique.
+    pub async fn put_claiming(
+        &self,
+        key: &str,
+        object: &Value,
+        expected: i64,
+        claims: &[String],
+    ) -> Result<WriteOutcome, ApiError> {
+        let value = encode(object)?;
+        let mut compares = vec![cmp_mod(key, expected)];
+        let mut ops = vec![RequestOp {
+            request: Some(request_op::Request::RequestPut(PutRequest {
+                key: Bytes::copy_from_slice(key.as_bytes()),
+                value: Bytes::from(value),
+                ..Default::default()
+            })),
+        }];
+        for c in claims {
+            compares.push(cmp_mod(c, 0));
+            ops.push(RequestOp {
+                request: Some(request_op::Request::RequestPut(PutRequest {
+                    key: Bytes::copy_from_slice(c.as_bytes()),
+                    value: Bytes::copy_from_slice(key.as_bytes()),
+                    ..Default::default()
+                })),
+            });
+        }
+        let t = TxnRequest {
+            compare: compares,
+            success: ops,
+            failure: vec![get_op(key)],
+        };
+        let r = self.txn(t).await?;
+        if !r.succeeded {
+            return Self::lost(&r);
+        }
+        let rev = r.header.as_ref().map(|h| h.revision).unwrap_or(0);
+        Ok(WriteOutcome::Done(rev))
+    }
+
+    /// Deletes `key` if its mod revision is `expected`, and with it the claim keys in `release`.
+    pub async fn delete_if(
+        &self,
+        key: &str,
+        expected: i64,
+        release: &[String],
+    ) -> Result<WriteOutcome, ApiError> {
+        let mut ops = vec![RequestOp {
+            request: Some(request_op::Request::RequestDeleteRange(
+                DeleteRangeRequest {
+                    key: Bytes::copy_from_slice(key.as_bytes()),
+                    ..Default::default()
+                },
+            )),
+        }];
+        for r in release {
+            ops.push(RequestOp {
+                request: Some(request_op::Request::RequestDeleteRange(
+                    DeleteRangeRequest {
+                        key: Bytes::copy_from_slice(r.as_bytes()),
+                        ..Default::default()
+                    },
+                )),
+            });
+        }
+        let t = TxnRequest {
+            compare: vec![cmp_mod(key, expected)],
+            success: ops,
+            failure: vec![get_op(key)],
+        };
+        let r = self.txn(t).await?;
+        if !r.succeeded {
+            return Self::lost(&r);
+        }
+        let rev = r.header.as_ref().map(|h| h.revision).unwrap_or(0);
+        Ok(WriteOutcome::Done(rev))
+    }
+
+    /// Writes a raw value at `key` only if the key does not exist; returns whether it was written.
+    pub async fn create_raw(&self, key: &str, value: Vec<u8>) -> Result<bool, ApiError> {
+        let t = TxnRequest {
+            compare: vec![cmp_mod(key, 0)],
+            success: vec![RequestOp {
+                request: Some(request_op::Request::RequestPut(PutRequest {
+                    key: Bytes::copy_from_slice(key.as_bytes()),
+                    value: Bytes::from(value),
+                    ..Default::default()
+                })),
+            }],
+            failure: vec![],
+        };
+        Ok(self.txn(t).await?.succeeded)
+    }
+
+    /// Reads a raw value after a ReadIndex barrier.
+    pub async fn get_raw(&self, key: &str) -> Result<Option<Vec<u8>>, ApiError> {
+        self.barrier().await?;
+        let r = self
+            .node
+            .store()
+            .range(&RangeRequest {
+                key: Bytes::copy_from_slice(key.as_bytes()),
+                ..Default::default()
+            })
+            .map_err(|e| store_error(&e))?;
+        Ok(r.kvs.first().map(|kv| kv.value.to_vec()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_increments_last_byte() {
+        assert_eq!(prefix_end(b"/registry/pods/"), b"/registry/pods0".to_vec());
+        assert_eq!(prefix_end(&[0x61, 0xff]), vec![0x62]);
+    }
+}
