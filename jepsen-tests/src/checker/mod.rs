@@ -2,6 +2,8 @@
 //! independent partitions (per key or key group), and the watch checks.
 
 pub mod append;
+#[cfg(test)]
+mod crosscheck;
 pub mod register;
 pub mod watch;
 pub mod wgl;
