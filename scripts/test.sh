@@ -24,3 +24,8 @@ cargo build --workspace --all-targets
 
 echo "==> test: cargo test --workspace --all-targets"
 cargo test --workspace --all-targets --no-fail-fast
+
+# keel and real etcd side by side, the one-minute subset: fails only if it cannot run, never on a timing.
+echo "==> benchmarks: cargo run --release -p keel-benches -- --quick"
+cargo build --release -p keel -p keel-benches
+cargo run --release -p keel-benches -- --quick

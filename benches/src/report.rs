@@ -1,0 +1,186 @@
+//! The results table, printed to the terminal and written as `docs/benchmarks.md`.
+
+use std::fmt::Write as _;
+
+use crate::load::Sample;
+use crate::machine::Machine;
+
+/// One system's figure for a row.
+#[derive(Clone, Debug)]
+pub struct Figure {
+    /// The measured value (a rate, or bytes for footprint rows).
+    pub value: f64,
+    /// Median and 99th percentile latency, µs, where they apply.
+    pub latency_us: Option<(u64, u64)>,
+    /// Failed requests during the measurement.
+    pub errors: u64,
+}
+
+impl From<&Sample> for Figure {
+    fn from(s: &Sample) -> Self {
+        Figure {
+            value: s.rate,
+            latency_us: Some((s.p50_us, s.p99_us)),
+            errors: s.errors,
+        }
+    }
+}
+
+/// One line of the table.
+#[derive(Clone, Debug)]
+pub struct Row {
+    /// Cluster size.
+    pub members: usize,
+    /// What was measured.
+    pub workload: String,
+    /// Unit of the figures.
+    pub unit: &'static str,
+    /// keel's figure.
+    pub keel: Figure,
+    /// etcd's figure.
+    pub etcd: Figure,
+}
+
+impl Row {
+    /// keel's figure divided by etcd's.
+    pub fn ratio(&self) -> f64 {
+        if self.etcd.value > 0.0 {
+            self.keel.value / self.etcd.value
+        } else {
+            f64::NAN
+        }
+    }
+}
+
+fn value(f: &Figure, unit: &str) -> String {
+    let v = f.value;
+    let s = match unit {
+        "MiB" => format!("{:.1}", v / (1024.0 * 1024.0)),
+        _ => format!("{v:.0}"),
+    };
+    if f.errors > 0 {
+        format!("{s} ({} err)", f.errors)
+    } else {
+        s
+    }
+}
+
+fn ms(us: u64) -> String {
+    if us >= 10_000 {
+        format!("{:.0}", us as f64 / 1000.0)
+    } else {
+        format!("{:.2}", us as f64 / 1000.0)
+    }
+}
+
+fn latency(f: &Figure) -> String {
+    match f.latency_us {
+        Some((p50, p99)) => format!("{} / {}", ms(p50), ms(p99)),
+        None => "-".into(),
+    }
+}
+
+fn cells(r: &Row) -> [String; 8] {
+    [
+        r.members.to_string(),
+        r.workload.clone(),
+        r.unit.to_string(),
+        value(&r.keel, r.unit),
+        value(&r.etcd, r.unit),
+        format!("{:.2}", r.ratio()),
+        latency(&r.keel),
+        latency(&r.etcd),
+    ]
+}
+
+const HEADER: [&str; 8] = [
+    "members",
+    "workload",
+    "unit",
+    "keel",
+    "etcd",
+    "keel/etcd",
+    "keel p50 / p99 ms",
+    "etcd p50 / p99 ms",
+];
+
+/// The table as aligned plain text.
+pub fn text(rows: &[Row]) -> String {
+    let all: Vec<[String; 8]> = std::iter::once(HEADER.map(String::from))
+        .chain(rows.iter().map(cells))
+        .collect();
+    let widths: Vec<usize> = (0..8)
+        .map(|i| all.iter().map(|r| r[i].len()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for r in &all {
+        let line: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if i == 1 || i == 2 {
+                    format!("{c:<w$}", w = widths[i])
+                } else {
+                    format!("{c:>w$}", w = widths[i])
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "{}", line.join("  "));
+    }
+    out
+}
+
+/// The table as Markdown.
+pub fn markdown_table(rows: &[Row]) -> String {
+    let mut out = format!("| {} |\n", HEADER.join(" | "));
+    out.push_str("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
+    for r in rows {
+        let _ = writeln!(out, "| {} |", cells(r).join(" | "));
+    }
+    out
+}
+
+/// Everything `docs/benchmarks.md` holds besides the hand-written analysis.
+pub struct Run<'a> {
+    /// The machine.
+    pub machine: &'a Machine,
+    /// The exact command line.
+    pub command: String,
+    /// Load averages sampled at the start, between topologies and at the end.
+    pub loads: Vec<(String, String)>,
+    /// Wall time of the run, seconds.
+    pub secs: f64,
+    /// The table.
+    pub rows: &'a [Row],
+    /// Seconds measured per workload.
+    pub measure_secs: f64,
+}
+
+/// The generated part of `docs/benchmarks.md`.
+pub fn markdown(run: &Run<'_>) -> String {
+    let m = run.machine;
+    let mut out = String::new();
+    let _ = writeln!(out, "## Machine\n");
+    let _ = writeln!(out, "- CPUs (`nproc`): {} × {}", m.cpus, m.cpu_model);
+    let _ = writeln!(
+        out,
+        "- memory: {:.1} GiB",
+        m.memory as f64 / (1u64 << 30) as f64
+    );
+    let _ = writeln!(out, "- disk holding the data directories: {}", m.disk);
+    let _ = writeln!(out, "- kernel: {}", m.kernel);
+    let _ = writeln!(out, "- etcd: {}", m.etcd_version);
+    let _ = writeln!(out, "- load average (1, 5, 15 min) during the run:");
+    for (when, load) in &run.loads {
+        let _ = writeln!(out, "  - {when}: {load}");
+    }
+    let _ = writeln!(
+        out,
+        "- wall time: {:.0} s, {:.0} s measured per workload after 1 s of warm-up\n",
+        run.secs, run.measure_secs
+    );
+    let _ = writeln!(out, "## Command\n\n```\n{}\n```\n", run.command);
+    let _ = writeln!(out, "## Results\n");
+    out.push_str(&markdown_table(run.rows));
+    out
+}

@@ -1,0 +1,237 @@
+//! The systems under test: real etcd and keel clusters started as separate processes on
+//! loopback, with their data in directories on the same disk.
+
+pub mod etcd;
+pub mod keel;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use etcd_client::Client;
+
+use crate::error::{BenchError, Result};
+
+/// Which server a cluster runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// keel's `keel server`.
+    Keel,
+    /// Real etcd 3.4.
+    Etcd,
+}
+
+impl Kind {
+    /// Short lowercase name, used in tables and directory names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Keel => "keel",
+            Kind::Etcd => "etcd",
+        }
+    }
+}
+
+/// Where the two server binaries are.
+#[derive(Clone, Debug)]
+pub struct Binaries {
+    /// `keel` (normally `target/release/keel`).
+    pub keel: PathBuf,
+    /// `etcd` 3.4 (normally `/usr/bin/etcd`).
+    pub etcd: PathBuf,
+}
+
+impl Binaries {
+    /// Checks that both binaries exist, with a hint on how to get each.
+    pub fn check(&self) -> Result<()> {
+        if !self.keel.is_file() {
+            return Err(BenchError::MissingBinary {
+                what: "keel",
+                path: self.keel.clone(),
+                hint: "build it with `cargo build --release -p keel` or pass --keel PATH",
+            });
+        }
+        if !self.etcd.is_file() {
+            return Err(BenchError::MissingBinary {
+                what: "etcd",
+                path: self.etcd.clone(),
+                hint: "install etcd 3.4 with scripts/setup.sh or pass --etcd PATH",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// One member's ports and paths.
+struct Member {
+    name: String,
+    client_url: String,
+    peer_url: String,
+    data_dir: PathBuf,
+    log: PathBuf,
+}
+
+/// A running cluster; its processes are killed when it is dropped.
+pub struct Cluster {
+    /// What it runs.
+    pub kind: Kind,
+    /// One client URL per member.
+    pub urls: Vec<String>,
+    data_dirs: Vec<PathBuf>,
+    logs: Vec<PathBuf>,
+    children: Vec<Child>,
+}
+
+fn free_port() -> Result<u16> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|source| BenchError::Io {
+            what: "pick a free loopback port".into(),
+            source,
+        })
+}
+
+impl Cluster {
+    /// Starts `members` members of `kind` with data under `root`, and waits until every
+    /// member answers a write.
+    pub async fn start(kind: Kind, members: usize, root: &Path, bins: &Binaries) -> Result<Self> {
+        let dir = root.join(format!("{}-{members}m", kind.name()));
+        let mut plan = Vec::new();
+        for i in 0..members {
+            plan.push(Member {
+                name: format!("m{i}"),
+                client_url: format!("http://127.0.0.1:{}", free_port()?),
+                peer_url: format!("http://127.0.0.1:{}", free_port()?),
+                data_dir: dir.join(format!("m{i}")),
+                log: dir.join(format!("m{i}.log")),
+            });
+        }
+        std::fs::create_dir_all(&dir).map_err(|source| BenchError::Io {
+            what: format!("create {}", dir.display()),
+            source,
+        })?;
+        let initial = plan
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.peer_url))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster = Cluster {
+            kind,
+            urls: plan.iter().map(|m| m.client_url.clone()).collect(),
+            data_dirs: plan.iter().map(|m| m.data_dir.clone()).collect(),
+            logs: plan.iter().map(|m| m.log.clone()).collect(),
+            children: Vec::new(),
+        };
+        for m in &plan {
+            let mut cmd = match kind {
+                Kind::Keel => keel::command(&bins.keel),
+                Kind::Etcd => etcd::command(&bins.etcd),
+            };
+            // The flags both servers share (keel takes etcd's names on purpose).
+            cmd.args(["--name", &m.name, "--data-dir"])
+                .arg(&m.data_dir)
+                .args(["--listen-client-urls", &m.client_url])
+                .args(["--advertise-client-urls", &m.client_url])
+                .args(["--listen-peer-urls", &m.peer_url])
+                .args(["--initial-advertise-peer-urls", &m.peer_url])
+                .args(["--initial-cluster", &initial])
+                .args(["--initial-cluster-state", "new"])
+                .args(["--initial-cluster-token", "bench"]);
+            let log = std::fs::File::create(&m.log).map_err(|source| BenchError::Io {
+                what: format!("create {}", m.log.display()),
+                source,
+            })?;
+            let err = log.try_clone().map_err(|source| BenchError::Io {
+                what: format!("open {}", m.log.display()),
+                source,
+            })?;
+            let child = cmd
+                .stdin(Stdio::null())
+                .stdout(Stdio::from(log))
+                .stderr(Stdio::from(err))
+                .spawn()
+                .map_err(|source| BenchError::Spawn {
+                    what: format!("{} member {}", kind.name(), m.name),
+                    source,
+                })?;
+            cluster.children.push(child);
+        }
+        for (i, url) in cluster.urls.iter().enumerate() {
+            ready(kind, url, &cluster.logs[i]).await?;
+        }
+        Ok(cluster)
+    }
+
+    /// Resident set size of every member, in bytes (VmRSS from /proc).
+    pub fn rss(&self) -> Vec<u64> {
+        self.children.iter().map(|c| rss_of(c.id())).collect()
+    }
+
+    /// Disk space used by every member's data directory, in bytes (allocated blocks, as `du`).
+    pub fn disk(&self) -> Vec<u64> {
+        self.data_dirs.iter().map(|d| du(d)).collect()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Waits until the member at `url` accepts a write.
+async fn ready(kind: Kind, url: &str, log: &Path) -> Result<()> {
+    const LIMIT: Duration = Duration::from_secs(60);
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        if let Ok(mut c) = Client::connect([url], None).await {
+            if c.put("bench/ready", "1", None).await.is_ok() {
+                return Ok(());
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(BenchError::NotReady {
+                kind: kind.name(),
+                url: url.to_string(),
+                secs: LIMIT.as_secs(),
+                log: log.display().to_string(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn rss_of(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn du(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    let mut total = meta.blocks() * 512;
+    if meta.is_dir() {
+        if let Ok(entries) = std::fs::read_dir(path) {
+            for e in entries.flatten() {
+                total += du(&e.path());
+            }
+        }
+    }
+    total
+}
+
+/// A command for `binary` with nothing attached yet.
+fn base(binary: &Path) -> Command {
+    Command::new(binary)
+}
