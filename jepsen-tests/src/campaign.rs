@@ -324,8 +324,11 @@ fn phase(
         for h in handles {
             let _ = tokio::time::timeout(Duration::from_secs(30), h).await;
         }
-        reg.final_reads(ctx).await;
-        app.final_reads(ctx).await;
+        // Bounded: a slow cluster makes the check less strict, never the run endless.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        reg.final_reads(ctx, deadline).await;
+        app.final_reads(ctx, deadline + Duration::from_secs(30))
+            .await;
     });
     let wh = rt.block_on(watch.finish(ctx));
     report.duration = start.elapsed();

@@ -106,11 +106,14 @@ impl AppendWorkload {
             .collect()
     }
 
-    /// After the phase: one read-only transaction over each group used.
-    pub async fn final_reads(&self, ctx: &Ctx) {
+    /// After the phase: one read-only transaction over each group used, until `deadline`.
+    pub async fn final_reads(&self, ctx: &Ctx, deadline: Instant) {
         let groups = self.pool.lock().next;
         let mut conn = Conn::new(0);
         for g in 0..groups {
+            if Instant::now() > deadline {
+                break;
+            }
             let txn: AppendTxn = (0..GROUP_KEYS).map(Micro::Read).collect();
             for _attempt in 0..5 {
                 let call = self.history.now();

@@ -110,11 +110,15 @@ impl RegisterWorkload {
             .collect()
     }
 
-    /// After the phase: one linearizable read of every key used, through any member (retried a few times).
-    pub async fn final_reads(&self, ctx: &Ctx) {
+    /// After the phase: one linearizable read of every key used, through any member (retried a few times),
+    /// until `deadline` (reads left out only make the check less strict).
+    pub async fn final_reads(&self, ctx: &Ctx, deadline: std::time::Instant) {
         let keys = self.pool.lock().used.clone();
         let mut conn = Conn::new(0);
         for key in keys {
+            if std::time::Instant::now() > deadline {
+                break;
+            }
             for _attempt in 0..5 {
                 let call = self.history.now();
                 let Some(c) = conn.get(ctx).await else {
