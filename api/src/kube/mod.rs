@@ -17,6 +17,7 @@ pub mod discovery;
 pub mod handler;
 pub mod lifecycle;
 pub mod object;
+pub mod openapi;
 pub mod pki;
 pub mod protobuf;
 pub mod request;

@@ -27,7 +27,7 @@ use super::handler::{self, KubeState};
 use super::pki::{ClusterPki, PkiError, ADMIN_GROUP, ADMIN_USER, PKI_KEY};
 use super::status::ApiError;
 use super::storage::Storage;
-use super::{alloc, lifecycle};
+use super::{alloc, lifecycle, openapi};
 
 /// How a member serves the Kubernetes API.
 #[derive(Debug, Clone)]
@@ -361,6 +361,23 @@ async fn dispatch(app: Arc<App>, peer: PeerIdentity, req: Request) -> Result<Res
         ["apis", group, version] if read_only => discovery::api_resource_list(group, version)
             .map(|v| respond(StatusCode::OK, &v))
             .ok_or(ApiError::NoRoute),
+        ["openapi", "v3"] if read_only => Ok(respond(StatusCode::OK, &openapi::v3_index())),
+        ["openapi", "v3", rest @ ..] if read_only => {
+            openapi_v3(&rest.join("/"), query.as_deref(), &accept)
+        }
+        ["openapi", "v2"] if read_only => {
+            if !accept.is_empty() && !accept.contains("json") && !accept.contains("*/*") {
+                return Err(ApiError::NotAcceptable(
+                    "only application/json is served for /openapi/v2".into(),
+                ));
+            }
+            let mut r = (StatusCode::OK, openapi::v2().to_vec()).into_response();
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("application/json"),
+            );
+            Ok(r)
+        }
         ["api", "v1", rest @ ..] => {
             let user = user_name(identity.as_ref());
             handler::serve(
@@ -393,6 +410,51 @@ async fn dispatch(app: Arc<App>, peer: PeerIdentity, req: Request) -> Result<Res
         }
         _ => Err(ApiError::NoRoute),
     }
+}
+
+fn openapi_v3(gv: &str, query: Option<&str>, accept: &str) -> Result<Response, ApiError> {
+    let doc = openapi::v3().get(gv).ok_or(ApiError::NoRoute)?;
+    if !accept.is_empty() && !accept.contains("json") && !accept.contains("*/*") {
+        return Err(ApiError::NotAcceptable(
+            "only application/json is served for /openapi/v3".into(),
+        ));
+    }
+    let asked = query
+        .and_then(|q| form_urlencoded::parse(q.as_bytes()).find(|(k, _)| k == "hash"))
+        .map(|(_, v)| v.into_owned());
+    let mut r = match &asked {
+        Some(h) if *h != doc.hash => {
+            let mut r = StatusCode::MOVED_PERMANENTLY.into_response();
+            if let Ok(loc) =
+                header::HeaderValue::from_str(&format!("/openapi/v3/{gv}?hash={}", doc.hash))
+            {
+                r.headers_mut().insert(header::LOCATION, loc);
+            }
+            return Ok(r);
+        }
+        _ => (StatusCode::OK, doc.body.clone()).into_response(),
+    };
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    if let Ok(etag) = header::HeaderValue::from_str(&format!("\"{}\"", doc.hash)) {
+        h.insert(header::ETAG, etag);
+    }
+    if asked.is_some() {
+        h.insert(
+            header::CACHE_CONTROL,
+            header::HeaderValue::from_static("public, immutable"),
+        );
+    } else {
+        h.insert(
+            header::CACHE_CONTROL,
+            header::HeaderValue::from_static("no-cache, private"),
+        );
+    }
+    h.insert(header::VARY, header::HeaderValue::from_static("Accept"));
+    Ok(r)
 }
 
 fn user_name(id: Option<&Identity>) -> String {

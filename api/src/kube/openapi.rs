@@ -1,0 +1,271 @@
+//! OpenAPI documents generated from the types keel serves (`k8s-openapi`'s JSON schemas):
+//! `/openapi/v3` (index), `/openapi/v3/<api|apis/group>/<version>` (one document per group-version, named by
+//! the uppercase hex SHA-512 of its body, as kube-apiserver does) and `/openapi/v2` (JSON).
+//!
+//! kubectl reads these for `explain` (schemas found by `x-kubernetes-group-version-kind`) and to decide
+//! whether the server validates fields (`fieldValidation` among the operations' parameters).
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use schemars::generate::{SchemaGenerator, SchemaSettings};
+use serde_json::{json, Map, Value};
+
+use super::resource::{self, ResourceDef, BUILTIN};
+
+/// One group-version's document, serialized, and its hash.
+pub struct Document {
+    /// The JSON body.
+    pub body: Vec<u8>,
+    /// Uppercase hex SHA-512 of `body`.
+    pub hash: String,
+}
+
+fn add_schema(gen: &mut SchemaGenerator, def: &ResourceDef) -> Option<String> {
+    use k8s_openapi::api::{
+        apps::v1 as apps, batch::v1 as batch, coordination::v1 as coord, core::v1 as core,
+        discovery::v1 as disc, events::v1 as events, rbac::v1 as rbac,
+    };
+    macro_rules! schema {
+        ($($group:literal $kind:literal => $ty:ty),* $(,)?) => {
+            match (def.group, def.kind) {
+                $(($group, $kind) => {
+                    gen.subschema_for::<$ty>();
+                    Some(<$ty as schemars::JsonSchema>::schema_name().to_string())
+                })*
+                _ => None,
+            }
+        };
+    }
+    schema!(
+        "" "Namespace" => core::Namespace, "" "Pod" => core::Pod, "" "Node" => core::Node,
+        "" "Service" => core::Service, "" "Endpoints" => core::Endpoints, "" "ConfigMap" => core::ConfigMap,
+        "" "Secret" => core::Secret, "" "ServiceAccount" => core::ServiceAccount, "" "Event" => core::Event,
+        "apps" "Deployment" => apps::Deployment, "apps" "ReplicaSet" => apps::ReplicaSet,
+        "apps" "StatefulSet" => apps::StatefulSet, "apps" "DaemonSet" => apps::DaemonSet,
+        "events.k8s.io" "Event" => events::Event, "batch" "Job" => batch::Job, "batch" "CronJob" => batch::CronJob,
+        "rbac.authorization.k8s.io" "ClusterRoleBinding" => rbac::ClusterRoleBinding,
+        "rbac.authorization.k8s.io" "ClusterRole" => rbac::ClusterRole,
+        "rbac.authorization.k8s.io" "RoleBinding" => rbac::RoleBinding,
+        "rbac.authorization.k8s.io" "Role" => rbac::Role,
+        "coordination.k8s.io" "Lease" => coord::Lease, "discovery.k8s.io" "EndpointSlice" => disc::EndpointSlice,
+    )
+}
+
+fn param(name: &str, description: &str) -> Value {
+    json!({"name": name, "in": "query", "description": description, "schema": {"type": "string"}, "uniqueItems": true})
+}
+
+fn operations(def: &ResourceDef, schema_ref: &str) -> Vec<(String, Value)> {
+    let base = if def.group.is_empty() {
+        format!("/api/{}", def.version)
+    } else {
+        format!("/apis/{}/{}", def.group, def.version)
+    };
+    let coll = if def.namespaced {
+        format!("{base}/namespaces/{{namespace}}/{}", def.plural)
+    } else {
+        format!("{base}/{}", def.plural)
+    };
+    let gvk = json!({"group": def.group, "version": def.version, "kind": def.kind});
+    let body = json!({"content": {"application/json": {"schema": {"$ref": schema_ref}}}, "required": true});
+    let ok = json!({"200": {"description": "OK", "content": {"application/json": {"schema": {"$ref": schema_ref}}}}});
+    let write_params = json!([
+        param(
+            "dryRun",
+            "When present, indicates that modifications should not be persisted."
+        ),
+        param(
+            "fieldManager",
+            "A name associated with the actor or entity that is making these changes."
+        ),
+        param(
+            "fieldValidation",
+            "How the server treats unknown or duplicate fields: Ignore, Warn or Strict."
+        ),
+    ]);
+    let op = |action: &str, verb: &str| {
+        let mut o = json!({
+            "operationId": format!("{verb}{}", def.kind),
+            "responses": ok,
+            "x-kubernetes-action": action,
+            "x-kubernetes-group-version-kind": gvk,
+        });
+        if matches!(action, "post" | "put" | "patch") {
+            o["parameters"] = write_params.clone();
+            o["requestBody"] = body.clone();
+        }
+        o
+    };
+    let mut out = vec![
+        (
+            coll.clone(),
+            json!({"get": op("list", "list"), "post": op("post", "create"), "delete": op("deletecollection", "deleteCollection")}),
+        ),
+        (
+            format!("{coll}/{{name}}"),
+            json!({"get": op("get", "read"), "put": op("put", "replace"), "patch": op("patch", "patch"), "delete": op("delete", "delete")}),
+        ),
+    ];
+    if def.status {
+        out.push((format!("{coll}/{{name}}/status"), json!({"get": op("get", "readStatus"), "put": op("put", "replaceStatus"), "patch": op("patch", "patchStatus")})));
+    }
+    out
+}
+
+/// Schemas of every served kind, as OpenAPI v3 components or v2 definitions.
+fn schemas(v3: bool, defs: &[&ResourceDef]) -> (Map<String, Value>, Vec<(String, Value)>) {
+    let settings = if v3 {
+        SchemaSettings::openapi3()
+    } else {
+        let mut s = SchemaSettings::draft07();
+        s.definitions_path = "#/definitions/".into();
+        s
+    };
+    let mut gen = settings.into_generator();
+    let mut names = Vec::new();
+    for def in defs {
+        if let Some(n) = add_schema(&mut gen, def) {
+            names.push((n, *def));
+        }
+    }
+    let mut definitions = gen.take_definitions(true);
+    let prefix = if v3 {
+        "#/components/schemas/"
+    } else {
+        "#/definitions/"
+    };
+    let mut paths = Vec::new();
+    for (name, def) in names {
+        if let Some(s) = definitions.get_mut(&name).and_then(Value::as_object_mut) {
+            let gvk = json!([{"group": def.group, "version": def.version, "kind": def.kind}]);
+            s.insert("x-kubernetes-group-version-kind".into(), gvk);
+        }
+        paths.extend(operations(def, &format!("{prefix}{name}")));
+    }
+    (definitions, paths)
+}
+
+fn hash(body: &[u8]) -> String {
+    let d = ring::digest::digest(&ring::digest::SHA512, body);
+    d.as_ref().iter().map(|b| format!("{b:02X}")).collect()
+}
+
+fn v3_document(group: &str, version: &str) -> Document {
+    let defs = resource::of_group_version(group, version);
+    let (components, paths) = schemas(true, &defs);
+    let paths: Map<String, Value> = paths.into_iter().collect();
+    let doc = json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": super::discovery::KUBE_GIT_VERSION},
+        "paths": paths,
+        "components": {"schemas": components},
+    });
+    let body = serde_json::to_vec(&doc).unwrap_or_default();
+    Document {
+        hash: hash(&body),
+        body,
+    }
+}
+
+/// `api/v1`, `apis/apps/v1`, ...: every served group-version's path under `/openapi/v3/`.
+pub fn group_versions() -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for r in BUILTIN {
+        let gv = if r.group.is_empty() {
+            format!("api/{}", r.version)
+        } else {
+            format!("apis/{}/{}", r.group, r.version)
+        };
+        if !out.contains(&gv) {
+            out.push(gv);
+        }
+    }
+    out
+}
+
+/// The v3 documents, built once.
+pub fn v3() -> &'static BTreeMap<String, Document> {
+    static DOCS: OnceLock<BTreeMap<String, Document>> = OnceLock::new();
+    DOCS.get_or_init(|| {
+        group_versions()
+            .into_iter()
+            .map(|gv| {
+                let parts: Vec<&str> = gv.split('/').collect();
+                let doc = match parts.as_slice() {
+                    ["api", v] => v3_document("", v),
+                    ["apis", g, v] => v3_document(g, v),
+                    _ => Document {
+                        body: b"{}".to_vec(),
+                        hash: hash(b"{}"),
+                    },
+                };
+                (gv, doc)
+            })
+            .collect()
+    })
+}
+
+/// The `/openapi/v3` index.
+pub fn v3_index() -> Value {
+    let paths: Map<String, Value> = v3()
+        .iter()
+        .map(|(gv, d)| {
+            (
+                gv.clone(),
+                json!({"serverRelativeURL": format!("/openapi/v3/{gv}?hash={}", d.hash)}),
+            )
+        })
+        .collect();
+    json!({"paths": paths})
+}
+
+/// The `/openapi/v2` document (JSON), built once.
+pub fn v2() -> &'static [u8] {
+    static DOC: OnceLock<Vec<u8>> = OnceLock::new();
+    DOC.get_or_init(|| {
+        let defs: Vec<&ResourceDef> = BUILTIN.iter().collect();
+        let (definitions, paths) = schemas(false, &defs);
+        let paths: Map<String, Value> = paths.into_iter().collect();
+        let doc = json!({
+            "swagger": "2.0",
+            "info": {"title": "Kubernetes", "version": super::discovery::KUBE_GIT_VERSION},
+            "paths": paths,
+            "definitions": definitions,
+        });
+        serde_json::to_vec(&doc).unwrap_or_default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apps_document_has_deployment_with_gvk_and_field_validation() {
+        let docs = v3();
+        let apps = docs.get("apis/apps/v1").expect("apps/v1");
+        let v: Value = serde_json::from_slice(&apps.body).expect("json");
+        let d = &v["components"]["schemas"]["io.k8s.api.apps.v1.Deployment"];
+        assert_eq!(
+            d["x-kubernetes-group-version-kind"][0]["kind"],
+            "Deployment"
+        );
+        assert!(
+            v["components"]["schemas"]["io.k8s.api.apps.v1.DeploymentSpec"]["properties"]
+                ["replicas"]
+                .is_object()
+        );
+        let post = &v["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments"]["post"];
+        assert!(post["parameters"]
+            .as_array()
+            .expect("params")
+            .iter()
+            .any(|p| p["name"] == "fieldValidation"));
+        assert_eq!(apps.hash.len(), 128);
+        assert!(v3_index()["paths"]["api/v1"]["serverRelativeURL"]
+            .as_str()
+            .expect("url")
+            .contains("?hash="));
+    }
+}
