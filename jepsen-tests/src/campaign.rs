@@ -80,16 +80,21 @@ pub fn clock_seed() -> u64 {
 /// What one phase did and found.
 #[derive(Clone, Debug, Default)]
 pub struct PhaseReport {
+    /// The fault of this phase.
     pub fault: Option<Fault>,
     /// Faults injected (and healed).
     pub injections: usize,
+    /// Register operations by outcome.
     pub register: Counts,
+    /// List-append transactions by outcome.
     pub append: Counts,
     /// Puts of the watch workload (plain and lease groups).
     pub watch_puts: usize,
     /// Events seen by all watchers together, and their resumptions.
     pub watch_events: usize,
+    /// How often watchers (re)started a watch from a revision.
     pub watch_resumes: usize,
+    /// Lease groups written.
     pub leases: usize,
     /// Linearizability violations and watch/lease violations.
     pub anomalies: Vec<String>,
@@ -97,17 +102,24 @@ pub struct PhaseReport {
     pub unknown: Vec<String>,
     /// Checker search steps.
     pub steps: u64,
+    /// Load, faults, healing and final reads.
     pub duration: Duration,
+    /// Time spent checking.
     pub check_time: Duration,
 }
 
 /// What a campaign did and found.
 #[derive(Clone, Debug)]
 pub struct CampaignReport {
+    /// The seed every choice was drawn from.
     pub seed: u64,
+    /// What was tested.
     pub kind: Kind,
+    /// Initial cluster size.
     pub members: usize,
+    /// One report per fault.
     pub phases: Vec<PhaseReport>,
+    /// Wall-clock time of the whole campaign.
     pub duration: Duration,
 }
 

@@ -80,8 +80,11 @@ impl<I, O> Recorder<I, O> {
 /// Operation counts of one history by outcome.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
+    /// Completed operations.
     pub ok: usize,
+    /// Operations that certainly did not happen.
     pub fail: usize,
+    /// Indeterminate operations.
     pub info: usize,
 }
 

@@ -9,7 +9,11 @@
 //! - [`checker`]: the linearizability search and the watch checks.
 //! - [`campaign`]: one phase per fault, with the report.
 
+#![warn(missing_docs)]
+
+/// The root package's integration-test harness (`tests/common/`): processes, clusters, namespaces.
 #[path = "../../tests/common/mod.rs"]
+#[allow(missing_docs)]
 pub mod harness;
 
 pub mod campaign;

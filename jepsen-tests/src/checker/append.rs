@@ -25,6 +25,7 @@ pub type TxnReads = Vec<Vec<u64>>;
 /// The list-append model of a group of `keys` keys.
 #[derive(Clone, Copy, Debug)]
 pub struct ListAppend {
+    /// Keys per group.
     pub keys: usize,
 }
 

@@ -49,9 +49,11 @@ pub trait Model {
 /// One operation as the search sees it.
 #[derive(Clone, Debug)]
 pub struct Event<I, O> {
+    /// Invocation time.
     pub call: u64,
     /// `u64::MAX` for an indeterminate operation (it may still be pending at the end).
     pub ret: u64,
+    /// What was asked.
     pub input: I,
     /// `None` for an indeterminate operation.
     pub output: Option<O>,
@@ -65,7 +67,9 @@ pub enum Verdict {
     /// None exists. `deepest` is the longest linearizable prefix found (indexes into the partition's
     /// operations), `stuck` the operations that could not be placed after it.
     Illegal {
+        /// Operations of the longest linearizable prefix found, in order.
         deepest: Vec<usize>,
+        /// Operations that could not come next.
         stuck: Vec<usize>,
     },
     /// The step budget ran out before an answer.

@@ -8,7 +8,9 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 /// One event as a watcher saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WatchEvent {
+    /// The revision of the change.
     pub revision: i64,
+    /// The key changed.
     pub key: String,
     /// `None` for a delete.
     pub value: Option<String>,
@@ -17,6 +19,7 @@ pub struct WatchEvent {
 /// Everything one watcher saw, in order.
 #[derive(Clone, Debug, Default)]
 pub struct WatcherLog {
+    /// Events in the order received.
     pub events: Vec<WatchEvent>,
     /// How many times it (re)started its watch from a revision.
     pub resumes: usize,
@@ -25,15 +28,20 @@ pub struct WatcherLog {
 /// A put that was acknowledged with a revision.
 #[derive(Clone, Debug)]
 pub struct AckedPut {
+    /// The key written.
     pub key: String,
+    /// The value written.
     pub value: String,
+    /// The revision the put was acknowledged with.
     pub revision: i64,
 }
 
 /// Keys written with one lease (in one transaction) that was never kept alive.
 #[derive(Clone, Debug)]
 pub struct LeaseGroup {
+    /// The lease ID.
     pub lease: i64,
+    /// The keys attached to it.
     pub keys: Vec<String>,
     /// The revision the transaction was acknowledged with; `None` if indeterminate.
     pub revision: Option<i64>,
@@ -46,10 +54,13 @@ pub struct WatchHistory {
     pub start: i64,
     /// The revision of the fence write every watcher had to reach.
     pub end: i64,
+    /// What each watcher saw.
     pub watchers: Vec<WatcherLog>,
+    /// Acknowledged plain puts.
     pub acked: Vec<AckedPut>,
     /// Every value any put (acknowledged or not) tried to write.
     pub written: HashSet<String>,
+    /// Lease groups written.
     pub leases: Vec<LeaseGroup>,
 }
 

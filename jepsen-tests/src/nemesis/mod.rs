@@ -95,8 +95,11 @@ pub enum Damage {
 
 /// Injects and heals faults on one cluster, with choices drawn from a seeded generator.
 pub struct Nemesis<'a> {
+    /// The cluster under test.
     pub cluster: &'a mut Cluster,
+    /// The clients' endpoint table (updated on membership changes).
     pub endpoints: Endpoints,
+    /// Source of every choice (target, shape).
     pub rng: StdRng,
     /// Members added so far (names `j1`, `j2`, …).
     pub added: usize,

@@ -45,6 +45,7 @@ impl Pool {
 
 /// The list-append workload of one phase.
 pub struct AppendWorkload {
+    /// Every transaction of the phase.
     pub history: Arc<Recorder<AppendTxn, TxnReads>>,
     pool: Arc<Mutex<Pool>>,
     prefix: String,

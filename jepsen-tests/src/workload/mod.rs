@@ -53,7 +53,9 @@ impl Endpoints {
 /// What every worker shares: where to connect, when to stop, how long one operation may take.
 #[derive(Clone)]
 pub struct Ctx {
+    /// Where the members are.
     pub endpoints: Endpoints,
+    /// Set when the phase ends.
     pub stop: Arc<AtomicBool>,
     /// After this long without an answer an operation is indeterminate.
     pub op_timeout: Duration,

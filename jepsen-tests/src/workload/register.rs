@@ -66,6 +66,7 @@ impl Pool {
 
 /// The register workload of one phase.
 pub struct RegisterWorkload {
+    /// Every operation of the phase.
     pub history: Arc<Recorder<RegisterInput, RegisterOutput>>,
     pool: Arc<Mutex<Pool>>,
 }
