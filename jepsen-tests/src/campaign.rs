@@ -143,12 +143,12 @@ impl CampaignReport {
     /// A Markdown table of the phases.
     pub fn table(&self) -> String {
         let mut s = String::from(
-            "| fault | injections | register ops (ok/fail/info) | append txns (ok/fail/info) | watch puts | watch events (resumes) | leases | anomalies | undecided | phase | check |\n\
-             | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+            "| fault | injections | register ops (ok/fail/info) | append txns (ok/fail/info) | watch puts | watch events (resumes) | leases | anomalies | undecided | phase | register ok/s | check |\n\
+             | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
         );
         for p in &self.phases {
             s.push_str(&format!(
-                "| {} | {} | {} ({}/{}/{}) | {} ({}/{}/{}) | {} | {} ({}) | {} | {} | {} | {:.0} s | {:.1} s |\n",
+                "| {} | {} | {} ({}/{}/{}) | {} ({}/{}/{}) | {} | {} ({}) | {} | {} | {} | {:.0} s | {:.0} | {:.1} s |\n",
                 p.fault.map(Fault::name).unwrap_or("?"),
                 p.injections,
                 p.register.total(),
@@ -166,6 +166,7 @@ impl CampaignReport {
                 p.anomalies.len(),
                 p.unknown.len(),
                 p.duration.as_secs_f64(),
+                p.register.ok as f64 / p.duration.as_secs_f64().max(1.0),
                 p.check_time.as_secs_f64()
             ));
         }
