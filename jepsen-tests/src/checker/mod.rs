@@ -3,6 +3,8 @@
 
 pub mod append;
 #[cfg(test)]
+mod corpus;
+#[cfg(test)]
 mod crosscheck;
 pub mod register;
 pub mod watch;
