@@ -23,6 +23,21 @@ pub const DEFAULT_NAMESPACES: &[&str] =
 /// How often the leader looks for work.
 const PERIOD: Duration = Duration::from_millis(500);
 
+/// Whether the default namespaces exist yet (readiness: kubectl's first command needs `default`).
+pub async fn bootstrapped(storage: &Storage) -> bool {
+    for ns in DEFAULT_NAMESPACES {
+        if !matches!(
+            storage
+                .get(&format!("/registry/namespaces/{ns}"), false)
+                .await,
+            Ok(Some(_))
+        ) {
+            return false;
+        }
+    }
+    true
+}
+
 /// Refuses content in a namespace that is missing (404) or terminating (403).
 pub async fn check_namespace_open(storage: &Storage, ns: &str) -> Result<(), ApiError> {
     let key = format!("/registry/namespaces/{ns}");
@@ -186,15 +201,14 @@ pub async fn reconcile(storage: &Storage) -> Result<(), ApiError> {
 pub async fn run(storage: Storage, mut stop: tokio::sync::watch::Receiver<bool>) {
     let storage = Arc::new(storage);
     loop {
+        if storage.node().is_leader() {
+            if let Err(e) = reconcile(&storage).await {
+                warn!(error = %e, "namespace lifecycle pass failed; will retry");
+            }
+        }
         tokio::select! {
             _ = stop.changed() => return,
             _ = tokio::time::sleep(PERIOD) => {}
-        }
-        if !storage.node().is_leader() {
-            continue;
-        }
-        if let Err(e) = reconcile(&storage).await {
-            warn!(error = %e, "namespace lifecycle pass failed; will retry");
         }
     }
 }

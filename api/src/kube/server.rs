@@ -279,8 +279,9 @@ fn plain(code: StatusCode, text: &str) -> Response {
     r
 }
 
-fn health(app: &App, path: &str, query: Option<&str>) -> Response {
-    let ready = app.state.storage.node().status().leader.is_some();
+async fn health(app: &App, path: &str, query: Option<&str>) -> Response {
+    let ready = app.state.storage.node().status().leader.is_some()
+        && lifecycle::bootstrapped(&app.state.storage).await;
     let check = if path.starts_with("/readyz") {
         ready
     } else {
@@ -296,7 +297,7 @@ fn health(app: &App, path: &str, query: Option<&str>) -> Response {
         (false, _) => plain(
             StatusCode::INTERNAL_SERVER_ERROR,
             &format!(
-                "[+]ping ok\n[-]etcd failed: no Raft leader\n{} check failed\n",
+                "[+]ping ok\n[-]bootstrap failed: no Raft leader yet, or the default namespaces are not created yet\n{} check failed\n",
                 &path[1..]
             ),
         ),
@@ -346,7 +347,7 @@ async fn dispatch(app: Arc<App>, peer: PeerIdentity, req: Request) -> Result<Res
     match segs.as_slice() {
         ["version"] if read_only => Ok(respond(StatusCode::OK, &discovery::version())),
         [p] | [p, _] if matches!(*p, "healthz" | "livez" | "readyz") && read_only => {
-            Ok(health(&app, &path, query.as_deref()))
+            Ok(health(&app, &path, query.as_deref()).await)
         }
         ["api"] if read_only => Ok(discovery_answer(&accept, true, || {
             discovery::api_versions(&app.state.server_address)

@@ -1,0 +1,254 @@
+//! A second real client: the `kube` crate (list, watch, create, replace with conflict) against keel's
+//! Kubernetes API, and bad input sent as raw requests: each gets upstream's Status reason and HTTP code, and
+//! the server keeps serving.
+
+mod common;
+mod kubeapi;
+
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
+use kubeapi::KubeCluster;
+use serde_json::{json, Value};
+
+fn cm(name: &str, value: &str) -> ConfigMap {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "labels": {"app": "kube-client"}},
+        "data": {"v": value},
+    }))
+    .expect("configmap")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_client_list_watch_create_replace() {
+    let c = KubeCluster::start(1);
+    let client = c.client(0).await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+
+    let created = api
+        .create(&PostParams::default(), &cm("a", "1"))
+        .await
+        .expect("create");
+    let rv0 = created.metadata.resource_version.clone().expect("rv");
+    assert!(created.metadata.uid.is_some() && created.metadata.creation_timestamp.is_some());
+
+    let list = api
+        .list(&ListParams::default().labels("app=kube-client"))
+        .await
+        .expect("list");
+    assert_eq!(list.items.len(), 1);
+    let list_rv = list.metadata.resource_version.clone().expect("list rv");
+
+    // A watch from the list's resourceVersion sees exactly the later changes.
+    let stream = api
+        .watch(
+            &WatchParams::default().labels("app=kube-client").timeout(30),
+            &list_rv,
+        )
+        .await
+        .expect("watch");
+    let mut stream = stream.boxed();
+
+    let mut updated = created.clone();
+    updated.data = Some([("v".to_string(), "2".to_string())].into());
+    let replaced = api
+        .replace("a", &PostParams::default(), &updated)
+        .await
+        .expect("replace");
+    assert_ne!(
+        replaced.metadata.resource_version.as_deref(),
+        Some(rv0.as_str())
+    );
+
+    // Replacing with the old resourceVersion again is a 409 Conflict.
+    let err = api
+        .replace("a", &PostParams::default(), &updated)
+        .await
+        .expect_err("stale rv");
+    match err {
+        kube::Error::Api(s) => {
+            assert_eq!(s.code, 409);
+            assert_eq!(s.reason, "Conflict");
+        }
+        other => panic!("expected a 409, got {other:?}"),
+    }
+    api.create(&PostParams::default(), &cm("b", "1"))
+        .await
+        .expect("create b");
+    api.delete("a", &Default::default())
+        .await
+        .expect("delete a");
+
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let ev = tokio::time::timeout(Duration::from_secs(20), stream.try_next())
+            .await
+            .expect("watch event in time")
+            .expect("watch ok")
+            .expect("stream open");
+        match ev {
+            WatchEvent::Added(o) => {
+                seen.push(format!("ADDED {}", o.metadata.name.unwrap_or_default()))
+            }
+            WatchEvent::Modified(o) => {
+                seen.push(format!("MODIFIED {}", o.metadata.name.unwrap_or_default()))
+            }
+            WatchEvent::Deleted(o) => {
+                seen.push(format!("DELETED {}", o.metadata.name.unwrap_or_default()))
+            }
+            WatchEvent::Bookmark(_) => {}
+            WatchEvent::Error(e) => panic!("watch error {e:?}"),
+        }
+    }
+    assert_eq!(seen, vec!["MODIFIED a", "ADDED b", "DELETED a"]);
+}
+
+/// Sends a raw request; returns the status code and the body as JSON.
+async fn raw(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    ct: Option<&str>,
+    body: Vec<u8>,
+) -> (u16, Value) {
+    let mut b = http::Request::builder().method(method).uri(path);
+    if let Some(ct) = ct {
+        b = b.header("Content-Type", ct);
+    }
+    let req = b.body(body).expect("request");
+    let resp = client
+        .send(req.map(kube::client::Body::from))
+        .await
+        .expect("send");
+    let code = resp.status().as_u16();
+    let bytes = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .expect("body")
+        .to_bytes();
+    (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_status_errors() {
+    let c = KubeCluster::start(1);
+    let client = c.client(0).await;
+    let cms = "/api/v1/namespaces/default/configmaps";
+    // (what, path, content type, body, expected code, expected reason)
+    type Case<'a> = (&'a str, &'a str, Option<&'a str>, Vec<u8>, u16, &'a str);
+    let cases: Vec<Case> = vec![
+        ("malformed JSON", cms, Some("application/json"), b"{\"metadata\":".to_vec(), 400, "BadRequest"),
+        ("JSON that is not an object", cms, Some("application/json"), b"[1,2]".to_vec(), 400, "BadRequest"),
+        ("malformed YAML", cms, Some("application/yaml"), b"metadata: [unclosed".to_vec(), 400, "BadRequest"),
+        ("malformed protobuf", cms, Some("application/vnd.kubernetes.protobuf"), b"k8s\0\x0a\xff\xff".to_vec(), 400, "BadRequest"),
+        ("protobuf without magic", cms, Some("application/vnd.kubernetes.protobuf"), b"\x0a\x02hi".to_vec(), 400, "BadRequest"),
+        ("unknown content type", cms, Some("text/plain"), b"hello".to_vec(), 415, "UnsupportedMediaType"),
+        (
+            "wrong kind for the URL",
+            cms,
+            Some("application/json"),
+            br#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"x"}}"#.to_vec(),
+            400,
+            "BadRequest",
+        ),
+        (
+            "wrong type for a field",
+            cms,
+            Some("application/json"),
+            br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"},"data":{"a":1}}"#.to_vec(),
+            400,
+            "BadRequest",
+        ),
+        (
+            "invalid name",
+            cms,
+            Some("application/json"),
+            br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"NOT valid"}}"#.to_vec(),
+            422,
+            "Invalid",
+        ),
+        (
+            "namespace mismatch",
+            cms,
+            Some("application/json"),
+            br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x","namespace":"other"}}"#.to_vec(),
+            400,
+            "BadRequest",
+        ),
+        ("unknown resource", "/api/v1/namespaces/default/widgets", Some("application/json"), b"{}".to_vec(), 404, "NotFound"),
+        ("unknown group", "/apis/example.com/v1/things", None, Vec::new(), 404, "NotFound"),
+        ("bad label selector", "/api/v1/configmaps?labelSelector=a%20in%20b", None, Vec::new(), 400, "BadRequest"),
+        ("bad limit", "/api/v1/configmaps?limit=abc", None, Vec::new(), 400, "BadRequest"),
+        ("bad continue token", "/api/v1/configmaps?limit=1&continue=garbage", None, Vec::new(), 400, "BadRequest"),
+        ("bad resourceVersion", "/api/v1/configmaps?resourceVersion=x", None, Vec::new(), 400, "BadRequest"),
+    ];
+    for (what, path, ct, body, code, reason) in cases {
+        let method = if body.is_empty() && ct.is_none() {
+            "GET"
+        } else {
+            "POST"
+        };
+        let (got, status) = raw(&client, method, path, ct, body).await;
+        assert_eq!(got, code, "{what}: {status}");
+        assert_eq!(status["kind"], "Status", "{what}: {status}");
+        assert_eq!(status["reason"], reason, "{what}: {status}");
+        assert_eq!(status["code"], code, "{what}: {status}");
+    }
+    let (_, invalid) = raw(
+        &client,
+        "POST",
+        cms,
+        Some("application/json"),
+        br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"NOT valid"}}"#.to_vec(),
+    )
+    .await;
+    assert_eq!(invalid["details"]["causes"][0]["field"], "metadata.name");
+    assert_eq!(
+        invalid["details"]["causes"][0]["reason"],
+        "FieldValueInvalid"
+    );
+    assert_eq!(invalid["details"]["kind"], "ConfigMap");
+
+    // 3 MiB body: 413, and the connection's server keeps serving.
+    let big = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"},
+                     "data": {"x": "a".repeat(3 * 1024 * 1024)}});
+    let (code, status) = raw(
+        &client,
+        "POST",
+        cms,
+        Some("application/json"),
+        serde_json::to_vec(&big).expect("json"),
+    )
+    .await;
+    assert_eq!(code, 413, "{status}");
+    assert_eq!(status["reason"], "RequestEntityTooLarge");
+    // 2 MiB: within the HTTP limit but above the store's request limit.
+    let mid = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "mid"},
+                     "data": {"x": "a".repeat(2 * 1024 * 1024)}});
+    let (code, status) = raw(
+        &client,
+        "POST",
+        cms,
+        Some("application/json"),
+        serde_json::to_vec(&mid).expect("json"),
+    )
+    .await;
+    assert_eq!(code, 413, "{status}");
+
+    // Anonymous requests get 401; /version stays public.
+    let anon = c.anonymous_client(0).await;
+    let (code, status) = raw(&anon, "GET", "/api/v1/namespaces", None, Vec::new()).await;
+    assert_eq!(code, 401, "{status}");
+    assert_eq!(status["reason"], "Unauthorized");
+    let (code, version) = raw(&anon, "GET", "/version", None, Vec::new()).await;
+    assert_eq!(code, 200);
+    assert_eq!(version["minor"], "32");
+
+    // Still serving after all that.
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    api.create(&PostParams::default(), &cm("after", "1"))
+        .await
+        .expect("create after bad input");
+}

@@ -1,0 +1,493 @@
+//! The real kubectl (1.32, via the machine's dispatcher) against keel's Kubernetes API: discovery, version,
+//! explain, create (protobuf and JSON bodies), get in every output form, watch, describe, label/annotate,
+//! apply, delete and wait, namespace lifecycle, upstream's error messages, and a 3-member cluster where a
+//! write through one member is seen by a watch on another.
+
+mod common;
+mod kubeapi;
+
+use std::time::Duration;
+
+use kubeapi::{Background, KubeCluster};
+use serde_json::Value;
+
+const WATCH_WAIT: Duration = Duration::from_secs(20);
+
+#[test]
+fn discovery_version_and_explain() {
+    let c = KubeCluster::start(1);
+    let v = c.ok(0, &["version"]);
+    assert!(v.contains("Server Version: v1.32"), "{v}");
+    let res = c.ok(0, &["api-resources"]);
+    for line in [
+        "deployments",
+        "deploy",
+        "apps/v1",
+        "pods",
+        "po",
+        "configmaps",
+        "leases",
+        "endpointslices",
+    ] {
+        assert!(res.contains(line), "api-resources lacks {line}:\n{res}");
+    }
+    let versions = c.ok(0, &["api-versions"]);
+    for gv in [
+        "v1",
+        "apps/v1",
+        "batch/v1",
+        "rbac.authorization.k8s.io/v1",
+        "coordination.k8s.io/v1",
+    ] {
+        assert!(
+            versions.lines().any(|l| l == gv),
+            "api-versions lacks {gv}:\n{versions}"
+        );
+    }
+    let info = c.ok(0, &["cluster-info"]);
+    assert!(
+        info.contains("Kubernetes control plane") && info.contains(&c.members[0].url()),
+        "{info}"
+    );
+    let explain = c.ok(0, &["explain", "deployment.spec.replicas"]);
+    assert!(explain.contains("Number of desired pods"), "{explain}");
+    assert_eq!(c.ok(0, &["get", "--raw", "/healthz"]).trim(), "ok");
+    let ns = c.ok(0, &["get", "namespaces", "-o", "name"]);
+    for n in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        assert!(ns.contains(&format!("namespace/{n}")), "{ns}");
+    }
+    c.wait_until("default service accounts", Duration::from_secs(10), || {
+        c.kubectl(
+            0,
+            &["get", "serviceaccount", "default", "-n", "kube-system"],
+        )
+        .ok
+    });
+}
+
+#[test]
+fn create_get_describe_label_delete() {
+    let c = KubeCluster::start(1);
+    c.ok(0, &["create", "namespace", "demo"]);
+    c.ok(
+        0,
+        &[
+            "-n",
+            "demo",
+            "create",
+            "configmap",
+            "c1",
+            "--from-literal=k=v",
+        ],
+    );
+    c.ok(
+        0,
+        &[
+            "-n",
+            "demo",
+            "create",
+            "secret",
+            "generic",
+            "s1",
+            "--from-literal=pw=secret",
+        ],
+    );
+    c.ok(
+        0,
+        &[
+            "-n",
+            "demo",
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx:1.25",
+            "--replicas=3",
+        ],
+    );
+    c.ok(
+        0,
+        &[
+            "-n",
+            "demo",
+            "create",
+            "service",
+            "clusterip",
+            "web",
+            "--tcp=80:8080",
+        ],
+    );
+    c.ok_stdin(
+        0,
+        &["apply", "-f", "-"],
+        Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c2, namespace: demo, labels: {app: web}}\ndata: {a: \"1\", b: \"2\"}\n"),
+    );
+
+    let wide = c.ok(0, &["-n", "demo", "get", "deploy", "-o", "wide"]);
+    assert!(
+        wide.contains("web")
+            && wide.contains("0/3")
+            && wide.contains("nginx:1.25")
+            && wide.contains("app=web"),
+        "{wide}"
+    );
+    let svc = c.ok(0, &["-n", "demo", "get", "svc", "web"]);
+    assert!(
+        svc.contains("ClusterIP") && svc.contains("10.96.") && svc.contains("80/TCP"),
+        "{svc}"
+    );
+    let yaml = c.ok(0, &["-n", "demo", "get", "deploy", "web", "-o", "yaml"]);
+    assert!(
+        yaml.contains("replicas: 3") && yaml.contains("imagePullPolicy: IfNotPresent"),
+        "{yaml}"
+    );
+    let json: Value =
+        serde_json::from_str(&c.ok(0, &["-n", "demo", "get", "cm", "-o", "json"])).expect("json");
+    assert_eq!(json["kind"], "List");
+    assert_eq!(
+        json["items"].as_array().map(Vec::len),
+        Some(2),
+        "c1 and c2: {json}"
+    );
+    let jp = c.ok(
+        0,
+        &[
+            "-n",
+            "demo",
+            "get",
+            "secret",
+            "s1",
+            "-o",
+            "jsonpath={.data.pw}",
+        ],
+    );
+    assert_eq!(jp, "c2VjcmV0");
+    let all = c.ok(0, &["get", "cm", "-A"]);
+    assert!(
+        all.lines()
+            .any(|l| l.starts_with("demo") && l.contains("c2")),
+        "{all}"
+    );
+    let labels = c.ok(0, &["-n", "demo", "get", "cm", "--show-labels"]);
+    assert!(labels.contains("app=web"), "{labels}");
+    let selected = c.ok(
+        0,
+        &["-n", "demo", "get", "cm", "-l", "app=web", "-o", "name"],
+    );
+    assert_eq!(selected.trim(), "configmap/c2");
+    let not_selected = c.ok(
+        0,
+        &[
+            "-n",
+            "demo",
+            "get",
+            "cm",
+            "-l",
+            "app notin (web)",
+            "-o",
+            "name",
+        ],
+    );
+    assert!(
+        not_selected.contains("configmap/c1") && !not_selected.contains("c2"),
+        "{not_selected}"
+    );
+    let by_field = c.ok(
+        0,
+        &[
+            "-n",
+            "demo",
+            "get",
+            "cm",
+            "--field-selector",
+            "metadata.name=c1",
+            "-o",
+            "name",
+        ],
+    );
+    assert_eq!(by_field.trim(), "configmap/c1");
+    let bad_field = c.err(
+        0,
+        &["-n", "demo", "get", "cm", "--field-selector", "spec.nope=1"],
+    );
+    assert!(
+        bad_field.contains("field label not supported: spec.nope"),
+        "{bad_field}"
+    );
+    let sorted = c.ok(
+        0,
+        &[
+            "-n",
+            "demo",
+            "get",
+            "cm",
+            "--sort-by=.metadata.name",
+            "-o",
+            "name",
+        ],
+    );
+    assert_eq!(
+        sorted.lines().collect::<Vec<_>>(),
+        vec!["configmap/c1", "configmap/c2"]
+    );
+    let chunked = c.ok(
+        0,
+        &["-n", "demo", "get", "cm", "--chunk-size=1", "-o", "name"],
+    );
+    assert_eq!(chunked.lines().count(), 2, "{chunked}");
+
+    let described = c.ok(0, &["-n", "demo", "describe", "deployment", "web"]);
+    assert!(
+        described.contains("Replicas:") && described.contains("nginx:1.25"),
+        "{described}"
+    );
+    let described_cm = c.ok(0, &["-n", "demo", "describe", "cm", "c1"]);
+    assert!(
+        described_cm.contains("Data") && described_cm.contains("k:"),
+        "{described_cm}"
+    );
+
+    c.ok(0, &["-n", "demo", "label", "cm", "c1", "tier=fe"]);
+    c.ok(0, &["-n", "demo", "annotate", "cm", "c1", "note=hello"]);
+    let err = c.err(0, &["-n", "demo", "label", "cm", "c1", "tier=be"]);
+    assert!(err.contains("already has a value"), "{err}");
+    c.ok(
+        0,
+        &["-n", "demo", "label", "cm", "c1", "tier=be", "--overwrite"],
+    );
+    let meta = c.ok(
+        0,
+        &[
+            "-n",
+            "demo",
+            "get",
+            "cm",
+            "c1",
+            "-o",
+            "jsonpath={.metadata.labels.tier} {.metadata.annotations.note}",
+        ],
+    );
+    assert_eq!(meta, "be hello");
+
+    // Delete and wait: an object held by a finalizer stays until the finalizer goes.
+    c.ok_stdin(
+        0,
+        &["apply", "-f", "-"],
+        Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: held, namespace: demo, finalizers: [example.com/hold]}\n"),
+    );
+    c.ok(0, &["-n", "demo", "delete", "cm", "held", "--wait=false"]);
+    let ts = c.ok(
+        0,
+        &[
+            "-n",
+            "demo",
+            "get",
+            "cm",
+            "held",
+            "-o",
+            "jsonpath={.metadata.deletionTimestamp}",
+        ],
+    );
+    assert!(!ts.is_empty(), "deletionTimestamp must be set");
+    let mut waiter = Background::start(
+        &c,
+        0,
+        &[
+            "-n",
+            "demo",
+            "wait",
+            "--for=delete",
+            "cm/held",
+            "--timeout=30s",
+        ],
+        "wait",
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        waiter.exited(),
+        None,
+        "wait returned before the object was gone: {}",
+        waiter.output()
+    );
+    c.ok(
+        0,
+        &[
+            "-n",
+            "demo",
+            "patch",
+            "cm",
+            "held",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ],
+    );
+    c.wait_until("kubectl wait --for=delete to succeed", WATCH_WAIT, || {
+        waiter.exited() == Some(true)
+    });
+    c.ok(
+        0,
+        &["-n", "demo", "delete", "deployment", "web", "--wait=true"],
+    );
+    let gone = c.err(0, &["-n", "demo", "get", "deployment", "web"]);
+    assert!(
+        gone.contains("Error from server (NotFound): deployments.apps \"web\" not found"),
+        "{gone}"
+    );
+
+    // Namespace lifecycle: deleting it deletes its content, then itself.
+    c.ok(
+        0,
+        &[
+            "delete",
+            "namespace",
+            "demo",
+            "--wait=true",
+            "--timeout=30s",
+        ],
+    );
+    let r = c.err(0, &["get", "namespace", "demo"]);
+    assert!(r.contains("not found"), "{r}");
+    let missing = c.err(0, &["-n", "demo", "create", "configmap", "late"]);
+    assert!(
+        missing.contains("namespaces \"demo\" not found"),
+        "{missing}"
+    );
+}
+
+#[test]
+fn errors_print_upstream_messages() {
+    let c = KubeCluster::start(1);
+    c.ok(0, &["create", "configmap", "one"]);
+    let exists = c.err(0, &["create", "configmap", "one"]);
+    assert!(
+        exists.contains("configmaps \"one\" already exists"),
+        "{exists}"
+    );
+    let nf = c.err(0, &["get", "configmap", "nope"]);
+    assert!(
+        nf.contains("Error from server (NotFound): configmaps \"nope\" not found"),
+        "{nf}"
+    );
+    let invalid = c.err(0, &["create", "configmap", "Bad_Name"]);
+    assert!(
+        invalid.contains("ConfigMap \"Bad_Name\" is invalid: metadata.name: Invalid value: \"Bad_Name\": a lowercase RFC 1123 subdomain"),
+        "{invalid}"
+    );
+    let bad_deploy = c.err_stdin(
+        0,
+        &["create", "-f", "-"],
+        Some(r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"d"},"spec":{"selector":{"matchLabels":{"app":"a"}},"template":{"metadata":{"labels":{"app":"b"}},"spec":{"containers":[{"name":"c"}]}}}}"#),
+    );
+    assert!(
+        bad_deploy.contains("The Deployment \"d\" is invalid"),
+        "{bad_deploy}"
+    );
+    assert!(
+        bad_deploy.contains("spec.template.metadata.labels"),
+        "{bad_deploy}"
+    );
+    assert!(
+        bad_deploy.contains("spec.template.spec.containers[0].image: Required value"),
+        "{bad_deploy}"
+    );
+
+    // Conflict: replace with a resourceVersion that is no longer current.
+    let stale = c.ok(0, &["get", "configmap", "one", "-o", "json"]);
+    c.ok(0, &["label", "configmap", "one", "x=1"]);
+    let conflict = c.err_stdin(0, &["replace", "-f", "-"], Some(&stale));
+    assert!(
+        conflict.contains("Operation cannot be fulfilled on configmaps \"one\": the object has been modified; please apply your changes to the latest version and try again"),
+        "{conflict}"
+    );
+    let unknown = c.err(0, &["get", "widgets"]);
+    assert!(
+        unknown.contains("the server doesn't have a resource type \"widgets\""),
+        "{unknown}"
+    );
+}
+
+#[test]
+fn watch_sees_changes_from_another_client() {
+    let c = KubeCluster::start(1);
+    c.ok(0, &["create", "configmap", "first"]);
+    let mut w = Background::start(&c, 0, &["get", "configmaps", "-w"], "watch");
+    c.wait_until("the watch to list the existing object", WATCH_WAIT, || {
+        w.output().contains("first")
+    });
+    c.ok(0, &["create", "configmap", "second", "--from-literal=a=b"]);
+    c.wait_until("the watch to see the new object", WATCH_WAIT, || {
+        w.output().contains("second")
+    });
+    c.ok(0, &["delete", "configmap", "first"]);
+    let mut wj = Background::start(
+        &c,
+        0,
+        &[
+            "get",
+            "configmaps",
+            "-w",
+            "-o",
+            "json",
+            "--output-watch-events",
+        ],
+        "watchjson",
+    );
+    c.wait_until("the JSON watch to start", WATCH_WAIT, || {
+        wj.output().contains("second")
+    });
+    c.ok(0, &["label", "configmap", "second", "seen=yes"]);
+    c.wait_until("a MODIFIED event", WATCH_WAIT, || {
+        let out = wj.output();
+        out.contains("\"MODIFIED\"") && out.contains("seen")
+    });
+    assert_eq!(w.exited(), None, "watch ended early: {}", w.output());
+    assert_eq!(wj.exited(), None, "watch ended early: {}", wj.output());
+}
+
+#[test]
+fn three_members_share_objects_and_watches() {
+    let c = KubeCluster::start(3);
+    let mut w = Background::start(
+        &c,
+        2,
+        &["get", "configmaps", "-w", "-o", "name"],
+        "watch-m3",
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    c.ok(0, &["create", "configmap", "from-m1", "--from-literal=a=b"]);
+    c.wait_until(
+        "member 3's watch to see a write made through member 1",
+        WATCH_WAIT,
+        || w.output().contains("configmap/from-m1"),
+    );
+    let got = c.ok(
+        1,
+        &["get", "configmap", "from-m1", "-o", "jsonpath={.data.a}"],
+    );
+    assert_eq!(got, "b");
+    // Every member's kubeconfig works against every member (one cluster CA, SANs for all).
+    let other = c
+        .kubectl_cmd(
+            0,
+            &[
+                "--server",
+                &c.members[1].url(),
+                "get",
+                "configmap",
+                "from-m1",
+                "-o",
+                "name",
+            ],
+        )
+        .output()
+        .expect("kubectl");
+    assert!(
+        other.status.success(),
+        "{}",
+        String::from_utf8_lossy(&other.stderr)
+    );
+    c.ok(2, &["create", "deployment", "web", "--image=nginx"]);
+    let listed = c.ok(0, &["get", "deployments", "-o", "name"]);
+    assert_eq!(listed.trim(), "deployment.apps/web");
+    assert_eq!(w.exited(), None, "{}", w.output());
+}
