@@ -252,3 +252,208 @@ async fn bad_input_gets_status_errors() {
         .await
         .expect("create after bad input");
 }
+
+/// Protobuf bytes of one field (small payloads only).
+fn pb_field(tag: u8, payload: &[u8]) -> Vec<u8> {
+    let mut out = vec![(tag << 3) | 2, payload.len() as u8];
+    out.extend_from_slice(payload);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_semantics_protobuf_values_compaction_and_graceful_pods() {
+    let c = KubeCluster::start(1);
+    let client = c.client(0).await;
+    let mut etcd = etcd_client::Client::connect(
+        [format!("http://127.0.0.1:{}", c.members[0].client_port)],
+        None,
+    )
+    .await
+    .expect("etcd client");
+
+    // An object in upstream's protobuf storage encoding (as restored from a kubeadm/k3s snapshot) is served.
+    let meta = [pb_field(1, b"migrated"), pb_field(3, b"default")].concat();
+    let entry = [pb_field(1, b"origin"), pb_field(2, b"kubeadm")].concat();
+    let object_bytes = [pb_field(1, &meta), pb_field(2, &entry)].concat();
+    let type_meta = [pb_field(1, b"v1"), pb_field(2, b"ConfigMap")].concat();
+    let mut value = b"k8s\0".to_vec();
+    value.extend([pb_field(1, &type_meta), pb_field(2, &object_bytes)].concat());
+    etcd.put("/registry/configmaps/default/migrated", value, None)
+        .await
+        .expect("put");
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let got = api
+        .get("migrated")
+        .await
+        .expect("get protobuf-stored object");
+    assert_eq!(
+        got.data.and_then(|d| d.get("origin").cloned()).as_deref(),
+        Some("kubeadm")
+    );
+    let shown = c.ok(
+        0,
+        &[
+            "get",
+            "configmap",
+            "migrated",
+            "-o",
+            "jsonpath={.data.origin}",
+        ],
+    );
+    assert_eq!(shown, "kubeadm");
+
+    // Paging: every page at the first page's revision; a compacted continue token is 410 Expired.
+    for i in 0..5 {
+        api.create(&PostParams::default(), &cm(&format!("page-{i}"), "x"))
+            .await
+            .expect("create");
+    }
+    let first = api
+        .list(&ListParams::default().limit(2))
+        .await
+        .expect("page 1");
+    assert_eq!(first.items.len(), 2);
+    assert_eq!(first.metadata.remaining_item_count, Some(4));
+    let token = first.metadata.continue_.clone().expect("continue token");
+    let second = api
+        .list(&ListParams::default().limit(2).continue_token(&token))
+        .await
+        .expect("page 2");
+    assert_eq!(second.items.len(), 2);
+    assert_eq!(
+        second.metadata.resource_version,
+        first.metadata.resource_version
+    );
+    let old_rv = first.metadata.resource_version.clone().expect("rv");
+    api.create(&PostParams::default(), &cm("after-list", "x"))
+        .await
+        .expect("create");
+    let rev = etcd
+        .get("/", None)
+        .await
+        .expect("get")
+        .header()
+        .expect("header")
+        .revision();
+    etcd.compact(rev, None).await.expect("compact");
+    let (code, status) = raw(
+        &client,
+        "GET",
+        &format!("/api/v1/namespaces/default/configmaps?limit=2&continue={token}"),
+        None,
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(code, 410, "{status}");
+    assert_eq!(status["reason"], "Expired");
+    // A watch from a compacted revision gets one ERROR event with a 410 Status.
+    let (code, body) = raw_text(
+        &client,
+        &format!("/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={old_rv}&timeoutSeconds=5"),
+    )
+    .await;
+    assert_eq!(code, 200);
+    let first_line: Value =
+        serde_json::from_str(body.lines().next().unwrap_or("")).expect("event json");
+    assert_eq!(first_line["type"], "ERROR", "{body}");
+    assert_eq!(first_line["object"]["code"], 410, "{body}");
+    // resourceVersion=0 lists are served (kubectl wait/rollout use them).
+    let any = api
+        .list(&ListParams::default().match_any())
+        .await
+        .expect("rv=0 list");
+    assert!(any.items.len() >= 7);
+
+    // Graceful pod deletion: a pod bound to a node waits for its node; an unscheduled pod goes at once.
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "default");
+    for (name, node) in [("bound", Some("node-a")), ("pending", None)] {
+        let mut p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                           "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+        if let Some(n) = node {
+            p["spec"]["nodeName"] = json!(n);
+        }
+        pods.create(
+            &PostParams::default(),
+            &serde_json::from_value(p).expect("pod"),
+        )
+        .await
+        .expect("create pod");
+    }
+    pods.delete("pending", &Default::default())
+        .await
+        .expect("delete pending");
+    assert!(pods.get_opt("pending").await.expect("get").is_none());
+    pods.delete("bound", &Default::default())
+        .await
+        .expect("delete bound");
+    let bound = pods.get("bound").await.expect("bound pod still there");
+    assert!(bound.metadata.deletion_timestamp.is_some());
+    assert_eq!(bound.metadata.deletion_grace_period_seconds, Some(30));
+    let status = c.ok(0, &["get", "pod", "bound", "-o", "wide"]);
+    assert!(
+        status.contains("Terminating") && status.contains("node-a"),
+        "{status}"
+    );
+    let dp = kube::api::DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    pods.delete("bound", &dp).await.expect("force delete");
+    assert!(pods.get_opt("bound").await.expect("get").is_none());
+
+    // Core events are served as events.k8s.io/v1 too, with its field names.
+    let ev = json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e1"},
+                    "involvedObject": {"kind": "Pod", "name": "bound", "namespace": "default"},
+                    "reason": "Started", "message": "hello", "type": "Normal"});
+    let (code, body) = raw(
+        &client,
+        "POST",
+        "/api/v1/namespaces/default/events",
+        Some("application/json"),
+        serde_json::to_vec(&ev).expect("json"),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let (code, v1) = raw(
+        &client,
+        "GET",
+        "/apis/events.k8s.io/v1/namespaces/default/events/e1",
+        None,
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(code, 200, "{v1}");
+    assert_eq!(v1["note"], "hello");
+    assert_eq!(v1["regarding"]["name"], "bound");
+    let described = c.ok(
+        0,
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=bound",
+            "-o",
+            "name",
+        ],
+    );
+    assert_eq!(described.trim(), "event/e1");
+}
+
+/// GET returning the status and the raw body text (for watch streams).
+async fn raw_text(client: &kube::Client, path: &str) -> (u16, String) {
+    let req = http::Request::builder()
+        .method("GET")
+        .uri(path)
+        .body(Vec::new())
+        .expect("request");
+    let resp = client
+        .send(req.map(kube::client::Body::from))
+        .await
+        .expect("send");
+    let code = resp.status().as_u16();
+    let bytes = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .expect("body")
+        .to_bytes();
+    (code, String::from_utf8_lossy(&bytes).into_owned())
+}
