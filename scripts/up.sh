@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what keel needs, builds it, and starts a local keel on loopback (today one member on
-# 127.0.0.11), ready for etcdctl. Ctrl-C stops it. Extra arguments go to `keel up`.
+# Installs what keel needs, builds it, and starts a local 3-member keel on loopback (127.0.0.11-13), ready for
+# etcdctl (port 2379) and kubectl (port 6443, KUBECONFIG printed). Ctrl-C stops it. Extra arguments go to
+# `keel up`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
