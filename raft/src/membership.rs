@@ -223,6 +223,7 @@ pub async fn change(
     change: MemberChange,
     timeout: Duration,
 ) -> Result<MemberChangeResult, ProposeError> {
+    let _changing = CHANGING.lock().await;
     let current = members_of(raft);
     let find = |id: NodeId| current.iter().find(|m| m.id == id).cloned();
     let member = match change {
@@ -381,8 +382,20 @@ async fn promote_when_caught_up(raft: Raft<TypeConfig>, id: NodeId, limit: Durat
     warn!(member = %format!("{id:x}"), "new member did not catch up in time; it stays a learner");
 }
 
-/// Finishes a joint configuration left behind by a leader change (leader only).
+/// Serialises [`change`] with [`finish_joint`]. Both drive openraft's two-step (joint, then uniform)
+/// change; while a `change` sits between its steps the configuration is joint, and if the leader loop's
+/// `finish_joint` proposed the second step first, `change`'s own second step was refused ("already
+/// undergoing a configuration change") and the client got an error for a change that completed — etcdctl
+/// then retried and got "member not found" (found by jepsen-tests, fault member-replace). One lock per
+/// process: a member runs one `Node`.
+static CHANGING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Finishes a joint configuration left behind by a leader change (leader only). Skipped while this
+/// member is itself in the middle of a change, which finishes its own joint configuration.
 pub async fn finish_joint(raft: &Raft<TypeConfig>, timeout: Duration) {
+    let Ok(_changing) = CHANGING.try_lock() else {
+        return;
+    };
     let m = raft.metrics().borrow().clone();
     let configs = m.membership_config.membership().get_joint_config().clone();
     if configs.len() < 2 {
