@@ -47,6 +47,9 @@ pub struct Config {
     pub check_budget: u64,
     /// `--snapshot-count` of every member (small, so that snapshots and log purges happen during faults).
     pub snapshot_count: u64,
+    /// Keep the cluster directory (data dirs, logs) when something was found (off where anomalies are the
+    /// expected outcome).
+    pub keep_on_anomaly: bool,
 }
 
 impl Config {
@@ -64,6 +67,7 @@ impl Config {
             append_workers: 3,
             check_budget: 5_000_000,
             snapshot_count: 1000,
+            keep_on_anomaly: true,
         }
     }
 }
@@ -269,12 +273,18 @@ pub fn run(cfg: &Config) -> CampaignReport {
         phases,
         duration: t0.elapsed(),
     };
-    if !report.anomalies().is_empty() || report.unknown() > 0 {
-        // Keep the data directories and logs of a failed campaign.
+    let keep = cfg.keep_on_anomaly
+        && (!report.anomalies().is_empty() || report.unknown() > 0)
+        && std::env::var_os(cluster::KEEP_ENV).is_none();
+    if keep {
+        // The harness keeps a cluster's directory when this is set as it is dropped.
         std::env::set_var(cluster::KEEP_ENV, "1");
     }
     drop(rt);
     drop(cluster);
+    if keep {
+        std::env::remove_var(cluster::KEEP_ENV);
+    }
     report
 }
 

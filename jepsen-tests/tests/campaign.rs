@@ -84,6 +84,7 @@ fn unsafe_local_reads_are_caught() {
     let mut cfg = Config::new(seed(), phase_secs(15));
     cfg.faults = vec![Fault::PartitionLeader];
     cfg.unsafe_local_reads = true;
+    cfg.keep_on_anomaly = false;
     let r = campaign::run(&cfg);
     show(&r);
     let caught: Vec<String> = r
