@@ -23,6 +23,7 @@ use crate::network::{PeerApi, PeerNetwork};
 use crate::peer::server::{serve_service_on, PeerService};
 use crate::peer::{AppHandler, MemberChange, MemberChangeResult};
 use crate::proposer::Proposer;
+use crate::read_index::ReadIndexBatcher;
 use crate::state_machine::{reconcile_with_snapshot, StateMachine};
 use crate::types::{MemberNode, NodeId, TypeConfig};
 
@@ -191,6 +192,7 @@ pub struct Node {
     cluster_id: u64,
     cfg: NodeConfig,
     proposer: Proposer,
+    reads: ReadIndexBatcher,
     peers: PeerApi,
     stop: watch::Sender<bool>,
     fatal: watch::Sender<Option<String>>,
@@ -334,16 +336,30 @@ impl Node {
         let (stop, _) = watch::channel(false);
         let (fatal, _) = watch::channel(None);
         let proposer = Proposer::start(raft.clone(), cfg.request_timeout, peers.clone());
-        let node = Arc::new(Node {
-            proposer,
-            peers,
-            raft,
-            store,
-            id,
-            cluster_id,
-            cfg,
-            stop,
-            fatal,
+        let node = Arc::new_cyclic(|me: &std::sync::Weak<Node>| {
+            let me = me.clone();
+            // Weak: the batching task must not keep the member alive.
+            let reads = ReadIndexBatcher::start(move || {
+                let me = me.clone();
+                async move {
+                    match me.upgrade() {
+                        Some(node) => node.read_index_round().await,
+                        None => Err(ProposeError::Stopped),
+                    }
+                }
+            });
+            Node {
+                proposer,
+                reads,
+                peers,
+                raft,
+                store,
+                id,
+                cluster_id,
+                cfg,
+                stop,
+                fatal,
+            }
         });
         node.clone().serve_peers().await?;
         tokio::spawn(leader_loop(node.clone()));
@@ -473,10 +489,24 @@ impl Node {
             return Ok(());
         }
         let timeout = self.cfg.request_timeout;
+        // Concurrent reads share one round (see read_index.rs).
+        let index = self.reads.read_index().await?;
+        let wait = self.raft.wait(Some(timeout));
+        match wait.applied_index_at_least(Some(index), "read index").await {
+            Ok(_) => Ok(()),
+            Err(openraft::metrics::WaitError::Timeout(..)) => Err(ProposeError::Timeout),
+            Err(openraft::metrics::WaitError::ShuttingDown) => Err(ProposeError::Stopped),
+        }
+    }
+
+    /// One ReadIndex round: on the leader a quorum check, on a follower a request to the
+    /// leader. Returns the index a read must wait to have applied.
+    async fn read_index_round(&self) -> Result<u64, ProposeError> {
+        let timeout = self.cfg.request_timeout;
         if self.is_leader() {
-            return match tokio::time::timeout(timeout, self.raft.ensure_linearizable()).await {
+            return match tokio::time::timeout(timeout, self.raft.get_read_log_id()).await {
                 Err(_) => Err(ProposeError::Timeout),
-                Ok(Ok(_)) => Ok(()),
+                Ok(Ok((read, _))) => Ok(read.map_or(0, |l| l.index)),
                 Ok(Err(RaftError::APIError(e))) => {
                     debug!(%e, "linearizable read refused");
                     Err(ProposeError::NoLeader)
@@ -485,13 +515,7 @@ impl Node {
             };
         }
         let (_, leader) = self.leader().ok_or(ProposeError::NoLeader)?;
-        let index = self.peers.read_index(&leader, timeout).await?;
-        let wait = self.raft.wait(Some(timeout));
-        match wait.applied_index_at_least(Some(index), "read index").await {
-            Ok(_) => Ok(()),
-            Err(openraft::metrics::WaitError::Timeout(..)) => Err(ProposeError::Timeout),
-            Err(openraft::metrics::WaitError::ShuttingDown) => Err(ProposeError::Stopped),
-        }
+        self.peers.read_index(&leader, timeout).await
     }
 
     /// Raft status for Maintenance.Status.

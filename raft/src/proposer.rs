@@ -3,7 +3,8 @@
 //!
 //! openraft 0.9 waits for each append to be durable before it takes the next one, so batching
 //! inside the log store alone cannot merge concurrent clients' writes; batching here can.
-//! Every command in a batch still gets its own revision and its own answer.
+//! Every command in a batch still gets its own revision and its own answer. On the leader,
+//! batches forwarded by followers join the same queue and are flattened into its entries.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,34 +36,40 @@ type Reply = oneshot::Sender<Result<CommandResponse, ProposeError>>;
 struct Pending {
     cmd: Command,
     reply: Reply,
+    /// Forwarded by a follower (possibly a whole batch): written here or refused, never
+    /// forwarded again (a second hop could loop during a leader change).
+    here: bool,
 }
 
 /// Queues proposals and submits them in batches.
 pub struct Proposer {
     tx: mpsc::Sender<Pending>,
-    raft: Raft<TypeConfig>,
-    timeout: Duration,
 }
 
 impl Proposer {
     /// Starts the batching task for `raft`; each entry may wait `timeout` for its result.
     pub fn start(raft: Raft<TypeConfig>, timeout: Duration, peers: PeerApi) -> Self {
         let (tx, rx) = mpsc::channel(8192);
-        tokio::spawn(run(raft.clone(), rx, timeout, peers));
-        Proposer { tx, raft, timeout }
+        tokio::spawn(run(raft, rx, timeout, peers));
+        Proposer { tx }
     }
 
-    /// Proposes a command forwarded by a follower: straight to openraft, never forwarded again
-    /// (the follower batched already, and a second hop could loop during a leader change).
+    /// Proposes a command (often a batch) forwarded by a follower. It joins the local queue, so
+    /// the followers' batches and the leader's own clients share log entries, but it is never
+    /// forwarded again: if this member does not lead, it fails with `NoLeader`.
     pub async fn propose_here(&self, cmd: Command) -> Result<CommandResponse, ProposeError> {
-        write(&self.raft, cmd, self.timeout, None).await
+        self.enqueue(cmd, true).await
     }
 
     /// Proposes one command and waits for its result.
     pub async fn propose(&self, cmd: Command) -> Result<CommandResponse, ProposeError> {
+        self.enqueue(cmd, false).await
+    }
+
+    async fn enqueue(&self, cmd: Command, here: bool) -> Result<CommandResponse, ProposeError> {
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Pending { cmd, reply })
+            .send(Pending { cmd, reply, here })
             .await
             .map_err(|_| ProposeError::Stopped)?;
         rx.await.map_err(|_| ProposeError::Stopped)?
@@ -101,38 +108,89 @@ async fn run(
     }
 }
 
-async fn submit(
+async fn submit(raft: &Raft<TypeConfig>, batch: Vec<Pending>, timeout: Duration, peers: &PeerApi) {
+    let (here, local): (Vec<Pending>, Vec<Pending>) = batch.into_iter().partition(|p| p.here);
+    if here.is_empty() {
+        write_group(raft, local, timeout, Some(peers)).await;
+        return;
+    }
+    if raft.metrics().borrow().state == openraft::ServerState::Leader {
+        // Followers' batches and local proposals in one entry. Written without forwarding:
+        // had leadership moved, a local proposal gets `NoLeader` as it would have anyway.
+        let mut all = here;
+        all.extend(local);
+        write_group(raft, all, timeout, None).await;
+        return;
+    }
+    for p in here {
+        let _ = p.reply.send(Err(ProposeError::NoLeader));
+    }
+    if !local.is_empty() {
+        write_group(raft, local, timeout, Some(peers)).await;
+    }
+}
+
+/// Writes `group` as one log entry (forwarding it when `peers` is given and this member does
+/// not lead) and answers every proposal; a forwarded batch is flattened into the entry and
+/// answered with its own slice of results.
+async fn write_group(
     raft: &Raft<TypeConfig>,
-    mut batch: Vec<Pending>,
+    mut group: Vec<Pending>,
     timeout: Duration,
-    peers: &PeerApi,
+    peers: Option<&PeerApi>,
 ) {
-    if batch.len() == 1 {
-        if let Some(p) = batch.pop() {
-            let _ = p.reply.send(write(raft, p.cmd, timeout, Some(peers)).await);
+    if group.len() == 1 {
+        if let Some(p) = group.pop() {
+            let _ = p.reply.send(write(raft, p.cmd, timeout, peers).await);
         }
         return;
     }
-    let (cmds, replies): (Vec<Command>, Vec<Reply>) =
-        batch.into_iter().map(|p| (p.cmd, p.reply)).unzip();
+    let mut cmds = Vec::with_capacity(group.len());
+    // (reply, commands it contributed, whether it was a batch itself)
+    let mut slots = Vec::with_capacity(group.len());
+    for p in group {
+        match p.cmd.kind {
+            Some(CommandKind::Batch(b)) => {
+                slots.push((p.reply, b.commands.len(), true));
+                cmds.extend(b.commands);
+            }
+            kind => {
+                slots.push((p.reply, 1, false));
+                cmds.push(Command { kind });
+            }
+        }
+    }
+    let total = cmds.len();
     let cmd = Command::new(CommandKind::Batch(CommandBatch { commands: cmds }));
-    match write(raft, cmd, timeout, Some(peers)).await {
-        Ok(CommandResponse::Batch(results)) if results.len() == replies.len() => {
-            for (reply, r) in replies.into_iter().zip(results) {
-                let _ = reply.send(r.map_err(ProposeError::Store));
+    match write(raft, cmd, timeout, peers).await {
+        Ok(CommandResponse::Batch(results)) if results.len() == total => {
+            let mut results = results.into_iter();
+            for (reply, n, was_batch) in slots {
+                let part: Vec<_> = results.by_ref().take(n).collect();
+                let answer = if was_batch {
+                    Ok(CommandResponse::Batch(part))
+                } else {
+                    match part.into_iter().next() {
+                        Some(r) => r.map_err(ProposeError::Store),
+                        None => Err(ProposeError::Store(StoreError::Corrupt(
+                            "batch answered with too few results".into(),
+                        ))),
+                    }
+                };
+                let _ = reply.send(answer);
             }
         }
         Ok(other) => {
             let e = ProposeError::Store(StoreError::Corrupt(format!(
                 "batch answered with {other:?}"
             )));
-            replies
+            slots
                 .into_iter()
-                .for_each(|r| drop(r.send(Err(e.clone()))));
+                .for_each(|(r, _, _)| drop(r.send(Err(e.clone()))));
         }
-        Err(e) => replies
+        Err(e) => slots
             .into_iter()
-            .for_each(|r| drop(r.send(Err(e.clone())))),
+            .for_each(|(r, _, _)| drop(r.send(Err(e.clone())))),
     }
 }
 
