@@ -66,6 +66,8 @@ pub struct Sample {
     pub p99_us: u64,
     /// Failed requests in the window.
     pub errors: u64,
+    /// Operations completed during the whole step, warm-up included (for CPU per operation).
+    pub ops_total: u64,
 }
 
 /// An empty latency histogram in microseconds.
@@ -77,6 +79,7 @@ pub fn histogram() -> Histogram<u64> {
 struct Outcome {
     hist: Histogram<u64>,
     ops: u64,
+    all_ops: u64,
     errors: u64,
     last_error: String,
 }
@@ -96,6 +99,7 @@ pub async fn closed_loop(
             let mut out = Outcome {
                 hist: histogram(),
                 ops: 0,
+                all_ops: 0,
                 errors: 0,
                 last_error: String::new(),
             };
@@ -105,6 +109,9 @@ pub async fn closed_loop(
                     break;
                 }
                 let res = op.call().await;
+                if let Ok(n) = res {
+                    out.all_ops += n;
+                }
                 if t0 < start {
                     continue;
                 }
@@ -126,6 +133,7 @@ pub async fn closed_loop(
     let mut total = Outcome {
         hist: histogram(),
         ops: 0,
+        all_ops: 0,
         errors: 0,
         last_error: String::new(),
     };
@@ -134,6 +142,7 @@ pub async fn closed_loop(
             Ok(o) => {
                 let _ = total.hist.add(&o.hist);
                 total.ops += o.ops;
+                total.all_ops += o.all_ops;
                 total.errors += o.errors;
                 if !o.last_error.is_empty() {
                     total.last_error = o.last_error;
@@ -158,5 +167,6 @@ pub async fn closed_loop(
         p50_us: total.hist.value_at_quantile(0.5),
         p99_us: total.hist.value_at_quantile(0.99),
         errors: total.errors,
+        ops_total: total.all_ops,
     })
 }

@@ -57,7 +57,8 @@ struct Args {
     /// Only these cluster sizes (e.g. --members 3).
     #[arg(long, value_delimiter = ',')]
     members: Vec<usize>,
-    /// Only workloads whose label contains this text (e.g. "put 256 B").
+    /// Only workloads whose label contains this text, or one of several separated by `|`
+    /// (e.g. "put 256 B|linearizable").
     #[arg(long)]
     only: Option<String>,
     /// Skip the memory and disk footprint steps.
@@ -125,7 +126,8 @@ async fn run(args: Args) -> Result<()> {
         plan.topologies.retain(|m| args.members.contains(m));
     }
     if let Some(only) = &args.only {
-        plan.steps.retain(|s| s.name().contains(only.as_str()));
+        plan.steps
+            .retain(|s| only.split('|').any(|o| s.name().contains(o)));
     }
     if args.no_footprint {
         plan.footprint_keys.clear();
@@ -240,8 +242,15 @@ async fn topology(
                     format!("{members} members: {} on {}", step.name(), c.kind.name()),
                 );
                 let limit = plan.window.warmup + plan.window.measure + STEP_SLACK;
+                let cpu_before = c.cpu_us();
                 match tokio::time::timeout(limit, one(c, step, plan)).await {
-                    Ok(sample) => samples.push(sample?),
+                    Ok(sample) => {
+                        let sample = sample?;
+                        let cpu = c.cpu_us().saturating_sub(cpu_before) as f64;
+                        let mut fig = Figure::from(&sample);
+                        fig.cpu_us_per_op = Some(cpu / sample.ops_total.max(1) as f64);
+                        samples.push(fig);
+                    }
                     Err(_) => {
                         return Err(BenchError::NoProgress {
                             workload: step.name(),
@@ -257,8 +266,8 @@ async fn topology(
                 members,
                 workload: step.name(),
                 unit: step.unit(),
-                keel: Figure::from(&samples[0]),
-                etcd: Figure::from(&samples[1]),
+                keel: samples[0].clone(),
+                etcd: samples[1].clone(),
             });
         }
     }
@@ -279,6 +288,7 @@ async fn topology(
                 value: v as f64,
                 latency_us: None,
                 errors: 0,
+                cpu_us_per_op: None,
             };
             let keys = if k.keys.is_multiple_of(1_000_000) {
                 format!("{}M", k.keys / 1_000_000)

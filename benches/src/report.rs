@@ -14,6 +14,8 @@ pub struct Figure {
     pub latency_us: Option<(u64, u64)>,
     /// Failed requests during the measurement.
     pub errors: u64,
+    /// Server CPU time (all members) per operation over the whole step, µs.
+    pub cpu_us_per_op: Option<f64>,
 }
 
 impl From<&Sample> for Figure {
@@ -22,6 +24,7 @@ impl From<&Sample> for Figure {
             value: s.rate,
             latency_us: Some((s.p50_us, s.p99_us)),
             errors: s.errors,
+            cpu_us_per_op: None,
         }
     }
 }
@@ -80,7 +83,11 @@ fn latency(f: &Figure) -> String {
     }
 }
 
-fn cells(r: &Row) -> [String; 8] {
+fn cpu(f: &Figure) -> String {
+    f.cpu_us_per_op.map_or("-".into(), |c| format!("{c:.0}"))
+}
+
+fn cells(r: &Row) -> [String; 10] {
     [
         r.members.to_string(),
         r.workload.clone(),
@@ -90,10 +97,12 @@ fn cells(r: &Row) -> [String; 8] {
         format!("{:.2}", r.ratio()),
         latency(&r.keel),
         latency(&r.etcd),
+        cpu(&r.keel),
+        cpu(&r.etcd),
     ]
 }
 
-const HEADER: [&str; 8] = [
+const HEADER: [&str; 10] = [
     "members",
     "workload",
     "unit",
@@ -102,14 +111,16 @@ const HEADER: [&str; 8] = [
     "keel/etcd",
     "keel p50 / p99 ms",
     "etcd p50 / p99 ms",
+    "keel CPU µs/op",
+    "etcd CPU µs/op",
 ];
 
 /// The table as aligned plain text.
 pub fn text(rows: &[Row]) -> String {
-    let all: Vec<[String; 8]> = std::iter::once(HEADER.map(String::from))
+    let all: Vec<[String; 10]> = std::iter::once(HEADER.map(String::from))
         .chain(rows.iter().map(cells))
         .collect();
-    let widths: Vec<usize> = (0..8)
+    let widths: Vec<usize> = (0..10)
         .map(|i| all.iter().map(|r| r[i].len()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
@@ -133,7 +144,7 @@ pub fn text(rows: &[Row]) -> String {
 /// The table as Markdown.
 pub fn markdown_table(rows: &[Row]) -> String {
     let mut out = format!("| {} |\n", HEADER.join(" | "));
-    out.push_str("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
+    out.push_str("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for r in rows {
         let _ = writeln!(out, "| {} |", cells(r).join(" | "));
     }

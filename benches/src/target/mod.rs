@@ -168,6 +168,11 @@ impl Cluster {
         self.children.iter().map(|c| rss_of(c.id())).collect()
     }
 
+    /// CPU time (user + system) all members have used so far, in microseconds.
+    pub fn cpu_us(&self) -> u64 {
+        self.children.iter().map(|c| cpu_us_of(c.id())).sum()
+    }
+
     /// Disk space used by every member's data directory, in bytes (allocated blocks, as `du`).
     pub fn disk(&self) -> Vec<u64> {
         self.data_dirs.iter().map(|d| du(d)).collect()
@@ -213,6 +218,25 @@ fn rss_of(pid: u32) -> u64 {
         .and_then(|v| v.split_whitespace().next())
         .and_then(|kb| kb.parse::<u64>().ok())
         .map_or(0, |kb| kb * 1024)
+}
+
+fn cpu_us_of(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|&i| f.get(i).and_then(|v| v.parse::<u64>().ok()))
+        .sum();
+    // SAFETY: sysconf only reads a configuration value.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz <= 0 {
+        return 0;
+    }
+    ticks * 1_000_000 / hz as u64
 }
 
 fn du(path: &Path) -> u64 {

@@ -180,5 +180,6 @@ pub async fn run(
         p50_us: hist.value_at_quantile(0.5),
         p99_us: hist.value_at_quantile(0.99),
         errors: errors + expected.saturating_sub(events),
+        ops_total: events,
     })
 }
