@@ -491,3 +491,119 @@ fn three_members_share_objects_and_watches() {
     assert_eq!(listed.trim(), "deployment.apps/web");
     assert_eq!(w.exited(), None, "{}", w.output());
 }
+
+const APPLY_V1: &str = r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: app
+  labels: {app: app}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: app}}
+  template:
+    metadata: {labels: {app: app}}
+    spec:
+      containers:
+      - name: web
+        image: nginx:1.25
+        ports: [{containerPort: 80}]
+        env: [{name: A, value: "1"}, {name: B, value: "2"}]
+      - name: sidecar
+        image: busybox:1.36
+        args: [sleep, "3600"]
+"#;
+
+const APPLY_V2: &str = r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: app
+  labels: {app: app, tier: fe}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: app}}
+  template:
+    metadata: {labels: {app: app}}
+    spec:
+      containers:
+      - name: web
+        image: nginx:1.26
+        ports: [{containerPort: 80}, {containerPort: 443}]
+        env: [{name: A, value: "1"}]
+"#;
+
+#[test]
+fn client_side_apply_converges_and_patches_merge_by_key() {
+    let c = KubeCluster::start(1);
+    let out = c.ok_stdin(0, &["apply", "-f", "-"], Some(APPLY_V1));
+    assert!(out.contains("deployment.apps/app created"), "{out}");
+    let out = c.ok_stdin(0, &["apply", "-f", "-"], Some(APPLY_V2));
+    assert!(out.contains("deployment.apps/app configured"), "{out}");
+    let d: Value =
+        serde_json::from_str(&c.ok(0, &["get", "deploy", "app", "-o", "json"])).expect("json");
+    let containers = d["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .expect("containers");
+    assert_eq!(containers.len(), 1, "sidecar removed: {d}");
+    assert_eq!(containers[0]["image"], "nginx:1.26");
+    assert_eq!(
+        containers[0]["env"],
+        serde_json::json!([{"name": "A", "value": "1"}])
+    );
+    assert_eq!(
+        containers[0]["ports"].as_array().map(Vec::len),
+        Some(2),
+        "{d}"
+    );
+    assert_eq!(d["spec"]["replicas"], 3);
+    assert_eq!(d["metadata"]["labels"]["tier"], "fe");
+    assert_eq!(d["metadata"]["generation"], 2);
+    let rv = d["metadata"]["resourceVersion"].clone();
+    // Re-applying the same manifest changes nothing, not even the resourceVersion.
+    let out = c.ok_stdin(0, &["apply", "-f", "-"], Some(APPLY_V2));
+    assert!(out.contains("deployment.apps/app unchanged"), "{out}");
+    let again = c.ok(
+        0,
+        &[
+            "get",
+            "deploy",
+            "app",
+            "-o",
+            "jsonpath={.metadata.resourceVersion}",
+        ],
+    );
+    assert_eq!(Value::String(again), rv);
+    let diff = c.kubectl_stdin(0, &["diff", "-f", "-"], Some(APPLY_V2));
+    assert!(
+        diff.ok && diff.stdout.is_empty(),
+        "kubectl diff after apply: {} {}",
+        diff.stdout,
+        diff.stderr
+    );
+
+    // Other writers: set image and a strategic patch keep what they do not mention; scale uses /scale.
+    c.ok(0, &["set", "image", "deployment/app", "web=nginx:1.27"]);
+    c.ok(0, &["patch", "deployment", "app", "--type=strategic", "-p",
+        r#"{"spec":{"template":{"spec":{"containers":[{"name":"web","env":[{"name":"C","value":"3"}]}]}}}}"#]);
+    c.ok(0, &["scale", "deployment", "app", "--replicas=5"]);
+    let d: Value =
+        serde_json::from_str(&c.ok(0, &["get", "deploy", "app", "-o", "json"])).expect("json");
+    let web = &d["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(web["image"], "nginx:1.27");
+    assert_eq!(
+        web["env"],
+        serde_json::json!([{"name": "A", "value": "1"}, {"name": "C", "value": "3"}])
+    );
+    assert_eq!(web["ports"].as_array().map(Vec::len), Some(2));
+    assert_eq!(d["spec"]["replicas"], 5);
+    let scale = c.ok(
+        0,
+        &[
+            "get",
+            "--raw",
+            "/apis/apps/v1/namespaces/default/deployments/app/scale",
+        ],
+    );
+    let scale: Value = serde_json::from_str(&scale).expect("scale json");
+    assert_eq!(scale["spec"]["replicas"], 5);
+    assert_eq!(scale["status"]["selector"], "app=app");
+}

@@ -130,6 +130,7 @@ fn schemas(v3: bool, defs: &[&ResourceDef]) -> (Map<String, Value>, Vec<(String,
         }
     }
     let mut definitions = gen.take_definitions(true);
+    add_merge_metadata(&mut definitions);
     let prefix = if v3 {
         "#/components/schemas/"
     } else {
@@ -144,6 +145,43 @@ fn schemas(v3: bool, defs: &[&ResourceDef]) -> (Map<String, Value>, Vec<(String,
         paths.extend(operations(def, &format!("{prefix}{name}")));
     }
     (definitions, paths)
+}
+
+/// Adds the strategic-merge and list-type extensions of every property the schema table knows, so kubectl
+/// computes its patches with the same merge keys the server merges with.
+fn add_merge_metadata(definitions: &mut Map<String, Value>) {
+    let table = super::protobuf::schema::messages();
+    for (name, schema) in definitions.iter_mut() {
+        let Some(msg) = name.strip_prefix("io.k8s.").and_then(|m| table.get(m)) else {
+            continue;
+        };
+        let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) else {
+            continue;
+        };
+        for (prop, p) in props.iter_mut() {
+            let (Some(field), Some(p)) = (msg.by_json(prop), p.as_object_mut()) else {
+                continue;
+            };
+            if let Some(k) = &field.patch_merge_key {
+                p.insert("x-kubernetes-patch-merge-key".into(), json!(k));
+            }
+            if !field.patch_strategy.is_empty() {
+                p.insert(
+                    "x-kubernetes-patch-strategy".into(),
+                    json!(field.patch_strategy.join(",")),
+                );
+            }
+            if let Some(t) = &field.list_type {
+                p.insert("x-kubernetes-list-type".into(), json!(t));
+            }
+            if !field.list_map_keys.is_empty() {
+                p.insert(
+                    "x-kubernetes-list-map-keys".into(),
+                    json!(field.list_map_keys),
+                );
+            }
+        }
+    }
 }
 
 fn hash(body: &[u8]) -> String {
@@ -263,6 +301,10 @@ mod tests {
             .iter()
             .any(|p| p["name"] == "fieldValidation"));
         assert_eq!(apps.hash.len(), 128);
+        let containers =
+            &v["components"]["schemas"]["io.k8s.api.core.v1.PodSpec"]["properties"]["containers"];
+        assert_eq!(containers["x-kubernetes-patch-merge-key"], "name");
+        assert_eq!(containers["x-kubernetes-patch-strategy"], "merge");
         assert!(v3_index()["paths"]["api/v1"]["serverRelativeURL"]
             .as_str()
             .expect("url")

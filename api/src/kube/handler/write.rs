@@ -539,10 +539,22 @@ pub fn apply_patch(
             json_patch::merge(&mut current, &p);
             Ok(current)
         }
-        "application/strategic-merge-patch+json" | "application/apply-patch+yaml" => Err(
+        "application/strategic-merge-patch+json" => {
+            let p = body::json(body)?;
+            let root = crate::kube::protobuf::schema::message_for(&def.api_version(), def.kind).ok_or_else(|| {
+                ApiError::UnsupportedMediaType(format!(
+                    "strategic merge patch is not supported for {}",
+                    def.qualified()
+                ))
+            })?;
+            crate::kube::patch::strategic::apply(current, &p, &root)
+                .map_err(|e| ApiError::BadRequest(e.to_string()))
+        }
+        "application/apply-patch+yaml" => Err(
             ApiError::UnsupportedMediaType(format!(
                 "the body of the request was in an unknown format - accepted media types include: \
-                 application/json-patch+json, application/merge-patch+json ({ct} is not served by this keel version)"
+                 application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json \
+                 (server-side apply is not served by this keel version)"
             )),
         ),
         other => Err(ApiError::UnsupportedMediaType(format!(

@@ -31,12 +31,39 @@ pub struct Field {
     pub json: String,
     pub ty: FieldType,
     pub repeated: bool,
+    /// Strategic merge patch: the key that identifies list items (`name` for containers).
+    pub patch_merge_key: Option<String>,
+    /// Strategic merge patch: `merge`, `retainKeys`, or both.
+    pub patch_strategy: Vec<String>,
+    /// Server-side apply: `atomic`, `set` or `map` for lists.
+    pub list_type: Option<String>,
+    /// Server-side apply: the keys of a `map` list.
+    pub list_map_keys: Vec<String>,
+}
+
+impl Field {
+    /// Whether strategic merge patch merges this list (by key, or as a set of primitives).
+    pub fn merges(&self) -> bool {
+        self.patch_strategy.iter().any(|s| s == "merge")
+    }
+
+    /// Whether strategic merge patch clears unlisted keys of this map (`retainKeys`).
+    pub fn retains_keys(&self) -> bool {
+        self.patch_strategy.iter().any(|s| s == "retainKeys")
+    }
 }
 
 /// One message: its fields by number.
 #[derive(Debug, Default)]
 pub struct Message {
     pub fields: HashMap<u32, Field>,
+}
+
+impl Message {
+    /// The field with this JSON name.
+    pub fn by_json(&self, name: &str) -> Option<&Field> {
+        self.fields.values().find(|f| f.json == name)
+    }
 }
 
 fn parse_type(s: &str) -> FieldType {
@@ -71,19 +98,31 @@ fn parse() -> HashMap<String, Message> {
                 else {
                     continue;
                 };
-                let repeated = parts.next() == Some("r");
+                let mut field = Field {
+                    json: json.to_string(),
+                    ty: parse_type(ty),
+                    repeated: false,
+                    patch_merge_key: None,
+                    patch_strategy: Vec::new(),
+                    list_type: None,
+                    list_map_keys: Vec::new(),
+                };
+                for extra in parts {
+                    let list = |v: &str| v.split(',').map(str::to_string).collect::<Vec<_>>();
+                    match extra.split_once('=') {
+                        None if extra == "r" => field.repeated = true,
+                        Some(("pmk", v)) => field.patch_merge_key = Some(v.to_string()),
+                        Some(("ps", v)) => field.patch_strategy = list(v),
+                        Some(("lt", v)) => field.list_type = Some(v.to_string()),
+                        Some(("lmk", v)) => field.list_map_keys = list(v),
+                        _ => {}
+                    }
+                }
                 let (Ok(num), Some(cur)) = (num.parse::<u32>(), current.as_ref()) else {
                     continue;
                 };
                 if let Some(m) = out.get_mut(cur) {
-                    m.fields.insert(
-                        num,
-                        Field {
-                            json: json.to_string(),
-                            ty: parse_type(ty),
-                            repeated,
-                        },
-                    );
+                    m.fields.insert(num, field);
                 }
             }
             _ => {}
@@ -144,6 +183,15 @@ mod tests {
         assert_eq!(ip.ty, FieldType::String);
         let meta = &messages()["apimachinery.pkg.apis.meta.v1.ObjectMeta"];
         assert!(matches!(meta.fields[&11].ty, FieldType::Map(_)));
+        let containers = messages()["api.core.v1.PodSpec"]
+            .by_json("containers")
+            .expect("containers");
+        assert_eq!(containers.patch_merge_key.as_deref(), Some("name"));
+        assert!(containers.merges() && containers.repeated);
+        let strategy = messages()["api.apps.v1.DeploymentSpec"]
+            .by_json("strategy")
+            .expect("strategy");
+        assert!(strategy.retains_keys());
         // Every message a field refers to is in the schema.
         for m in messages().values() {
             for f in m.fields.values() {
