@@ -550,16 +550,16 @@ pub fn apply_patch(
             crate::kube::patch::strategic::apply(current, &p, &root)
                 .map_err(|e| ApiError::BadRequest(e.to_string()))
         }
-        "application/apply-patch+yaml" => Err(
-            ApiError::UnsupportedMediaType(format!(
-                "the body of the request was in an unknown format - accepted media types include: \
-                 application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json \
-                 (server-side apply is not served by this keel version)"
-            )),
-        ),
+        "application/apply-patch+yaml" => Err(ApiError::UnsupportedMediaType(
+            "the body of the request was in an unknown format - accepted media types include: \
+             application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json \
+             (server-side apply is not served by this keel version)"
+                .into(),
+        )),
         other => Err(ApiError::UnsupportedMediaType(format!(
             "the body of the request was in an unknown format - accepted media types include: \
-             application/json-patch+json, application/merge-patch+json (got {other:?})"
+             application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json \
+             (got {other:?})"
         ))),
     }
 }
