@@ -391,6 +391,28 @@ fn errors_print_upstream_messages() {
         "{bad_deploy}"
     );
 
+    // Unknown fields: kubectl asks for strict field validation by default.
+    let typo = c.err_stdin(
+        0,
+        &["create", "-f", "-"],
+        Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: typo}\ndatta: {a: b}\n"),
+    );
+    assert!(
+        typo.contains("strict decoding error: unknown field \"datta\""),
+        "{typo}"
+    );
+    let lax = c.ok_stdin(
+        0,
+        &["create", "--validate=false", "-f", "-"],
+        Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: typo}\ndatta: {a: b}\n"),
+    );
+    assert!(lax.contains("configmap/typo created"), "{lax}");
+    let stored = c.ok(0, &["get", "configmap", "typo", "-o", "json"]);
+    assert!(
+        !stored.contains("datta"),
+        "unknown fields are dropped: {stored}"
+    );
+
     // Conflict: replace with a resourceVersion that is no longer current.
     let stale = c.ok(0, &["get", "configmap", "one", "-o", "json"]);
     c.ok(0, &["label", "configmap", "one", "x=1"]);

@@ -2,4 +2,5 @@
 
 pub mod defaults;
 pub mod names;
+pub mod prune;
 pub mod validate;

@@ -62,11 +62,58 @@ pub fn check_type(def: &ResourceDef, obj: &mut Value) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Decodes, type-checks and converts a create/update body into its stored form.
-fn incoming(call: &Call) -> Result<Value, ApiError> {
+/// Drops unknown fields as upstream's decoder does; `fieldValidation=Strict` refuses them, `Warn` (the
+/// default) returns one warning per field.
+pub fn field_validation(
+    call: &Call,
+    def: &ResourceDef,
+    obj: &mut Value,
+) -> Result<Vec<String>, ApiError> {
+    let mode = call.params.get("fieldValidation").unwrap_or("Warn");
+    if !["Strict", "Warn", "Ignore"].contains(&mode) {
+        return Err(ApiError::BadRequest(format!(
+            "fieldValidation: Unsupported value: {mode:?}: supported values: \"Ignore\", \"Strict\", \"Warn\""
+        )));
+    }
+    let Some(root) = crate::kube::protobuf::schema::message_for(&def.api_version(), def.kind)
+    else {
+        return Ok(Vec::new());
+    };
+    let unknown = crate::kube::admission::prune::prune(obj, &root);
+    let msgs: Vec<String> = unknown
+        .iter()
+        .map(|f| format!("unknown field \"{f}\""))
+        .collect();
+    match mode {
+        "Strict" if !msgs.is_empty() => Err(ApiError::BadRequest(format!(
+            "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
+            def.kind,
+            def.version,
+            def.kind,
+            msgs.join(", ")
+        ))),
+        "Warn" => Ok(msgs),
+        _ => Ok(Vec::new()),
+    }
+}
+
+/// Adds `Warning: 299 - "..."` headers, as kubectl prints them.
+pub fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let text = format!("299 - {:?}", w);
+        if let Ok(v) = axum::http::HeaderValue::from_str(&text) {
+            resp.headers_mut().append("Warning", v);
+        }
+    }
+    resp
+}
+
+/// Decodes, type-checks and converts a create/update body into its stored form, with its warnings.
+fn incoming(call: &Call) -> Result<(Value, Vec<String>), ApiError> {
     let def = call.route.def;
     let mut obj = body::decode(&call.headers, &call.body)?;
     check_type(def, &mut obj)?;
+    let warnings = field_validation(call, def, &mut obj)?;
     validate::shape(def, &obj)?;
     let mut obj = convert::to_storage(def, obj);
     let body_ns = object::namespace(&obj).to_string();
@@ -83,7 +130,7 @@ fn incoming(call: &Call) -> Result<Value, ApiError> {
             object::meta_mut(&mut obj).remove("namespace");
         }
     }
-    Ok(obj)
+    Ok((obj, warnings))
 }
 
 /// The definition objects are validated and stored with (events.k8s.io Events are core Events).
@@ -211,7 +258,7 @@ pub async fn create(call: Call) -> Result<Response, ApiError> {
     let def = call.route.def;
     let sdef = storage_def(def);
     let dry_run = call.params.dry_run()?;
-    let mut obj = incoming(&call)?;
+    let (mut obj, warnings) = incoming(&call)?;
     let generate = object::meta_str(&obj, "generateName").to_string();
     if object::name(&obj).is_empty() && !generate.is_empty() {
         object::meta_mut(&mut obj).insert("name".into(), json!(generated_name(&generate)));
@@ -227,7 +274,7 @@ pub async fn create(call: Call) -> Result<Response, ApiError> {
         let claims = alloc::allocate(&call.state.storage, sdef, &mut obj).await?;
         if dry_run {
             let out = convert::from_storage(def, obj);
-            return respond_created(&call, out);
+            return respond_created(&call, out).map(|r| with_warnings(r, &warnings));
         }
         let key = sdef.key(call.ns(), object::name(&obj));
         match call
@@ -239,7 +286,7 @@ pub async fn create(call: Call) -> Result<Response, ApiError> {
             WriteOutcome::Done(rev) => {
                 object::set_resource_version(&mut obj, rev);
                 let out = convert::from_storage(def, obj);
-                return respond_created(&call, out);
+                return respond_created(&call, out).map(|r| with_warnings(r, &warnings));
             }
             WriteOutcome::Lost(Some(_)) => {
                 if !generate.is_empty() && attempt + 1 < RETRIES && call.route.name.is_none() {
@@ -463,7 +510,7 @@ fn respond_updated(call: &Call, u: Updated) -> Result<Response, ApiError> {
 /// PUT: replace an object (or its status, or a namespace's finalizers).
 pub async fn update(call: Call) -> Result<Response, ApiError> {
     let dry_run = call.params.dry_run()?;
-    let new = incoming(&call)?;
+    let (new, warnings) = incoming(&call)?;
     let body_name = object::name(&new).to_string();
     if body_name != call.name() {
         return Err(ApiError::BadRequest(format!(
@@ -480,7 +527,7 @@ pub async fn update(call: Call) -> Result<Response, ApiError> {
         return Err(ApiError::NotFound(call.target()));
     }
     let u = guaranteed_update(&call, dry_run, |_| Ok((new.clone(), client_rv.clone()))).await?;
-    respond_updated(&call, u)
+    respond_updated(&call, u).map(|r| with_warnings(r, &warnings))
 }
 
 /// PATCH with `application/json-patch+json` or `application/merge-patch+json`.
@@ -489,6 +536,7 @@ pub async fn patch(call: Call) -> Result<Response, ApiError> {
     let ct = media_type(call.headers.get(axum::http::header::CONTENT_TYPE));
     let def = call.route.def;
     let patch_body = call.body.clone();
+    let mut warnings = Vec::new();
     let u = guaranteed_update(&call, dry_run, |cur| {
         let current = convert::from_storage(def, cur.object.clone());
         let patched = apply_patch(&ct, current, &patch_body, def)?;
@@ -497,6 +545,7 @@ pub async fn patch(call: Call) -> Result<Response, ApiError> {
             .map(str::to_string);
         let mut patched = patched;
         check_type(def, &mut patched)?;
+        warnings = field_validation(&call, def, &mut patched)?;
         validate::shape(def, &patched)?;
         if object::name(&patched) != object::name(&cur.object) {
             return Err(ApiError::BadRequest(
@@ -507,7 +556,7 @@ pub async fn patch(call: Call) -> Result<Response, ApiError> {
         Ok((convert::to_storage(def, patched), client_rv))
     })
     .await?;
-    respond_updated(&call, u)
+    respond_updated(&call, u).map(|r| with_warnings(r, &warnings))
 }
 
 /// Applies one patch document of a given media type.

@@ -1,0 +1,117 @@
+//! Unknown fields: upstream's decoder drops them, and with `fieldValidation=Strict` (kubectl's default)
+//! refuses the request, with `Warn` answers a warning per field. The known fields of every served kind come
+//! from the generated schema table.
+
+use serde_json::Value;
+
+use crate::kube::protobuf::schema::{messages, FieldType, Message};
+
+/// Messages whose JSON form is not an object of their proto fields (left as they are).
+fn opaque(name: &str) -> bool {
+    matches!(
+        name,
+        "apimachinery.pkg.apis.meta.v1.Time"
+            | "apimachinery.pkg.apis.meta.v1.MicroTime"
+            | "apimachinery.pkg.apis.meta.v1.Duration"
+            | "apimachinery.pkg.api.resource.Quantity"
+            | "apimachinery.pkg.util.intstr.IntOrString"
+            | "apimachinery.pkg.runtime.RawExtension"
+            | "apimachinery.pkg.apis.meta.v1.FieldsV1"
+    )
+}
+
+fn walk(v: &mut Value, msg: &Message, path: &str, unknown: &mut Vec<String>) {
+    let Some(obj) = v.as_object_mut() else { return };
+    let mut drop = Vec::new();
+    for (k, child) in obj.iter_mut() {
+        let here = if path.is_empty() {
+            k.clone()
+        } else {
+            format!("{path}.{k}")
+        };
+        let Some(field) = msg.by_json(k) else {
+            if !(path.is_empty() && (k == "apiVersion" || k == "kind")) {
+                unknown.push(here);
+                drop.push(k.clone());
+            }
+            continue;
+        };
+        let target = match &field.ty {
+            FieldType::Message(n) => Some((n.as_str(), false)),
+            FieldType::Map(inner) => match inner.as_ref() {
+                FieldType::Message(n) => Some((n.as_str(), true)),
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some((name, is_map)) = target else {
+            continue;
+        };
+        if opaque(name) {
+            continue;
+        }
+        let Some(sub) = messages().get(name) else {
+            continue;
+        };
+        match (child, field.repeated, is_map) {
+            (Value::Array(items), true, _) => {
+                for (i, item) in items.iter_mut().enumerate() {
+                    walk(item, sub, &format!("{here}[{i}]"), unknown);
+                }
+            }
+            (Value::Object(entries), _, true) => {
+                for (key, item) in entries.iter_mut() {
+                    walk(item, sub, &format!("{here}[{key}]"), unknown);
+                }
+            }
+            (child, false, false) => walk(child, sub, &here, unknown),
+            _ => {}
+        }
+    }
+    for k in drop {
+        obj.remove(&k);
+    }
+}
+
+/// Removes fields the kind does not have; returns their paths (`spec.replicaz`).
+pub fn prune(obj: &mut Value, root: &str) -> Vec<String> {
+    let mut unknown = Vec::new();
+    if let Some(msg) = messages().get(root) {
+        walk(obj, msg, "", &mut unknown);
+    }
+    unknown
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn unknown_fields_are_found_and_dropped() {
+        let mut d = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "x", "labels": {"a": "b"}, "bogus": 1,
+                         "managedFields": [{"fieldsV1": {"f:spec": {}}}]},
+            "spec": {"replicaz": 3, "template": {"spec": {"containers": [{"name": "c", "imag": "x",
+                     "resources": {"limits": {"cpu": "1"}}}]}}}});
+        let unknown = prune(&mut d, "api.apps.v1.Deployment");
+        assert_eq!(
+            unknown,
+            vec![
+                "metadata.bogus",
+                "spec.replicaz",
+                "spec.template.spec.containers[0].imag"
+            ]
+        );
+        assert!(d["spec"].get("replicaz").is_none());
+        assert_eq!(d["metadata"]["labels"]["a"], "b");
+        assert_eq!(
+            d["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"],
+            "1"
+        );
+        assert_eq!(
+            d["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"],
+            json!({})
+        );
+    }
+}
