@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use jepsen_tests::harness::cluster::Cluster;
+use jepsen_tests::harness::cluster::{Cluster, Options};
 use jepsen_tests::harness::Kind;
 use jepsen_tests::nemesis::wal::last_segment;
 
@@ -23,7 +23,29 @@ fn rt() -> tokio::runtime::Runtime {
 
 #[test]
 fn follower_with_torn_wal_tail_catches_up_and_leader_survives() {
-    let mut c = Cluster::start(Kind::Keel, 3);
+    let c = Cluster::start(Kind::Keel, 3);
+    tear_a_follower(c, 300);
+}
+
+/// The second anomaly of the same fault: with snapshots, the follower's store had applied entries its torn log
+/// no longer held, beyond its latest snapshot; openraft took the store's applied index as a purge point past the
+/// snapshot and refused to start ("purge_upto <= snapshot_last_log_id"). The member must reload its snapshot,
+/// replay its log and get the rest from the leader.
+#[test]
+fn follower_whose_store_is_ahead_of_its_torn_log_restarts() {
+    let c = Options::new(Kind::Keel, 3).snapshot_count(100).start();
+    let (c, follower) = tear_a_follower(c, 350);
+    let log = c.member(follower).log();
+    assert!(
+        log.contains("store is ahead of the log"),
+        "the scenario was not produced (no snapshot below the store's applied index?):\n{}",
+        c.member(follower).log_tail(30)
+    );
+}
+
+/// Writes `writes` keys, SIGKILLs a follower, cuts [`CUT`] bytes off its newest WAL segment, restarts it, writes
+/// more, and checks that every member converges and stays healthy. Returns the cluster and the follower.
+fn tear_a_follower(mut c: Cluster, writes: usize) -> (Cluster, usize) {
     let rt = rt();
     let leader = c.wait_leader(Duration::from_secs(15));
     let follower = (0..3).find(|&i| i != leader).expect("a follower");
@@ -37,7 +59,7 @@ fn follower_with_torn_wal_tail_catches_up_and_leader_survives() {
             }
         })
     };
-    put(&c, 0..300);
+    put(&c, 0..writes);
     c.kill9(follower);
     let seg = last_segment(Kind::Keel, &c.member(follower).data_dir).expect("a WAL segment");
     let len = std::fs::metadata(&seg).expect("stat").len();
@@ -49,7 +71,7 @@ fn follower_with_torn_wal_tail_catches_up_and_leader_survives() {
         .expect("truncate");
     println!("cut {CUT} bytes off {} ({len} bytes)", seg.display());
     c.restart(follower);
-    put(&c, 300..400);
+    put(&c, writes..writes + 100);
     // Every member must reach the leader's revision (bounded), and the leader must still be the leader.
     let start = Instant::now();
     loop {
@@ -81,5 +103,7 @@ fn follower_with_torn_wal_tail_catches_up_and_leader_survives() {
         "the leader's log shows a panic:\n{}",
         c.member(leader).log_tail(40)
     );
-    put(&c, 400..410);
+    put(&c, writes + 100..writes + 110);
+    drop(rt);
+    (c, follower)
 }

@@ -277,6 +277,11 @@ impl LogStore {
         })
     }
 
+    /// Index of the last entry (or of the purge point when no entry is left), if any.
+    pub fn last_index(&self) -> Option<u64> {
+        self.shared.log.read().last_log_id().map(|l| l.index)
+    }
+
     /// Index of the last purged entry, if any (entries up to it exist only in snapshots).
     pub fn last_purged_index(&self) -> Option<u64> {
         self.shared.log.read().last_purged.map(|l| l.index)

@@ -257,7 +257,12 @@ impl Node {
         let log_store =
             LogStore::open(dir.join("wal")).map_err(|e| StartError::Wal(e.to_string()))?;
         let store = open_store(&dir, &cfg)?;
-        let snap = reconcile_with_snapshot(&store, &dir.join("snap"), cfg.store.min_lease_ttl)?;
+        let snap = reconcile_with_snapshot(
+            &store,
+            &dir.join("snap"),
+            cfg.store.min_lease_ttl,
+            log_store.last_index(),
+        )?;
         check_recoverable(
             &store,
             &log_store,

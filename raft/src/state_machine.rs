@@ -251,18 +251,30 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 }
 
 /// Makes sure the store is not behind the newest snapshot (it can be after a crash, or after
-/// its files were lost): if it is, reload it from the snapshot. Returns the snapshot found.
+/// its files were lost), nor ahead of both the snapshot and the log's last entry `log_last`: in
+/// either case, reload it from the snapshot. Returns the snapshot found.
 pub fn reconcile_with_snapshot(
     store: &Store,
     snap_dir: &Path,
     min_lease_ttl: i64,
+    log_last: Option<u64>,
 ) -> Result<Option<SnapshotFile>, keel_store::StoreError> {
     let Some(snap) = latest_snapshot(snap_dir)? else {
         return Ok(None);
     };
     let (applied, _) = applied_from_bytes(store.raft_meta().as_deref())?;
-    if applied.map(|l| l.index) < snap.last_applied.map(|l| l.index) {
+    let applied = applied.map(|l| l.index);
+    let snap_index = snap.last_applied.map(|l| l.index);
+    if applied < snap_index {
         warn!(store = ?applied, snapshot = ?snap.last_applied, "store is behind the latest snapshot; reloading it");
+        let mut f = std::io::BufReader::new(fs::File::open(&snap.path)?);
+        store.install_snapshot(&mut f, min_lease_ttl)?;
+    } else if applied > snap_index && applied > log_last {
+        // The log lost entries the store had applied (a WAL tail lost after it was synced, found by
+        // jepsen-tests' torn-wal fault). openraft would take the store's applied index as a purge point
+        // beyond the latest snapshot and refuse to start; go back to the snapshot instead, replay what
+        // the log still holds, and let the leader send the rest again.
+        warn!(store = ?applied, log = ?log_last, snapshot = ?snap.last_applied, "store is ahead of the log; reloading the latest snapshot");
         let mut f = std::io::BufReader::new(fs::File::open(&snap.path)?);
         store.install_snapshot(&mut f, min_lease_ttl)?;
     }
