@@ -15,6 +15,7 @@ pub mod body;
 pub mod convert;
 pub mod discovery;
 pub mod handler;
+pub mod kubernetes_service;
 pub mod lifecycle;
 pub mod object;
 pub mod openapi;

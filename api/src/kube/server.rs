@@ -218,7 +218,17 @@ pub async fn serve(
     });
     let app = Arc::new(App { state, tokens });
     let router = Router::new().fallback(route).with_state(app);
-    let lifecycle_task = tokio::spawn(lifecycle::run(storage, stop_rx.clone()));
+    let lifecycle_task = tokio::spawn(lifecycle::run(storage.clone(), stop_rx.clone()));
+    let publish_url = opts.advertise_url.clone();
+    let publish_task = tokio::spawn(async move {
+        // Retried until it lands: the `kubernetes` Endpoints list members that published their address.
+        let mut delay = Duration::from_millis(200);
+        while let Err(e) = super::kubernetes_service::publish(&storage, &publish_url).await {
+            debug!(error = %e, "publishing this member's API address failed; retrying");
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(5));
+        }
+    });
     info!(listen = %opts.listen, kubeconfig = %kubeconfig.display(), "Kubernetes API serving");
 
     let mut conns = JoinSet::new();
@@ -264,6 +274,7 @@ pub async fn serve(
     }
     let _ = stop_tx.send(true);
     lifecycle_task.abort();
+    publish_task.abort();
     // Give streaming answers a moment to see the stop, then cut what is left.
     tokio::time::sleep(Duration::from_millis(100)).await;
     conns.abort_all();
