@@ -115,3 +115,101 @@ mod tests {
         );
     }
 }
+
+/// Paths of keys that appear twice in the same JSON object (`spec.replicas`); the parsed value keeps the
+/// last one, as upstream's non-strict decoding does.
+pub fn duplicate_fields(json: &[u8]) -> Vec<String> {
+    use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+    use std::fmt;
+
+    struct Walk<'a> {
+        path: String,
+        out: &'a mut Vec<String>,
+    }
+
+    impl<'de> DeserializeSeed<'de> for Walk<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Walk<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("any JSON value")
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            let mut i = 0;
+            while seq
+                .next_element_seed(Walk {
+                    path: format!("{}[{i}]", self.path),
+                    out: self.out,
+                })?
+                .is_some()
+            {
+                i += 1;
+            }
+            Ok(())
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            while let Some(key) = map.next_key::<String>()? {
+                let path = if self.path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{}.{key}", self.path)
+                };
+                if !seen.insert(key) {
+                    self.out.push(path.clone());
+                }
+                map.next_value_seed(Walk {
+                    path,
+                    out: self.out,
+                })?;
+            }
+            Ok(())
+        }
+    }
+
+    let mut out = Vec::new();
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let _ = Walk {
+        path: String::new(),
+        out: &mut out,
+    }
+    .deserialize(&mut de);
+    out
+}
+
+#[cfg(test)]
+mod duplicate_tests {
+    use super::duplicate_fields;
+
+    #[test]
+    fn finds_duplicates_with_paths() {
+        let d = duplicate_fields(
+            br#"{"a":1,"spec":{"replicas":1,"replicas":2,"l":[{"x":1,"x":2}]},"a":3}"#,
+        );
+        assert_eq!(d, vec!["spec.replicas", "spec.l[0].x", "a"]);
+        assert!(duplicate_fields(br#"{"a":{"b":1},"c":{"b":2}}"#).is_empty());
+    }
+}

@@ -69,6 +69,30 @@ pub fn field_validation(
     def: &ResourceDef,
     obj: &mut Value,
 ) -> Result<Vec<String>, ApiError> {
+    field_validation_with(call, def, obj, &[])
+}
+
+/// [`field_validation`] for a JSON body: duplicate keys count as problems too.
+fn field_validation_body(
+    call: &Call,
+    def: &ResourceDef,
+    obj: &mut Value,
+) -> Result<Vec<String>, ApiError> {
+    let ct = media_type(call.headers.get(axum::http::header::CONTENT_TYPE));
+    let dups = if matches!(ct.as_str(), "" | "application/json") {
+        crate::kube::admission::prune::duplicate_fields(&call.body)
+    } else {
+        Vec::new()
+    };
+    field_validation_with(call, def, obj, &dups)
+}
+
+fn field_validation_with(
+    call: &Call,
+    def: &ResourceDef,
+    obj: &mut Value,
+    duplicates: &[String],
+) -> Result<Vec<String>, ApiError> {
     let mode = call.params.get("fieldValidation").unwrap_or("Warn");
     if !["Strict", "Warn", "Ignore"].contains(&mode) {
         return Err(ApiError::BadRequest(format!(
@@ -80,10 +104,11 @@ pub fn field_validation(
         return Ok(Vec::new());
     };
     let unknown = crate::kube::admission::prune::prune(obj, &root);
-    let msgs: Vec<String> = unknown
+    let mut msgs: Vec<String> = duplicates
         .iter()
-        .map(|f| format!("unknown field \"{f}\""))
+        .map(|f| format!("duplicate field \"{f}\""))
         .collect();
+    msgs.extend(unknown.iter().map(|f| format!("unknown field \"{f}\"")));
     match mode {
         "Strict" if !msgs.is_empty() => Err(ApiError::BadRequest(format!(
             "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
@@ -113,7 +138,7 @@ fn incoming(call: &Call) -> Result<(Value, Vec<String>), ApiError> {
     let def = call.route.def;
     let mut obj = body::decode(&call.headers, &call.body)?;
     check_type(def, &mut obj)?;
-    let warnings = field_validation(call, def, &mut obj)?;
+    let warnings = field_validation_body(call, def, &mut obj)?;
     validate::shape(def, &obj)?;
     let mut obj = convert::to_storage(def, obj);
     let body_ns = object::namespace(&obj).to_string();
