@@ -30,7 +30,9 @@ fn report(what: &str, v: Vec<Duration>) {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let path = args.get(1).ok_or("usage: kube_latency <kubeconfig> [objects]")?;
+    let path = args
+        .get(1)
+        .ok_or("usage: kube_latency <kubeconfig> [objects]")?;
     let n: usize = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(1000);
     let kc = kube::config::Kubeconfig::read_from(path)?;
     let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
@@ -38,7 +40,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let ns = format!("latency-{}", std::process::id());
     let nsapi: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     nsapi
-        .create(&PostParams::default(), &serde_json::from_value(serde_json::json!({"metadata": {"name": ns}}))?)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": ns}}))?,
+        )
         .await?;
     let api: Api<ConfigMap> = Api::namespaced(client, &ns);
     let mut creates = Vec::with_capacity(n);
