@@ -629,3 +629,106 @@ fn client_side_apply_converges_and_patches_merge_by_key() {
     assert_eq!(scale["spec"]["replicas"], 5);
     assert_eq!(scale["status"]["selector"], "app=app");
 }
+
+#[test]
+fn patch_types_edit_status_subresource_and_dry_run() {
+    let c = KubeCluster::start(1);
+    c.ok_stdin(0, &["apply", "-f", "-"], Some(APPLY_V1));
+    c.ok(0, &["patch", "deploy", "app", "--type=json", "-p",
+        r#"[{"op":"replace","path":"/spec/replicas","value":4},{"op":"add","path":"/metadata/labels/j","value":"p"}]"#]);
+    c.ok(
+        0,
+        &[
+            "patch",
+            "deploy",
+            "app",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"labels":{"m":"p"}}}"#,
+        ],
+    );
+    let bad = c.err(
+        0,
+        &[
+            "patch",
+            "deploy",
+            "app",
+            "--type=json",
+            "-p",
+            r#"[{"op":"test","path":"/spec/replicas","value":9}]"#,
+        ],
+    );
+    assert!(bad.contains("Invalid") || bad.contains("invalid"), "{bad}");
+    // kubectl edit with a scripted editor.
+    let editor = c.dir().join("editor.sh");
+    std::fs::write(
+        &editor,
+        "#!/bin/sh\nsed -i 's/replicas: 4/replicas: 6/' \"$1\"\n",
+    )
+    .expect("editor");
+    std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let edit = c
+        .kubectl_cmd(0, &["edit", "deploy", "app"])
+        .env("EDITOR", &editor)
+        .output()
+        .expect("edit");
+    assert!(
+        edit.status.success(),
+        "{}",
+        String::from_utf8_lossy(&edit.stderr)
+    );
+    let d: Value =
+        serde_json::from_str(&c.ok(0, &["get", "deploy", "app", "-o", "json"])).expect("json");
+    assert_eq!(d["spec"]["replicas"], 6);
+    assert_eq!(d["metadata"]["labels"]["j"], "p");
+    assert_eq!(d["metadata"]["labels"]["m"], "p");
+    let generation = d["metadata"]["generation"].as_i64().expect("generation");
+
+    // /status changes only status (and leaves generation alone); the main resource ignores status.
+    c.ok(
+        0,
+        &[
+            "patch",
+            "deploy",
+            "app",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"replicas":7},"spec":{"replicas":1}}"#,
+        ],
+    );
+    c.ok(
+        0,
+        &[
+            "patch",
+            "deploy",
+            "app",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"replicas":1}}"#,
+        ],
+    );
+    let d: Value =
+        serde_json::from_str(&c.ok(0, &["get", "deploy", "app", "-o", "json"])).expect("json");
+    assert_eq!(d["status"]["replicas"], 7);
+    assert_eq!(d["spec"]["replicas"], 6);
+    assert_eq!(d["metadata"]["generation"].as_i64(), Some(generation));
+
+    // Server-side dry run writes nothing.
+    c.ok(0, &["create", "configmap", "dry", "--dry-run=server"]);
+    assert!(!c.kubectl(0, &["get", "configmap", "dry"]).ok);
+    c.ok(0, &["delete", "deploy", "app", "--dry-run=server"]);
+    assert!(c.kubectl(0, &["get", "deploy", "app"]).ok);
+    c.ok(
+        0,
+        &["scale", "deploy", "app", "--replicas=2", "--dry-run=server"],
+    );
+    assert_eq!(
+        c.ok(
+            0,
+            &["get", "deploy", "app", "-o", "jsonpath={.spec.replicas}"]
+        ),
+        "6"
+    );
+}
