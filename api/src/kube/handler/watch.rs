@@ -215,7 +215,7 @@ pub async fn watch(call: Call) -> Result<Response, ApiError> {
     let compacted = storage.node().store().compact_revision();
     let mut shutdown = call.state.shutdown.clone();
     tokio::spawn(async move {
-        if start_after < compacted {
+        if start_after + 1 < compacted {
             let _ = tx
                 .send(Ok(enc.line("ERROR", expired(start_after, compacted))))
                 .await;
