@@ -191,10 +191,10 @@ async fn run(args: Args) -> Result<()> {
             .unwrap_or_else(|| workspace().join("docs").join("benchmarks.md"));
         let command = std::env::args().collect::<Vec<_>>().join(" ");
         let command = format!(
-            "cargo build --release -p keel\ncargo run --release -p keel-benches --{}",
+            "cargo build --release -p keel\ncargo run --release -p keel-benches{}",
             command
                 .split_once(' ')
-                .map_or(String::new(), |(_, rest)| format!(" {rest}"))
+                .map_or(String::new(), |(_, rest)| format!(" -- {rest}"))
         );
         let run = report::Run {
             machine: &machine,

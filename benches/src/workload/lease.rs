@@ -57,10 +57,19 @@ pub async fn run(
         let pool_clients: Vec<_> = (0..count).map(|i| pool.client(base + i)).collect();
         setup.push(tokio::spawn(async move {
             let mut keepers = Vec::with_capacity(count);
-            for mut c in pool_clients {
-                let id = c.lease_grant(TTL_SECS, None).await?.id();
+            for c in pool_clients {
+                let id = super::retry(|| {
+                    let mut c = c.clone();
+                    async move { c.lease_grant(TTL_SECS, None).await }
+                })
+                .await?
+                .id();
                 // The client has already read the answer to the first keepalive.
-                let (keeper, stream) = c.lease_keep_alive(id).await?;
+                let (keeper, stream) = super::retry(|| {
+                    let mut c = c.clone();
+                    async move { c.lease_keep_alive(id).await }
+                })
+                .await?;
                 keepers.push((keeper, stream));
             }
             Ok::<_, etcd_client::Error>(keepers)

@@ -7,12 +7,38 @@ pub mod range;
 pub mod update;
 pub mod watch;
 
+use std::future::Future;
+use std::time::Duration;
+
 use etcd_client::{Client, Txn, TxnOp};
 
 use crate::error::Result;
 
 /// Most operations etcd accepts in one transaction (`--max-txn-ops` default 128).
 const TXN_OPS: usize = 100;
+
+/// Attempts a setup call gets before the step gives up (about 10 s).
+const SETUP_ATTEMPTS: u32 = 50;
+
+/// Runs a setup call again after a transient failure, such as "no leader" while a loaded
+/// machine delays heartbeats into an election; measured requests are never retried.
+pub async fn retry<T, F, Fut>(mut f: F) -> std::result::Result<T, etcd_client::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+{
+    let mut attempt = 1;
+    loop {
+        match f().await {
+            Ok(v) => return Ok(v),
+            Err(_) if attempt < SETUP_ATTEMPTS => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
 
 /// Writes `count` keys `{prefix}{i:08}` (values of `value_len` bytes), starting at `first`,
 /// 100 per transaction over `conns` concurrent writers; used to preload data quickly.
@@ -32,7 +58,7 @@ pub async fn preload(
         .collect();
     let mut tasks = Vec::new();
     for w in 0..writers {
-        let mut c: Client = pool.client(w);
+        let c: Client = pool.client(w);
         let mine: Vec<(usize, usize)> = chunks.iter().copied().skip(w).step_by(writers).collect();
         let prefix = prefix.to_string();
         let value = value.clone();
@@ -41,7 +67,12 @@ pub async fn preload(
                 let ops: Vec<TxnOp> = (s..e)
                     .map(|i| TxnOp::put(format!("{prefix}{i:08}"), value.clone(), None))
                     .collect();
-                c.txn(Txn::new().and_then(ops)).await?;
+                let txn = Txn::new().and_then(ops);
+                retry(|| {
+                    let (mut c, txn) = (c.clone(), txn.clone());
+                    async move { c.txn(txn).await }
+                })
+                .await?;
             }
             Ok::<(), etcd_client::Error>(())
         }));

@@ -28,8 +28,12 @@ pub enum Shape {
 
 /// Writes the key and the prefix that the reads use (256-byte values).
 pub async fn prepare(cluster: &Cluster) -> Result<()> {
-    let mut c = Client::connect([&cluster.urls[0]], None).await?;
-    c.put(ONE_KEY, vec![b'r'; 256], None).await?;
+    let c = Client::connect([&cluster.urls[0]], None).await?;
+    super::retry(|| {
+        let mut c = c.clone();
+        async move { c.put(ONE_KEY, vec![b'r'; 256], None).await }
+    })
+    .await?;
     super::preload(&cluster.urls, PREFIX, 0, LIST_KEYS, 256, 4).await
 }
 

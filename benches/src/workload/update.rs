@@ -55,10 +55,14 @@ pub async fn run(
     let pool = Pool::for_clients(&cluster.urls, clients).await?;
     let mut ops: Vec<Box<dyn Op>> = Vec::with_capacity(clients);
     for w in 0..clients {
-        let mut client = pool.client(w);
+        let client = pool.client(w);
         let key = format!("/registry/pods/bench/pod-{w:04}");
         let value = vec![b'u'; value_len];
-        let resp = client.put(key.clone(), value.clone(), None).await?;
+        let resp = super::retry(|| {
+            let (mut c, key, value) = (client.clone(), key.clone(), value.clone());
+            async move { c.put(key, value, None).await }
+        })
+        .await?;
         let rev = resp.header().map_or(0, |h| h.revision());
         ops.push(Box::new(Update {
             client,
