@@ -29,5 +29,6 @@ pub mod server;
 pub mod status;
 pub mod storage;
 pub mod table;
+pub mod types;
 
 pub use server::{serve, KubeOptions, KubeServeError};

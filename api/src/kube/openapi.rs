@@ -22,34 +22,10 @@ pub struct Document {
 }
 
 fn add_schema(gen: &mut SchemaGenerator, def: &ResourceDef) -> Option<String> {
-    use k8s_openapi::api::{
-        apps::v1 as apps, batch::v1 as batch, coordination::v1 as coord, core::v1 as core,
-        discovery::v1 as disc, events::v1 as events, rbac::v1 as rbac,
-    };
-    macro_rules! schema {
-        ($($group:literal $kind:literal => $ty:ty),* $(,)?) => {
-            match (def.group, def.kind) {
-                $(($group, $kind) => {
-                    gen.subschema_for::<$ty>();
-                    Some(<$ty as schemars::JsonSchema>::schema_name().to_string())
-                })*
-                _ => None,
-            }
-        };
-    }
-    schema!(
-        "" "Namespace" => core::Namespace, "" "Pod" => core::Pod, "" "Node" => core::Node,
-        "" "Service" => core::Service, "" "Endpoints" => core::Endpoints, "" "ConfigMap" => core::ConfigMap,
-        "" "Secret" => core::Secret, "" "ServiceAccount" => core::ServiceAccount, "" "Event" => core::Event,
-        "apps" "Deployment" => apps::Deployment, "apps" "ReplicaSet" => apps::ReplicaSet,
-        "apps" "StatefulSet" => apps::StatefulSet, "apps" "DaemonSet" => apps::DaemonSet,
-        "events.k8s.io" "Event" => events::Event, "batch" "Job" => batch::Job, "batch" "CronJob" => batch::CronJob,
-        "rbac.authorization.k8s.io" "ClusterRoleBinding" => rbac::ClusterRoleBinding,
-        "rbac.authorization.k8s.io" "ClusterRole" => rbac::ClusterRole,
-        "rbac.authorization.k8s.io" "RoleBinding" => rbac::RoleBinding,
-        "rbac.authorization.k8s.io" "Role" => rbac::Role,
-        "coordination.k8s.io" "Lease" => coord::Lease, "discovery.k8s.io" "EndpointSlice" => disc::EndpointSlice,
-    )
+    super::types::with_builtin_type!(def.group, def.kind, T => {
+        gen.subschema_for::<T>();
+        Some(<T as schemars::JsonSchema>::schema_name().to_string())
+    }, _ => None)
 }
 
 fn param(name: &str, description: &str) -> Value {

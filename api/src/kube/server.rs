@@ -378,11 +378,7 @@ async fn dispatch(app: Arc<App>, peer: PeerIdentity, req: Request) -> Result<Res
             openapi_v3(&rest.join("/"), query.as_deref(), &accept)
         }
         ["openapi", "v2"] if read_only => {
-            if !accept.is_empty() && !accept.contains("json") && !accept.contains("*/*") {
-                return Err(ApiError::NotAcceptable(
-                    "only application/json is served for /openapi/v2".into(),
-                ));
-            }
+            json_only(&accept, "/openapi/v2")?;
             let mut r = (StatusCode::OK, openapi::v2().to_vec()).into_response();
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
@@ -424,13 +420,19 @@ async fn dispatch(app: Arc<App>, peer: PeerIdentity, req: Request) -> Result<Res
     }
 }
 
+/// 406 unless `accept` allows JSON (OpenAPI is served as JSON only).
+fn json_only(accept: &str, what: &str) -> Result<(), ApiError> {
+    if !accept.is_empty() && !accept.contains("json") && !accept.contains("*/*") {
+        return Err(ApiError::NotAcceptable(format!(
+            "only application/json is served for {what}"
+        )));
+    }
+    Ok(())
+}
+
 fn openapi_v3(gv: &str, query: Option<&str>, accept: &str) -> Result<Response, ApiError> {
     let doc = openapi::v3().get(gv).ok_or(ApiError::NoRoute)?;
-    if !accept.is_empty() && !accept.contains("json") && !accept.contains("*/*") {
-        return Err(ApiError::NotAcceptable(
-            "only application/json is served for /openapi/v3".into(),
-        ));
-    }
+    json_only(accept, "/openapi/v3")?;
     let asked = query
         .and_then(|q| form_urlencoded::parse(q.as_bytes()).find(|(k, _)| k == "hash"))
         .map(|(_, v)| v.into_owned());

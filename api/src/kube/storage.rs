@@ -85,17 +85,7 @@ fn store_error(e: &StoreError) -> ApiError {
     propose_error(&ProposeError::Store(e.clone()))
 }
 
-/// The first key after every key with this prefix.
-pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
-}
+pub use keel_store::mvcc::range::prefix_end;
 
 /// Decodes a stored value (JSON, or upstream's protobuf envelope) and sets its resourceVersion.
 pub fn decode(kv: &KeyValue) -> Result<Stored, ApiError> {
@@ -172,11 +162,8 @@ impl Storage {
             .map_err(|e| propose_error(&e))
     }
 
-    /// Reads one key; `consistent` waits for a ReadIndex first.
-    pub async fn get(&self, key: &str, consistent: bool) -> Result<Option<Stored>, ApiError> {
-        if consistent {
-            self.barrier().await?;
-        }
+    /// The key-value of one key in this member's store.
+    fn local(&self, key: &str) -> Result<Option<KeyValue>, ApiError> {
         let r = self
             .node
             .store()
@@ -185,10 +172,15 @@ impl Storage {
                 ..Default::default()
             })
             .map_err(|e| store_error(&e))?;
-        match r.kvs.first() {
-            Some(kv) => Ok(Some(decode(kv)?)),
-            None => Ok(None),
+        Ok(r.kvs.into_iter().next())
+    }
+
+    /// Reads one key; `consistent` waits for a ReadIndex first.
+    pub async fn get(&self, key: &str, consistent: bool) -> Result<Option<Stored>, ApiError> {
+        if consistent {
+            self.barrier().await?;
         }
+        self.local(key)?.map(|kv| decode(&kv)).transpose()
     }
 
     /// Reads keys in `[start, end)` at `revision` (0 = current), at most `limit` (0 = all).
@@ -361,25 +353,6 @@ impl Storage {
     /// Reads a raw value after a ReadIndex barrier.
     pub async fn get_raw(&self, key: &str) -> Result<Option<Vec<u8>>, ApiError> {
         self.barrier().await?;
-        let r = self
-            .node
-            .store()
-            .range(&RangeRequest {
-                key: Bytes::copy_from_slice(key.as_bytes()),
-                ..Default::default()
-            })
-            .map_err(|e| store_error(&e))?;
-        Ok(r.kvs.first().map(|kv| kv.value.to_vec()))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn prefix_end_increments_last_byte() {
-        assert_eq!(prefix_end(b"/registry/pods/"), b"/registry/pods0".to_vec());
-        assert_eq!(prefix_end(&[0x61, 0xff]), vec![0x62]);
+        Ok(self.local(key)?.map(|kv| kv.value.to_vec()))
     }
 }

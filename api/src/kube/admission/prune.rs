@@ -4,21 +4,7 @@
 
 use serde_json::Value;
 
-use crate::kube::protobuf::schema::{messages, FieldType, Message};
-
-/// Messages whose JSON form is not an object of their proto fields (left as they are).
-fn opaque(name: &str) -> bool {
-    matches!(
-        name,
-        "apimachinery.pkg.apis.meta.v1.Time"
-            | "apimachinery.pkg.apis.meta.v1.MicroTime"
-            | "apimachinery.pkg.apis.meta.v1.Duration"
-            | "apimachinery.pkg.api.resource.Quantity"
-            | "apimachinery.pkg.util.intstr.IntOrString"
-            | "apimachinery.pkg.runtime.RawExtension"
-            | "apimachinery.pkg.apis.meta.v1.FieldsV1"
-    )
-}
+use crate::kube::protobuf::schema::{is_wrapper, messages, FieldType, Message};
 
 fn walk(v: &mut Value, msg: &Message, path: &str, unknown: &mut Vec<String>) {
     let Some(obj) = v.as_object_mut() else { return };
@@ -47,7 +33,7 @@ fn walk(v: &mut Value, msg: &Message, path: &str, unknown: &mut Vec<String>) {
         let Some((name, is_map)) = target else {
             continue;
         };
-        if opaque(name) {
+        if is_wrapper(name) {
             continue;
         }
         let Some(sub) = messages().get(name) else {

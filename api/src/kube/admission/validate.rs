@@ -10,37 +10,12 @@ use crate::kube::resource::ResourceDef;
 use crate::kube::selector::LabelSelector;
 use crate::kube::status::{ApiError, Cause, Target};
 
-macro_rules! typed {
-    ($obj:expr, $($group:literal $kind:literal => $ty:ty),* $(,)?) => {
-        |group: &str, kind: &str| -> Result<(), String> {
-            match (group, kind) {
-                $(($group, $kind) => serde_json::from_value::<$ty>($obj.clone()).map(|_| ()).map_err(|e| e.to_string()),)*
-                _ => Ok(()),
-            }
-        }
-    };
-}
-
 /// Decodes `obj` as its `k8s-openapi` type; a type mismatch is upstream's 400.
 pub fn shape(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
-    use k8s_openapi::api::{
-        apps::v1 as apps, batch::v1 as batch, coordination::v1 as coord, core::v1 as core,
-        discovery::v1 as disc, events::v1 as events, rbac::v1 as rbac,
-    };
-    let check = typed!(obj,
-        "" "Namespace" => core::Namespace, "" "Pod" => core::Pod, "" "Node" => core::Node,
-        "" "Service" => core::Service, "" "Endpoints" => core::Endpoints, "" "ConfigMap" => core::ConfigMap,
-        "" "Secret" => core::Secret, "" "ServiceAccount" => core::ServiceAccount, "" "Event" => core::Event,
-        "apps" "Deployment" => apps::Deployment, "apps" "ReplicaSet" => apps::ReplicaSet,
-        "apps" "StatefulSet" => apps::StatefulSet, "apps" "DaemonSet" => apps::DaemonSet,
-        "events.k8s.io" "Event" => events::Event, "batch" "Job" => batch::Job, "batch" "CronJob" => batch::CronJob,
-        "rbac.authorization.k8s.io" "ClusterRoleBinding" => rbac::ClusterRoleBinding,
-        "rbac.authorization.k8s.io" "ClusterRole" => rbac::ClusterRole,
-        "rbac.authorization.k8s.io" "RoleBinding" => rbac::RoleBinding,
-        "rbac.authorization.k8s.io" "Role" => rbac::Role,
-        "coordination.k8s.io" "Lease" => coord::Lease, "discovery.k8s.io" "EndpointSlice" => disc::EndpointSlice,
-    );
-    check(def.group, def.kind).map_err(|e| {
+    let checked: Result<(), String> = crate::kube::types::with_builtin_type!(def.group, def.kind,
+        T => serde_json::from_value::<T>(obj.clone()).map(|_| ()).map_err(|e| e.to_string()),
+        _ => Ok(()));
+    checked.map_err(|e| {
         ApiError::BadRequest(format!(
             "{} in version \"{}\" cannot be handled as a {}: {e}",
             def.kind, def.version, def.kind

@@ -9,7 +9,7 @@
 use base64::Engine;
 use serde_json::{json, Map, Value};
 
-use super::schema::{messages, FieldType, Message};
+use super::schema::{is_wrapper, messages, FieldType, Message};
 
 /// Deepest nesting accepted (Kubernetes objects are far shallower).
 const MAX_DEPTH: usize = 64;
@@ -167,19 +167,6 @@ fn special(name: &str, obj: Map<String, Value>) -> Value {
         }
         _ => Value::Object(obj),
     }
-}
-
-fn is_wrapper(name: &str) -> bool {
-    matches!(
-        name,
-        "apimachinery.pkg.apis.meta.v1.Time"
-            | "apimachinery.pkg.apis.meta.v1.MicroTime"
-            | "apimachinery.pkg.apis.meta.v1.Duration"
-            | "apimachinery.pkg.api.resource.Quantity"
-            | "apimachinery.pkg.util.intstr.IntOrString"
-            | "apimachinery.pkg.runtime.RawExtension"
-            | "apimachinery.pkg.apis.meta.v1.FieldsV1"
-    )
 }
 
 fn scalar(ty: &FieldType, raw: Raw<'_>, depth: usize) -> Result<Value, DecodeError> {

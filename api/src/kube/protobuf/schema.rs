@@ -137,6 +137,20 @@ pub fn messages() -> &'static HashMap<String, Message> {
     SCHEMA.get_or_init(parse)
 }
 
+/// Messages whose JSON form is not an object of their proto fields (a string, a number, raw JSON).
+pub fn is_wrapper(name: &str) -> bool {
+    matches!(
+        name,
+        "apimachinery.pkg.apis.meta.v1.Time"
+            | "apimachinery.pkg.apis.meta.v1.MicroTime"
+            | "apimachinery.pkg.apis.meta.v1.Duration"
+            | "apimachinery.pkg.api.resource.Quantity"
+            | "apimachinery.pkg.util.intstr.IntOrString"
+            | "apimachinery.pkg.runtime.RawExtension"
+            | "apimachinery.pkg.apis.meta.v1.FieldsV1"
+    )
+}
+
 /// The message name of a served kind (`apps/v1` + `Deployment` → `api.apps.v1.Deployment`).
 pub fn message_for(api_version: &str, kind: &str) -> Option<String> {
     let (group, version) = match api_version.split_once('/') {

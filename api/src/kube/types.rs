@@ -1,0 +1,46 @@
+//! The `k8s-openapi` type of each built-in kind, for code that needs the Rust type (shape checks, schemas).
+
+/// Evaluates `$body` with `$T` naming the `k8s-openapi` type of the built-in `($group, $kind)`, or `$default`
+/// for kinds without one.
+macro_rules! with_builtin_type {
+    ($group:expr, $kind:expr, $T:ident => $body:expr, _ => $default:expr) => {{
+        #[allow(unused_imports)]
+        use k8s_openapi::api::{
+            apps::v1 as apps, batch::v1 as batch, coordination::v1 as coord, core::v1 as core,
+            discovery::v1 as disc, events::v1 as events, rbac::v1 as rbac,
+        };
+        macro_rules! arm {
+            ($ty:ty) => {{
+                type $T = $ty;
+                $body
+            }};
+        }
+        match ($group, $kind) {
+            ("", "Namespace") => arm!(core::Namespace),
+            ("", "Pod") => arm!(core::Pod),
+            ("", "Node") => arm!(core::Node),
+            ("", "Service") => arm!(core::Service),
+            ("", "Endpoints") => arm!(core::Endpoints),
+            ("", "ConfigMap") => arm!(core::ConfigMap),
+            ("", "Secret") => arm!(core::Secret),
+            ("", "ServiceAccount") => arm!(core::ServiceAccount),
+            ("", "Event") => arm!(core::Event),
+            ("apps", "Deployment") => arm!(apps::Deployment),
+            ("apps", "ReplicaSet") => arm!(apps::ReplicaSet),
+            ("apps", "StatefulSet") => arm!(apps::StatefulSet),
+            ("apps", "DaemonSet") => arm!(apps::DaemonSet),
+            ("events.k8s.io", "Event") => arm!(events::Event),
+            ("batch", "Job") => arm!(batch::Job),
+            ("batch", "CronJob") => arm!(batch::CronJob),
+            ("rbac.authorization.k8s.io", "ClusterRoleBinding") => arm!(rbac::ClusterRoleBinding),
+            ("rbac.authorization.k8s.io", "ClusterRole") => arm!(rbac::ClusterRole),
+            ("rbac.authorization.k8s.io", "RoleBinding") => arm!(rbac::RoleBinding),
+            ("rbac.authorization.k8s.io", "Role") => arm!(rbac::Role),
+            ("coordination.k8s.io", "Lease") => arm!(coord::Lease),
+            ("discovery.k8s.io", "EndpointSlice") => arm!(disc::EndpointSlice),
+            _ => $default,
+        }
+    }};
+}
+
+pub(crate) use with_builtin_type;
