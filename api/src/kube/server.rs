@@ -386,22 +386,11 @@ async fn dispatch(app: Arc<App>, peer: PeerIdentity, req: Request) -> Result<Res
             );
             Ok(r)
         }
-        ["api", "v1", rest @ ..] => {
-            let user = user_name(identity.as_ref());
-            handler::serve(
-                app.state.clone(),
-                method,
-                "",
-                "v1",
-                rest,
-                query.as_deref(),
-                headers,
-                body,
-                user,
-            )
-            .await
-        }
-        ["apis", group, version, rest @ ..] => {
+        ["api", "v1", rest @ ..] | ["apis", _, _, rest @ ..] => {
+            let (group, version) = match segs.as_slice() {
+                ["apis", g, v, ..] => (*g, *v),
+                _ => ("", "v1"),
+            };
             let user = user_name(identity.as_ref());
             handler::serve(
                 app.state.clone(),
