@@ -29,12 +29,29 @@ fn prefixed(space: Space, key: &[u8]) -> Vec<u8> {
 
 impl SledBackend {
     /// Opens (or creates) the sled database in `dir`.
+    ///
+    /// sled releases its file lock from a background thread after the last handle is dropped, so a database
+    /// closed a moment ago in this process (a restore, then a start) can still be locked: such a lock is
+    /// waited for, briefly. A lock held by another live process stays an error.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
-        let db = sled::Config::new()
-            .path(dir)
-            // The cache is counted in on-disk bytes; keep it modest (sled issue #1309).
-            .cache_capacity(64 * 1024 * 1024)
-            .open()?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        let db = loop {
+            let opened = sled::Config::new()
+                .path(dir)
+                // The cache is counted in on-disk bytes; keep it modest (sled issue #1309).
+                .cache_capacity(64 * 1024 * 1024)
+                .open();
+            match opened {
+                // sled reports a held lock as an `Other` I/O error with this text.
+                Err(sled::Error::Io(e))
+                    if e.to_string().contains("could not acquire lock")
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                other => break other?,
+            }
+        };
         let tree = db.open_tree("keel")?;
         Ok(SledBackend { db, tree })
     }
