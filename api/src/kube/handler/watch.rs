@@ -47,6 +47,10 @@ impl Filter {
     fn matches(&self, obj: &Value) -> bool {
         self.labels.matches(object::labels(obj)) && self.fields.matches(obj)
     }
+
+    fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.fields.is_empty()
+    }
 }
 
 /// Renders events as lines: JSON objects or one-row Tables.
@@ -107,12 +111,21 @@ fn translate(
     ev: &Event,
 ) -> Result<Option<(&'static str, Value)>, ApiError> {
     let Some(kv) = &ev.kv else { return Ok(None) };
-    let prev = match &ev.prev_kv {
-        Some(p) if !p.key.is_empty() => Some(decode(p)?.object),
-        _ => None,
-    };
+    let deleted = ev.r#type == EventType::Delete as i32;
+    let prev_kv = ev.prev_kv.as_ref().filter(|p| !p.key.is_empty());
+    // The previous state is decoded only when it is needed: a delete's last state, or a selector that may
+    // have stopped or started matching. An unfiltered watch of puts decodes each event once.
+    if !deleted && filter.is_empty() {
+        let kind = if prev_kv.is_some() {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        return Ok(Some((kind, convert::from_storage(def, decode(kv)?.object))));
+    }
+    let prev = prev_kv.map(|p| decode(p).map(|s| s.object)).transpose()?;
     let prev_match = prev.as_ref().is_some_and(|p| filter.matches(p));
-    if ev.r#type == EventType::Delete as i32 {
+    if deleted {
         let Some(mut last) = prev else {
             return Ok(None);
         };

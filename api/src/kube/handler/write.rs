@@ -544,15 +544,16 @@ pub async fn update(call: Call) -> Result<Response, ApiError> {
         )));
     }
     let client_rv = object::resource_version(&new).map(str::to_string);
-    let exists = call.state.storage.get(&call.key(), true).await?.is_some();
-    if !exists {
-        if call.route.def.create_on_update && call.route.subresource.is_none() {
-            return create(call).await;
+    let updated = guaranteed_update(&call, dry_run, |_| Ok((new.clone(), client_rv.clone()))).await;
+    match updated {
+        Ok(u) => respond_updated(&call, u).map(|r| with_warnings(r, &warnings)),
+        Err(ApiError::NotFound(_))
+            if call.route.def.create_on_update && call.route.subresource.is_none() =>
+        {
+            create(call).await
         }
-        return Err(ApiError::NotFound(call.target()));
+        Err(e) => Err(e),
     }
-    let u = guaranteed_update(&call, dry_run, |_| Ok((new.clone(), client_rv.clone()))).await?;
-    respond_updated(&call, u).map(|r| with_warnings(r, &warnings))
 }
 
 /// PATCH with `application/json-patch+json` or `application/merge-patch+json`.
