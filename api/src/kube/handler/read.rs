@@ -193,7 +193,6 @@ pub async fn list_objects(call: &Call) -> Result<Listed, ApiError> {
         };
         let page = storage.range(&start, &end, at_rev, batch)?;
         at_rev = page.revision;
-        let n = page.items.len();
         let mut last_key: Option<Vec<u8>> = None;
         for (key, st) in page.items {
             last_key = Some(key);
@@ -207,9 +206,8 @@ pub async fn list_objects(call: &Call) -> Result<Listed, ApiError> {
             }
         }
         let stopped_early = limit > 0 && items.len() as i64 == limit;
-        let more_keys = page.more || (stopped_early && last_key.is_some() && n > 0);
         if stopped_early || !page.more {
-            if stopped_early && more_keys {
+            if stopped_early {
                 if let Some(k) = &last_key {
                     let mut after = k.clone();
                     after.push(0);
