@@ -17,7 +17,7 @@ use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{AnyError, LogState, RaftLogReader, StorageIOError};
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 
-use crate::types::{Entry, LogId, StorageError, TypeConfig, Vote};
+use crate::types::{Entry, LogId, NodeId, StorageError, TypeConfig, Vote};
 use crate::wal::record::{self, Decoded};
 use crate::wal::segment::{self, check_frame, encode_frame};
 use crate::wal::{PendingSync, Wal, WalError, WalOptions};
@@ -285,6 +285,25 @@ impl LogStore {
     /// Index of the last purged entry, if any (entries up to it exist only in snapshots).
     pub fn last_purged_index(&self) -> Option<u64> {
         self.shared.log.read().last_purged.map(|l| l.index)
+    }
+
+    /// Makes a member that led before it stopped start as a follower: its saved vote for
+    /// itself is handed to openraft as not yet granted, so it wins a new term before it leads.
+    ///
+    /// openraft 0.9 would otherwise restore it as leader of its old term at once, taking the
+    /// committed index from the WAL as the truth. That record is not synced on its own, so it
+    /// can be older than writes this leader already acknowledged, and a ReadIndex read served
+    /// before the followers answer again would miss them (found by jepsen-tests' kill-all
+    /// fault). A new term's blank entry commits everything before it, as etcd's restarts do.
+    pub fn step_down_after_restart(&mut self, me: NodeId) -> bool {
+        match &mut self.vote {
+            Some(v) if v.committed && v.leader_id.voted_for() == Some(me) => {
+                v.committed = false;
+                tracing::info!(vote = %v, "led before restart; will stand for election again");
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Number of `fdatasync` calls on the WAL so far (for metrics and tests).
@@ -882,6 +901,32 @@ mod tests {
         assert!(s.blocking_append([put(1, 3)]).await.is_err());
         assert!(s.save_vote(&Vote::new(2, 1)).await.is_err());
         assert!(s.truncate(lid(1, 2)).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_restarted_leader_stands_for_election_again() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut s = LogStore::open(dir.path()).unwrap();
+            s.save_vote(&Vote::new_committed(4, 2)).await.unwrap();
+        }
+        // Another member's granted vote, or a vote not granted, stays as saved.
+        let mut s = LogStore::open(dir.path()).unwrap();
+        assert!(!s.step_down_after_restart(1));
+        assert_eq!(
+            s.read_vote().await.unwrap(),
+            Some(Vote::new_committed(4, 2))
+        );
+        assert!(s.step_down_after_restart(2));
+        assert_eq!(s.read_vote().await.unwrap(), Some(Vote::new(4, 2)));
+        assert!(!s.step_down_after_restart(2));
+        drop(s);
+        // Only openraft's view changed: the file still holds the granted vote.
+        let mut s = LogStore::open(dir.path()).unwrap();
+        assert_eq!(
+            s.read_vote().await.unwrap(),
+            Some(Vote::new_committed(4, 2))
+        );
     }
 
     #[tokio::test]

@@ -254,8 +254,9 @@ impl Node {
             })?;
         }
         let (id, cluster_id) = load_identity(&dir, &cfg)?;
-        let log_store =
+        let mut log_store =
             LogStore::open(dir.join("wal")).map_err(|e| StartError::Wal(e.to_string()))?;
+        log_store.step_down_after_restart(id);
         let store = open_store(&dir, &cfg)?;
         let snap = reconcile_with_snapshot(
             &store,
