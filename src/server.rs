@@ -155,6 +155,7 @@ pub async fn run(args: ServerArgs) -> Result<(), ServerError> {
     ));
     let signal = terminated();
     let mut fatal = node.fatal_error();
+    let mut removed = node.removed();
     tokio::select! {
         r = &mut kube_serving => {
             let _ = tx.send(());
@@ -173,6 +174,13 @@ pub async fn run(args: ServerArgs) -> Result<(), ServerError> {
             let _ = serving.await;
             node.shutdown().await;
             return Err(ServerError::Config(msg));
+        }
+        Ok(_) = removed.wait_for(|r| *r) => {
+            // As etcd: a removed member stops with status 0 (a supervisor must not bring it back).
+            tracing::error!("the member has been permanently removed from the cluster; its data directory must not be reused");
+            let _ = kube_tx.send(());
+            let _ = tx.send(());
+            let _ = serving.await;
         }
         r = signal => {
             r.map_err(ServerError::Signal)?;

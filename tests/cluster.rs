@@ -768,6 +768,13 @@ fn remove_and_add_member_catches_up() {
         "removed member {victim} ({victim_id:016x}) in {:?}; exited on its own: {exited:?}",
         t.elapsed()
     );
+    // As etcd's, a removed member stops by itself (status 0) instead of serving stale reads.
+    assert!(exited.is_some(), "removed member {victim} kept running");
+    let status = c.member(victim).last_exit();
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "removed member {victim} exited with {status:?}"
+    );
     let remaining: Vec<usize> = (0..3).filter(|&i| i != victim).collect();
     for &i in &remaining {
         let list = c.member_list(i).unwrap_or_else(|e| c.fail(e));

@@ -33,7 +33,7 @@ use crate::node::ProposeError;
 use crate::peer::codec::{self, pb, CodecError, LeaseTtl};
 use crate::peer::server::{
     APPEND_SPLIT_BYTES, CLUSTER_HEADER, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_MESSAGE_BYTES,
-    TO_HEADER,
+    REMOVED_MESSAGE, TO_HEADER,
 };
 use crate::peer::{MemberChange, MemberChangeResult};
 use crate::types::{MemberNode, NodeId, TypeConfig, Vote};
@@ -187,6 +187,8 @@ fn is_timeout(status: &Status) -> bool {
 #[derive(Debug, Clone, Default)]
 pub struct PeerNetwork {
     cluster_id: u64,
+    /// Set when a peer refuses this member as removed from the cluster.
+    removed: Option<Arc<tokio::sync::watch::Sender<bool>>>,
     /// One channel per member, with the URL it was made for (a changed URL gets a new one).
     channels: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
 }
@@ -197,8 +199,15 @@ impl PeerNetwork {
     pub fn new(cluster_id: u64) -> Self {
         PeerNetwork {
             cluster_id,
+            removed: None,
             channels: Arc::default(),
         }
+    }
+
+    /// Sets `flag` when a peer refuses a Raft call because this member was removed.
+    pub fn on_removed(mut self, flag: Arc<tokio::sync::watch::Sender<bool>>) -> Self {
+        self.removed = Some(flag);
+        self
     }
 
     /// The cached channel to `target` at `node`'s first peer URL, made if missing or stale.
@@ -233,6 +242,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
             target,
             node: node.clone(),
             cluster_id: self.cluster_id,
+            removed: self.removed.clone(),
             client,
         }
     }
@@ -244,6 +254,7 @@ pub struct PeerClient {
     target: NodeId,
     node: MemberNode,
     cluster_id: u64,
+    removed: Option<Arc<tokio::sync::watch::Sender<bool>>>,
     /// `Err` when the member's URL is unusable: every RPC then reports it unreachable.
     client: Result<GrpcClient, TransportError>,
 }
@@ -284,6 +295,12 @@ impl PeerClient {
             Ok(Ok(resp)) => Ok(resp.into_inner()),
             Ok(Err(status)) => {
                 debug!(target = %format!("{:016x}", self.target), ?action, %status, "peer RPC failed");
+                if status.code() == Code::PermissionDenied && status.message() == REMOVED_MESSAGE {
+                    if let Some(flag) = &self.removed {
+                        warn!(peer = %format!("{:016x}", self.target), "{REMOVED_MESSAGE}");
+                        let _ = flag.send(true);
+                    }
+                }
                 let err = TransportError::Rpc(status.to_string());
                 if is_timeout(&status) {
                     Err(timeout())
@@ -685,6 +702,24 @@ impl PeerApi {
             timeout,
             |mut c, r| async move { c.member_change(r).await },
             codec::member_change_reply_from_pb,
+        )
+        .await
+    }
+
+    /// Tells `node` (member `member`) that this member applied a membership without it.
+    pub async fn notify_removed(
+        &self,
+        node: &MemberNode,
+        member: NodeId,
+        timeout: Duration,
+    ) -> Result<(), ProposeError> {
+        self.call(
+            node,
+            "Removed",
+            pb::RemovedNotice { member },
+            timeout,
+            |mut c, r| async move { c.removed(r).await },
+            |_: pb::Empty| Ok(Ok(())),
         )
         .await
     }

@@ -9,12 +9,13 @@ use std::time::Duration;
 use keel_store::command::CommandKind;
 use keel_store::pb::etcdserverpb::LeaseRevokeRequest;
 use keel_store::{Command, CommandResponse, LeaseId, Store, StoreError, StoreOptions};
-use openraft::error::RaftError;
+use openraft::error::{Fatal, RaftError};
 use openraft::{Config, Raft, ServerState, SnapshotPolicy};
 use thiserror::Error;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
+use crate::codec::applied_from_bytes;
 use crate::log_store::LogStore;
 use crate::membership::{
     self, cluster_id, member_id, members_of, ClusterState, InitialClusterError, InitialMember,
@@ -196,6 +197,10 @@ pub struct Node {
     peers: PeerApi,
     stop: watch::Sender<bool>,
     fatal: watch::Sender<Option<String>>,
+    /// Set once this member learns it was removed from the cluster (see `watchdog_loop`).
+    removed: Arc<watch::Sender<bool>>,
+    /// Members removed while this one ran: their Raft calls are refused, which stops them.
+    removed_ids: parking_lot::Mutex<std::collections::HashSet<NodeId>>,
 }
 
 /// Reads the member and cluster IDs from `dir/member`, creating them on first start.
@@ -292,10 +297,11 @@ impl Node {
                 source,
             })?;
         let peers = PeerApi::new(cluster_id);
+        let removed = Arc::new(watch::channel(false).0);
         let raft = Raft::new(
             id,
             Arc::new(raft_cfg),
-            PeerNetwork::new(cluster_id),
+            PeerNetwork::new(cluster_id).on_removed(removed.clone()),
             log_store,
             sm,
         )
@@ -365,11 +371,14 @@ impl Node {
                 cfg,
                 stop,
                 fatal,
+                removed,
+                removed_ids: Default::default(),
             }
         });
         node.clone().serve_peers().await?;
         tokio::spawn(leader_loop(node.clone()));
         tokio::spawn(publish_loop(node.clone()));
+        tokio::spawn(watchdog_loop(node.clone()));
         Ok(node)
     }
 
@@ -430,6 +439,12 @@ impl Node {
     /// Set when the member hits an error it cannot serve through (the process should exit).
     pub fn fatal_error(&self) -> watch::Receiver<Option<String>> {
         self.fatal.subscribe()
+    }
+
+    /// Becomes true once this member applied a membership it is no longer part of (it was removed
+    /// from the cluster; like etcd's removed members, the process should stop).
+    pub fn removed(&self) -> watch::Receiver<bool> {
+        self.removed.subscribe()
     }
 
     /// Waits (up to `timeout`) until this member's name and client URLs are in the membership,
@@ -727,6 +742,81 @@ async fn leader_loop(node: Arc<Node>) {
     }
 }
 
+/// Ends a member's life where etcd ends it too: its Raft core stopped with a fatal error (a member
+/// that goes on answering status requests without Raft only misleads clients and supervisors), or a
+/// membership without it was applied (it was removed; it would otherwise keep serving stale reads).
+async fn watchdog_loop(node: Arc<Node>) {
+    let mut stop = node.stop.subscribe();
+    let metrics = node.raft.metrics();
+    // The last applied membership: members in it and not in the next one were removed. (A member
+    // catching up applies memberships from before it was added; those never had it, so they
+    // never count as its removal.)
+    let mut last: Option<BTreeMap<NodeId, MemberNode>> = None;
+    loop {
+        let failure = match &metrics.borrow().running_state {
+            Err(Fatal::Stopped) | Ok(()) => None,
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(e) = failure {
+            let msg = format!("raft stopped: {e}");
+            tracing::error!("{msg}");
+            let _ = node.fatal.send(Some(msg));
+            return;
+        }
+        if let Ok((_, applied)) = applied_from_bytes(node.store.raft_meta().as_deref()) {
+            let now: BTreeMap<NodeId, MemberNode> = applied
+                .membership()
+                .nodes()
+                .map(|(id, n)| (*id, n.clone()))
+                .collect();
+            let gone: Vec<(NodeId, MemberNode)> = match &last {
+                Some(prev) if !now.is_empty() => prev
+                    .iter()
+                    .filter(|(id, _)| !now.contains_key(id))
+                    .map(|(id, n)| (*id, n.clone()))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            last = Some(now);
+            for (id, member) in gone {
+                if id == node.id {
+                    // Let the commit of the change reach the others before this member goes (etcd waits too).
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    node.removed_from_cluster();
+                    return;
+                }
+                node.removed_ids.lock().insert(id);
+                // A removed follower may never learn that its removal committed: tell it.
+                tokio::spawn(notify_removed(node.clone(), id, member));
+            }
+        }
+        // Polled: metrics change on every apply, far more often than this needs looking at.
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// Tells a removed member so, for up to 30 s (it may be down; if it comes back later, its Raft
+/// calls are refused, which stops it too).
+async fn notify_removed(node: Arc<Node>, id: NodeId, member: MemberNode) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while tokio::time::Instant::now() < deadline {
+        match node
+            .peers
+            .notify_removed(&member, id, Duration::from_secs(2))
+            .await
+        {
+            Ok(()) => return,
+            Err(e) => {
+                debug!(%e, member = %format!("{id:016x}"), "telling a removed member; will retry")
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 /// Publishes this member's name and client URLs into the membership once it is part of it
 /// (etcd's attribute publication after start).
 async fn publish_loop(node: Arc<Node>) {
@@ -825,6 +915,17 @@ impl AppHandler for Node {
             self.cfg.request_timeout,
         )
         .await
+    }
+
+    fn removed_from_cluster(&self) {
+        if !*self.removed.borrow() {
+            tracing::error!("this member was removed from the cluster");
+            let _ = self.removed.send(true);
+        }
+    }
+
+    fn is_removed(&self, id: NodeId) -> bool {
+        self.removed_ids.lock().contains(&id)
     }
 
     async fn move_leader(&self, target: NodeId) -> Result<(), ProposeError> {

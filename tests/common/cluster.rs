@@ -182,6 +182,11 @@ impl Member {
         format!("http://{}:{}", self.host, self.peer_port)
     }
 
+    /// How the process last ended, if it did.
+    pub fn last_exit(&self) -> Option<ExitStatus> {
+        self.last_exit
+    }
+
     /// The process id while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)

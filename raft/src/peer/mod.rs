@@ -66,4 +66,10 @@ pub trait AppHandler: Send + Sync + 'static {
         -> Result<MemberChangeResult, ProposeError>;
     /// Hands leadership to `target` (etcd's MoveLeader).
     async fn move_leader(&self, target: NodeId) -> Result<(), ProposeError>;
+    /// A member of this cluster applied a membership without this member: stop serving.
+    fn removed_from_cluster(&self) {}
+    /// Whether `id` was removed from the cluster while this member ran (its Raft calls are refused).
+    fn is_removed(&self, _id: NodeId) -> bool {
+        false
+    }
 }

@@ -34,6 +34,8 @@ pub const CLUSTER_HEADER: &str = "keel-cluster-id";
 
 /// Metadata header naming the member a Raft RPC is meant for (hex).
 pub const TO_HEADER: &str = "keel-to";
+/// The refusal a removed member gets for its Raft calls (etcd's words).
+pub const REMOVED_MESSAGE: &str = "the member has been permanently removed from the cluster";
 
 /// HTTP/2 keep-alive on idle peer connections, so a dead peer's connection is noticed and
 /// replaced instead of eating RPC timeouts.
@@ -186,6 +188,17 @@ impl PeerService {
     }
 }
 
+impl PeerService {
+    /// Refuses Raft calls from a member removed from the cluster, with [`REMOVED_MESSAGE`], which
+    /// tells it to stop (a restarted removed member would otherwise disturb elections).
+    fn refuse_removed(&self, from: NodeId) -> Result<(), Status> {
+        if self.app.is_removed(from) {
+            return Err(Status::permission_denied(REMOVED_MESSAGE));
+        }
+        Ok(())
+    }
+}
+
 /// Parses a hex header; absent or malformed = `None`.
 fn header_u64(md: &MetadataMap, key: &str) -> Option<u64> {
     let v = md.get(key)?.to_str().ok()?;
@@ -252,6 +265,7 @@ impl pb::peer_server::Peer for PeerService {
         self.check(request.metadata(), true)?;
         let rpc = codec::append_request_from_pb(request.into_inner())
             .map_err(|e| invalid("AppendEntries", e))?;
+        self.refuse_removed(rpc.vote.leader_id.node_id)?;
         let res = self.raft.append_entries(rpc).await;
         Ok(Response::new(codec::append_reply_to_pb(&res)))
     }
@@ -263,6 +277,7 @@ impl pb::peer_server::Peer for PeerService {
         self.check(request.metadata(), true)?;
         let rpc =
             codec::vote_request_from_pb(request.into_inner()).map_err(|e| invalid("Vote", e))?;
+        self.refuse_removed(rpc.vote.leader_id.node_id)?;
         let res = self.raft.vote(rpc).await;
         Ok(Response::new(codec::vote_reply_to_pb(&res)))
     }
@@ -327,6 +342,23 @@ impl pb::peer_server::Peer for PeerService {
             .map_err(|e| invalid("MemberChange", e))?;
         let res = self.app.member_change(change).await;
         Ok(Response::new(codec::member_change_reply_to_pb(&res)))
+    }
+
+    async fn removed(
+        &self,
+        request: Request<pb::RemovedNotice>,
+    ) -> Result<Response<pb::Empty>, Status> {
+        self.check(request.metadata(), false)?;
+        let member = request.into_inner().member;
+        if member != self.id {
+            return Err(Status::failed_precondition(format!(
+                "removal of member {member:016x} reached member {:016x}",
+                self.id
+            )));
+        }
+        tracing::warn!("a peer applied a membership without this member");
+        self.app.removed_from_cluster();
+        Ok(Response::new(pb::Empty {}))
     }
 
     async fn move_leader(
