@@ -13,6 +13,7 @@ pub mod alloc;
 pub mod authn;
 pub mod body;
 pub mod convert;
+pub mod crd;
 pub mod discovery;
 pub mod handler;
 pub mod kubernetes_service;

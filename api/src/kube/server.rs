@@ -22,12 +22,13 @@ use tracing::{debug, info, warn};
 
 use super::authn::{self, Identity, Tokens};
 use super::body::{respond, respond_as, MAX_BODY};
+use super::crd::registry::Registry;
 use super::discovery;
 use super::handler::{self, KubeState};
 use super::pki::{ClusterPki, PkiError, ADMIN_GROUP, ADMIN_USER, PKI_KEY};
 use super::status::ApiError;
 use super::storage::Storage;
-use super::{alloc, lifecycle, openapi};
+use super::{alloc, crd, lifecycle, openapi};
 
 /// How a member serves the Kubernetes API.
 #[derive(Debug, Clone)]
@@ -211,14 +212,30 @@ pub async fn serve(
     if let Some(f) = &opts.token_file {
         tokens.load_file(f)?;
     }
+    let registry = Arc::new(Registry::default());
     let state = Arc::new(KubeState {
         storage: storage.clone(),
+        registry: registry.clone(),
         server_address: opts.advertise_url.clone(),
         shutdown: stop_rx.clone(),
     });
     let app = Arc::new(App { state, tokens });
     let router = Router::new().fallback(route).with_state(app);
-    let lifecycle_task = tokio::spawn(lifecycle::run(storage.clone(), stop_rx.clone()));
+    let lifecycle_task = tokio::spawn(lifecycle::run(
+        storage.clone(),
+        registry.clone(),
+        stop_rx.clone(),
+    ));
+    let registry_task = tokio::spawn(crd::registry::run(
+        registry.clone(),
+        storage.clone(),
+        stop_rx.clone(),
+    ));
+    let crd_task = tokio::spawn(crd::controller::run(
+        storage.clone(),
+        registry.clone(),
+        stop_rx.clone(),
+    ));
     let publish_url = opts.advertise_url.clone();
     let publish_task = tokio::spawn(async move {
         // Retried until it lands: the `kubernetes` Endpoints list members that published their address.
@@ -274,6 +291,8 @@ pub async fn serve(
     }
     let _ = stop_tx.send(true);
     lifecycle_task.abort();
+    registry_task.abort();
+    crd_task.abort();
     publish_task.abort();
     // Give streaming answers a moment to see the stop, then cut what is left.
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -355,31 +374,34 @@ async fn dispatch(app: Arc<App>, peer: PeerIdentity, req: Request) -> Result<Res
         .unwrap_or("")
         .to_string();
     let read_only = method == Method::GET || method == Method::HEAD;
+    let reg = &app.state.registry;
     match segs.as_slice() {
         ["version"] if read_only => Ok(respond(StatusCode::OK, &discovery::version())),
         [p] | [p, _] if matches!(*p, "healthz" | "livez" | "readyz") && read_only => {
             Ok(health(&app, &path, query.as_deref()).await)
         }
-        ["api"] if read_only => Ok(discovery_answer(&accept, true, || {
+        ["api"] if read_only => Ok(discovery_answer(reg, &accept, true, || {
             discovery::api_versions(&app.state.server_address)
         })),
-        ["apis"] if read_only => Ok(discovery_answer(&accept, false, discovery::api_group_list)),
-        ["api", "v1"] if read_only => discovery::api_resource_list("", "v1")
+        ["apis"] if read_only => Ok(discovery_answer(reg, &accept, false, || {
+            discovery::api_group_list(reg)
+        })),
+        ["api", "v1"] if read_only => discovery::api_resource_list(reg, "", "v1")
             .map(|v| respond(StatusCode::OK, &v))
             .ok_or(ApiError::NoRoute),
-        ["apis", group] if read_only => discovery::api_group(group)
+        ["apis", group] if read_only => discovery::api_group(reg, group)
             .map(|v| respond(StatusCode::OK, &v))
             .ok_or(ApiError::NoRoute),
-        ["apis", group, version] if read_only => discovery::api_resource_list(group, version)
+        ["apis", group, version] if read_only => discovery::api_resource_list(reg, group, version)
             .map(|v| respond(StatusCode::OK, &v))
             .ok_or(ApiError::NoRoute),
-        ["openapi", "v3"] if read_only => Ok(respond(StatusCode::OK, &openapi::v3_index())),
+        ["openapi", "v3"] if read_only => Ok(respond(StatusCode::OK, &openapi::v3_index(reg))),
         ["openapi", "v3", rest @ ..] if read_only => {
-            openapi_v3(&rest.join("/"), query.as_deref(), &accept)
+            openapi_v3(reg, &rest.join("/"), query.as_deref(), &accept)
         }
         ["openapi", "v2"] if read_only => {
             json_only(&accept, "/openapi/v2")?;
-            let mut r = (StatusCode::OK, openapi::v2().to_vec()).into_response();
+            let mut r = (StatusCode::OK, openapi::v2(reg)).into_response();
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
                 header::HeaderValue::from_static("application/json"),
@@ -419,8 +441,13 @@ fn json_only(accept: &str, what: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn openapi_v3(gv: &str, query: Option<&str>, accept: &str) -> Result<Response, ApiError> {
-    let doc = openapi::v3().get(gv).ok_or(ApiError::NoRoute)?;
+fn openapi_v3(
+    reg: &Registry,
+    gv: &str,
+    query: Option<&str>,
+    accept: &str,
+) -> Result<Response, ApiError> {
+    let doc = openapi::v3_document(reg, gv).ok_or(ApiError::NoRoute)?;
     json_only(accept, "/openapi/v3")?;
     let asked = query
         .and_then(|q| form_urlencoded::parse(q.as_bytes()).find(|(k, _)| k == "hash"))
@@ -465,12 +492,13 @@ fn user_name(id: Option<&Identity>) -> String {
 }
 
 fn discovery_answer(
+    reg: &Registry,
     accept: &str,
     core: bool,
     legacy: impl FnOnce() -> serde_json::Value,
 ) -> Response {
     match discovery::wants_aggregated(accept) {
-        Some(ct) => respond_as(StatusCode::OK, &discovery::aggregated(core, ct), ct),
+        Some(ct) => respond_as(StatusCode::OK, &discovery::aggregated(reg, core, ct), ct),
         None => respond(StatusCode::OK, &legacy()),
     }
 }

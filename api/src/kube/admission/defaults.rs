@@ -88,7 +88,16 @@ fn template(obj: &mut Value, path: &[&str], restart: &str) {
 
 /// Fills in upstream's defaults for `def`'s kind.
 pub fn apply(def: &ResourceDef, obj: &mut Value) {
-    match (def.group, def.kind) {
+    if let Some(c) = &def.custom {
+        if let Some(s) = &c.schema {
+            crate::kube::crd::default::apply(s, obj);
+        }
+        return;
+    }
+    match def.gk() {
+        (crate::kube::crd::GROUP, "CustomResourceDefinition") => {
+            crate::kube::crd::definition::apply_defaults(obj)
+        }
         ("", "Pod") => {
             if let Some(spec) = obj.get_mut("spec") {
                 pod_spec(spec, "Always");

@@ -10,6 +10,7 @@
 //! - Table Accept: each event carries a one-row Table, column definitions only in the first.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -55,7 +56,7 @@ impl Filter {
 
 /// Renders events as lines: JSON objects or one-row Tables.
 struct Encoder {
-    def: &'static ResourceDef,
+    def: Arc<ResourceDef>,
     table: Option<IncludeObject>,
     sent_columns: bool,
 }
@@ -71,7 +72,7 @@ impl Encoder {
                     obj
                 } else {
                     table::table(
-                        self.def,
+                        &self.def,
                         &[obj],
                         json!({"resourceVersion": rv}),
                         include,
@@ -148,7 +149,7 @@ fn translate(
 
 /// GET with `watch=true` (or a legacy `/watch/` path).
 pub async fn watch(call: Call) -> Result<Response, ApiError> {
-    let def = call.route.def;
+    let def = call.route.def.clone();
     let accept = header_str(&call, header::ACCEPT);
     let as_table = table::wants_table(&accept);
     if !as_table && !accepts_json(&call.headers) {
@@ -167,7 +168,7 @@ pub async fn watch(call: Call) -> Result<Response, ApiError> {
     let filter = Filter {
         labels: LabelSelector::parse(call.params.get("labelSelector").unwrap_or(""))
             .map_err(|e| ApiError::BadRequest(e.to_string()))?,
-        fields: FieldSelector::parse(&fields_text, def)
+        fields: FieldSelector::parse(&fields_text, &def)
             .map_err(|e| ApiError::BadRequest(e.to_string()))?,
     };
     let bookmarks = call.params.flag("allowWatchBookmarks");
@@ -202,7 +203,7 @@ pub async fn watch(call: Call) -> Result<Response, ApiError> {
             initial = listed
                 .items
                 .into_iter()
-                .map(|s| convert::from_storage(def, s.object))
+                .map(|s| convert::from_storage(&def, s.object))
                 .collect();
             listed.revision
         }
@@ -220,7 +221,7 @@ pub async fn watch(call: Call) -> Result<Response, ApiError> {
 
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(OUT_QUEUE);
     let mut enc = Encoder {
-        def,
+        def: def.clone(),
         table: as_table.then_some(include),
         sent_columns: false,
     };
@@ -241,7 +242,7 @@ pub async fn watch(call: Call) -> Result<Response, ApiError> {
         }
         if send_initial && bookmarks {
             let _ = tx
-                .send(Ok(enc.line("BOOKMARK", bookmark(def, start_after, true))))
+                .send(Ok(enc.line("BOOKMARK", bookmark(&def, start_after, true))))
                 .await;
         }
         let (stream, mut events) = hub.open_stream();
@@ -285,14 +286,14 @@ pub async fn watch(call: Call) -> Result<Response, ApiError> {
                     if resp.events.is_empty() {
                         if bookmarks
                             && msg.revision > 0
-                            && tx.send(Ok(enc.line("BOOKMARK", bookmark(def, msg.revision, false)))).await.is_err()
+                            && tx.send(Ok(enc.line("BOOKMARK", bookmark(&def, msg.revision, false)))).await.is_err()
                         {
                             break;
                         }
                         continue;
                     }
                     for ev in &resp.events {
-                        match translate(def, &filter, ev) {
+                        match translate(&def, &filter, ev) {
                             Ok(Some((kind, obj))) => {
                                 if tx.send(Ok(enc.line(kind, obj))).await.is_err() {
                                     return;
