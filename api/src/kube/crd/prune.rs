@@ -14,6 +14,7 @@ const RESOURCE_FIELDS: &[&str] = &["apiVersion", "kind", "metadata"];
 pub fn object(s: &JSONSchemaProps, obj: &mut Value) -> Vec<String> {
     let mut dropped = Vec::new();
     walk(s, obj, "", true, &mut dropped);
+    dropped.sort();
     dropped
 }
 
@@ -92,8 +93,7 @@ mod tests {
                      "labels": {"k": {"v": "s", "w": 1}},
                      "template": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
                                   "spec": {"x": 1}, "junk": 1}}});
-        let mut dropped = object(&s, &mut v);
-        dropped.sort();
+        let dropped = object(&s, &mut v);
         assert_eq!(
             dropped,
             [
