@@ -245,7 +245,7 @@ mod tests {
 
     #[test]
     fn deployment_defaults() {
-        let def = resource::find("apps", "v1", "deployments").expect("deploy");
+        let def = &resource::find("apps", "v1", "deployments").expect("deploy");
         let mut d = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx"}]}}}});
         apply(def, &mut d);
         assert_eq!(d["spec"]["replicas"], 1);

@@ -443,7 +443,7 @@ mod tests {
 
     #[test]
     fn deployment_selector_must_match() {
-        let def = resource::find("apps", "v1", "deployments").expect("deploy");
+        let def = &resource::find("apps", "v1", "deployments").expect("deploy");
         let d = json!({"metadata": {"name": "web"}, "spec": {"selector": {"matchLabels": {"app": "web"}},
             "template": {"metadata": {"labels": {"app": "other"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}});
         let causes = object(def, &d);
@@ -453,7 +453,7 @@ mod tests {
 
     #[test]
     fn shape_errors_are_bad_requests() {
-        let def = resource::find("apps", "v1", "deployments").expect("deploy");
+        let def = &resource::find("apps", "v1", "deployments").expect("deploy");
         let d = json!({"metadata": {"name": "web"}, "spec": {"replicas": "three"}});
         let e = shape(def, &d).expect_err("type error");
         assert!(matches!(e, ApiError::BadRequest(_)));
@@ -461,7 +461,7 @@ mod tests {
 
     #[test]
     fn pod_spec_is_mostly_immutable() {
-        let def = resource::find("", "v1", "pods").expect("pods");
+        let def = &resource::find("", "v1", "pods").expect("pods");
         let old = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "a"}]}});
         let mut new = old.clone();
         new["spec"]["containers"][0]["image"] = json!("b");

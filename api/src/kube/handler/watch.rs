@@ -344,7 +344,7 @@ mod tests {
 
     #[test]
     fn selector_transitions() {
-        let def = resource::find("", "v1", "configmaps").expect("cm");
+        let def = &resource::find("", "v1", "configmaps").expect("cm");
         let filter = Filter {
             labels: LabelSelector::parse("app=web").expect("sel"),
             fields: FieldSelector::default(),

@@ -682,7 +682,7 @@ mod tests {
 
     #[test]
     fn main_resource_update_keeps_status_and_bumps_generation() {
-        let def = resource::find("apps", "v1", "deployments").expect("deploy");
+        let def = &resource::find("apps", "v1", "deployments").expect("deploy");
         let old = json!({"metadata": {"name": "d", "uid": "u1", "generation": 1}, "spec": {"replicas": 1},
                          "status": {"replicas": 1}});
         let new = json!({"metadata": {"name": "d", "uid": "evil"}, "spec": {"replicas": 2}, "status": {"replicas": 9}});
@@ -702,7 +702,7 @@ mod tests {
 
     #[test]
     fn merge_and_json_patches() {
-        let def = resource::find("", "v1", "configmaps").expect("cm");
+        let def = &resource::find("", "v1", "configmaps").expect("cm");
         let cur = json!({"metadata": {"name": "a", "labels": {"x": "1"}}, "data": {"k": "v"}});
         let p = apply_patch(
             "application/merge-patch+json",

@@ -114,7 +114,7 @@ mod tests {
 
     #[test]
     fn pod_fields() {
-        let pods = resource::find("", "v1", "pods").expect("pods");
+        let pods = &resource::find("", "v1", "pods").expect("pods");
         let pod = json!({"metadata": {"name": "a", "namespace": "d"}, "spec": {"nodeName": "n1"},
                          "status": {"phase": "Running"}});
         let sel =
@@ -127,7 +127,7 @@ mod tests {
             FieldSelector::parse("spec.foo=x", pods).expect_err("unsupported"),
             FieldError::Unsupported("spec.foo".into())
         );
-        let ns = resource::find("", "v1", "namespaces").expect("ns");
+        let ns = &resource::find("", "v1", "namespaces").expect("ns");
         assert!(FieldSelector::parse("metadata.namespace=x", ns).is_err());
     }
 }

@@ -121,7 +121,7 @@ mod tests {
 
     #[test]
     fn rows_carry_partial_metadata() {
-        let def = resource::find("", "v1", "configmaps").expect("cm");
+        let def = &resource::find("", "v1", "configmaps").expect("cm");
         let cm = json!({"metadata": {"name": "a", "namespace": "d", "labels": {"x": "y"}}, "data": {"k": "v"}});
         let t = table(
             def,

@@ -922,7 +922,7 @@ mod tests {
     #[test]
     fn cells_match_columns_for_every_printer() {
         let empty = json!({"metadata": {"name": "x", "creationTimestamp": "2026-01-01T00:00:00Z"}});
-        for r in BUILTIN {
+        for r in BUILTIN.iter() {
             assert_eq!(
                 columns(r.printer).len(),
                 cells(r.printer, &empty).len(),
