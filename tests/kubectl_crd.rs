@@ -28,6 +28,8 @@ spec:
   - name: v1
     served: true
     storage: true
+    selectableFields:
+    - jsonPath: .spec.color
     subresources:
       status: {}
       scale:
@@ -311,6 +313,22 @@ fn custom_resources_with_kubectl() {
     c.ok(0, &["label", "widget", "w1", "tier=gold"]);
     let sel = c.ok(0, &["get", "widgets", "-l", "tier=gold", "-o", "name"]);
     assert_eq!(sel.trim(), "widget.example.com/w1");
+    let blue = c.ok(
+        0,
+        &[
+            "get",
+            "widgets",
+            "--field-selector",
+            "spec.color=blue",
+            "-o",
+            "name",
+        ],
+    );
+    assert_eq!(
+        blue.trim(),
+        "widget.example.com/w1",
+        "selectableFields serve field selectors"
+    );
     let none = c.ok(
         0,
         &[

@@ -37,6 +37,27 @@ fn add_schema(gen: &mut SchemaGenerator, def: &ResourceDef) -> Option<String> {
     }, _ => None)
 }
 
+/// Publishes `x-kubernetes-int-or-string` nodes with their two alternatives, as upstream does, so clients
+/// (kubectl explain) see an IntOrString rather than an untyped object.
+fn int_or_string_alternatives(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            if m.get("x-kubernetes-int-or-string") == Some(&json!(true)) && !m.contains_key("anyOf")
+            {
+                m.insert(
+                    "anyOf".into(),
+                    json!([{"type": "integer"}, {"type": "string"}]),
+                );
+            }
+            for child in m.values_mut() {
+                int_or_string_alternatives(child);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(int_or_string_alternatives),
+        _ => {}
+    }
+}
+
 /// A custom resource's schema as a document component: its CRD's `openAPIV3Schema` with `apiVersion`,
 /// `kind` and `metadata` (a reference to ObjectMeta) filled in, as upstream publishes it.
 fn custom_schema(def: &ResourceDef, prefix: &str) -> Value {
@@ -50,6 +71,7 @@ fn custom_schema(def: &ResourceDef, prefix: &str) -> Value {
         _ => json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
     };
     s["type"] = json!("object");
+    int_or_string_alternatives(&mut s);
     let meta_name = <ObjectMeta as schemars::JsonSchema>::schema_name().to_string();
     if !s.get("properties").is_some_and(Value::is_object) {
         s["properties"] = json!({});

@@ -45,7 +45,11 @@ impl FieldSelector {
             let field = field.trim();
             let supported = field == "metadata.name"
                 || (field == "metadata.namespace" && def.namespaced)
-                || def.fields.contains(&field);
+                || def.fields.contains(&field)
+                || def
+                    .custom
+                    .as_ref()
+                    .is_some_and(|c| c.selectable.iter().any(|f| f == field));
             if !supported {
                 return Err(FieldError::Unsupported(field.to_string()));
             }
