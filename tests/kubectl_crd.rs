@@ -453,6 +453,54 @@ spec:
     );
     assert_eq!(got, "|1");
     c.ok(0, &["delete", "knob", "k1"]);
+
+    // A CRD whose objects have finalizers waits for them, refusing new objects meanwhile.
+    c.ok_stdin(
+        0,
+        &["apply", "-f", "-"],
+        Some("apiVersion: example.com/v1\nkind: Knob\nmetadata: {name: held, finalizers: [example.com/hold]}\nspec: {color: red}\n"),
+    );
+    c.ok(0, &["delete", "crd", "knobs.example.com", "--wait=false"]);
+    c.wait_until("the CRD to be Terminating", Duration::from_secs(15), || {
+        c.kubectl(
+            0,
+            &[
+                "get",
+                "crd",
+                "knobs.example.com",
+                "-o",
+                r#"jsonpath={.status.conditions[?(@.type=="Terminating")].status}"#,
+            ],
+        )
+        .stdout
+            == "True"
+    });
+    let refused = c.err_stdin(
+        0,
+        &["create", "-f", "-"],
+        Some(
+            "apiVersion: example.com/v1\nkind: Knob\nmetadata: {name: late}\nspec: {color: red}\n",
+        ),
+    );
+    assert!(
+        refused.contains("create not allowed while custom resource definition is terminating"),
+        "{refused}"
+    );
+    c.ok(
+        0,
+        &[
+            "patch",
+            "knob",
+            "held",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ],
+    );
+    c.wait_until("the CRD to be gone", Duration::from_secs(15), || {
+        let r = c.kubectl(0, &["get", "crd", "knobs.example.com"]);
+        !r.ok && r.stderr.contains("NotFound")
+    });
 }
 
 #[test]

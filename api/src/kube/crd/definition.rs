@@ -322,6 +322,24 @@ mod tests {
     }
 
     #[test]
+    fn garbage_is_refused_not_panicked_on() {
+        for junk in [
+            json!({}),
+            json!({"spec": "x"}),
+            json!({"spec": {"names": 3, "versions": "v1", "group": ["a"]}}),
+            json!({"spec": {"versions": [1, null, {"name": 7, "schema": {"openAPIV3Schema": "x"}}]}}),
+            json!({"spec": {"versions": [{"name": "v1", "storage": true, "served": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {"a": {"type": "array",
+                    "items": [{"type": "string"}]}}}},
+                "additionalPrinterColumns": [{"name": "", "type": "color", "jsonPath": "[[["}],
+                "subresources": {"scale": {"specReplicasPath": "replicas"}}}]}}),
+        ] {
+            let l = lines(junk.clone());
+            assert!(!l.is_empty(), "{junk}");
+        }
+    }
+
+    #[test]
     fn a_good_crd_is_defaulted_and_valid() {
         let mut c = crd();
         apply_defaults(&mut c);

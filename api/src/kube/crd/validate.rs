@@ -359,6 +359,27 @@ mod tests {
     }
 
     #[test]
+    fn values_of_the_wrong_shape_stop_at_the_mismatch() {
+        let s = schema();
+        let mut weird = json!({"spec": ["not", "an", "object"], "status": 3});
+        let l: Vec<String> = object(&s, &weird)
+            .into_iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect();
+        assert_eq!(
+            l,
+            ["spec: Invalid value: \"array\": spec in body must be of type object: \"array\""]
+        );
+        super::super::default::apply(&s, &mut weird);
+        let dropped = super::super::prune::object(&s, &mut weird);
+        assert_eq!(dropped, ["status"]);
+        assert_eq!(weird["spec"], json!(["not", "an", "object"]));
+        let bad_pattern: JSONSchemaProps =
+            serde_json::from_value(json!({"type": "string", "pattern": "(("})).expect("schema");
+        assert_eq!(errors_of(&bad_pattern, &json!("x"), "f").len(), 1);
+    }
+
+    #[test]
     fn a_good_object_passes() {
         let ok = json!({"apiVersion": "x/v1", "kind": "W", "metadata": {"name": "a"}, "spec": {
             "replicas": 3, "size": "10Gi", "color": "red", "name": "abc", "note": null, "ratio": 0.5,

@@ -302,7 +302,10 @@ pub async fn create(call: Call) -> Result<Response, ApiError> {
     let sdef = &storage_def(def);
     let dry_run = call.params.dry_run()?;
     if def.custom.as_ref().is_some_and(|c| c.terminating) {
-        return Err(ApiError::MethodNotAllowed(call.target()));
+        return Err(ApiError::NotAllowed {
+            target: call.target(),
+            message: "create not allowed while custom resource definition is terminating".into(),
+        });
     }
     let (mut obj, warnings) = incoming(&call)?;
     let generate = object::meta_str(&obj, "generateName").to_string();
