@@ -410,6 +410,15 @@ spec:
     ] {
         assert!(e.contains(want), "missing {want:?} in:\n{e}");
     }
+    let typo = CRD.replace(
+        "    storage: true\n",
+        "    storage: true\n    storrage: false\n",
+    );
+    let e = c.err_stdin(0, &["apply", "-f", "-"], Some(&typo));
+    assert!(
+        e.contains(r#"strict decoding error: unknown field "spec.versions[0].storrage""#),
+        "{e}"
+    );
     let bad_name = CRD.replace("plural: widgets", "plural: Widgets!");
     let e = c.err_stdin(0, &["apply", "-f", "-"], Some(&bad_name));
     assert!(

@@ -2,7 +2,9 @@
 //! messages: names, group, scope, versions (exactly one storage version), structural schemas, printer
 //! columns and subresource paths.
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps,
+};
 use serde_json::{json, Value};
 
 use super::schema;
@@ -43,6 +45,61 @@ pub fn apply_defaults(obj: &mut Value) {
         .or_insert_with(|| json!({"strategy": "None"}));
     if let Some(c) = conv.as_object_mut() {
         c.entry("strategy").or_insert_with(|| json!("None"));
+    }
+}
+
+/// Drops the fields of a CRD object that its type does not have (found by a round trip through
+/// `k8s-openapi`'s CustomResourceDefinition); returns their paths for `fieldValidation`. An object that does
+/// not decode is left to the shape check, which answers 400.
+pub fn prune_unknown(obj: &mut Value) -> Vec<String> {
+    let Ok(typed) = serde_json::from_value::<CustomResourceDefinition>(obj.clone()) else {
+        return Vec::new();
+    };
+    let Ok(known) = serde_json::to_value(&typed) else {
+        return Vec::new();
+    };
+    let mut dropped = Vec::new();
+    strip(obj, &known, "", &mut dropped);
+    dropped.sort();
+    dropped
+}
+
+fn strip(v: &mut Value, known: &Value, at: &str, dropped: &mut Vec<String>) {
+    match (v, known) {
+        (Value::Object(m), Value::Object(k)) => {
+            let unknown: Vec<String> = m
+                .iter()
+                .filter(|(key, val)| !k.contains_key(*key) && !val.is_null())
+                .map(|(key, _)| key.clone())
+                .collect();
+            for key in unknown {
+                m.remove(&key);
+                dropped.push(if at.is_empty() {
+                    key
+                } else {
+                    format!("{at}.{key}")
+                });
+            }
+            for (key, val) in m.iter_mut() {
+                if let Some(kv) = k.get(key) {
+                    let child = if at.is_empty() {
+                        key.clone()
+                    } else {
+                        format!("{at}.{key}")
+                    };
+                    // Schema values (`default`, `enum`, `example`) are free-form JSON: kept whole.
+                    if !["default", "enum", "example"].contains(&key.as_str()) {
+                        strip(val, kv, &child, dropped);
+                    }
+                }
+            }
+        }
+        (Value::Array(a), Value::Array(k)) => {
+            for (i, (val, kv)) in a.iter_mut().zip(k.iter()).enumerate() {
+                strip(val, kv, &format!("{at}[{i}]"), dropped);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -319,6 +376,24 @@ mod tests {
             .into_iter()
             .map(|c| format!("{}: {}", c.field, c.message))
             .collect()
+    }
+
+    #[test]
+    fn unknown_crd_fields_are_found() {
+        let mut c = crd();
+        c["spec"]["versions"][0]["servd"] = json!(true);
+        c["spec"]["bogus"] = json!(1);
+        c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["default"] =
+            json!({"free": {"x": 1}});
+        c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+            ["x-kubernetes-preserve-unknown-fields"] = json!(true);
+        let dropped = prune_unknown(&mut c);
+        assert_eq!(dropped, ["spec.bogus", "spec.versions[0].servd"]);
+        assert_eq!(
+            c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["default"]["free"]["x"],
+            1
+        );
+        assert_eq!(prune_unknown(&mut crd()), Vec::<String>::new());
     }
 
     #[test]

@@ -340,6 +340,39 @@ mod tests {
     }
 
     #[test]
+    fn discovery_and_openapi_show_custom_resources() {
+        use crate::kube::{discovery, openapi};
+        let r = Registry::default();
+        r.load(&[crd()], 7);
+        let agg = discovery::aggregated(&r, false, discovery::AGGREGATED_V2);
+        let group = agg["items"]
+            .as_array()
+            .and_then(|a| a.iter().find(|g| g["metadata"]["name"] == "example.com"))
+            .cloned()
+            .expect("group in aggregated discovery");
+        assert_eq!(group["versions"][0]["version"], "v1");
+        assert_eq!(group["versions"][1]["version"], "v1beta1");
+        let res = &group["versions"][0]["resources"][0];
+        assert_eq!(res["resource"], "widgets");
+        assert_eq!(res["shortNames"], json!(["wd"]));
+        assert_eq!(res["subresources"][0]["subresource"], "scale");
+        let legacy = discovery::api_group(&r, "example.com").expect("legacy group");
+        assert_eq!(legacy["preferredVersion"]["version"], "v1");
+        assert!(discovery::api_resource_list(&r, "example.com", "v1").is_some());
+        let doc = openapi::v3_document(&r, "apis/example.com/v1").expect("v3 document");
+        let v: Value = serde_json::from_slice(&doc.body).expect("json");
+        let w = &v["components"]["schemas"]["com.example.v1.Widget"];
+        assert_eq!(w["x-kubernetes-group-version-kind"][0]["kind"], "Widget");
+        assert!(w["properties"]["metadata"]["$ref"]
+            .as_str()
+            .is_some_and(|s| s.ends_with("ObjectMeta")));
+        assert!(openapi::v3_index(&r)["paths"]["apis/example.com/v1"].is_object());
+        r.load(&[], 8);
+        assert!(discovery::api_group(&r, "example.com").is_none());
+        assert!(openapi::v3_document(&r, "apis/example.com/v1").is_none());
+    }
+
+    #[test]
     fn versions_sort_as_upstream() {
         let mut v = vec!["v1alpha1", "foo", "v2", "v1beta2", "v1", "v1beta1", "v10"];
         v.sort_by(|a, b| version_order(a, b));

@@ -111,6 +111,7 @@ fn field_validation_with(
             Some(schema) => crd::prune::object(schema, obj),
             None => Vec::new(),
         },
+        None if crd::is_crd_resource(&def.group, &def.kind) => crd::definition::prune_unknown(obj),
         None => {
             let Some(root) =
                 crate::kube::protobuf::schema::message_for(&def.api_version(), &def.kind)
