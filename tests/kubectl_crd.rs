@@ -516,10 +516,15 @@ spec:
 fn crd_served_by_every_member() {
     let c = KubeCluster::start(3);
     establish(&c, 0);
+    let t = std::time::Instant::now();
     // The other members learn of the CRD from their own store's watch.
     c.wait_until("member 2 serves widgets", Duration::from_secs(15), || {
         c.kubectl(2, &["get", "widgets"]).ok
     });
+    eprintln!(
+        "member 2 served the CRD {:?} after it was established through member 0",
+        t.elapsed()
+    );
     c.ok_stdin(
         1,
         &["apply", "-f", "-"],
