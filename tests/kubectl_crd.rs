@@ -536,6 +536,33 @@ fn crd_served_by_every_member() {
     });
     let row = c.ok(2, &["get", "wd", "shared"]);
     assert!(row.contains("green"), "{row}");
+    // A namespace with custom objects in it is emptied and deleted like any other.
+    c.ok(2, &["create", "namespace", "doomed"]);
+    c.ok_stdin(
+        0,
+        &["-n", "doomed", "apply", "-f", "-"],
+        Some("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: inside}\nspec: {color: red}\n"),
+    );
+    c.ok(1, &["delete", "namespace", "doomed", "--timeout=30s"]);
+    let left = c.kubectl(2, &["get", "namespace", "doomed"]);
+    assert!(!left.ok && left.stderr.contains("NotFound"), "{left:?}");
+    // deletecollection, as `kubectl delete --raw` sends it.
+    c.ok(
+        2,
+        &[
+            "delete",
+            "--raw",
+            "/apis/example.com/v1/namespaces/default/widgets",
+        ],
+    );
+    c.wait_until(
+        "the collection to be empty",
+        Duration::from_secs(10),
+        || {
+            let r = c.kubectl(0, &["get", "widgets", "-o", "name"]);
+            r.ok && r.stdout.trim().is_empty()
+        },
+    );
     c.ok(
         1,
         &["delete", "crd", "widgets.example.com", "--timeout=30s"],

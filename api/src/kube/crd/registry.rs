@@ -367,6 +367,9 @@ mod tests {
             .as_str()
             .is_some_and(|s| s.ends_with("ObjectMeta")));
         assert!(openapi::v3_index(&r)["paths"]["apis/example.com/v1"].is_object());
+        let v2: Value = serde_json::from_slice(&openapi::v2(&r)).expect("v2 json");
+        assert!(v2["definitions"]["com.example.v1.Widget"].is_object());
+        assert!(v2["paths"]["/apis/example.com/v1/namespaces/{namespace}/widgets"].is_object());
         r.load(&[], 8);
         assert!(discovery::api_group(&r, "example.com").is_none());
         assert!(openapi::v3_document(&r, "apis/example.com/v1").is_none());
