@@ -9,7 +9,7 @@ mod kubeapi;
 
 use std::time::Duration;
 
-use kubeapi::KubeCluster;
+use kubeapi::{Background, KubeCluster};
 
 const CRD: &str = r#"
 apiVersion: apiextensions.k8s.io/v1
@@ -546,6 +546,13 @@ fn crd_served_by_every_member() {
     c.ok(1, &["delete", "namespace", "doomed", "--timeout=30s"]);
     let left = c.kubectl(2, &["get", "namespace", "doomed"]);
     assert!(!left.ok && left.stderr.contains("NotFound"), "{left:?}");
+    // A watch of widgets sees their deletion, then ends when the CRD is gone.
+    let mut watch = Background::start(&c, 2, &["get", "widgets", "-w", "-o", "name"], "crd-watch");
+    c.wait_until(
+        "the watch to list the widget",
+        Duration::from_secs(10),
+        || watch.output().contains("widget.example.com/shared"),
+    );
     // deletecollection, as `kubectl delete --raw` sends it.
     c.ok(
         2,
@@ -575,4 +582,7 @@ fn crd_served_by_every_member() {
             !r.ok && r.stderr.contains("doesn't have a resource type")
         },
     );
+    c.wait_until("the widget watch to end", Duration::from_secs(15), || {
+        watch.exited().is_some()
+    });
 }

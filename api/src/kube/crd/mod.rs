@@ -32,6 +32,10 @@ pub const CRD_PREFIX: &str = "/registry/apiextensions.k8s.io/customresourcedefin
 pub struct Custom {
     /// The CRD's name (`<plural>.<group>`).
     pub crd_name: String,
+    /// The CRD's uid and generation: a change of either is a new definition (watches of it end).
+    pub crd_uid: String,
+    /// See `crd_uid`.
+    pub crd_generation: i64,
     /// The version objects are stored in (`apiVersion` of stored objects).
     pub storage_version: String,
     /// `openAPIV3Schema` of this version, if any.
@@ -46,6 +50,13 @@ pub struct Custom {
     pub terminating: bool,
     /// `selectableFields` as field-selector names (`spec.color`).
     pub selectable: Vec<String>,
+}
+
+impl Custom {
+    /// Whether `other` was built from the same CRD spec (status changes do not count).
+    pub fn same_definition(&self, other: &Custom) -> bool {
+        self.crd_uid == other.crd_uid && self.crd_generation == other.crd_generation
+    }
 }
 
 /// Whether a resource is the CRD resource itself.

@@ -140,6 +140,8 @@ mod tests {
     fn custom(cols: Value) -> Custom {
         Custom {
             crd_name: "widgets.example.com".into(),
+            crd_uid: "u".into(),
+            crd_generation: 1,
             storage_version: "v1".into(),
             schema: None,
             columns: serde_json::from_value(cols).expect("columns"),

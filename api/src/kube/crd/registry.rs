@@ -89,6 +89,8 @@ pub fn defs_of(crd: &CustomResourceDefinition) -> Vec<Arc<ResourceDef>> {
         let subs = v.subresources.as_ref();
         let custom = Custom {
             crd_name: name.clone(),
+            crd_uid: crd.metadata.uid.clone().unwrap_or_default(),
+            crd_generation: crd.metadata.generation.unwrap_or(0),
             storage_version: storage_version.clone(),
             schema: v.schema.as_ref().and_then(|s| s.open_api_v3_schema.clone()),
             columns: v.additional_printer_columns.clone().unwrap_or_default(),

@@ -36,6 +36,8 @@ use crate::kube::table::{self, IncludeObject};
 
 /// How often an idle watch with bookmarks gets one.
 const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
+/// How often a watch of custom objects checks that its CRD is still served unchanged.
+const CRD_RECHECK: Duration = Duration::from_secs(1);
 /// Events buffered towards a slow client before the producer waits.
 const OUT_QUEUE: usize = 256;
 
@@ -228,6 +230,7 @@ pub async fn watch(call: Call) -> Result<Response, ApiError> {
     let hub = storage.node().store().hub().clone();
     let compacted = storage.node().store().compact_revision();
     let mut shutdown = call.state.shutdown.clone();
+    let registry = call.state.registry.clone();
     tokio::spawn(async move {
         if start_after + 1 < compacted {
             let _ = tx
@@ -262,10 +265,23 @@ pub async fn watch(call: Call) -> Result<Response, ApiError> {
         tokio::pin!(deadline);
         let mut tick = tokio::time::interval(BOOKMARK_EVERY);
         tick.tick().await;
+        // A watch of custom objects ends when its CRD is deleted or changed, as upstream's does.
+        let mut recheck = tokio::time::interval(CRD_RECHECK);
+        recheck.tick().await;
         loop {
             tokio::select! {
                 _ = &mut deadline => break,
                 _ = shutdown.changed() => break,
+                _ = recheck.tick(), if def.custom.is_some() => {
+                    let now = registry.find(&def.group, &def.version, &def.plural);
+                    let same = match (now.as_ref().and_then(|d| d.custom.as_ref()), def.custom.as_ref()) {
+                        (Some(a), Some(b)) => a.same_definition(b),
+                        _ => false,
+                    };
+                    if !same {
+                        break;
+                    }
+                }
                 _ = tick.tick(), if bookmarks => {
                     if stream.request_progress().await.is_err() {
                         break;

@@ -431,7 +431,7 @@ fn merge_update(def: &ResourceDef, sub: Option<&str>, old: &Value, mut new: Valu
                     };
                 }
             }
-            if def.tracks_generation && old.get("spec") != new.get("spec") {
+            if def.tracks_generation && spec_changed(def, old, &new) {
                 let g = object::path(old, "metadata.generation")
                     .and_then(Value::as_i64)
                     .unwrap_or(0);
@@ -440,6 +440,22 @@ fn merge_update(def: &ResourceDef, sub: Option<&str>, old: &Value, mut new: Valu
             new
         }
     }
+}
+
+/// Whether an update changes what `metadata.generation` counts: the spec, or for a custom resource without
+/// a status subresource everything but metadata (as upstream).
+fn spec_changed(def: &ResourceDef, old: &Value, new: &Value) -> bool {
+    if def.custom.is_some() && !def.status {
+        let body = |v: &Value| {
+            let mut v = v.clone();
+            if let Some(m) = v.as_object_mut() {
+                m.remove("metadata");
+            }
+            v
+        };
+        return body(old) != body(new);
+    }
+    old.get("spec") != new.get("spec")
 }
 
 /// What an update did.
