@@ -378,6 +378,30 @@ mod tests {
     }
 
     #[test]
+    fn other_versions_convert_by_api_version_only() {
+        use crate::kube::convert;
+        let r = Registry::default();
+        r.load(&[crd()], 7);
+        let beta = r.find("example.com", "v1beta1", "widgets").expect("beta");
+        let stored = convert::to_storage(
+            &beta,
+            json!({"apiVersion": "example.com/v1beta1", "kind": "Widget", "spec": {"a": 1}}),
+        );
+        assert_eq!(
+            stored["apiVersion"], "example.com/v1",
+            "stored in the storage version"
+        );
+        let v1 = r.find("example.com", "v1", "widgets").expect("v1");
+        assert_eq!(
+            convert::from_storage(&v1, stored.clone())["apiVersion"],
+            "example.com/v1"
+        );
+        let back = convert::from_storage(&beta, stored);
+        assert_eq!(back["apiVersion"], "example.com/v1beta1");
+        assert_eq!(back["spec"]["a"], 1);
+    }
+
+    #[test]
     fn versions_sort_as_upstream() {
         let mut v = vec!["v1alpha1", "foo", "v2", "v1beta2", "v1", "v1beta1", "v10"];
         v.sort_by(|a, b| version_order(a, b));
