@@ -37,7 +37,7 @@ pub enum Printer {
     RoleBinding,
     /// Upstream's fallback: Name and Created At.
     Default,
-    /// A custom resource: Name, its CRD's additionalPrinterColumns, and Age unless a column is one.
+    /// A custom resource: Name, then its CRD's additionalPrinterColumns (Age when it declares none).
     Custom,
 }
 

@@ -250,6 +250,22 @@ fn check(s: &JSONSchemaProps, v: &Value, path: &str, out: &mut Vec<Cause>) {
                     }
                 }
             }
+            if s.x_kubernetes_list_type.as_deref() == Some("map") {
+                let keys = s.x_kubernetes_list_map_keys.clone().unwrap_or_default();
+                let key_of = |item: &Value| -> Value {
+                    let m: serde_json::Map<String, Value> = keys
+                        .iter()
+                        .filter_map(|k| item.get(k).map(|v| (k.clone(), v.clone())))
+                        .collect();
+                    Value::Object(m)
+                };
+                let seen: Vec<Value> = list.iter().map(key_of).collect();
+                for (i, k) in seen.iter().enumerate() {
+                    if !keys.is_empty() && seen[..i].contains(k) {
+                        out.push(Cause::duplicate(&format!("{path}[{i}]"), k));
+                    }
+                }
+            }
             if let Some(is) = items(s) {
                 for (i, item) in list.iter().enumerate() {
                     check(is, item, &format!("{path}[{i}]"), out);
@@ -345,6 +361,9 @@ mod tests {
                 "ports": {"type": "array", "maxItems": 2, "items": {"type": "object", "required": ["port"],
                           "properties": {"port": {"type": "integer"}}}},
                 "tags": {"type": "array", "uniqueItems": true, "items": {"type": "string"}},
+                "envs": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                         "items": {"type": "object", "properties": {"name": {"type": "string"},
+                                                                     "value": {"type": "string"}}}},
                 "labels": {"type": "object", "additionalProperties": {"type": "string"}},
                 "embedded": {"type": "object", "x-kubernetes-embedded-resource": true,
                              "x-kubernetes-preserve-unknown-fields": true}}}}}))
@@ -415,7 +434,8 @@ mod tests {
         let l = lines(json!({"spec": {
             "replicas": 11, "color": "blue", "name": "ABCDEFG", "ratio": 0,
             "when": "yesterday", "ports": [{"port": 1}, {}, {"port": "x"}], "tags": ["a", "a"],
-            "labels": {"k": 1}, "embedded": {"spec": {}}}}));
+            "labels": {"k": 1}, "embedded": {"spec": {}},
+            "envs": [{"name": "a", "value": "1"}, {"name": "b"}, {"name": "a", "value": "2"}]}}));
         let want = [
             "spec: Required value",
             "spec.size: Required value",
@@ -429,6 +449,7 @@ mod tests {
             "spec.ports[1].port: Required value",
             "spec.ports[2].port: Invalid value: \"string\": spec.ports[2].port in body must be of type integer: \"string\"",
             "spec.tags[1]: Duplicate value: \"a\"",
+            "spec.envs[2]: Duplicate value: {\"name\":\"a\"}",
             "spec.labels.k: Invalid value: \"integer\": spec.labels.k in body must be of type string: \"integer\"",
             "spec.embedded.apiVersion: Required value: must not be empty",
             "spec.embedded.kind: Required value: must not be empty",
