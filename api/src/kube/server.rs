@@ -21,7 +21,7 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use super::authn::{self, Identity, Tokens};
-use super::body::{respond, respond_as, MAX_BODY};
+use super::body::{respond, MAX_BODY};
 use super::crd::registry::Registry;
 use super::discovery;
 use super::handler::{self, KubeState};
@@ -380,10 +380,10 @@ async fn dispatch(app: Arc<App>, peer: PeerIdentity, req: Request) -> Result<Res
         [p] | [p, _] if matches!(*p, "healthz" | "livez" | "readyz") && read_only => {
             Ok(health(&app, &path, query.as_deref()).await)
         }
-        ["api"] if read_only => Ok(discovery_answer(reg, &accept, true, || {
+        ["api"] if read_only => Ok(discovery_answer(reg, &headers, &accept, true, || {
             discovery::api_versions(&app.state.server_address)
         })),
-        ["apis"] if read_only => Ok(discovery_answer(reg, &accept, false, || {
+        ["apis"] if read_only => Ok(discovery_answer(reg, &headers, &accept, false, || {
             discovery::api_group_list(reg)
         })),
         ["api", "v1"] if read_only => discovery::api_resource_list(reg, "", "v1")
@@ -491,14 +491,42 @@ fn user_name(id: Option<&Identity>) -> String {
     id.map(|i| i.user.clone()).unwrap_or_default()
 }
 
+/// Legacy or aggregated discovery. Aggregated answers carry an ETag (the document's SHA-512, as upstream)
+/// and answer 304 to a matching `If-None-Match`, so a client's HTTP cache revalidates cheaply and sees a
+/// CRD's resources appear and disappear.
 fn discovery_answer(
     reg: &Registry,
+    headers: &header::HeaderMap,
     accept: &str,
     core: bool,
     legacy: impl FnOnce() -> serde_json::Value,
 ) -> Response {
     match discovery::wants_aggregated(accept) {
-        Some(ct) => respond_as(StatusCode::OK, &discovery::aggregated(reg, core, ct), ct),
+        Some(ct) => {
+            let doc = discovery::aggregated(reg, core, ct);
+            let body = serde_json::to_vec(&doc).unwrap_or_default();
+            let digest = ring::digest::digest(&ring::digest::SHA512, &body);
+            let hex: String = digest.as_ref().iter().map(|b| format!("{b:02X}")).collect();
+            let etag = format!("\"{hex}\"");
+            let matches = headers
+                .get(header::IF_NONE_MATCH)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.split(',').any(|t| t.trim() == etag));
+            let mut r = if matches {
+                StatusCode::NOT_MODIFIED.into_response()
+            } else {
+                (StatusCode::OK, body).into_response()
+            };
+            let h = r.headers_mut();
+            if let (false, Ok(v)) = (matches, header::HeaderValue::from_str(ct)) {
+                h.insert(header::CONTENT_TYPE, v);
+            }
+            if let Ok(v) = header::HeaderValue::from_str(&etag) {
+                h.insert(header::ETAG, v);
+            }
+            h.insert(header::VARY, header::HeaderValue::from_static("Accept"));
+            r
+        }
         None => respond(StatusCode::OK, &legacy()),
     }
 }
@@ -511,6 +539,35 @@ pub fn kubeconfig_path(data_dir: &std::path::Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn aggregated_discovery_revalidates_by_etag() {
+        let reg = Registry::default();
+        let mut h = header::HeaderMap::new();
+        let first = discovery_answer(&reg, &h, discovery::AGGREGATED_V2, false, || {
+            serde_json::json!({})
+        });
+        assert_eq!(first.status(), StatusCode::OK);
+        let etag = first.headers().get(header::ETAG).cloned().expect("etag");
+        h.insert(header::IF_NONE_MATCH, etag.clone());
+        let again = discovery_answer(&reg, &h, discovery::AGGREGATED_V2, false, || {
+            serde_json::json!({})
+        });
+        assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
+        // A new CRD changes the document, so the old ETag no longer matches.
+        reg.load(
+            &[serde_json::json!({"metadata": {"name": "ws.example.com"},
+                "spec": {"group": "example.com", "scope": "Namespaced",
+                         "names": {"plural": "ws", "kind": "W"},
+                         "versions": [{"name": "v1", "served": true, "storage": true}]}})],
+            2,
+        );
+        let changed = discovery_answer(&reg, &h, discovery::AGGREGATED_V2, false, || {
+            serde_json::json!({})
+        });
+        assert_eq!(changed.status(), StatusCode::OK);
+        assert_ne!(changed.headers().get(header::ETAG), Some(&etag));
+    }
 
     #[test]
     fn hosts_from_urls() {
