@@ -70,6 +70,19 @@ pub fn check(root: &JSONSchemaProps, at: &str) -> Vec<Cause> {
             "must be false at the root",
         ));
     }
+    if let Some(meta) = root.properties.as_ref().and_then(|p| p.get("metadata")) {
+        let other = meta
+            .properties
+            .iter()
+            .flatten()
+            .any(|(k, _)| k != "name" && k != "generateName");
+        if other || meta.additional_properties.is_some() || meta.required.is_some() {
+            causes.push(Cause::forbidden(
+                &format!("{at}.properties[metadata]"),
+                "must not specify anything other than name and generateName, but metadata is implicitly specified",
+            ));
+        }
+    }
     node(root, at, true, &mut causes);
     causes
 }
@@ -247,6 +260,16 @@ mod tests {
                 .any(|f| f.starts_with(&format!("{p}[both].additionalProperties: Forbidden"))),
             "{fields:?}"
         );
+        let meta = schema(
+            json!({"type": "object", "properties": {"metadata": {"type": "object",
+            "properties": {"labels": {"type": "object"}}}}}),
+        );
+        assert_eq!(check(&meta, "r")[0].field, "r.properties[metadata]");
+        let name_only = schema(
+            json!({"type": "object", "properties": {"metadata": {"type": "object",
+            "properties": {"name": {"type": "string", "maxLength": 10}}}}}),
+        );
+        assert_eq!(check(&name_only, "r"), vec![]);
         let not_object = schema(json!({"type": "string"}));
         assert_eq!(check(&not_object, "r")[0].field, "r.type");
     }
