@@ -374,7 +374,9 @@ pub fn update(def: &ResourceDef, old: &Value, new: &Value) -> Vec<Cause> {
         }
         ("", "Pod") => pod_update(old, new, &mut causes),
         (crate::kube::crd::GROUP, "CustomResourceDefinition") => {
-            immutable(old, new, "spec.group", &mut causes)
+            // Objects are stored per scope; changing it would strand them.
+            immutable(old, new, "spec.group", &mut causes);
+            immutable(old, new, "spec.scope", &mut causes);
         }
         _ => {}
     }
