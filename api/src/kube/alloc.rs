@@ -41,7 +41,7 @@ async fn claimed(storage: &Storage, key: &str) -> Result<bool, ApiError> {
 
 fn taken(def: &ResourceDef, name: &str, field: &str, value: Value, what: &str) -> ApiError {
     ApiError::Invalid {
-        target: Target::new(def.group, def.kind, name),
+        target: Target::new(&def.group, &def.kind, name),
         causes: vec![Cause::invalid(
             field,
             &value,
@@ -89,7 +89,7 @@ pub async fn allocate(
             }
             s => {
                 let ip: Ipv4Addr = s.parse().map_err(|_| ApiError::Invalid {
-                    target: Target::new(def.group, def.kind, &name),
+                    target: Target::new(&def.group, &def.kind, &name),
                     causes: vec![Cause::invalid(
                         "spec.clusterIPs[0]",
                         &json!(s),
@@ -98,7 +98,7 @@ pub async fn allocate(
                 })?;
                 if !in_net(ip) {
                     return Err(ApiError::Invalid {
-                        target: Target::new(def.group, def.kind, &name),
+                        target: Target::new(&def.group, &def.kind, &name),
                         causes: vec![Cause::invalid(
                             "spec.clusterIPs",
                             &json!([s]),
@@ -139,7 +139,7 @@ pub async fn allocate(
             let port = if given != 0 {
                 if given < NODE_PORTS.0 as i64 || given > NODE_PORTS.1 as i64 {
                     return Err(ApiError::Invalid {
-                        target: Target::new(def.group, def.kind, &name),
+                        target: Target::new(&def.group, &def.kind, &name),
                         causes: vec![Cause::invalid(
                             &format!("spec.ports[{i}].nodePort"),
                             &json!(given),

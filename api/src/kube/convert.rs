@@ -1,5 +1,7 @@
-//! Conversion between served versions and the stored form. Today one case: `events.k8s.io/v1` Events are
-//! stored as core `v1` Events (one storage, as upstream), with their fields renamed both ways.
+//! Conversion between served versions and the stored form: `events.k8s.io/v1` Events are stored as core
+//! `v1` Events (one storage, as upstream), with their fields renamed both ways; custom objects are stored
+//! in their CRD's storage version and served in any served version (conversion strategy `None`: only
+//! `apiVersion` changes), with schema defaults applied on read as upstream does.
 
 use serde_json::{Map, Value};
 
@@ -34,6 +36,13 @@ fn rename(obj: &mut Value, forward: bool) {
 
 /// Turns an object as the client sent it into its stored form.
 pub fn to_storage(def: &ResourceDef, mut obj: Value) -> Value {
+    if let Some(c) = &def.custom {
+        if let Some(m) = obj.as_object_mut() {
+            let av = format!("{}/{}", def.group, c.storage_version);
+            m.insert("apiVersion".into(), Value::String(av));
+        }
+        return obj;
+    }
     if is_events_v1(def) {
         rename(&mut obj, true);
         if let Some(m) = obj.as_object_mut() {
@@ -46,6 +55,15 @@ pub fn to_storage(def: &ResourceDef, mut obj: Value) -> Value {
 
 /// Turns a stored object into the version `def` serves.
 pub fn from_storage(def: &ResourceDef, mut obj: Value) -> Value {
+    if let Some(c) = &def.custom {
+        if let Some(m) = obj.as_object_mut() {
+            m.insert("apiVersion".into(), Value::String(def.api_version()));
+        }
+        if let Some(s) = &c.schema {
+            super::crd::default::apply(s, &mut obj);
+        }
+        return obj;
+    }
     if is_events_v1(def) {
         rename(&mut obj, false);
         if let Some(m) = obj.as_object_mut() {

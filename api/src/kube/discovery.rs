@@ -3,7 +3,8 @@
 
 use serde_json::{json, Value};
 
-use super::resource::{self, ResourceDef};
+use super::crd::registry::Registry;
+use super::resource::ResourceDef;
 
 /// kube-apiserver version keel reports; kubectl's dispatcher picks its client from `minor`.
 pub const KUBE_MAJOR: &str = "1";
@@ -113,30 +114,37 @@ fn aggregated_resource(r: &ResourceDef) -> Value {
     v
 }
 
-fn aggregated_group(group: &str) -> Value {
-    let resources: Vec<Value> = resource::of_group_version(group, "v1")
-        .into_iter()
-        .map(aggregated_resource)
+fn aggregated_group(reg: &Registry, group: &str, versions: &[String]) -> Value {
+    let versions: Vec<Value> = versions
+        .iter()
+        .map(|v| {
+            let resources: Vec<Value> = reg
+                .of_group_version(group, v)
+                .iter()
+                .map(|r| aggregated_resource(r))
+                .collect();
+            json!({"version": v, "resources": resources, "freshness": "Current"})
+        })
         .collect();
     json!({
         "metadata": {"name": group, "creationTimestamp": null},
-        "versions": [{"version": "v1", "resources": resources, "freshness": "Current"}],
+        "versions": versions,
     })
 }
 
 /// The aggregated document for `/api` (core) or `/apis` (every named group).
-pub fn aggregated(core: bool, content_type: &str) -> Value {
+pub fn aggregated(reg: &Registry, core: bool, content_type: &str) -> Value {
     let version = if content_type == AGGREGATED_V2BETA1 {
         "apidiscovery.k8s.io/v2beta1"
     } else {
         "apidiscovery.k8s.io/v2"
     };
     let items: Vec<Value> = if core {
-        vec![aggregated_group("")]
+        vec![aggregated_group(reg, "", &["v1".to_string()])]
     } else {
-        resource::groups()
-            .into_iter()
-            .map(aggregated_group)
+        reg.groups()
+            .iter()
+            .map(|(g, vs)| aggregated_group(reg, g, vs))
             .collect()
     };
     json!({
@@ -156,36 +164,43 @@ pub fn api_versions(server_address: &str) -> Value {
     })
 }
 
-fn group_doc(group: &str) -> Value {
-    let gv = json!({"groupVersion": format!("{group}/v1"), "version": "v1"});
-    json!({"name": group, "versions": [gv.clone()], "preferredVersion": gv})
+fn group_doc(group: &str, versions: &[String]) -> Value {
+    let gvs: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
+        .collect();
+    let preferred = gvs.first().cloned().unwrap_or(Value::Null);
+    json!({"name": group, "versions": gvs, "preferredVersion": preferred})
 }
 
 /// Legacy `/apis`.
-pub fn api_group_list() -> Value {
-    let groups: Vec<Value> = resource::groups().into_iter().map(group_doc).collect();
+pub fn api_group_list(reg: &Registry) -> Value {
+    let groups: Vec<Value> = reg
+        .groups()
+        .iter()
+        .map(|(g, vs)| group_doc(g, vs))
+        .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
 /// Legacy `/apis/<group>`, if served.
-pub fn api_group(group: &str) -> Option<Value> {
-    if !resource::groups().contains(&group) {
-        return None;
-    }
-    let mut g = group_doc(group);
+pub fn api_group(reg: &Registry, group: &str) -> Option<Value> {
+    let groups = reg.groups();
+    let (_, versions) = groups.iter().find(|(g, _)| g == group)?;
+    let mut g = group_doc(group, versions);
     g["kind"] = json!("APIGroup");
     g["apiVersion"] = json!("v1");
     Some(g)
 }
 
 /// Legacy `/api/v1` or `/apis/<group>/<version>`, if served.
-pub fn api_resource_list(group: &str, version: &str) -> Option<Value> {
-    let defs = resource::of_group_version(group, version);
+pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<Value> {
+    let defs = reg.of_group_version(group, version);
     if defs.is_empty() {
         return None;
     }
     let mut list = Vec::new();
-    for r in defs {
+    for r in defs.iter() {
         let mut v = json!({
             "name": r.plural,
             "singularName": r.singular,
@@ -236,7 +251,8 @@ mod tests {
 
     #[test]
     fn apps_group_lists_deployments_with_scale() {
-        let doc = aggregated(false, AGGREGATED_V2);
+        let reg = Registry::default();
+        let doc = aggregated(&reg, false, AGGREGATED_V2);
         let apps = doc["items"]
             .as_array()
             .and_then(|a| a.iter().find(|g| g["metadata"]["name"] == "apps"))
@@ -249,7 +265,7 @@ mod tests {
             .expect("deployments");
         assert_eq!(deploy["subresources"][0]["subresource"], "scale");
         assert_eq!(deploy["shortNames"][0], "deploy");
-        let core = aggregated(true, AGGREGATED_V2);
+        let core = aggregated(&reg, true, AGGREGATED_V2);
         assert_eq!(core["items"][0]["metadata"]["name"], "");
     }
 }

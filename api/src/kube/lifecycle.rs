@@ -12,8 +12,9 @@ use serde_json::{json, Value};
 use tracing::{debug, warn};
 
 use super::alloc;
+use super::crd::registry::Registry;
 use super::object;
-use super::resource::{self, ResourceDef, BUILTIN};
+use super::resource::{self, ResourceDef};
 use super::status::{ApiError, Target};
 use super::storage::{prefix_end, Storage, WriteOutcome};
 
@@ -81,17 +82,23 @@ async fn ensure(storage: &Storage, key: &str, obj: &Value) -> Result<(), ApiErro
     Ok(())
 }
 
-fn namespaced_defs() -> impl Iterator<Item = &'static ResourceDef> {
-    // events.k8s.io shares storage with core events: visit each storage once.
-    BUILTIN
-        .iter()
-        .filter(|d| d.namespaced && d.group != "events.k8s.io")
+/// Every namespaced storage, once: built-ins and custom resources (all versions of a CRD share one).
+fn namespaced_defs(registry: &Registry) -> Vec<Arc<ResourceDef>> {
+    let mut out: Vec<Arc<ResourceDef>> = Vec::new();
+    for d in registry.all() {
+        // events.k8s.io shares storage with core events.
+        if d.namespaced && d.group != "events.k8s.io" && !out.iter().any(|o| o.storage == d.storage)
+        {
+            out.push(d);
+        }
+    }
+    out
 }
 
 /// Deletes what is in a terminating namespace; returns how many objects remain.
-async fn purge(storage: &Storage, ns: &str) -> Result<usize, ApiError> {
+async fn purge(storage: &Storage, registry: &Registry, ns: &str) -> Result<usize, ApiError> {
     let mut remaining = 0;
-    for def in namespaced_defs() {
+    for def in namespaced_defs(registry) {
         let prefix = def.ns_prefix(ns);
         let page = storage.range(prefix.as_bytes(), &prefix_end(prefix.as_bytes()), 0, 0)?;
         for (key, st) in page.items {
@@ -133,7 +140,7 @@ async fn purge(storage: &Storage, ns: &str) -> Result<usize, ApiError> {
                 }
                 continue;
             }
-            let release = alloc::claims_of(def, &st.object);
+            let release = alloc::claims_of(&def, &st.object);
             if let WriteOutcome::Done(_) =
                 storage.delete_if(&key, st.mod_revision, &release).await?
             {
@@ -144,12 +151,16 @@ async fn purge(storage: &Storage, ns: &str) -> Result<usize, ApiError> {
     Ok(remaining)
 }
 
-async fn finish_namespace(storage: &Storage, name: &str) -> Result<(), ApiError> {
+async fn finish_namespace(
+    storage: &Storage,
+    registry: &Registry,
+    name: &str,
+) -> Result<(), ApiError> {
     let key = format!("/registry/namespaces/{name}");
     let Some(st) = storage.get(&key, true).await? else {
         return Ok(());
     };
-    if purge(storage, name).await? > 0 {
+    if purge(storage, registry, name).await? > 0 {
         return Ok(());
     }
     let mut o = st.object.clone();
@@ -166,7 +177,7 @@ async fn finish_namespace(storage: &Storage, name: &str) -> Result<(), ApiError>
 }
 
 /// One pass: default namespaces, default ServiceAccounts, terminating namespaces.
-pub async fn reconcile(storage: &Storage) -> Result<(), ApiError> {
+pub async fn reconcile(storage: &Storage, registry: &Registry) -> Result<(), ApiError> {
     for ns in DEFAULT_NAMESPACES {
         ensure(
             storage,
@@ -183,7 +194,7 @@ pub async fn reconcile(storage: &Storage) -> Result<(), ApiError> {
     for (_, st) in page.items {
         let name = object::name(&st.object).to_string();
         if object::is_deleting(&st.object) {
-            finish_namespace(storage, &name).await?;
+            finish_namespace(storage, registry, &name).await?;
             continue;
         }
         let sa_key = format!("/registry/serviceaccounts/{name}/default");
@@ -198,11 +209,15 @@ pub async fn reconcile(storage: &Storage) -> Result<(), ApiError> {
 }
 
 /// Runs [`reconcile`] while this member leads, until `stop` fires.
-pub async fn run(storage: Storage, mut stop: tokio::sync::watch::Receiver<bool>) {
+pub async fn run(
+    storage: Storage,
+    registry: Arc<Registry>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
     let storage = Arc::new(storage);
     loop {
         if storage.node().is_leader() {
-            if let Err(e) = reconcile(&storage).await {
+            if let Err(e) = reconcile(&storage, &registry).await {
                 warn!(error = %e, "namespace lifecycle pass failed; will retry");
             }
         }

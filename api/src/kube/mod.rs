@@ -3,7 +3,8 @@
 //!
 //! - `server`: PKI bootstrap, TLS, authentication, routing of non-resource paths.
 //! - `handler`: resource verbs (get, list, watch, create, update, patch, delete, scale).
-//! - `resource`: the table of served resources; `discovery`: documents built from it.
+//! - `resource`: the table of built-in resources; `crd`: CustomResourceDefinitions and the run-time registry
+//!   of served resources (built-ins plus custom resources); `discovery`: documents built from it.
 //! - `storage`: objects as JSON under `/registry/...`, resourceVersion = mod revision.
 //! - `admission`: defaulting and validation; `alloc`: Service IPs and node ports; `lifecycle`: namespaces.
 //! - `table`: `kubectl get` columns; `selector`: label and field selectors; `status`: every error answer.
@@ -13,6 +14,7 @@ pub mod alloc;
 pub mod authn;
 pub mod body;
 pub mod convert;
+pub mod crd;
 pub mod discovery;
 pub mod handler;
 pub mod kubernetes_service;

@@ -6,26 +6,80 @@
 //! whether the server validates fields (`fieldValidation` among the operations' parameters).
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
+use bytes::Bytes;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use schemars::generate::{SchemaGenerator, SchemaSettings};
 use serde_json::{json, Map, Value};
 
+use super::crd::registry::Registry;
 use super::resource::{self, ResourceDef, BUILTIN};
 
 /// One group-version's document, serialized, and its hash.
+#[derive(Debug, Clone)]
 pub struct Document {
     /// The JSON body.
-    pub body: Vec<u8>,
+    pub body: Bytes,
     /// Uppercase hex SHA-512 of `body`.
     pub hash: String,
 }
 
 fn add_schema(gen: &mut SchemaGenerator, def: &ResourceDef) -> Option<String> {
+    if def.custom.is_some() {
+        gen.subschema_for::<ObjectMeta>();
+        let group: Vec<&str> = def.group.split('.').rev().collect();
+        return Some(format!("{}.{}.{}", group.join("."), def.version, def.kind));
+    }
     super::types::with_builtin_type!(def.group, def.kind, T => {
         gen.subschema_for::<T>();
         Some(<T as schemars::JsonSchema>::schema_name().to_string())
     }, _ => None)
+}
+
+/// Publishes `x-kubernetes-int-or-string` nodes with their two alternatives, as upstream does, so clients
+/// (kubectl explain) see an IntOrString rather than an untyped object.
+fn int_or_string_alternatives(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            if m.get("x-kubernetes-int-or-string") == Some(&json!(true)) && !m.contains_key("anyOf")
+            {
+                m.insert(
+                    "anyOf".into(),
+                    json!([{"type": "integer"}, {"type": "string"}]),
+                );
+            }
+            for child in m.values_mut() {
+                int_or_string_alternatives(child);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(int_or_string_alternatives),
+        _ => {}
+    }
+}
+
+/// A custom resource's schema as a document component: its CRD's `openAPIV3Schema` with `apiVersion`,
+/// `kind` and `metadata` (a reference to ObjectMeta) filled in, as upstream publishes it.
+fn custom_schema(def: &ResourceDef, prefix: &str) -> Value {
+    let schema = def
+        .custom
+        .as_ref()
+        .and_then(|c| c.schema.as_ref())
+        .and_then(|s| serde_json::to_value(s).ok());
+    let mut s = match schema {
+        Some(Value::Object(m)) => Value::Object(m),
+        _ => json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+    };
+    s["type"] = json!("object");
+    int_or_string_alternatives(&mut s);
+    let meta_name = <ObjectMeta as schemars::JsonSchema>::schema_name().to_string();
+    if !s.get("properties").is_some_and(Value::is_object) {
+        s["properties"] = json!({});
+    }
+    s["properties"]["apiVersion"] = json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values."});
+    s["properties"]["kind"] = json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. In CamelCase."});
+    s["properties"]["metadata"] = json!({"$ref": format!("{prefix}{meta_name}"), "description": "Standard object's metadata."});
+    s
 }
 
 fn param(name: &str, description: &str) -> Value {
@@ -90,7 +144,7 @@ fn operations(def: &ResourceDef, schema_ref: &str) -> Vec<(String, Value)> {
 }
 
 /// Schemas of every served kind, as OpenAPI v3 components or v2 definitions.
-fn schemas(v3: bool, defs: &[&ResourceDef]) -> (Map<String, Value>, Vec<(String, Value)>) {
+fn schemas(v3: bool, defs: &[Arc<ResourceDef>]) -> (Map<String, Value>, Vec<(String, Value)>) {
     let settings = if v3 {
         SchemaSettings::openapi3()
     } else {
@@ -102,7 +156,7 @@ fn schemas(v3: bool, defs: &[&ResourceDef]) -> (Map<String, Value>, Vec<(String,
     let mut names = Vec::new();
     for def in defs {
         if let Some(n) = add_schema(&mut gen, def) {
-            names.push((n, *def));
+            names.push((n, def));
         }
     }
     let mut definitions = gen.take_definitions(true);
@@ -114,6 +168,9 @@ fn schemas(v3: bool, defs: &[&ResourceDef]) -> (Map<String, Value>, Vec<(String,
     };
     let mut paths = Vec::new();
     for (name, def) in names {
+        if def.custom.is_some() {
+            definitions.insert(name.clone(), custom_schema(def, prefix));
+        }
         if let Some(s) = definitions.get_mut(&name).and_then(Value::as_object_mut) {
             let gvk = json!([{"group": def.group, "version": def.version, "kind": def.kind}]);
             s.insert("x-kubernetes-group-version-kind".into(), gvk);
@@ -165,9 +222,8 @@ fn hash(body: &[u8]) -> String {
     d.as_ref().iter().map(|b| format!("{b:02X}")).collect()
 }
 
-fn v3_document(group: &str, version: &str) -> Document {
-    let defs = resource::of_group_version(group, version);
-    let (components, paths) = schemas(true, &defs);
+fn build_v3(defs: &[Arc<ResourceDef>]) -> Document {
+    let (components, paths) = schemas(true, defs);
     let paths: Map<String, Value> = paths.into_iter().collect();
     let doc = json!({
         "openapi": "3.0.0",
@@ -178,19 +234,33 @@ fn v3_document(group: &str, version: &str) -> Document {
     let body = serde_json::to_vec(&doc).unwrap_or_default();
     Document {
         hash: hash(&body),
-        body,
+        body: Bytes::from(body),
+    }
+}
+
+/// `(group, version)` of a path under `/openapi/v3/` (`api/v1`, `apis/<group>/<version>`).
+fn parse_gv(gv: &str) -> Option<(&str, &str)> {
+    let parts: Vec<&str> = gv.split('/').collect();
+    match parts.as_slice() {
+        ["api", v] => Some(("", v)),
+        ["apis", g, v] => Some((g, v)),
+        _ => None,
+    }
+}
+
+fn gv_path(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
     }
 }
 
 /// `api/v1`, `apis/apps/v1`, ...: every served group-version's path under `/openapi/v3/`.
-pub fn group_versions() -> Vec<String> {
+pub fn group_versions(reg: &Registry) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    for r in BUILTIN {
-        let gv = if r.group.is_empty() {
-            format!("api/{}", r.version)
-        } else {
-            format!("apis/{}/{}", r.group, r.version)
-        };
+    for r in reg.all() {
+        let gv = gv_path(&r.group, &r.version);
         if !out.contains(&gv) {
             out.push(gv);
         }
@@ -198,57 +268,86 @@ pub fn group_versions() -> Vec<String> {
     out
 }
 
-/// The v3 documents, built once.
-pub fn v3() -> &'static BTreeMap<String, Document> {
+/// The built-in group-versions' documents, built once.
+fn builtin_v3() -> &'static BTreeMap<String, Document> {
     static DOCS: OnceLock<BTreeMap<String, Document>> = OnceLock::new();
     DOCS.get_or_init(|| {
-        group_versions()
-            .into_iter()
-            .map(|gv| {
-                let parts: Vec<&str> = gv.split('/').collect();
-                let doc = match parts.as_slice() {
-                    ["api", v] => v3_document("", v),
-                    ["apis", g, v] => v3_document(g, v),
-                    _ => Document {
-                        body: b"{}".to_vec(),
-                        hash: hash(b"{}"),
-                    },
-                };
-                (gv, doc)
+        let mut gvs: Vec<(String, String)> = Vec::new();
+        for r in BUILTIN.iter() {
+            let gv = (r.group.to_string(), r.version.to_string());
+            if !gvs.contains(&gv) {
+                gvs.push(gv);
+            }
+        }
+        gvs.into_iter()
+            .map(|(g, v)| {
+                let doc = build_v3(&resource::of_group_version(&g, &v));
+                (gv_path(&g, &v), doc)
             })
             .collect()
     })
 }
 
-/// The `/openapi/v3` index.
-pub fn v3_index() -> Value {
-    let paths: Map<String, Value> = v3()
+/// The v3 document of one group-version path (`apis/apps/v1`), if served. Group-versions with custom
+/// resources are built from the registry's current view and kept with it until a CRD changes.
+pub fn v3_document(reg: &Registry, gv: &str) -> Option<Document> {
+    let (group, version) = parse_gv(gv)?;
+    let served = reg.served();
+    if !served
+        .defs
         .iter()
-        .map(|(gv, d)| {
-            (
-                gv.clone(),
-                json!({"serverRelativeURL": format!("/openapi/v3/{gv}?hash={}", d.hash)}),
-            )
+        .any(|d| d.group == group && d.version == version)
+    {
+        return builtin_v3().get(gv).cloned();
+    }
+    let mut cache = match served.openapi_v3.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    if let Some(d) = cache.get(gv) {
+        return Some(d.clone());
+    }
+    let doc = build_v3(&reg.of_group_version(group, version));
+    cache.insert(gv.to_string(), doc.clone());
+    Some(doc)
+}
+
+/// The `/openapi/v3` index.
+pub fn v3_index(reg: &Registry) -> Value {
+    let paths: Map<String, Value> = group_versions(reg)
+        .into_iter()
+        .filter_map(|gv| {
+            let d = v3_document(reg, &gv)?;
+            let url = json!({"serverRelativeURL": format!("/openapi/v3/{gv}?hash={}", d.hash)});
+            Some((gv, url))
         })
         .collect();
     json!({"paths": paths})
 }
 
-/// The `/openapi/v2` document (JSON), built once.
-pub fn v2() -> &'static [u8] {
-    static DOC: OnceLock<Vec<u8>> = OnceLock::new();
-    DOC.get_or_init(|| {
-        let defs: Vec<&ResourceDef> = BUILTIN.iter().collect();
-        let (definitions, paths) = schemas(false, &defs);
-        let paths: Map<String, Value> = paths.into_iter().collect();
-        let doc = json!({
-            "swagger": "2.0",
-            "info": {"title": "Kubernetes", "version": super::discovery::KUBE_GIT_VERSION},
-            "paths": paths,
-            "definitions": definitions,
-        });
-        serde_json::to_vec(&doc).unwrap_or_default()
-    })
+fn build_v2(defs: &[Arc<ResourceDef>]) -> Bytes {
+    let (definitions, paths) = schemas(false, defs);
+    let paths: Map<String, Value> = paths.into_iter().collect();
+    let doc = json!({
+        "swagger": "2.0",
+        "info": {"title": "Kubernetes", "version": super::discovery::KUBE_GIT_VERSION},
+        "paths": paths,
+        "definitions": definitions,
+    });
+    Bytes::from(serde_json::to_vec(&doc).unwrap_or_default())
+}
+
+/// The `/openapi/v2` document (JSON): built once for the built-ins, and once per change of CRDs.
+pub fn v2(reg: &Registry) -> Bytes {
+    static BUILTIN_DOC: OnceLock<Bytes> = OnceLock::new();
+    let served = reg.served();
+    if served.defs.is_empty() {
+        return BUILTIN_DOC.get_or_init(|| build_v2(&BUILTIN)).clone();
+    }
+    served
+        .openapi_v2
+        .get_or_init(|| build_v2(&reg.all()))
+        .clone()
 }
 
 #[cfg(test)]
@@ -257,8 +356,8 @@ mod tests {
 
     #[test]
     fn apps_document_has_deployment_with_gvk_and_field_validation() {
-        let docs = v3();
-        let apps = docs.get("apis/apps/v1").expect("apps/v1");
+        let reg = Registry::default();
+        let apps = v3_document(&reg, "apis/apps/v1").expect("apps/v1");
         let v: Value = serde_json::from_slice(&apps.body).expect("json");
         let d = &v["components"]["schemas"]["io.k8s.api.apps.v1.Deployment"];
         assert_eq!(
@@ -281,7 +380,7 @@ mod tests {
             &v["components"]["schemas"]["io.k8s.api.core.v1.PodSpec"]["properties"]["containers"];
         assert_eq!(containers["x-kubernetes-patch-merge-key"], "name");
         assert_eq!(containers["x-kubernetes-patch-strategy"], "merge");
-        assert!(v3_index()["paths"]["api/v1"]["serverRelativeURL"]
+        assert!(v3_index(&reg)["paths"]["api/v1"]["serverRelativeURL"]
             .as_str()
             .expect("url")
             .contains("?hash="));

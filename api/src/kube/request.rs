@@ -1,15 +1,17 @@
 //! What a resource request asks for: the route parsed from the URL path and the query parameters.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use super::resource::{self, ResourceDef};
+use super::crd::registry::Registry;
+use super::resource::ResourceDef;
 use super::status::ApiError;
 
 /// The object or collection a URL names.
 #[derive(Debug, Clone)]
 pub struct Route {
     /// The resource.
-    pub def: &'static ResourceDef,
+    pub def: Arc<ResourceDef>,
     /// Namespace from the path (None for cluster-scoped resources or all-namespace lists).
     pub namespace: Option<String>,
     /// Object name, if the path names one.
@@ -21,7 +23,12 @@ pub struct Route {
 }
 
 /// Parses the segments after `/api/v1/` or `/apis/<group>/<version>/`.
-pub fn parse_route(group: &str, version: &str, segments: &[&str]) -> Result<Route, ApiError> {
+pub fn parse_route(
+    registry: &Registry,
+    group: &str,
+    version: &str,
+    segments: &[&str],
+) -> Result<Route, ApiError> {
     let mut segs: Vec<&str> = segments.iter().copied().filter(|s| !s.is_empty()).collect();
     let mut legacy_watch = false;
     if segs.first() == Some(&"watch") {
@@ -44,14 +51,16 @@ pub fn parse_route(group: &str, version: &str, segments: &[&str]) -> Result<Rout
         [plural, name, sub] => (*plural, Some(*name), Some(*sub)),
         _ => return Err(ApiError::NoRoute),
     };
-    let def = resource::find(group, version, plural).ok_or(ApiError::NoRoute)?;
+    let def = registry
+        .find(group, version, plural)
+        .ok_or(ApiError::NoRoute)?;
     if namespace.is_some() && !def.namespaced {
         return Err(ApiError::NoRoute);
     }
     if let Some(s) = sub {
         let served = (s == "status" && def.status)
             || (s == "scale" && def.scale)
-            || (s == "finalize" && def.kind == "Namespace" && def.group.is_empty());
+            || (s == "finalize" && def.gk() == ("", "Namespace"));
         if !served {
             return Err(ApiError::NoRoute);
         }
@@ -144,6 +153,8 @@ mod tests {
 
     #[test]
     fn routes() {
+        let reg = Registry::default();
+        let parse_route = |g, v, s: &[&str]| super::parse_route(&reg, g, v, s);
         let r = parse_route(
             "",
             "v1",

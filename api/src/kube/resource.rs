@@ -1,7 +1,17 @@
 //! What the Kubernetes API serves: one [`ResourceDef`] per resource, looked up by URL segments.
 //!
 //! Discovery, storage keys, Table printers, field selectors and defaulting all read this one table, so a
-//! resource is added in one place.
+//! resource is added in one place. Custom resources (CRDs) get definitions of the same type at run time
+//! from [`super::crd::registry::Registry`], so definitions are shared as `Arc<ResourceDef>` and their names
+//! are `Cow`s: borrowed for built-ins, owned for custom resources (freed when the CRD goes away).
+
+use std::borrow::Cow;
+use std::sync::{Arc, LazyLock};
+
+/// A name in a definition: static for built-ins, owned for custom resources.
+pub type Str = Cow<'static, str>;
+/// A list of names (short names, categories).
+pub type Names = Vec<Str>;
 
 /// Which `kubectl get` columns a resource prints (see `table/`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,33 +37,35 @@ pub enum Printer {
     RoleBinding,
     /// Upstream's fallback: Name and Created At.
     Default,
+    /// A custom resource: Name, then its CRD's additionalPrinterColumns (Age when it declares none).
+    Custom,
 }
 
 /// One served resource of one group-version.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ResourceDef {
     /// API group, "" for core.
-    pub group: &'static str,
+    pub group: Str,
     /// Version, e.g. `v1`.
-    pub version: &'static str,
+    pub version: Str,
     /// Kind of a single object.
-    pub kind: &'static str,
+    pub kind: Str,
     /// URL segment (plural, lowercase).
-    pub plural: &'static str,
+    pub plural: Str,
     /// Singular name (`kubectl get deployment`).
-    pub singular: &'static str,
+    pub singular: Str,
     /// Namespaced or cluster-scoped.
     pub namespaced: bool,
     /// `kubectl get po` style aliases.
-    pub short_names: &'static [&'static str],
+    pub short_names: Names,
     /// `all` etc.
-    pub categories: &'static [&'static str],
+    pub categories: Names,
     /// Served `/status`.
     pub status: bool,
     /// Served `/scale` (autoscaling/v1 Scale).
     pub scale: bool,
     /// Key segment under `/registry/` (upstream's layout: `minions`, `services/specs`, ...).
-    pub storage: &'static str,
+    pub storage: Str,
     /// Table columns.
     pub printer: Printer,
     /// Field selectors beyond `metadata.name` / `metadata.namespace`.
@@ -62,9 +74,16 @@ pub struct ResourceDef {
     pub create_on_update: bool,
     /// Spec changes bump `metadata.generation` (kinds with a spec/status split).
     pub tracks_generation: bool,
+    /// What a custom resource adds (schema, printer columns, scale paths); None for built-ins.
+    pub custom: Option<Arc<super::crd::Custom>>,
 }
 
 impl ResourceDef {
+    /// `(group, kind)`, for matching on kinds.
+    pub fn gk(&self) -> (&str, &str) {
+        (&self.group, &self.kind)
+    }
+
     /// `apps/v1`, or `v1` for core.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {
@@ -140,411 +159,441 @@ macro_rules! res {
     ($group:expr, $kind:expr, $plural:expr, $singular:expr, ns=$ns:expr, short=$short:expr, cat=$cat:expr,
      status=$status:expr, scale=$scale:expr, storage=$storage:expr, printer=$printer:ident, fields=$fields:expr,
      cou=$cou:expr, gen=$gen:expr) => {
-        ResourceDef {
-            group: $group,
-            version: "v1",
-            kind: $kind,
-            plural: $plural,
-            singular: $singular,
+        Arc::new(ResourceDef {
+            group: Cow::Borrowed($group),
+            version: Cow::Borrowed("v1"),
+            kind: Cow::Borrowed($kind),
+            plural: Cow::Borrowed($plural),
+            singular: Cow::Borrowed($singular),
             namespaced: $ns,
-            short_names: $short,
-            categories: $cat,
+            short_names: names($short),
+            categories: names($cat),
             status: $status,
             scale: $scale,
-            storage: $storage,
+            storage: Cow::Borrowed($storage),
             printer: Printer::$printer,
             fields: $fields,
             create_on_update: $cou,
             tracks_generation: $gen,
-        }
+            custom: None,
+        })
     };
 }
 
-/// Every built-in resource keel serves, in discovery order.
-pub static BUILTIN: &[ResourceDef] = &[
-    res!(
-        "",
-        "Namespace",
-        "namespaces",
-        "namespace",
-        ns = false,
-        short = &["ns"],
-        cat = NONE,
-        status = true,
-        scale = false,
-        storage = "namespaces",
-        printer = Namespace,
-        fields = &["status.phase"],
-        cou = false,
-        gen = false
-    ),
-    res!(
-        "",
-        "Pod",
-        "pods",
-        "pod",
-        ns = true,
-        short = &["po"],
-        cat = ALL,
-        status = true,
-        scale = false,
-        storage = "pods",
-        printer = Pod,
-        fields = POD_FIELDS,
-        cou = false,
-        gen = false
-    ),
-    res!(
-        "",
-        "Node",
-        "nodes",
-        "node",
-        ns = false,
-        short = &["no"],
-        cat = NONE,
-        status = true,
-        scale = false,
-        storage = "minions",
-        printer = Node,
-        fields = &["spec.unschedulable"],
-        cou = false,
-        gen = false
-    ),
-    res!(
-        "",
-        "Service",
-        "services",
-        "service",
-        ns = true,
-        short = &["svc"],
-        cat = ALL,
-        status = true,
-        scale = false,
-        storage = "services/specs",
-        printer = Service,
-        fields = &["spec.clusterIP", "spec.type"],
-        cou = false,
-        gen = false
-    ),
-    res!(
-        "",
-        "Endpoints",
-        "endpoints",
-        "endpoints",
-        ns = true,
-        short = &["ep"],
-        cat = NONE,
-        status = false,
-        scale = false,
-        storage = "services/endpoints",
-        printer = Endpoints,
-        fields = NONE,
-        cou = true,
-        gen = false
-    ),
-    res!(
-        "",
-        "ConfigMap",
-        "configmaps",
-        "configmap",
-        ns = true,
-        short = &["cm"],
-        cat = NONE,
-        status = false,
-        scale = false,
-        storage = "configmaps",
-        printer = ConfigMap,
-        fields = NONE,
-        cou = false,
-        gen = false
-    ),
-    res!(
-        "",
-        "Secret",
-        "secrets",
-        "secret",
-        ns = true,
-        short = NONE,
-        cat = NONE,
-        status = false,
-        scale = false,
-        storage = "secrets",
-        printer = Secret,
-        fields = &["type"],
-        cou = false,
-        gen = false
-    ),
-    res!(
-        "",
-        "ServiceAccount",
-        "serviceaccounts",
-        "serviceaccount",
-        ns = true,
-        short = &["sa"],
-        cat = NONE,
-        status = false,
-        scale = false,
-        storage = "serviceaccounts",
-        printer = ServiceAccount,
-        fields = NONE,
-        cou = false,
-        gen = false
-    ),
-    res!(
-        "",
-        "Event",
-        "events",
-        "event",
-        ns = true,
-        short = &["ev"],
-        cat = NONE,
-        status = false,
-        scale = false,
-        storage = "events",
-        printer = Event,
-        fields = EVENT_FIELDS,
-        cou = true,
-        gen = false
-    ),
-    res!(
-        "apps",
-        "Deployment",
-        "deployments",
-        "deployment",
-        ns = true,
-        short = &["deploy"],
-        cat = ALL,
-        status = true,
-        scale = true,
-        storage = "deployments",
-        printer = Deployment,
-        fields = NONE,
-        cou = false,
-        gen = true
-    ),
-    res!(
-        "apps",
-        "ReplicaSet",
-        "replicasets",
-        "replicaset",
-        ns = true,
-        short = &["rs"],
-        cat = ALL,
-        status = true,
-        scale = true,
-        storage = "replicasets",
-        printer = ReplicaSet,
-        fields = &["status.replicas"],
-        cou = false,
-        gen = true
-    ),
-    res!(
-        "apps",
-        "StatefulSet",
-        "statefulsets",
-        "statefulset",
-        ns = true,
-        short = &["sts"],
-        cat = ALL,
-        status = true,
-        scale = true,
-        storage = "statefulsets",
-        printer = StatefulSet,
-        fields = NONE,
-        cou = false,
-        gen = true
-    ),
-    res!(
-        "apps",
-        "DaemonSet",
-        "daemonsets",
-        "daemonset",
-        ns = true,
-        short = &["ds"],
-        cat = ALL,
-        status = true,
-        scale = false,
-        storage = "daemonsets",
-        printer = DaemonSet,
-        fields = NONE,
-        cou = false,
-        gen = true
-    ),
-    res!(
-        "events.k8s.io",
-        "Event",
-        "events",
-        "event",
-        ns = true,
-        short = &["ev"],
-        cat = NONE,
-        status = false,
-        scale = false,
-        storage = "events",
-        printer = EventsV1,
-        fields = EVENT_FIELDS,
-        cou = true,
-        gen = false
-    ),
-    res!(
-        "batch",
-        "Job",
-        "jobs",
-        "job",
-        ns = true,
-        short = NONE,
-        cat = ALL,
-        status = true,
-        scale = false,
-        storage = "jobs",
-        printer = Job,
-        fields = &["status.successful"],
-        cou = false,
-        gen = true
-    ),
-    res!(
-        "batch",
-        "CronJob",
-        "cronjobs",
-        "cronjob",
-        ns = true,
-        short = &["cj"],
-        cat = ALL,
-        status = true,
-        scale = false,
-        storage = "cronjobs",
-        printer = CronJob,
-        fields = NONE,
-        cou = false,
-        gen = true
-    ),
-    res!(
-        "rbac.authorization.k8s.io",
-        "ClusterRoleBinding",
-        "clusterrolebindings",
-        "clusterrolebinding",
-        ns = false,
-        short = NONE,
-        cat = NONE,
-        status = false,
-        scale = false,
-        storage = "clusterrolebindings",
-        printer = RoleBinding,
-        fields = NONE,
-        cou = true,
-        gen = false
-    ),
-    res!(
-        "rbac.authorization.k8s.io",
-        "ClusterRole",
-        "clusterroles",
-        "clusterrole",
-        ns = false,
-        short = NONE,
-        cat = NONE,
-        status = false,
-        scale = false,
-        storage = "clusterroles",
-        printer = Default,
-        fields = NONE,
-        cou = true,
-        gen = false
-    ),
-    res!(
-        "rbac.authorization.k8s.io",
-        "RoleBinding",
-        "rolebindings",
-        "rolebinding",
-        ns = true,
-        short = NONE,
-        cat = NONE,
-        status = false,
-        scale = false,
-        storage = "rolebindings",
-        printer = RoleBinding,
-        fields = NONE,
-        cou = true,
-        gen = false
-    ),
-    res!(
-        "rbac.authorization.k8s.io",
-        "Role",
-        "roles",
-        "role",
-        ns = true,
-        short = NONE,
-        cat = NONE,
-        status = false,
-        scale = false,
-        storage = "roles",
-        printer = Default,
-        fields = NONE,
-        cou = true,
-        gen = false
-    ),
-    res!(
-        "coordination.k8s.io",
-        "Lease",
-        "leases",
-        "lease",
-        ns = true,
-        short = NONE,
-        cat = NONE,
-        status = false,
-        scale = false,
-        storage = "leases",
-        printer = Lease,
-        fields = NONE,
-        cou = true,
-        gen = false
-    ),
-    res!(
-        "discovery.k8s.io",
-        "EndpointSlice",
-        "endpointslices",
-        "endpointslice",
-        ns = true,
-        short = NONE,
-        cat = NONE,
-        status = false,
-        scale = false,
-        storage = "endpointslices",
-        printer = EndpointSlice,
-        fields = NONE,
-        cou = false,
-        gen = false
-    ),
-];
+fn names(list: &'static [&'static str]) -> Names {
+    list.iter().map(|n| Cow::Borrowed(*n)).collect()
+}
 
-/// The groups in discovery order (core first, as `/apis` lists the rest).
+/// Every built-in resource keel serves, in discovery order.
+pub static BUILTIN: LazyLock<Vec<Arc<ResourceDef>>> = LazyLock::new(|| {
+    vec![
+        res!(
+            "",
+            "Namespace",
+            "namespaces",
+            "namespace",
+            ns = false,
+            short = &["ns"],
+            cat = NONE,
+            status = true,
+            scale = false,
+            storage = "namespaces",
+            printer = Namespace,
+            fields = &["status.phase"],
+            cou = false,
+            gen = false
+        ),
+        res!(
+            "",
+            "Pod",
+            "pods",
+            "pod",
+            ns = true,
+            short = &["po"],
+            cat = ALL,
+            status = true,
+            scale = false,
+            storage = "pods",
+            printer = Pod,
+            fields = POD_FIELDS,
+            cou = false,
+            gen = false
+        ),
+        res!(
+            "",
+            "Node",
+            "nodes",
+            "node",
+            ns = false,
+            short = &["no"],
+            cat = NONE,
+            status = true,
+            scale = false,
+            storage = "minions",
+            printer = Node,
+            fields = &["spec.unschedulable"],
+            cou = false,
+            gen = false
+        ),
+        res!(
+            "",
+            "Service",
+            "services",
+            "service",
+            ns = true,
+            short = &["svc"],
+            cat = ALL,
+            status = true,
+            scale = false,
+            storage = "services/specs",
+            printer = Service,
+            fields = &["spec.clusterIP", "spec.type"],
+            cou = false,
+            gen = false
+        ),
+        res!(
+            "",
+            "Endpoints",
+            "endpoints",
+            "endpoints",
+            ns = true,
+            short = &["ep"],
+            cat = NONE,
+            status = false,
+            scale = false,
+            storage = "services/endpoints",
+            printer = Endpoints,
+            fields = NONE,
+            cou = true,
+            gen = false
+        ),
+        res!(
+            "",
+            "ConfigMap",
+            "configmaps",
+            "configmap",
+            ns = true,
+            short = &["cm"],
+            cat = NONE,
+            status = false,
+            scale = false,
+            storage = "configmaps",
+            printer = ConfigMap,
+            fields = NONE,
+            cou = false,
+            gen = false
+        ),
+        res!(
+            "",
+            "Secret",
+            "secrets",
+            "secret",
+            ns = true,
+            short = NONE,
+            cat = NONE,
+            status = false,
+            scale = false,
+            storage = "secrets",
+            printer = Secret,
+            fields = &["type"],
+            cou = false,
+            gen = false
+        ),
+        res!(
+            "",
+            "ServiceAccount",
+            "serviceaccounts",
+            "serviceaccount",
+            ns = true,
+            short = &["sa"],
+            cat = NONE,
+            status = false,
+            scale = false,
+            storage = "serviceaccounts",
+            printer = ServiceAccount,
+            fields = NONE,
+            cou = false,
+            gen = false
+        ),
+        res!(
+            "",
+            "Event",
+            "events",
+            "event",
+            ns = true,
+            short = &["ev"],
+            cat = NONE,
+            status = false,
+            scale = false,
+            storage = "events",
+            printer = Event,
+            fields = EVENT_FIELDS,
+            cou = true,
+            gen = false
+        ),
+        res!(
+            "apps",
+            "Deployment",
+            "deployments",
+            "deployment",
+            ns = true,
+            short = &["deploy"],
+            cat = ALL,
+            status = true,
+            scale = true,
+            storage = "deployments",
+            printer = Deployment,
+            fields = NONE,
+            cou = false,
+            gen = true
+        ),
+        res!(
+            "apps",
+            "ReplicaSet",
+            "replicasets",
+            "replicaset",
+            ns = true,
+            short = &["rs"],
+            cat = ALL,
+            status = true,
+            scale = true,
+            storage = "replicasets",
+            printer = ReplicaSet,
+            fields = &["status.replicas"],
+            cou = false,
+            gen = true
+        ),
+        res!(
+            "apps",
+            "StatefulSet",
+            "statefulsets",
+            "statefulset",
+            ns = true,
+            short = &["sts"],
+            cat = ALL,
+            status = true,
+            scale = true,
+            storage = "statefulsets",
+            printer = StatefulSet,
+            fields = NONE,
+            cou = false,
+            gen = true
+        ),
+        res!(
+            "apps",
+            "DaemonSet",
+            "daemonsets",
+            "daemonset",
+            ns = true,
+            short = &["ds"],
+            cat = ALL,
+            status = true,
+            scale = false,
+            storage = "daemonsets",
+            printer = DaemonSet,
+            fields = NONE,
+            cou = false,
+            gen = true
+        ),
+        res!(
+            "events.k8s.io",
+            "Event",
+            "events",
+            "event",
+            ns = true,
+            short = &["ev"],
+            cat = NONE,
+            status = false,
+            scale = false,
+            storage = "events",
+            printer = EventsV1,
+            fields = EVENT_FIELDS,
+            cou = true,
+            gen = false
+        ),
+        res!(
+            "batch",
+            "Job",
+            "jobs",
+            "job",
+            ns = true,
+            short = NONE,
+            cat = ALL,
+            status = true,
+            scale = false,
+            storage = "jobs",
+            printer = Job,
+            fields = &["status.successful"],
+            cou = false,
+            gen = true
+        ),
+        res!(
+            "batch",
+            "CronJob",
+            "cronjobs",
+            "cronjob",
+            ns = true,
+            short = &["cj"],
+            cat = ALL,
+            status = true,
+            scale = false,
+            storage = "cronjobs",
+            printer = CronJob,
+            fields = NONE,
+            cou = false,
+            gen = true
+        ),
+        res!(
+            "rbac.authorization.k8s.io",
+            "ClusterRoleBinding",
+            "clusterrolebindings",
+            "clusterrolebinding",
+            ns = false,
+            short = NONE,
+            cat = NONE,
+            status = false,
+            scale = false,
+            storage = "clusterrolebindings",
+            printer = RoleBinding,
+            fields = NONE,
+            cou = true,
+            gen = false
+        ),
+        res!(
+            "rbac.authorization.k8s.io",
+            "ClusterRole",
+            "clusterroles",
+            "clusterrole",
+            ns = false,
+            short = NONE,
+            cat = NONE,
+            status = false,
+            scale = false,
+            storage = "clusterroles",
+            printer = Default,
+            fields = NONE,
+            cou = true,
+            gen = false
+        ),
+        res!(
+            "rbac.authorization.k8s.io",
+            "RoleBinding",
+            "rolebindings",
+            "rolebinding",
+            ns = true,
+            short = NONE,
+            cat = NONE,
+            status = false,
+            scale = false,
+            storage = "rolebindings",
+            printer = RoleBinding,
+            fields = NONE,
+            cou = true,
+            gen = false
+        ),
+        res!(
+            "rbac.authorization.k8s.io",
+            "Role",
+            "roles",
+            "role",
+            ns = true,
+            short = NONE,
+            cat = NONE,
+            status = false,
+            scale = false,
+            storage = "roles",
+            printer = Default,
+            fields = NONE,
+            cou = true,
+            gen = false
+        ),
+        res!(
+            "coordination.k8s.io",
+            "Lease",
+            "leases",
+            "lease",
+            ns = true,
+            short = NONE,
+            cat = NONE,
+            status = false,
+            scale = false,
+            storage = "leases",
+            printer = Lease,
+            fields = NONE,
+            cou = true,
+            gen = false
+        ),
+        res!(
+            "discovery.k8s.io",
+            "EndpointSlice",
+            "endpointslices",
+            "endpointslice",
+            ns = true,
+            short = NONE,
+            cat = NONE,
+            status = false,
+            scale = false,
+            storage = "endpointslices",
+            printer = EndpointSlice,
+            fields = NONE,
+            cou = false,
+            gen = false
+        ),
+        res!(
+            "apiextensions.k8s.io",
+            "CustomResourceDefinition",
+            "customresourcedefinitions",
+            "customresourcedefinition",
+            ns = false,
+            short = &["crd", "crds"],
+            cat = &["api-extensions"],
+            status = true,
+            scale = false,
+            storage = "apiextensions.k8s.io/customresourcedefinitions",
+            printer = Default,
+            fields = NONE,
+            cou = false,
+            gen = true
+        ),
+    ]
+});
+
+/// The built-in groups in discovery order (core first, as `/apis` lists the rest).
 pub fn groups() -> Vec<&'static str> {
     let mut out: Vec<&'static str> = Vec::new();
-    for r in BUILTIN {
-        if !r.group.is_empty() && !out.contains(&r.group) {
-            out.push(r.group);
+    for r in BUILTIN.iter() {
+        if let Cow::Borrowed(g) = r.group {
+            if !g.is_empty() && !out.contains(&g) {
+                out.push(g);
+            }
         }
     }
     out
 }
 
-/// The resources of one group-version.
-pub fn of_group_version(group: &str, version: &str) -> Vec<&'static ResourceDef> {
+/// The built-in resources of one group-version.
+pub fn of_group_version(group: &str, version: &str) -> Vec<Arc<ResourceDef>> {
     BUILTIN
         .iter()
         .filter(|r| r.group == group && r.version == version)
+        .cloned()
         .collect()
 }
 
-/// The resource served at `/<prefix>/<group>/<version>/<plural>`.
-pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static ResourceDef> {
+/// The built-in resource served at `/<prefix>/<group>/<version>/<plural>`.
+pub fn find(group: &str, version: &str, plural: &str) -> Option<Arc<ResourceDef>> {
     BUILTIN
         .iter()
         .find(|r| r.group == group && r.version == version && r.plural == plural)
+        .cloned()
 }
 
-/// The resource of a Kind in a group (for owner references and events).
-pub fn by_kind(group: &str, kind: &str) -> Option<&'static ResourceDef> {
-    BUILTIN.iter().find(|r| r.group == group && r.kind == kind)
+/// The built-in resource of a Kind in a group (for owner references and events).
+pub fn by_kind(group: &str, kind: &str) -> Option<Arc<ResourceDef>> {
+    BUILTIN
+        .iter()
+        .find(|r| r.group == group && r.kind == kind)
+        .cloned()
 }
 
 #[cfg(test)]

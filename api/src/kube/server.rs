@@ -21,13 +21,14 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use super::authn::{self, Identity, Tokens};
-use super::body::{respond, respond_as, MAX_BODY};
+use super::body::{respond, MAX_BODY};
+use super::crd::registry::Registry;
 use super::discovery;
 use super::handler::{self, KubeState};
 use super::pki::{ClusterPki, PkiError, ADMIN_GROUP, ADMIN_USER, PKI_KEY};
 use super::status::ApiError;
 use super::storage::Storage;
-use super::{alloc, lifecycle, openapi};
+use super::{alloc, crd, lifecycle, openapi};
 
 /// How a member serves the Kubernetes API.
 #[derive(Debug, Clone)]
@@ -211,14 +212,30 @@ pub async fn serve(
     if let Some(f) = &opts.token_file {
         tokens.load_file(f)?;
     }
+    let registry = Arc::new(Registry::default());
     let state = Arc::new(KubeState {
         storage: storage.clone(),
+        registry: registry.clone(),
         server_address: opts.advertise_url.clone(),
         shutdown: stop_rx.clone(),
     });
     let app = Arc::new(App { state, tokens });
     let router = Router::new().fallback(route).with_state(app);
-    let lifecycle_task = tokio::spawn(lifecycle::run(storage.clone(), stop_rx.clone()));
+    let lifecycle_task = tokio::spawn(lifecycle::run(
+        storage.clone(),
+        registry.clone(),
+        stop_rx.clone(),
+    ));
+    let registry_task = tokio::spawn(crd::registry::run(
+        registry.clone(),
+        storage.clone(),
+        stop_rx.clone(),
+    ));
+    let crd_task = tokio::spawn(crd::controller::run(
+        storage.clone(),
+        registry.clone(),
+        stop_rx.clone(),
+    ));
     let publish_url = opts.advertise_url.clone();
     let publish_task = tokio::spawn(async move {
         // Retried until it lands: the `kubernetes` Endpoints list members that published their address.
@@ -274,6 +291,8 @@ pub async fn serve(
     }
     let _ = stop_tx.send(true);
     lifecycle_task.abort();
+    registry_task.abort();
+    crd_task.abort();
     publish_task.abort();
     // Give streaming answers a moment to see the stop, then cut what is left.
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -355,31 +374,34 @@ async fn dispatch(app: Arc<App>, peer: PeerIdentity, req: Request) -> Result<Res
         .unwrap_or("")
         .to_string();
     let read_only = method == Method::GET || method == Method::HEAD;
+    let reg = &app.state.registry;
     match segs.as_slice() {
         ["version"] if read_only => Ok(respond(StatusCode::OK, &discovery::version())),
         [p] | [p, _] if matches!(*p, "healthz" | "livez" | "readyz") && read_only => {
             Ok(health(&app, &path, query.as_deref()).await)
         }
-        ["api"] if read_only => Ok(discovery_answer(&accept, true, || {
+        ["api"] if read_only => Ok(discovery_answer(reg, &headers, &accept, true, || {
             discovery::api_versions(&app.state.server_address)
         })),
-        ["apis"] if read_only => Ok(discovery_answer(&accept, false, discovery::api_group_list)),
-        ["api", "v1"] if read_only => discovery::api_resource_list("", "v1")
+        ["apis"] if read_only => Ok(discovery_answer(reg, &headers, &accept, false, || {
+            discovery::api_group_list(reg)
+        })),
+        ["api", "v1"] if read_only => discovery::api_resource_list(reg, "", "v1")
             .map(|v| respond(StatusCode::OK, &v))
             .ok_or(ApiError::NoRoute),
-        ["apis", group] if read_only => discovery::api_group(group)
+        ["apis", group] if read_only => discovery::api_group(reg, group)
             .map(|v| respond(StatusCode::OK, &v))
             .ok_or(ApiError::NoRoute),
-        ["apis", group, version] if read_only => discovery::api_resource_list(group, version)
+        ["apis", group, version] if read_only => discovery::api_resource_list(reg, group, version)
             .map(|v| respond(StatusCode::OK, &v))
             .ok_or(ApiError::NoRoute),
-        ["openapi", "v3"] if read_only => Ok(respond(StatusCode::OK, &openapi::v3_index())),
+        ["openapi", "v3"] if read_only => Ok(respond(StatusCode::OK, &openapi::v3_index(reg))),
         ["openapi", "v3", rest @ ..] if read_only => {
-            openapi_v3(&rest.join("/"), query.as_deref(), &accept)
+            openapi_v3(reg, &rest.join("/"), query.as_deref(), &accept)
         }
         ["openapi", "v2"] if read_only => {
             json_only(&accept, "/openapi/v2")?;
-            let mut r = (StatusCode::OK, openapi::v2().to_vec()).into_response();
+            let mut r = (StatusCode::OK, openapi::v2(reg)).into_response();
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
                 header::HeaderValue::from_static("application/json"),
@@ -419,8 +441,13 @@ fn json_only(accept: &str, what: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn openapi_v3(gv: &str, query: Option<&str>, accept: &str) -> Result<Response, ApiError> {
-    let doc = openapi::v3().get(gv).ok_or(ApiError::NoRoute)?;
+fn openapi_v3(
+    reg: &Registry,
+    gv: &str,
+    query: Option<&str>,
+    accept: &str,
+) -> Result<Response, ApiError> {
+    let doc = openapi::v3_document(reg, gv).ok_or(ApiError::NoRoute)?;
     json_only(accept, "/openapi/v3")?;
     let asked = query
         .and_then(|q| form_urlencoded::parse(q.as_bytes()).find(|(k, _)| k == "hash"))
@@ -464,13 +491,42 @@ fn user_name(id: Option<&Identity>) -> String {
     id.map(|i| i.user.clone()).unwrap_or_default()
 }
 
+/// Legacy or aggregated discovery. Aggregated answers carry an ETag (the document's SHA-512, as upstream)
+/// and answer 304 to a matching `If-None-Match`, so a client's HTTP cache revalidates cheaply and sees a
+/// CRD's resources appear and disappear.
 fn discovery_answer(
+    reg: &Registry,
+    headers: &header::HeaderMap,
     accept: &str,
     core: bool,
     legacy: impl FnOnce() -> serde_json::Value,
 ) -> Response {
     match discovery::wants_aggregated(accept) {
-        Some(ct) => respond_as(StatusCode::OK, &discovery::aggregated(core, ct), ct),
+        Some(ct) => {
+            let doc = discovery::aggregated(reg, core, ct);
+            let body = serde_json::to_vec(&doc).unwrap_or_default();
+            let digest = ring::digest::digest(&ring::digest::SHA512, &body);
+            let hex: String = digest.as_ref().iter().map(|b| format!("{b:02X}")).collect();
+            let etag = format!("\"{hex}\"");
+            let matches = headers
+                .get(header::IF_NONE_MATCH)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.split(',').any(|t| t.trim() == etag));
+            let mut r = if matches {
+                StatusCode::NOT_MODIFIED.into_response()
+            } else {
+                (StatusCode::OK, body).into_response()
+            };
+            let h = r.headers_mut();
+            if let (false, Ok(v)) = (matches, header::HeaderValue::from_str(ct)) {
+                h.insert(header::CONTENT_TYPE, v);
+            }
+            if let Ok(v) = header::HeaderValue::from_str(&etag) {
+                h.insert(header::ETAG, v);
+            }
+            h.insert(header::VARY, header::HeaderValue::from_static("Accept"));
+            r
+        }
         None => respond(StatusCode::OK, &legacy()),
     }
 }
@@ -483,6 +539,35 @@ pub fn kubeconfig_path(data_dir: &std::path::Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn aggregated_discovery_revalidates_by_etag() {
+        let reg = Registry::default();
+        let mut h = header::HeaderMap::new();
+        let first = discovery_answer(&reg, &h, discovery::AGGREGATED_V2, false, || {
+            serde_json::json!({})
+        });
+        assert_eq!(first.status(), StatusCode::OK);
+        let etag = first.headers().get(header::ETAG).cloned().expect("etag");
+        h.insert(header::IF_NONE_MATCH, etag.clone());
+        let again = discovery_answer(&reg, &h, discovery::AGGREGATED_V2, false, || {
+            serde_json::json!({})
+        });
+        assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
+        // A new CRD changes the document, so the old ETag no longer matches.
+        reg.load(
+            &[serde_json::json!({"metadata": {"name": "ws.example.com"},
+                "spec": {"group": "example.com", "scope": "Namespaced",
+                         "names": {"plural": "ws", "kind": "W"},
+                         "versions": [{"name": "v1", "served": true, "storage": true}]}})],
+            2,
+        );
+        let changed = discovery_answer(&reg, &h, discovery::AGGREGATED_V2, false, || {
+            serde_json::json!({})
+        });
+        assert_eq!(changed.status(), StatusCode::OK);
+        assert_ne!(changed.headers().get(header::ETAG), Some(&etag));
+    }
 
     #[test]
     fn hosts_from_urls() {

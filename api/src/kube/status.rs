@@ -136,6 +136,9 @@ pub enum ApiError {
     /// 405: the resource does not support the verb.
     #[error("the server does not allow this method on the requested resource")]
     MethodNotAllowed(Target),
+    /// 405 with its own message (e.g. creating objects of a terminating CRD).
+    #[error("{message}")]
+    NotAllowed { target: Target, message: String },
     /// 406: nothing in Accept can be produced.
     #[error("{0}")]
     NotAcceptable(String),
@@ -193,7 +196,9 @@ impl ApiError {
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "Unauthorized"),
             ApiError::Forbidden { .. } => (StatusCode::FORBIDDEN, "Forbidden"),
             ApiError::NotFound(_) | ApiError::NoRoute => (StatusCode::NOT_FOUND, "NotFound"),
-            ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed"),
+            ApiError::MethodNotAllowed(_) | ApiError::NotAllowed { .. } => {
+                (StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed")
+            }
             ApiError::NotAcceptable(_) => (StatusCode::NOT_ACCEPTABLE, "NotAcceptable"),
             ApiError::AlreadyExists(_) => (StatusCode::CONFLICT, "AlreadyExists"),
             ApiError::Conflict { .. } => (StatusCode::CONFLICT, "Conflict"),
@@ -225,6 +230,7 @@ impl ApiError {
             ApiError::NotFound(t)
             | ApiError::AlreadyExists(t)
             | ApiError::MethodNotAllowed(t)
+            | ApiError::NotAllowed { target: t, .. }
             | ApiError::Forbidden { target: t, .. }
             | ApiError::Conflict { target: t, .. } => Some(details(t, &[])),
             ApiError::Invalid { target, causes } => Some(details(target, causes)),

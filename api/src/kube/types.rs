@@ -15,7 +15,7 @@ macro_rules! with_builtin_type {
                 $body
             }};
         }
-        match ($group, $kind) {
+        match (&*$group, &*$kind) {
             ("", "Namespace") => arm!(core::Namespace),
             ("", "Pod") => arm!(core::Pod),
             ("", "Node") => arm!(core::Node),
@@ -38,6 +38,9 @@ macro_rules! with_builtin_type {
             ("rbac.authorization.k8s.io", "Role") => arm!(rbac::Role),
             ("coordination.k8s.io", "Lease") => arm!(coord::Lease),
             ("discovery.k8s.io", "EndpointSlice") => arm!(disc::EndpointSlice),
+            ("apiextensions.k8s.io", "CustomResourceDefinition") => arm!(
+                k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition
+            ),
             _ => $default,
         }
     }};

@@ -88,7 +88,16 @@ fn template(obj: &mut Value, path: &[&str], restart: &str) {
 
 /// Fills in upstream's defaults for `def`'s kind.
 pub fn apply(def: &ResourceDef, obj: &mut Value) {
-    match (def.group, def.kind) {
+    if let Some(c) = &def.custom {
+        if let Some(s) = &c.schema {
+            crate::kube::crd::default::apply(s, obj);
+        }
+        return;
+    }
+    match def.gk() {
+        (crate::kube::crd::GROUP, "CustomResourceDefinition") => {
+            crate::kube::crd::definition::apply_defaults(obj)
+        }
         ("", "Pod") => {
             if let Some(spec) = obj.get_mut("spec") {
                 pod_spec(spec, "Always");
@@ -236,7 +245,7 @@ mod tests {
 
     #[test]
     fn deployment_defaults() {
-        let def = resource::find("apps", "v1", "deployments").expect("deploy");
+        let def = &resource::find("apps", "v1", "deployments").expect("deploy");
         let mut d = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx"}]}}}});
         apply(def, &mut d);
         assert_eq!(d["spec"]["replicas"], 1);

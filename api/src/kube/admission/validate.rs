@@ -25,7 +25,7 @@ pub fn shape(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
 
 /// The name rule of a resource.
 pub fn name_rule(def: &ResourceDef) -> NameRule {
-    match (def.group, def.kind) {
+    match def.gk() {
         ("", "Namespace") => NameRule::Label,
         ("", "Service") => NameRule::Dns1035,
         ("rbac.authorization.k8s.io", _) => NameRule::PathSegment,
@@ -249,7 +249,16 @@ fn check_data_keys(obj: &Value, field: &str, causes: &mut Vec<Cause>) {
 pub fn object(def: &ResourceDef, obj: &Value) -> Vec<Cause> {
     let mut causes = Vec::new();
     check_meta(def, obj, &mut causes);
-    match (def.group, def.kind) {
+    if let Some(c) = &def.custom {
+        if let Some(s) = &c.schema {
+            causes.extend(crate::kube::crd::validate::object(s, obj));
+        }
+        return causes;
+    }
+    match def.gk() {
+        (crate::kube::crd::GROUP, "CustomResourceDefinition") => {
+            causes.extend(crate::kube::crd::definition::validate(obj))
+        }
         ("", "Pod") => match obj.get("spec") {
             Some(spec) => check_containers(spec, "spec", &mut causes),
             None => causes.push(Cause::required("spec.containers")),
@@ -335,7 +344,7 @@ fn immutable(old: &Value, new: &Value, field: &str, causes: &mut Vec<Cause>) {
 /// Checks an update against the stored object (immutable fields).
 pub fn update(def: &ResourceDef, old: &Value, new: &Value) -> Vec<Cause> {
     let mut causes = object(def, new);
-    match (def.group, def.kind) {
+    match def.gk() {
         ("apps", "Deployment")
         | ("apps", "ReplicaSet")
         | ("apps", "StatefulSet")
@@ -364,6 +373,11 @@ pub fn update(def: &ResourceDef, old: &Value, new: &Value) -> Vec<Cause> {
             }
         }
         ("", "Pod") => pod_update(old, new, &mut causes),
+        (crate::kube::crd::GROUP, "CustomResourceDefinition") => {
+            // Objects are stored per scope; changing it would strand them.
+            immutable(old, new, "spec.group", &mut causes);
+            immutable(old, new, "spec.scope", &mut causes);
+        }
         _ => {}
     }
     causes
@@ -419,7 +433,7 @@ pub fn invalid(def: &ResourceDef, name: &str, causes: Vec<Cause>) -> Result<(), 
         return Ok(());
     }
     Err(ApiError::Invalid {
-        target: Target::new(def.group, def.kind, name),
+        target: Target::new(&def.group, &def.kind, name),
         causes,
     })
 }
@@ -431,7 +445,7 @@ mod tests {
 
     #[test]
     fn deployment_selector_must_match() {
-        let def = resource::find("apps", "v1", "deployments").expect("deploy");
+        let def = &resource::find("apps", "v1", "deployments").expect("deploy");
         let d = json!({"metadata": {"name": "web"}, "spec": {"selector": {"matchLabels": {"app": "web"}},
             "template": {"metadata": {"labels": {"app": "other"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}});
         let causes = object(def, &d);
@@ -441,7 +455,7 @@ mod tests {
 
     #[test]
     fn shape_errors_are_bad_requests() {
-        let def = resource::find("apps", "v1", "deployments").expect("deploy");
+        let def = &resource::find("apps", "v1", "deployments").expect("deploy");
         let d = json!({"metadata": {"name": "web"}, "spec": {"replicas": "three"}});
         let e = shape(def, &d).expect_err("type error");
         assert!(matches!(e, ApiError::BadRequest(_)));
@@ -449,7 +463,7 @@ mod tests {
 
     #[test]
     fn pod_spec_is_mostly_immutable() {
-        let def = resource::find("", "v1", "pods").expect("pods");
+        let def = &resource::find("", "v1", "pods").expect("pods");
         let old = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "a"}]}});
         let mut new = old.clone();
         new["spec"]["containers"][0]["image"] = json!("b");

@@ -11,6 +11,7 @@ use super::{list_item, Call};
 use crate::kube::alloc;
 use crate::kube::body::respond;
 use crate::kube::convert;
+use crate::kube::crd;
 use crate::kube::object;
 use crate::kube::resource::ResourceDef;
 use crate::kube::status::{delete_success, ApiError};
@@ -66,7 +67,7 @@ fn options(call: &Call) -> Result<DeleteOptions, ApiError> {
 
 /// Whether upstream answers this resource's delete with the object itself.
 fn returns_object(def: &ResourceDef) -> bool {
-    def.group.is_empty() && matches!(def.kind, "Pod" | "Service" | "Namespace")
+    def.group.is_empty() && matches!(&*def.kind, "Pod" | "Service" | "Namespace")
 }
 
 fn pod_grace(obj: &Value, requested: Option<i64>) -> i64 {
@@ -106,9 +107,9 @@ async fn delete_one(
     opts: &DeleteOptions,
     dry_run: bool,
 ) -> Result<Deleted, ApiError> {
-    let def = call.route.def;
+    let def = &call.route.def;
     let storage = &call.state.storage;
-    let target = crate::kube::status::Target::new(def.group, def.plural, name);
+    let target = crate::kube::status::Target::new(&def.group, &def.plural, name);
     let mut current = storage.get(key, true).await?;
     for _ in 0..8 {
         let Some(cur) = current.take() else {
@@ -136,8 +137,10 @@ async fn delete_one(
                 });
             }
         }
-        let is_pod = def.group.is_empty() && def.kind == "Pod";
-        let is_ns = def.group.is_empty() && def.kind == "Namespace";
+        let is_pod = def.gk() == ("", "Pod");
+        let is_ns = def.gk() == ("", "Namespace");
+        // A CRD is held by the cleanup finalizer until its objects are deleted (as upstream's CRD store).
+        let is_crd = crd::is_crd_resource(&def.group, &def.kind);
         let grace = if is_pod {
             pod_grace(&cur.object, opts.grace_period_seconds)
         } else {
@@ -145,9 +148,17 @@ async fn delete_one(
         };
         let pending = !object::finalizers(&cur.object).is_empty()
             || grace > 0
+            || is_crd
             || (is_ns && namespace_finalizers(&cur.object));
         if pending {
             let mut obj = cur.object.clone();
+            if is_crd
+                && !object::finalizers(&obj)
+                    .iter()
+                    .any(|f| f == crd::CLEANUP_FINALIZER)
+            {
+                crd::controller::add_cleanup_finalizer(&mut obj);
+            }
             let already = object::is_deleting(&obj);
             let deadline = jiff::Timestamp::now()
                 .checked_add(jiff::SignedDuration::from_secs(grace))
@@ -203,7 +214,7 @@ async fn delete_one(
 pub async fn delete(call: Call) -> Result<Response, ApiError> {
     let opts = options(&call)?;
     let dry_run = call.params.dry_run()? || !opts.dry_run.is_empty();
-    let def = call.route.def;
+    let def = &call.route.def;
     match delete_one(&call, &call.key(), call.name(), &opts, dry_run).await? {
         Deleted::Pending(obj) => respond_object(&call, convert::from_storage(def, obj)),
         Deleted::Gone(obj) => {
@@ -212,7 +223,7 @@ pub async fn delete(call: Call) -> Result<Response, ApiError> {
             }
             Ok(respond(
                 StatusCode::OK,
-                &delete_success(def.group, def.plural, call.name(), object::uid(&obj)),
+                &delete_success(&def.group, &def.plural, call.name(), object::uid(&obj)),
             ))
         }
     }
@@ -222,7 +233,7 @@ pub async fn delete(call: Call) -> Result<Response, ApiError> {
 pub async fn delete_collection(call: Call) -> Result<Response, ApiError> {
     let opts = options(&call)?;
     let dry_run = call.params.dry_run()? || !opts.dry_run.is_empty();
-    let def = call.route.def;
+    let def = &call.route.def;
     let listed = list_objects(&call).await?;
     let mut items = Vec::new();
     for st in listed.items {

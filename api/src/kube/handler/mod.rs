@@ -14,6 +14,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use serde_json::Value;
 
+use super::crd::registry::Registry;
 use super::object;
 use super::request::{parse_route, Params, Route};
 use super::status::{ApiError, Target};
@@ -23,6 +24,8 @@ use super::storage::Storage;
 pub struct KubeState {
     /// Objects in the store.
     pub storage: Storage,
+    /// Served resources: built-ins and the custom resources of stored CRDs.
+    pub registry: Arc<Registry>,
     /// `https://host:port` of this member's API (for `/api`'s serverAddressByClientCIDRs).
     pub server_address: String,
     /// Ends long-running requests (watches) when the server stops.
@@ -58,7 +61,7 @@ impl Call {
 
     /// Error target naming this request's object.
     pub fn target(&self) -> Target {
-        Target::new(self.route.def.group, self.route.def.plural, self.name())
+        Target::new(&self.route.def.group, &self.route.def.plural, self.name())
     }
 }
 
@@ -75,7 +78,7 @@ pub async fn serve(
     body: Bytes,
     user: String,
 ) -> Result<Response, ApiError> {
-    let route = parse_route(group, version, segments)?;
+    let route = parse_route(&state.registry, group, version, segments)?;
     let params = Params::parse(query);
     let call = Call {
         state,

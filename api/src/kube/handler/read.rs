@@ -102,7 +102,7 @@ pub async fn get(call: Call) -> Result<Response, ApiError> {
         .get(&call.key(), consistent)
         .await?
         .ok_or_else(|| ApiError::NotFound(call.target()))?;
-    let obj = convert::from_storage(call.route.def, stored.object);
+    let obj = convert::from_storage(&call.route.def, stored.object);
     respond_object(&call, obj)
 }
 
@@ -114,7 +114,7 @@ pub fn respond_object(call: &Call, obj: Value) -> Result<Response, ApiError> {
             IncludeObject::parse(call.params.get("includeObject")).map_err(ApiError::BadRequest)?;
         let rv = object::meta_str(&obj, "resourceVersion").to_string();
         let t = table::table(
-            call.route.def,
+            &call.route.def,
             &[obj],
             json!({"resourceVersion": rv}),
             include,
@@ -154,7 +154,7 @@ pub struct Listed {
 
 /// Reads a collection with the request's selectors, revision and paging.
 pub async fn list_objects(call: &Call) -> Result<Listed, ApiError> {
-    let def = call.route.def;
+    let def = &call.route.def;
     let labels = LabelSelector::parse(call.params.get("labelSelector").unwrap_or(""))
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let fields = FieldSelector::parse(call.params.get("fieldSelector").unwrap_or(""), def)
@@ -245,7 +245,7 @@ pub async fn list_objects(call: &Call) -> Result<Listed, ApiError> {
 
 /// LIST of a collection, as a `<Kind>List` or a Table.
 pub async fn list(call: Call) -> Result<Response, ApiError> {
-    let def = call.route.def;
+    let def = &call.route.def;
     let listed = list_objects(&call).await?;
     let mut meta = json!({"resourceVersion": listed.revision.to_string()});
     if let Some(c) = &listed.continue_token {

@@ -1,5 +1,6 @@
 //! The `/scale` subresource: an `autoscaling/v1` Scale view of `spec.replicas`, `status.replicas` and the
-//! selector, for deployments, replicasets and statefulsets (`kubectl scale`).
+//! selector, for deployments, replicasets and statefulsets (`kubectl scale`), and for custom resources
+//! at the paths their CRD names (`specReplicasPath`, `statusReplicasPath`, `labelSelectorPath`).
 
 use axum::response::Response;
 use serde_json::{json, Value};
@@ -9,14 +10,65 @@ use super::write::{apply_patch, guaranteed_update, Updated};
 use super::Call;
 use crate::kube::body::{self, media_type};
 use crate::kube::object::{self, path};
+use crate::kube::resource::ResourceDef;
 use crate::kube::selector::LabelSelector;
 use crate::kube::status::{ApiError, Cause, Target};
 
+/// Where a resource keeps its replicas and selector (dotted paths) and whether the selector is a string.
+struct Paths {
+    spec: String,
+    status: String,
+    selector: Option<String>,
+    selector_is_text: bool,
+}
+
+fn paths_of(def: &ResourceDef) -> Paths {
+    match def.custom.as_ref().and_then(|c| c.scale.as_ref()) {
+        Some(s) => {
+            let dotted = |p: &str| p.trim_start_matches('.').to_string();
+            Paths {
+                spec: dotted(&s.spec_replicas_path),
+                status: dotted(&s.status_replicas_path),
+                selector: s.label_selector_path.as_deref().map(dotted),
+                selector_is_text: true,
+            }
+        }
+        None => Paths {
+            spec: "spec.replicas".into(),
+            status: "status.replicas".into(),
+            selector: Some("spec.selector".into()),
+            selector_is_text: false,
+        },
+    }
+}
+
+/// Sets a dotted path, creating the objects on the way.
+fn set_path(obj: &mut Value, dotted: &str, v: Value) {
+    let mut cur = obj;
+    let parts: Vec<&str> = dotted.split('.').collect();
+    for (i, p) in parts.iter().enumerate() {
+        let Some(m) = cur.as_object_mut() else { return };
+        if i + 1 == parts.len() {
+            m.insert((*p).to_string(), v);
+            return;
+        }
+        cur = m.entry((*p).to_string()).or_insert_with(|| json!({}));
+    }
+}
+
 /// The Scale view of a workload.
-pub fn scale_of(obj: &Value) -> Value {
-    let selector = path(obj, "spec.selector")
-        .map(|s| LabelSelector::from_object(s).to_query())
-        .unwrap_or_default();
+pub fn scale_of(def: &ResourceDef, obj: &Value) -> Value {
+    let p = paths_of(def);
+    let selector = match &p.selector {
+        Some(sp) if p.selector_is_text => path(obj, sp)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string(),
+        Some(sp) => path(obj, sp)
+            .map(|s| LabelSelector::from_object(s).to_query())
+            .unwrap_or_default(),
+        None => String::new(),
+    };
     json!({
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
@@ -27,9 +79,9 @@ pub fn scale_of(obj: &Value) -> Value {
             "resourceVersion": object::meta_str(obj, "resourceVersion"),
             "creationTimestamp": object::meta_str(obj, "creationTimestamp"),
         },
-        "spec": {"replicas": path(obj, "spec.replicas").and_then(Value::as_i64).unwrap_or(0)},
+        "spec": {"replicas": path(obj, &p.spec).and_then(Value::as_i64).unwrap_or(0)},
         "status": {
-            "replicas": path(obj, "status.replicas").and_then(Value::as_i64).unwrap_or(0),
+            "replicas": path(obj, &p.status).and_then(Value::as_i64).unwrap_or(0),
             "selector": selector,
         },
     })
@@ -43,7 +95,7 @@ pub async fn get(call: Call) -> Result<Response, ApiError> {
         .get(&call.key(), true)
         .await?
         .ok_or_else(|| ApiError::NotFound(call.target()))?;
-    respond_object(&call, scale_of(&st.object))
+    respond_object(&call, scale_of(&call.route.def, &st.object))
 }
 
 fn replicas_of(call: &Call, scale: &Value) -> Result<i64, ApiError> {
@@ -69,19 +121,18 @@ async fn write(
 ) -> Result<Response, ApiError> {
     let dry_run = call.params.dry_run()?;
     let u = guaranteed_update(call, dry_run, |cur| {
-        let (scale, rv) = scale_fn(&scale_of(&cur.object))?;
+        let (scale, rv) = scale_fn(&scale_of(&call.route.def, &cur.object))?;
         let replicas = replicas_of(call, &scale)?;
         let mut obj = cur.object.clone();
-        if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
-            spec.insert("replicas".into(), json!(replicas));
-        }
+        let spec_path = paths_of(&call.route.def).spec;
+        set_path(&mut obj, &spec_path, json!(replicas));
         Ok((obj, rv))
     })
     .await?;
     let obj = match u {
         Updated::Object(o) | Updated::Deleted(o) => o,
     };
-    respond_object(call, scale_of(&obj))
+    respond_object(call, scale_of(&call.route.def, &obj))
 }
 
 /// PUT `/scale` (kubectl sends it without a Content-Type; that means JSON).
@@ -94,7 +145,7 @@ pub async fn update(call: Call) -> Result<Response, ApiError> {
 /// PATCH `/scale` (merge or JSON patch of the Scale object).
 pub async fn patch(call: Call) -> Result<Response, ApiError> {
     let ct = media_type(call.headers.get(axum::http::header::CONTENT_TYPE));
-    let def = call.route.def;
+    let def = &call.route.def;
     let body = call.body.clone();
     write(&call, |current| {
         let patched = apply_patch(&ct, current.clone(), &body, def)?;
@@ -115,7 +166,8 @@ mod tests {
         let d = json!({"metadata": {"name": "web", "namespace": "d", "resourceVersion": "7"},
                        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}}},
                        "status": {"replicas": 2}});
-        let s = scale_of(&d);
+        let def = crate::kube::resource::find("apps", "v1", "deployments").expect("deploy");
+        let s = scale_of(&def, &d);
         assert_eq!(s["spec"]["replicas"], 3);
         assert_eq!(s["status"]["selector"], "app=web");
         assert_eq!(s["metadata"]["resourceVersion"], "7");

@@ -10,6 +10,7 @@
 //! - Table Accept: each event carries a one-row Table, column definitions only in the first.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -35,6 +36,8 @@ use crate::kube::table::{self, IncludeObject};
 
 /// How often an idle watch with bookmarks gets one.
 const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
+/// How often a watch of custom objects checks that its CRD is still served unchanged.
+const CRD_RECHECK: Duration = Duration::from_secs(1);
 /// Events buffered towards a slow client before the producer waits.
 const OUT_QUEUE: usize = 256;
 
@@ -55,7 +58,7 @@ impl Filter {
 
 /// Renders events as lines: JSON objects or one-row Tables.
 struct Encoder {
-    def: &'static ResourceDef,
+    def: Arc<ResourceDef>,
     table: Option<IncludeObject>,
     sent_columns: bool,
 }
@@ -71,7 +74,7 @@ impl Encoder {
                     obj
                 } else {
                     table::table(
-                        self.def,
+                        &self.def,
                         &[obj],
                         json!({"resourceVersion": rv}),
                         include,
@@ -148,7 +151,7 @@ fn translate(
 
 /// GET with `watch=true` (or a legacy `/watch/` path).
 pub async fn watch(call: Call) -> Result<Response, ApiError> {
-    let def = call.route.def;
+    let def = call.route.def.clone();
     let accept = header_str(&call, header::ACCEPT);
     let as_table = table::wants_table(&accept);
     if !as_table && !accepts_json(&call.headers) {
@@ -167,7 +170,7 @@ pub async fn watch(call: Call) -> Result<Response, ApiError> {
     let filter = Filter {
         labels: LabelSelector::parse(call.params.get("labelSelector").unwrap_or(""))
             .map_err(|e| ApiError::BadRequest(e.to_string()))?,
-        fields: FieldSelector::parse(&fields_text, def)
+        fields: FieldSelector::parse(&fields_text, &def)
             .map_err(|e| ApiError::BadRequest(e.to_string()))?,
     };
     let bookmarks = call.params.flag("allowWatchBookmarks");
@@ -202,7 +205,7 @@ pub async fn watch(call: Call) -> Result<Response, ApiError> {
             initial = listed
                 .items
                 .into_iter()
-                .map(|s| convert::from_storage(def, s.object))
+                .map(|s| convert::from_storage(&def, s.object))
                 .collect();
             listed.revision
         }
@@ -220,13 +223,14 @@ pub async fn watch(call: Call) -> Result<Response, ApiError> {
 
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(OUT_QUEUE);
     let mut enc = Encoder {
-        def,
+        def: def.clone(),
         table: as_table.then_some(include),
         sent_columns: false,
     };
     let hub = storage.node().store().hub().clone();
     let compacted = storage.node().store().compact_revision();
     let mut shutdown = call.state.shutdown.clone();
+    let registry = call.state.registry.clone();
     tokio::spawn(async move {
         if start_after + 1 < compacted {
             let _ = tx
@@ -241,7 +245,7 @@ pub async fn watch(call: Call) -> Result<Response, ApiError> {
         }
         if send_initial && bookmarks {
             let _ = tx
-                .send(Ok(enc.line("BOOKMARK", bookmark(def, start_after, true))))
+                .send(Ok(enc.line("BOOKMARK", bookmark(&def, start_after, true))))
                 .await;
         }
         let (stream, mut events) = hub.open_stream();
@@ -261,10 +265,23 @@ pub async fn watch(call: Call) -> Result<Response, ApiError> {
         tokio::pin!(deadline);
         let mut tick = tokio::time::interval(BOOKMARK_EVERY);
         tick.tick().await;
+        // A watch of custom objects ends when its CRD is deleted or changed, as upstream's does.
+        let mut recheck = tokio::time::interval(CRD_RECHECK);
+        recheck.tick().await;
         loop {
             tokio::select! {
                 _ = &mut deadline => break,
                 _ = shutdown.changed() => break,
+                _ = recheck.tick(), if def.custom.is_some() => {
+                    let now = registry.find(&def.group, &def.version, &def.plural);
+                    let same = match (now.as_ref().and_then(|d| d.custom.as_ref()), def.custom.as_ref()) {
+                        (Some(a), Some(b)) => a.same_definition(b),
+                        _ => false,
+                    };
+                    if !same {
+                        break;
+                    }
+                }
                 _ = tick.tick(), if bookmarks => {
                     if stream.request_progress().await.is_err() {
                         break;
@@ -285,14 +302,14 @@ pub async fn watch(call: Call) -> Result<Response, ApiError> {
                     if resp.events.is_empty() {
                         if bookmarks
                             && msg.revision > 0
-                            && tx.send(Ok(enc.line("BOOKMARK", bookmark(def, msg.revision, false)))).await.is_err()
+                            && tx.send(Ok(enc.line("BOOKMARK", bookmark(&def, msg.revision, false)))).await.is_err()
                         {
                             break;
                         }
                         continue;
                     }
                     for ev in &resp.events {
-                        match translate(def, &filter, ev) {
+                        match translate(&def, &filter, ev) {
                             Ok(Some((kind, obj))) => {
                                 if tx.send(Ok(enc.line(kind, obj))).await.is_err() {
                                     return;
@@ -343,7 +360,7 @@ mod tests {
 
     #[test]
     fn selector_transitions() {
-        let def = resource::find("", "v1", "configmaps").expect("cm");
+        let def = &resource::find("", "v1", "configmaps").expect("cm");
         let filter = Filter {
             labels: LabelSelector::parse("app=web").expect("sel"),
             fields: FieldSelector::default(),

@@ -1,6 +1,8 @@
 //! POST (create), PUT (update, `/status`, `/finalize`) and PATCH (JSON patch, merge patch): admission,
 //! optimistic concurrency on the key's mod revision, server-owned metadata, generation bumps.
 
+use std::sync::Arc;
+
 use axum::http::StatusCode;
 use axum::response::Response;
 use rand::Rng;
@@ -15,7 +17,12 @@ use crate::kube::object;
 use crate::kube::resource::{self, ResourceDef};
 use crate::kube::status::{ApiError, Target};
 use crate::kube::storage::{Stored, WriteOutcome};
-use crate::kube::{convert, lifecycle};
+use crate::kube::{convert, crd, lifecycle};
+
+/// Upstream's 415 message for a strategic merge patch of a custom object.
+const CUSTOM_PATCH_TYPES: &str =
+    "the body of the request was in an unknown format - accepted media types include: \
+     application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml";
 
 /// How many times a write retries after losing a race it may retry (no client resourceVersion).
 const RETRIES: usize = 8;
@@ -99,11 +106,21 @@ fn field_validation_with(
             "fieldValidation: Unsupported value: {mode:?}: supported values: \"Ignore\", \"Strict\", \"Warn\""
         )));
     }
-    let Some(root) = crate::kube::protobuf::schema::message_for(&def.api_version(), def.kind)
-    else {
-        return Ok(Vec::new());
+    let unknown = match &def.custom {
+        Some(c) => match &c.schema {
+            Some(schema) => crd::prune::object(schema, obj),
+            None => Vec::new(),
+        },
+        None if crd::is_crd_resource(&def.group, &def.kind) => crd::definition::prune_unknown(obj),
+        None => {
+            let Some(root) =
+                crate::kube::protobuf::schema::message_for(&def.api_version(), &def.kind)
+            else {
+                return Ok(Vec::new());
+            };
+            crate::kube::admission::prune::prune(obj, &root)
+        }
     };
-    let unknown = crate::kube::admission::prune::prune(obj, &root);
     let mut msgs: Vec<String> = duplicates
         .iter()
         .map(|f| format!("duplicate field \"{f}\""))
@@ -135,7 +152,7 @@ pub fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
 
 /// Decodes, type-checks and converts a create/update body into its stored form, with its warnings.
 fn incoming(call: &Call) -> Result<(Value, Vec<String>), ApiError> {
-    let def = call.route.def;
+    let def = &call.route.def;
     let mut obj = body::decode(&call.headers, &call.body)?;
     check_type(def, &mut obj)?;
     let warnings = field_validation_body(call, def, &mut obj)?;
@@ -159,11 +176,11 @@ fn incoming(call: &Call) -> Result<(Value, Vec<String>), ApiError> {
 }
 
 /// The definition objects are validated and stored with (events.k8s.io Events are core Events).
-fn storage_def(def: &'static ResourceDef) -> &'static ResourceDef {
+fn storage_def(def: &Arc<ResourceDef>) -> Arc<ResourceDef> {
     if def.group == "events.k8s.io" {
-        resource::find("", "v1", "events").unwrap_or(def)
+        resource::find("", "v1", "events").unwrap_or_else(|| def.clone())
     } else {
-        def
+        def.clone()
     }
 }
 
@@ -190,7 +207,7 @@ fn prepare_create(def: &ResourceDef, obj: &mut Value) {
     if def.tracks_generation {
         meta.insert("generation".into(), json!(1));
     }
-    match (def.group, def.kind) {
+    match def.gk() {
         ("", "Pod") => {
             let qos = qos_class(obj);
             if let Some(m) = obj.as_object_mut() {
@@ -206,6 +223,8 @@ fn prepare_create(def: &ResourceDef, obj: &mut Value) {
             }
         }
         ("batch", "Job") => job_selector(obj),
+        // Custom objects keep whatever status the client sent, as upstream.
+        _ if def.custom.is_some() => {}
         _ if def.status => {
             if let Some(m) = obj.as_object_mut() {
                 m.insert("status".into(), json!({}));
@@ -280,9 +299,15 @@ fn qos_class(pod: &Value) -> &'static str {
 
 /// POST: create an object.
 pub async fn create(call: Call) -> Result<Response, ApiError> {
-    let def = call.route.def;
-    let sdef = storage_def(def);
+    let def = &call.route.def;
+    let sdef = &storage_def(def);
     let dry_run = call.params.dry_run()?;
+    if def.custom.as_ref().is_some_and(|c| c.terminating) {
+        return Err(ApiError::NotAllowed {
+            target: call.target(),
+            message: "create not allowed while custom resource definition is terminating".into(),
+        });
+    }
     let (mut obj, warnings) = incoming(&call)?;
     let generate = object::meta_str(&obj, "generateName").to_string();
     if object::name(&obj).is_empty() && !generate.is_empty() {
@@ -320,8 +345,8 @@ pub async fn create(call: Call) -> Result<Response, ApiError> {
                     continue;
                 }
                 return Err(ApiError::AlreadyExists(Target::new(
-                    def.group,
-                    def.plural,
+                    &def.group,
+                    &def.plural,
                     object::name(&obj),
                 )));
             }
@@ -406,7 +431,7 @@ fn merge_update(def: &ResourceDef, sub: Option<&str>, old: &Value, mut new: Valu
                     };
                 }
             }
-            if def.tracks_generation && old.get("spec") != new.get("spec") {
+            if def.tracks_generation && spec_changed(def, old, &new) {
                 let g = object::path(old, "metadata.generation")
                     .and_then(Value::as_i64)
                     .unwrap_or(0);
@@ -415,6 +440,22 @@ fn merge_update(def: &ResourceDef, sub: Option<&str>, old: &Value, mut new: Valu
             new
         }
     }
+}
+
+/// Whether an update changes what `metadata.generation` counts: the spec, or for a custom resource without
+/// a status subresource everything but metadata (as upstream).
+fn spec_changed(def: &ResourceDef, old: &Value, new: &Value) -> bool {
+    if def.custom.is_some() && !def.status {
+        let body = |v: &Value| {
+            let mut v = v.clone();
+            if let Some(m) = v.as_object_mut() {
+                m.remove("metadata");
+            }
+            v
+        };
+        return body(old) != body(new);
+    }
+    old.get("spec") != new.get("spec")
 }
 
 /// What an update did.
@@ -435,7 +476,7 @@ pub async fn guaranteed_update<F>(
 where
     F: FnMut(&Stored) -> Result<(Value, Option<String>), ApiError>,
 {
-    let def = storage_def(call.route.def);
+    let def = &storage_def(&call.route.def);
     let key = call.key();
     let sub = call.route.subresource.as_deref();
     let mut current = call.state.storage.get(&key, true).await?;
@@ -454,7 +495,7 @@ where
             defaults::apply(def, &mut new);
         }
         validate::invalid(
-            call.route.def,
+            &call.route.def,
             call.name(),
             validate::update(def, &cur.object, &new),
         )?;
@@ -464,7 +505,7 @@ where
                 .any(|f| !object::finalizers(&cur.object).contains(&f));
             if added {
                 return Err(ApiError::Invalid {
-                    target: Target::new(call.route.def.group, call.route.def.kind, call.name()),
+                    target: Target::new(&call.route.def.group, &call.route.def.kind, call.name()),
                     causes: vec![crate::kube::status::Cause::forbidden(
                         "metadata.finalizers",
                         "no new finalizers can be added if the object is being deleted",
@@ -529,7 +570,7 @@ fn respond_updated(call: &Call, u: Updated) -> Result<Response, ApiError> {
     let obj = match u {
         Updated::Object(o) | Updated::Deleted(o) => o,
     };
-    respond_object(call, convert::from_storage(call.route.def, obj))
+    respond_object(call, convert::from_storage(&call.route.def, obj))
 }
 
 /// PUT: replace an object (or its status, or a namespace's finalizers).
@@ -560,7 +601,7 @@ pub async fn update(call: Call) -> Result<Response, ApiError> {
 pub async fn patch(call: Call) -> Result<Response, ApiError> {
     let dry_run = call.params.dry_run()?;
     let ct = media_type(call.headers.get(axum::http::header::CONTENT_TYPE));
-    let def = call.route.def;
+    let def = &call.route.def;
     let patch_body = call.body.clone();
     let mut warnings = Vec::new();
     let u = guaranteed_update(&call, dry_run, |cur| {
@@ -597,7 +638,7 @@ pub fn apply_patch(
             let ops: json_patch::Patch = serde_json::from_slice(body)
                 .map_err(|e| ApiError::BadRequest(format!("the server rejected our request due to an error in our request: {e}")))?;
             json_patch::patch(&mut current, &ops).map_err(|e| ApiError::Invalid {
-                target: Target::new(def.group, def.kind, object::name(&current)),
+                target: Target::new(&def.group, &def.kind, object::name(&current)),
                 causes: vec![crate::kube::status::Cause {
                     reason: "FieldValueInvalid",
                     message: format!("the server rejected our request due to an error in our request: {e}"),
@@ -614,9 +655,18 @@ pub fn apply_patch(
             json_patch::merge(&mut current, &p);
             Ok(current)
         }
+        "application/strategic-merge-patch+json" if def.custom.is_some() => {
+            Err(ApiError::UnsupportedMediaType(CUSTOM_PATCH_TYPES.into()))
+        }
+        "application/strategic-merge-patch+json" if crd::is_crd_resource(&def.group, &def.kind) => {
+            // No Go struct tags here: CRD objects merge as a JSON merge patch (lists replaced).
+            let p = body::json(body)?;
+            json_patch::merge(&mut current, &p);
+            Ok(current)
+        }
         "application/strategic-merge-patch+json" => {
             let p = body::json(body)?;
-            let root = crate::kube::protobuf::schema::message_for(&def.api_version(), def.kind).ok_or_else(|| {
+            let root = crate::kube::protobuf::schema::message_for(&def.api_version(), &def.kind).ok_or_else(|| {
                 ApiError::UnsupportedMediaType(format!(
                     "strategic merge patch is not supported for {}",
                     def.qualified()
@@ -652,7 +702,7 @@ mod tests {
 
     #[test]
     fn main_resource_update_keeps_status_and_bumps_generation() {
-        let def = resource::find("apps", "v1", "deployments").expect("deploy");
+        let def = &resource::find("apps", "v1", "deployments").expect("deploy");
         let old = json!({"metadata": {"name": "d", "uid": "u1", "generation": 1}, "spec": {"replicas": 1},
                          "status": {"replicas": 1}});
         let new = json!({"metadata": {"name": "d", "uid": "evil"}, "spec": {"replicas": 2}, "status": {"replicas": 9}});
@@ -672,7 +722,7 @@ mod tests {
 
     #[test]
     fn merge_and_json_patches() {
-        let def = resource::find("", "v1", "configmaps").expect("cm");
+        let def = &resource::find("", "v1", "configmaps").expect("cm");
         let cur = json!({"metadata": {"name": "a", "labels": {"x": "1"}}, "data": {"k": "v"}});
         let p = apply_patch(
             "application/merge-patch+json",

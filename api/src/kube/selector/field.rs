@@ -45,7 +45,11 @@ impl FieldSelector {
             let field = field.trim();
             let supported = field == "metadata.name"
                 || (field == "metadata.namespace" && def.namespaced)
-                || def.fields.contains(&field);
+                || def.fields.contains(&field)
+                || def
+                    .custom
+                    .as_ref()
+                    .is_some_and(|c| c.selectable.iter().any(|f| f == field));
             if !supported {
                 return Err(FieldError::Unsupported(field.to_string()));
             }
@@ -114,7 +118,7 @@ mod tests {
 
     #[test]
     fn pod_fields() {
-        let pods = resource::find("", "v1", "pods").expect("pods");
+        let pods = &resource::find("", "v1", "pods").expect("pods");
         let pod = json!({"metadata": {"name": "a", "namespace": "d"}, "spec": {"nodeName": "n1"},
                          "status": {"phase": "Running"}});
         let sel =
@@ -127,7 +131,7 @@ mod tests {
             FieldSelector::parse("spec.foo=x", pods).expect_err("unsupported"),
             FieldError::Unsupported("spec.foo".into())
         );
-        let ns = resource::find("", "v1", "namespaces").expect("ns");
+        let ns = &resource::find("", "v1", "namespaces").expect("ns");
         assert!(FieldSelector::parse("metadata.namespace=x", ns).is_err());
     }
 }

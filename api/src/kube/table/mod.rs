@@ -44,6 +44,9 @@ pub fn wants_table(accept: &str) -> bool {
 
 /// The column definitions of a resource.
 pub fn column_definitions(def: &ResourceDef) -> Value {
+    if let Some(c) = &def.custom {
+        return super::crd::printer::column_definitions(c);
+    }
     let cols: Vec<Value> = printers::columns(def.printer)
         .into_iter()
         .map(|c| {
@@ -58,10 +61,11 @@ pub fn column_definitions(def: &ResourceDef) -> Value {
 /// One row for an object.
 pub fn row(def: &ResourceDef, obj: &Value, include: IncludeObject) -> Value {
     let mut r = Map::new();
-    r.insert(
-        "cells".into(),
-        Value::Array(printers::cells(def.printer, obj)),
-    );
+    let cells = match &def.custom {
+        Some(c) => super::crd::printer::cells(c, obj),
+        None => printers::cells(def.printer, obj),
+    };
+    r.insert("cells".into(), Value::Array(cells));
     match include {
         IncludeObject::None => {}
         IncludeObject::Metadata => {
@@ -117,7 +121,7 @@ mod tests {
 
     #[test]
     fn rows_carry_partial_metadata() {
-        let def = resource::find("", "v1", "configmaps").expect("cm");
+        let def = &resource::find("", "v1", "configmaps").expect("cm");
         let cm = json!({"metadata": {"name": "a", "namespace": "d", "labels": {"x": "y"}}, "data": {"k": "v"}});
         let t = table(
             def,

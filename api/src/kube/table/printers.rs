@@ -193,7 +193,7 @@ pub fn columns(p: Printer) -> Vec<Column> {
             col("Count", "string", 1, "How many times this event occurred."),
             NAME,
         ],
-        Printer::EventsV1 | Printer::Default => vec![
+        Printer::EventsV1 | Printer::Default | Printer::Custom => vec![
             NAME,
             col("Created At", "date", 0, "When the object was created."),
         ],
@@ -744,7 +744,7 @@ pub fn cells(p: Printer, o: &Value) -> Vec<Value> {
                 name,
             ]
         }
-        Printer::EventsV1 | Printer::Default => {
+        Printer::EventsV1 | Printer::Default | Printer::Custom => {
             vec![name, json!(s(o, "metadata.creationTimestamp"))]
         }
         Printer::Deployment => {
@@ -922,7 +922,7 @@ mod tests {
     #[test]
     fn cells_match_columns_for_every_printer() {
         let empty = json!({"metadata": {"name": "x", "creationTimestamp": "2026-01-01T00:00:00Z"}});
-        for r in BUILTIN {
+        for r in BUILTIN.iter() {
             assert_eq!(
                 columns(r.printer).len(),
                 cells(r.printer, &empty).len(),
