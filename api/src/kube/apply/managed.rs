@@ -385,6 +385,18 @@ fn printed(e: &Entry) -> String {
     s
 }
 
+/// What an apply is asked to do besides merging its configuration.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApplyOptions<'a> {
+    /// Take conflicting fields from their owners.
+    pub force: bool,
+    /// The kind has a status subresource (the main resource does not own status).
+    pub has_status: bool,
+    /// Conflicts on these paths do not stop the apply (fields client-side apply set and nobody changed
+    /// since); any other conflict still does.
+    pub allowed: Option<&'a FieldSet>,
+}
+
 /// Applies `config` for `owner` to `live` (an empty object when creating): the merged object, with its
 /// managedFields, or the conflicts that stop it unless forced.
 pub fn apply(
@@ -392,9 +404,9 @@ pub fn apply(
     config: &Value,
     shape: Shape,
     owner: &Owner,
-    force: bool,
-    has_status: bool,
+    opts: ApplyOptions<'_>,
 ) -> Result<Value, Vec<Conflict>> {
+    let has_status = opts.has_status;
     let mut entries = decode(live).ok().flatten().unwrap_or_default();
     let mut live = live.clone();
     object::meta_mut(&mut live).remove("managedFields");
@@ -436,29 +448,35 @@ pub fn apply(
         changed: filter(d.changed, &owner.subresource, has_status),
         removed: filter(d.removed, &owner.subresource, has_status),
     };
-    let mut conflicts = Vec::new();
+    if !opts.force {
+        let mut conflicts = Vec::new();
+        for (i, e) in entries.iter().enumerate() {
+            if i == me {
+                continue;
+            }
+            let mut c = e.set.intersection(&d.changed);
+            if let Some(allowed) = opts.allowed {
+                c = c.difference(allowed);
+            }
+            let who = printed(e);
+            conflicts.extend(c.paths().into_iter().map(|p| Conflict {
+                manager: who.clone(),
+                path: fieldset::path_string(&p),
+            }));
+        }
+        if !conflicts.is_empty() {
+            return Err(conflicts);
+        }
+    }
     for (i, e) in entries.iter_mut().enumerate() {
         if i == me {
             continue;
         }
-        let c = e.set.intersection(&d.changed);
-        if !c.is_empty() {
-            if !force {
-                let who = printed(e);
-                conflicts.extend(c.paths().into_iter().map(|p| Conflict {
-                    manager: who.clone(),
-                    path: fieldset::path_string(&p),
-                }));
-                continue;
+        for gone in [&d.changed, &d.removed] {
+            if e.set.intersects(gone) {
+                e.set = e.set.difference(gone);
             }
-            e.set = e.set.difference(&c);
         }
-        if e.set.intersects(&d.removed) {
-            e.set = e.set.difference(&d.removed);
-        }
-    }
-    if !conflicts.is_empty() {
-        return Err(conflicts);
     }
     if !d.is_empty() {
         entries[me].time = now;
@@ -508,6 +526,14 @@ mod tests {
         }
     }
 
+    fn opts(force: bool) -> ApplyOptions<'static> {
+        ApplyOptions {
+            force,
+            has_status: true,
+            allowed: None,
+        }
+    }
+
     fn dep(replicas: i64, labels: Value) -> Value {
         json!({"apiVersion": "apps/v1", "kind": "Deployment",
                "metadata": {"name": "web", "labels": labels},
@@ -531,8 +557,7 @@ mod tests {
             &dep(1, json!({"a": "1"})),
             deploy(),
             &owner("a"),
-            false,
-            true,
+            opts(false),
         )
         .expect("first apply");
         assert_eq!(
@@ -544,8 +569,7 @@ mod tests {
             &dep(3, json!({"a": "1"})),
             deploy(),
             &owner("b"),
-            false,
-            true,
+            opts(false),
         )
         .expect_err("conflict");
         assert_eq!(
@@ -558,8 +582,7 @@ mod tests {
             &dep(1, json!({"a": "1"})),
             deploy(),
             &owner("b"),
-            false,
-            true,
+            opts(false),
         )
         .expect("shared");
         assert_eq!(managers(&shared).len(), 2);
@@ -568,8 +591,7 @@ mod tests {
             &dep(3, json!({"a": "1"})),
             deploy(),
             &owner("b"),
-            true,
-            true,
+            opts(true),
         )
         .expect("forced");
         let e = decode(&forced).ok().flatten().unwrap_or_default();
@@ -590,8 +612,7 @@ mod tests {
             &dep(1, json!({"x": "1", "y": "2"})),
             deploy(),
             &owner("a"),
-            false,
-            true,
+            opts(false),
         )
         .expect("apply a");
         let live = apply(
@@ -600,8 +621,7 @@ mod tests {
             "metadata": {"name": "web", "labels": {"y": "2"}}}),
             deploy(),
             &owner("b"),
-            false,
-            true,
+            opts(false),
         )
         .expect("apply b");
         let out = apply(
@@ -609,8 +629,7 @@ mod tests {
             &dep(1, json!({})),
             deploy(),
             &owner("a"),
-            false,
-            true,
+            opts(false),
         )
         .expect("drop labels");
         assert_eq!(out["metadata"]["labels"], json!({"y": "2"}));
@@ -620,13 +639,12 @@ mod tests {
             &dep(1, json!({"x": "1"})),
             deploy(),
             &owner("a"),
-            false,
-            true,
+            opts(false),
         )
         .expect("apply");
         let cfg = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
             "spec": {"replicas": 1}});
-        let out = apply(&solo, &cfg, deploy(), &owner("a"), false, true).expect("drop");
+        let out = apply(&solo, &cfg, deploy(), &owner("a"), opts(false)).expect("drop");
         assert!(out["metadata"].get("labels").is_none(), "{out}");
         assert!(out["spec"].get("template").is_none(), "{out}");
     }
@@ -638,8 +656,7 @@ mod tests {
             &dep(1, json!({})),
             deploy(),
             &owner("a"),
-            false,
-            true,
+            opts(false),
         )
         .expect("apply");
         let mut new = live.clone();
@@ -650,7 +667,7 @@ mod tests {
         assert!(!e[0].set.has(&["f:spec", "f:replicas"]));
         assert_eq!(e[1].operation, Operation::Update);
         assert!(e[1].set.has(&["f:spec", "f:replicas"]));
-        let err = apply(&new, &dep(1, json!({})), deploy(), &owner("a"), false, true)
+        let err = apply(&new, &dep(1, json!({})), deploy(), &owner("a"), opts(false))
             .expect_err("re-apply conflicts");
         assert_eq!(
             conflict_message(&err),
