@@ -91,8 +91,10 @@ fn cmp(
 ) -> (FieldSet, FieldSet) {
     let mut ch = FieldSet::new();
     let mut rm = FieldSet::new();
+    // Empty or missing on both sides is compared as a value, so `{}` and absent stay distinct.
+    let both_empty = empty_container(old) && empty_container(new);
     let granular = !shape.is_leaf()
-        && !(empty_container(old) && empty_container(new))
+        && !both_empty
         && old.is_none_or(|o| fits(shape, o))
         && new.is_none_or(|n| fits(shape, n));
     if !granular {
@@ -114,6 +116,10 @@ fn cmp(
             .collect();
         for k in keys {
             let (cs, named) = shape.child(k);
+            // Ownership data is never itself owned; skipping it spares callers a copy without it.
+            if named && k == "managedFields" {
+                continue;
+            }
             let item = !named || matches!(cs, Shape::Map(_) | Shape::Deduced);
             let (c, r) = cmp(
                 om.and_then(|m| m.get(k)),

@@ -311,9 +311,7 @@ pub fn record_create(obj: &mut Value, shape: Shape, owner: &Owner, has_status: b
     } else {
         decode(obj).ok().flatten().unwrap_or_default()
     };
-    let mut bare = obj.clone();
-    object::meta_mut(&mut bare).remove("managedFields");
-    let d = diff::compare(&json!({}), &bare, shape);
+    let d = diff::compare(&json!({}), obj, shape);
     let d = Diff {
         changed: filter(d.changed, &owner.subresource, has_status),
         removed: FieldSet::new(),
@@ -324,49 +322,47 @@ pub fn record_create(obj: &mut Value, shape: Shape, owner: &Owner, has_status: b
 
 /// Records an update by `owner` from `old` to `new` in `new`'s managedFields.
 ///
-/// The starting entries are the ones `new` carries (a client may edit them), else `old`'s; an explicit
-/// reset or an object that tracks nothing stays untracked, as upstream.
+/// The starting entries are the ones `new` carries when a client edited them (`[]` or `[{}]` resets), else
+/// `old`'s; an object that tracks nothing stays untracked, as upstream. An unchanged write neither decodes
+/// nor re-encodes anything.
 pub fn record_update(old: &Value, new: &mut Value, shape: Shape, owner: &Owner, has_status: bool) {
-    let from_new = if owner.subresource.is_empty() && !asks_reset(new) {
-        decode(new).ok().flatten().filter(|e| !e.is_empty())
-    } else {
-        None
-    };
-    let (mut entries, edited) = match from_new {
-        Some(e) => {
-            let edited = object::path(new, "metadata.managedFields")
-                != object::path(old, "metadata.managedFields");
-            (e, edited)
-        }
-        None if asks_reset(new) => (Vec::new(), true),
-        None => match decode(old) {
-            Ok(Some(e)) => (e, false),
-            Ok(None) => (Vec::new(), false),
-            Err(err) => {
-                tracing::warn!(error = %err, "stored managedFields cannot be read; starting afresh");
-                (Vec::new(), true)
-            }
-        },
-    };
-    if entries.is_empty() {
-        object::meta_mut(new).remove("managedFields");
-        return;
+    let old_mf = object::path(old, "metadata.managedFields");
+    let new_mf = object::path(new, "metadata.managedFields");
+    let edited = owner.subresource.is_empty() && new_mf.is_some() && new_mf != old_mf;
+    if !edited {
+        let Some(mf) = old_mf.cloned() else {
+            object::meta_mut(new).remove("managedFields");
+            return;
+        };
+        object::meta_mut(new).insert("managedFields".into(), mf);
     }
-    let mut a = old.clone();
-    let mut b = new.clone();
-    object::meta_mut(&mut a).remove("managedFields");
-    object::meta_mut(&mut b).remove("managedFields");
-    let d = diff::compare(&a, &b, shape);
+    let d = diff::compare(old, new, shape);
     let d = Diff {
         changed: filter(d.changed, &owner.subresource, has_status),
         removed: filter(d.removed, &owner.subresource, has_status),
     };
     if d.is_empty() && !edited {
-        // Keep the stored form byte for byte: an unchanged write stays a no-op.
-        match object::path(old, "metadata.managedFields").cloned() {
-            Some(mf) => object::meta_mut(new).insert("managedFields".into(), mf),
-            None => object::meta_mut(new).remove("managedFields"),
-        };
+        return;
+    }
+    let from_old = || match decode(old) {
+        Ok(e) => e.unwrap_or_default(),
+        Err(err) => {
+            tracing::warn!(error = %err, "stored managedFields cannot be read; starting afresh");
+            Vec::new()
+        }
+    };
+    let mut entries = if !edited {
+        from_old()
+    } else if asks_reset(new) {
+        Vec::new()
+    } else {
+        match decode(new) {
+            Ok(Some(e)) if !e.is_empty() => e,
+            _ => from_old(),
+        }
+    };
+    if entries.is_empty() {
+        object::meta_mut(new).remove("managedFields");
         return;
     }
     take_over(&mut entries, &d, owner);
