@@ -91,6 +91,13 @@ fn cmp(
 ) -> (FieldSet, FieldSet) {
     let mut ch = FieldSet::new();
     let mut rm = FieldSet::new();
+    // Equal subtrees own nothing new: most of an updated object is unchanged, and comparing is cheaper than
+    // walking it with the schema.
+    if let (Some(a), Some(b)) = (old, new) {
+        if a == b {
+            return (ch, rm);
+        }
+    }
     // Empty or missing on both sides is compared as a value, so `{}` and absent stay distinct.
     let both_empty = empty_container(old) && empty_container(new);
     let granular = !shape.is_leaf()
