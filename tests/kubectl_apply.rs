@@ -513,6 +513,50 @@ async fn raw_apply_requests() {
     )
     .await;
     assert_eq!(code, 422, "{s}");
+    // Too long a fieldManager on any write is a 422 naming the options kind.
+    let (code, s) = raw(
+        &client,
+        "POST",
+        &format!("/api/v1/namespaces/default/configmaps?fieldManager={long}"),
+        "application/json",
+        r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"long"}}"#,
+    )
+    .await;
+    assert_eq!(code, 422, "{s}");
+    assert_eq!(
+        s["message"],
+        "CreateOptions.meta.k8s.io \"\" is invalid: fieldManager: Too long: may not be more than 128 bytes"
+    );
+    // A status write records `subresource: status` and owns only status.
+    let deploy = "/apis/apps/v1/namespaces/default/deployments/st";
+    let (code, s) = raw(
+        &client,
+        "PATCH",
+        &format!("{deploy}?fieldManager=owner"),
+        apply,
+        r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"st"},"spec":{"selector":{"matchLabels":{"a":"b"}},"template":{"metadata":{"labels":{"a":"b"}},"spec":{"containers":[{"name":"c","image":"x"}]}}}}"#,
+    )
+    .await;
+    assert_eq!(code, 201, "{s}");
+    let (code, s) = raw(
+        &client,
+        "PATCH",
+        &format!("{deploy}/status"),
+        "application/merge-patch+json",
+        r#"{"status":{"observedGeneration":1,"replicas":1},"spec":{"replicas":9}}"#,
+    )
+    .await;
+    assert_eq!(code, 200, "{s}");
+    assert_eq!(s["spec"]["replicas"], 1, "{s}");
+    let st = s["metadata"]["managedFields"]
+        .as_array()
+        .and_then(|a| a.iter().find(|e| e["subresource"] == "status").cloned())
+        .unwrap_or(Value::Null);
+    assert_eq!(st["manager"], "kube-client-test", "{s}");
+    assert_eq!(
+        st["fieldsV1"],
+        json!({"f:status": {"f:observedGeneration": {}, "f:replicas": {}}})
+    );
     // A PUT with `managedFields: []` resets them; without the field they are kept.
     let (_, mut cur) = raw(&client, "GET", base, "application/json", "").await;
     cur["data"]["k"] = json!("v6");

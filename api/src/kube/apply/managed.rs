@@ -696,6 +696,33 @@ mod tests {
     }
 
     #[test]
+    fn old_update_entries_merge_into_ancient_changes() {
+        let mut obj =
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {}});
+        let cm = Shape::of_kind("v1", "ConfigMap");
+        let o = |i: usize| Owner {
+            manager: format!("m{i}"),
+            api_version: "v1".into(),
+            subresource: String::new(),
+        };
+        record_create(&mut obj, cm, &o(0), false);
+        for i in 1..=12 {
+            let mut next = obj.clone();
+            next["data"][format!("k{i}")] = json!("v");
+            record_update(&obj, &mut next, cm, &o(i), false);
+            obj = next;
+        }
+        let e = decode(&obj).ok().flatten().unwrap_or_default();
+        assert_eq!(e.len(), MAX_UPDATE_MANAGERS, "{obj}");
+        let ancient = e
+            .iter()
+            .find(|e| e.manager == ANCIENT)
+            .expect("ancient-changes");
+        assert!(ancient.set.has(&["f:data", "f:k1"]));
+        assert!(e.iter().any(|e| e.manager == "m12"));
+    }
+
+    #[test]
     fn many_conflicts_are_grouped_by_manager() {
         let c = |m: &str, p: &str| Conflict {
             manager: m.into(),
