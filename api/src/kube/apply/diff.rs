@@ -76,19 +76,15 @@ fn walk_owned(v: &Value, shape: Shape, out: &mut FieldSet) {
     }
 }
 
-/// What changed from `old` to `new`.
+/// What changed from `old` to `new`. A node that appears or disappears as a whole counts itself too (the `.`
+/// of list items, map entries and added structs).
 pub fn compare(old: &Value, new: &Value, shape: Shape) -> Diff {
-    let (changed, removed) = cmp(Some(old), Some(new), shape, false);
+    let (changed, removed) = cmp(Some(old), Some(new), shape);
     Diff { changed, removed }
 }
 
-/// Compares one node; `itemlike` nodes (list items, map entries) count themselves as added or removed.
-fn cmp(
-    old: Option<&Value>,
-    new: Option<&Value>,
-    shape: Shape,
-    itemlike: bool,
-) -> (FieldSet, FieldSet) {
+/// Compares one node.
+fn cmp(old: Option<&Value>, new: Option<&Value>, shape: Shape) -> (FieldSet, FieldSet) {
     let mut ch = FieldSet::new();
     let mut rm = FieldSet::new();
     // Equal subtrees own nothing new: most of an updated object is unchanged, and comparing is cheaper than
@@ -100,10 +96,11 @@ fn cmp(
     }
     // Empty or missing on both sides is compared as a value, so `{}` and absent stay distinct.
     let both_empty = empty_container(old) && empty_container(new);
+    // A `null` side is walked as empty but, unlike a missing one, does not make the node itself new.
     let granular = !shape.is_leaf()
         && !both_empty
-        && old.is_none_or(|o| fits(shape, o))
-        && new.is_none_or(|n| fits(shape, n));
+        && old.is_none_or(|o| o.is_null() || fits(shape, o))
+        && new.is_none_or(|n| n.is_null() || fits(shape, n));
     if !granular {
         match (old, new) {
             (None, Some(_)) => ch.member = true,
@@ -127,13 +124,7 @@ fn cmp(
             if named && k == "managedFields" {
                 continue;
             }
-            let item = !named || matches!(cs, Shape::Map(_) | Shape::Deduced);
-            let (c, r) = cmp(
-                om.and_then(|m| m.get(k)),
-                nm.and_then(|m| m.get(k)),
-                cs,
-                item,
-            );
+            let (c, r) = cmp(om.and_then(|m| m.get(k)), nm.and_then(|m| m.get(k)), cs);
             ch.put(fieldset::field(k), c);
             rm.put(fieldset::field(k), r);
         }
@@ -143,17 +134,15 @@ fn cmp(
         let item_shape = shape.item();
         let elements: BTreeSet<&String> = oi.keys().chain(ni.keys()).collect();
         for e in elements {
-            let (c, r) = cmp(oi.get(e).copied(), ni.get(e).copied(), item_shape, true);
+            let (c, r) = cmp(oi.get(e).copied(), ni.get(e).copied(), item_shape);
             ch.put(e.clone(), c);
             rm.put(e.clone(), r);
         }
     }
-    if itemlike {
-        match (old, new) {
-            (None, Some(_)) => ch.member = true,
-            (Some(_), None) => rm.member = true,
-            _ => {}
-        }
+    match (old, new) {
+        (None, Some(_)) => ch.member = true,
+        (Some(_), None) => rm.member = true,
+        _ => {}
     }
     (ch, rm)
 }
@@ -235,7 +224,8 @@ mod tests {
             .has(&["f:spec", "f:template", "f:spec", "f:containers", c]));
         assert!(d.changed.has(&["f:metadata", "f:labels"]));
         assert!(d.changed.has(&["f:metadata", "f:labels", "f:l"]));
-        assert!(!d.changed.has(&["f:metadata"]));
+        // metadata was absent before: added as a whole, as upstream marks a nil struct that appears.
+        assert!(d.changed.has(&["f:metadata"]));
         assert!(d
             .removed
             .has(&["f:spec", "f:template", "f:spec", "f:containers", b]));

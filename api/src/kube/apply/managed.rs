@@ -311,7 +311,7 @@ pub fn record_create(obj: &mut Value, shape: Shape, owner: &Owner, has_status: b
     } else {
         decode(obj).ok().flatten().unwrap_or_default()
     };
-    let d = diff::compare(&json!({}), obj, shape);
+    let d = diff::compare(&shape.zero_object(), obj, shape);
     let d = Diff {
         changed: filter(d.changed, &owner.subresource, has_status),
         removed: FieldSet::new(),
@@ -693,6 +693,45 @@ mod tests {
         assert_eq!(j["f:metadata"], json!({"f:labels": {".": {}, "f:app": {}}}));
         assert!(j.get("f:status").is_none() && j.get("f:apiVersion").is_none());
         assert!(e[0].time.is_some());
+    }
+
+    /// `kubectl create deployment made --image=nginx`, stored and defaulted: the entry upstream records.
+    #[test]
+    fn create_entry_matches_upstream_for_a_created_deployment() {
+        let mut obj = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "made", "namespace": "default", "uid": "u", "generation": 1,
+                "creationTimestamp": "2026-12-02T16:47:55Z", "labels": {"app": "made"}},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "made"}},
+                "progressDeadlineSeconds": 600, "revisionHistoryLimit": 10,
+                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}},
+                "template": {"metadata": {"labels": {"app": "made"}}, "spec": {
+                    "containers": [{"name": "nginx", "image": "nginx", "imagePullPolicy": "Always",
+                        "resources": {}, "terminationMessagePath": "/dev/termination-log",
+                        "terminationMessagePolicy": "File"}],
+                    "dnsPolicy": "ClusterFirst", "restartPolicy": "Always",
+                    "schedulerName": "default-scheduler", "securityContext": {},
+                    "terminationGracePeriodSeconds": 30}}},
+            "status": {}});
+        record_create(&mut obj, deploy(), &owner("kubectl-create"), true);
+        let upstream = json!({
+            "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+            "f:spec": {"f:progressDeadlineSeconds": {}, "f:replicas": {}, "f:revisionHistoryLimit": {},
+                "f:selector": {},
+                "f:strategy": {"f:rollingUpdate": {".": {}, "f:maxSurge": {}, "f:maxUnavailable": {}},
+                    "f:type": {}},
+                "f:template": {"f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+                    "f:spec": {"f:containers": {"k:{\"name\":\"nginx\"}": {".": {}, "f:image": {},
+                        "f:imagePullPolicy": {}, "f:name": {}, "f:resources": {},
+                        "f:terminationMessagePath": {}, "f:terminationMessagePolicy": {}}},
+                        "f:dnsPolicy": {}, "f:restartPolicy": {}, "f:schedulerName": {},
+                        "f:securityContext": {}, "f:terminationGracePeriodSeconds": {}}}}
+        });
+        let e = &obj["metadata"]["managedFields"][0];
+        assert_eq!(e["fieldsV1"], upstream);
+        assert_eq!(e["manager"], "kubectl-create");
+        assert_eq!(e["operation"], "Update");
+        assert_eq!(e["apiVersion"], "apps/v1");
+        assert_eq!(e["fieldsType"], "FieldsV1");
     }
 
     #[test]

@@ -26,6 +26,43 @@ const ATOMIC_STRUCTS: &[&str] = &[
     "api.core.v1.ResourceFieldSelector",
 ];
 
+/// Struct fields Go always serializes (value, not pointer, fields), by path from the object: upstream compares
+/// a create against the zero object of the kind, where these are present and empty, so they are not marked as
+/// added themselves.
+const VALUE_STRUCTS: &[&str] = &[
+    "metadata",
+    "spec",
+    "status",
+    "template",
+    "template.metadata",
+    "template.spec",
+    "spec.template",
+    "spec.template.metadata",
+    "spec.template.spec",
+    "spec.strategy",
+    "spec.updateStrategy",
+    "spec.jobTemplate",
+    "spec.jobTemplate.metadata",
+    "spec.jobTemplate.spec",
+    "spec.jobTemplate.spec.template",
+    "spec.jobTemplate.spec.template.metadata",
+    "spec.jobTemplate.spec.template.spec",
+    "status.loadBalancer",
+    "status.daemonEndpoints",
+    "status.daemonEndpoints.kubeletEndpoint",
+    "status.nodeInfo",
+];
+
+/// Lists Go always serializes (no `omitempty`): `null` in the zero object, so not marked as added themselves.
+const NULL_LISTS: &[&str] = &[
+    "spec.containers",
+    "template.spec.containers",
+    "spec.template.spec.containers",
+    "spec.jobTemplate.spec.template.spec.containers",
+    "endpoints",
+    "rules",
+];
+
 /// What a value's elements are.
 #[derive(Debug, Clone, Copy)]
 pub enum Elem {
@@ -61,6 +98,40 @@ impl Shape {
             Some(m) => Shape::Struct(m),
             None => Shape::Deduced,
         }
+    }
+
+    /// The zero object of a kind as upstream's typed objects serialize it: its value structs, empty.
+    pub fn zero_object(&self) -> Value {
+        let mut out = Value::Object(Map::new());
+        let paths = VALUE_STRUCTS.iter().map(|p| (p, false));
+        'paths: for (path, list) in paths.chain(NULL_LISTS.iter().map(|p| (p, true))) {
+            let mut shape = *self;
+            let mut node = &mut out;
+            let parts: Vec<&str> = path.split('.').collect();
+            for (i, part) in parts.iter().enumerate() {
+                let (child, named) = shape.child(part);
+                let last_list = list && i + 1 == parts.len();
+                let fits = if last_list {
+                    child.is_list()
+                } else {
+                    matches!(child, Shape::Struct(_))
+                };
+                if !named || !fits {
+                    continue 'paths;
+                }
+                shape = child;
+                let Some(m) = node.as_object_mut() else {
+                    continue 'paths;
+                };
+                let empty = if last_list {
+                    Value::Null
+                } else {
+                    Value::Object(Map::new())
+                };
+                node = m.entry(part.to_string()).or_insert(empty);
+            }
+        }
+        out
     }
 
     /// The shape of the child `key` of an object of this shape, and whether `key` is a named field.
@@ -216,5 +287,14 @@ mod tests {
         assert!(matches!(meta.child("labels").0, Shape::Map(Elem::Leaf)));
         assert!(matches!(meta.child("finalizers").0, Shape::Set));
         assert!(matches!(Shape::of_kind("x.io/v1", "Foo"), Shape::Deduced));
+        assert_eq!(
+            d.zero_object(),
+            json!({"metadata": {}, "status": {}, "spec": {"strategy": {},
+                "template": {"metadata": {}, "spec": {"containers": null}}}})
+        );
+        assert_eq!(
+            Shape::of_kind("v1", "ConfigMap").zero_object(),
+            json!({"metadata": {}})
+        );
     }
 }
