@@ -735,6 +735,40 @@ mod tests {
     }
 
     #[test]
+    fn unreadable_client_entries_fall_back_to_the_stored_ones() {
+        let live = apply(
+            &json!({}),
+            &dep(1, json!({})),
+            deploy(),
+            &owner("a"),
+            opts(false),
+        )
+        .expect("apply");
+        for bad in [
+            json!("text"),
+            json!([1, 2]),
+            json!([{"manager": "x", "operation": "Delete", "fieldsType": "FieldsV1"}]),
+            json!([{"manager": "x", "operation": "Update", "fieldsType": "FieldsV2"}]),
+            json!([{"manager": "x", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"q:x": {}}}]),
+            json!([{"manager": "x", "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": 7}]),
+        ] {
+            let mut new = live.clone();
+            new["metadata"]["managedFields"] = bad.clone();
+            new["spec"]["replicas"] = json!(2);
+            record_update(&live, &mut new, deploy(), &owner("u"), true);
+            let names: Vec<String> = decode(&new)
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|e| e.manager)
+                .collect();
+            assert_eq!(names, vec!["a", "u"], "{bad}");
+        }
+        assert!(decode(&json!({"metadata": {"managedFields": "x"}})).is_err());
+    }
+
+    #[test]
     fn old_update_entries_merge_into_ancient_changes() {
         let mut obj =
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {}});
