@@ -557,6 +557,39 @@ async fn raw_apply_requests() {
         st["fieldsV1"],
         json!({"f:status": {"f:observedGeneration": {}, "f:replicas": {}}})
     );
+    // Apply through /scale: the Scale's replicas, owned by the manager with `subresource: scale`.
+    let (code, s) = raw(
+        &client,
+        "PATCH",
+        &format!("{deploy}/scale?fieldManager=scaler"),
+        apply,
+        "apiVersion: autoscaling/v1\nkind: Scale\nmetadata:\n  name: st\nspec:\n  replicas: 3\n",
+    )
+    .await;
+    assert_eq!(code, 200, "{s}");
+    assert_eq!(s["kind"], "Scale");
+    assert_eq!(s["spec"]["replicas"], 3);
+    let (_, d) = raw(&client, "GET", deploy, "application/json", "").await;
+    let sc = d["metadata"]["managedFields"]
+        .as_array()
+        .and_then(|a| a.iter().find(|e| e["manager"] == "scaler").cloned())
+        .unwrap_or(Value::Null);
+    assert_eq!(sc["operation"], "Apply", "{d}");
+    assert_eq!(sc["subresource"], "scale");
+    assert_eq!(sc["fieldsV1"], json!({"f:spec": {"f:replicas": {}}}));
+    let (code, s) = raw(
+        &client,
+        "PATCH",
+        &format!("{deploy}?fieldManager=owner"),
+        apply,
+        r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"st"},"spec":{"replicas":1,"selector":{"matchLabels":{"a":"b"}},"template":{"metadata":{"labels":{"a":"b"}},"spec":{"containers":[{"name":"c","image":"x"}]}}}}"#,
+    )
+    .await;
+    assert_eq!(code, 409, "{s}");
+    assert_eq!(
+        s["message"],
+        "Apply failed with 1 conflict: conflict with \"scaler\" with subresource \"scale\": .spec.replicas"
+    );
     // A PUT with `managedFields: []` resets them; without the field they are kept.
     let (_, mut cur) = raw(&client, "GET", base, "application/json", "").await;
     cur["data"]["k"] = json!("v6");

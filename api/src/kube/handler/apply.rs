@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use super::write::{
     check_field_manager, create_object, field_validation, guaranteed_update_tracked,
-    respond_updated, storage_def, with_warnings, Tracking,
+    respond_updated, storage_def, with_warnings, Tracking, Updated,
 };
 use super::Call;
 use crate::kube::admission::validate;
@@ -139,8 +139,8 @@ fn configuration(call: &Call) -> Result<(Value, Vec<String>), ApiError> {
     Ok((convert::to_storage(def, config), warnings))
 }
 
-/// PATCH `application/apply-patch+yaml`.
-pub async fn apply(call: Call) -> Result<Response, ApiError> {
+/// The apply options: `fieldManager` (required) and `force`.
+pub fn options(call: &Call) -> Result<(String, bool), ApiError> {
     let manager = call.params.get("fieldManager").unwrap_or("");
     if manager.is_empty() {
         return Err(options_error(Cause {
@@ -159,6 +159,37 @@ pub async fn apply(call: Call) -> Result<Response, ApiError> {
             )))
         }
     };
+    Ok((manager.to_string(), force))
+}
+
+/// Applies a configuration of the parent object for `owner` (the `/scale` subresource applies its
+/// `spec.replicas` this way); the caller writes nothing when the object is missing.
+pub async fn apply_to_parent(
+    call: &Call,
+    config: &Value,
+    owner: &Owner,
+    force: bool,
+) -> Result<Updated, ApiError> {
+    let dry_run = call.params.dry_run()?;
+    let sdef = storage_def(call.route.def);
+    let shape = Shape::of_kind(&sdef.api_version(), sdef.kind);
+    guaranteed_update_tracked(call, dry_run, Tracking::Applied, |cur| {
+        let opts = ApplyOptions {
+            force,
+            has_status: sdef.status,
+            allowed: None,
+        };
+        let merged = managed::apply(&cur.object, config, shape, owner, opts)
+            .map_err(|c| conflict_error(&c))?;
+        Ok((merged, None))
+    })
+    .await
+}
+
+/// PATCH `application/apply-patch+yaml`.
+pub async fn apply(call: Call) -> Result<Response, ApiError> {
+    let (manager, force) = options(&call)?;
+    let manager = manager.as_str();
     let dry_run = call.params.dry_run()?;
     let (config, warnings) = configuration(&call)?;
     let sdef = storage_def(call.route.def);
