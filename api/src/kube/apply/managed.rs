@@ -36,7 +36,9 @@ const UNOWNED_META: &[&str] = &[
 /// `Apply` or `Update`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Operation {
+    /// Server-side apply.
     Apply,
+    /// Create, update or non-apply patch.
     Update,
 }
 
@@ -52,19 +54,28 @@ impl Operation {
 /// One `managedFields` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
+    /// The field manager's name.
     pub manager: String,
+    /// Apply or Update.
     pub operation: Operation,
+    /// The API version the manager wrote in.
     pub api_version: String,
+    /// When the manager last changed the object (RFC 3339, whole seconds).
     pub time: Option<String>,
+    /// The subresource written through ("" for the object itself).
     pub subresource: String,
+    /// The fields the manager owns.
     pub set: FieldSet,
 }
 
 /// Who is writing: the manager name, the API version it writes in, and the subresource ("" for none).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner {
+    /// The field manager's name.
     pub manager: String,
+    /// The API version of the request.
     pub api_version: String,
+    /// The subresource of the request ("" for none).
     pub subresource: String,
 }
 
@@ -90,14 +101,19 @@ pub struct Conflict {
 /// Why `metadata.managedFields` could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ManagedError {
+    /// `managedFields` is not a JSON list.
     #[error("managedFields is not a list")]
     NotList,
+    /// An entry is not a JSON object.
     #[error("managedFields entry {0} is not an object")]
     NotObject(usize),
+    /// An operation other than Apply or Update.
     #[error("managedFields entry {0}: unsupported operation {1:?}")]
     Operation(usize, String),
+    /// A fieldsType other than FieldsV1.
     #[error("managedFields entry {0}: unsupported fieldsType {1:?}")]
     FieldsType(usize, String),
+    /// An unreadable fieldsV1 document.
     #[error("managedFields entry {0}: {1}")]
     Fields(usize, FieldSetError),
 }
