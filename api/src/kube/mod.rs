@@ -7,10 +7,12 @@
 //!   of served resources (built-ins plus custom resources); `discovery`: documents built from it.
 //! - `storage`: objects as JSON under `/registry/...`, resourceVersion = mod revision.
 //! - `admission`: defaulting and validation; `alloc`: Service IPs and node ports; `lifecycle`: namespaces.
+//! - `apply`: server-side apply and managedFields.
 //! - `table`: `kubectl get` columns; `selector`: label and field selectors; `status`: every error answer.
 
 pub mod admission;
 pub mod alloc;
+pub mod apply;
 pub mod authn;
 pub mod body;
 pub mod convert;

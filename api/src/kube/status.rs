@@ -148,6 +148,9 @@ pub enum ApiError {
     /// 409 Conflict: stale resourceVersion or failed precondition.
     #[error("Operation cannot be fulfilled on {} \"{}\": {detail}", .target.qualified(), .target.name)]
     Conflict { target: Target, detail: String },
+    /// 409 Conflict of a server-side apply with other field managers (details carry only the causes).
+    #[error("{message}")]
+    ApplyConflict { message: String, causes: Vec<Cause> },
     /// 410 Expired: too old resourceVersion or continue token.
     #[error("{0}")]
     Expired(String),
@@ -201,7 +204,9 @@ impl ApiError {
             }
             ApiError::NotAcceptable(_) => (StatusCode::NOT_ACCEPTABLE, "NotAcceptable"),
             ApiError::AlreadyExists(_) => (StatusCode::CONFLICT, "AlreadyExists"),
-            ApiError::Conflict { .. } => (StatusCode::CONFLICT, "Conflict"),
+            ApiError::Conflict { .. } | ApiError::ApplyConflict { .. } => {
+                (StatusCode::CONFLICT, "Conflict")
+            }
             ApiError::Expired(_) => (StatusCode::GONE, "Expired"),
             ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "RequestEntityTooLarge"),
             ApiError::UnsupportedMediaType(_) => {
@@ -234,6 +239,7 @@ impl ApiError {
             | ApiError::Forbidden { target: t, .. }
             | ApiError::Conflict { target: t, .. } => Some(details(t, &[])),
             ApiError::Invalid { target, causes } => Some(details(target, causes)),
+            ApiError::ApplyConflict { causes, .. } => Some(details(&Target::default(), causes)),
             _ => None,
         };
         if let Some(d) = details {

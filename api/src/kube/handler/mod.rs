@@ -1,6 +1,7 @@
-//! Resource requests: routing by verb to reads (`read`), writes (`write`), deletes (`delete`), watches
-//! (`watch`) and the scale subresource (`scale`).
+//! Resource requests: routing by verb to reads (`read`), writes (`write`, server-side apply in `apply`),
+//! deletes (`delete`), watches (`watch`) and the scale subresource (`scale`).
 
+pub mod apply;
 pub mod delete;
 pub mod read;
 pub mod scale;

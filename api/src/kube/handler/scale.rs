@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use super::read::respond_object;
 use super::write::{apply_patch, guaranteed_update, Updated};
 use super::Call;
+use crate::kube::apply::managed::Owner;
 use crate::kube::body::{self, media_type};
 use crate::kube::object::{self, path};
 use crate::kube::resource::ResourceDef;
@@ -142,9 +143,54 @@ pub async fn update(call: Call) -> Result<Response, ApiError> {
     write(&call, |_| Ok((scale.clone(), rv.clone()))).await
 }
 
-/// PATCH `/scale` (merge or JSON patch of the Scale object).
+/// PATCH `/scale` with `application/apply-patch+yaml`: an autoscaling/v1 Scale whose `spec.replicas` the
+/// manager applies to the parent (owned with `subresource: scale`).
+async fn apply(call: Call) -> Result<Response, ApiError> {
+    let (manager, force) = super::apply::options(&call)?;
+    let scale: Value = serde_yaml_ng::from_slice(&call.body)
+        .map_err(|e| ApiError::BadRequest(format!("error decoding YAML: {e}")))?;
+    let av = scale
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let kind = scale.get("kind").and_then(Value::as_str).unwrap_or("");
+    if av != "autoscaling/v1" || kind != "Scale" {
+        return Err(ApiError::BadRequest(format!(
+            "Incorrect version specified in apply patch. Specified patch version: {av}, expected: autoscaling/v1"
+        )));
+    }
+    if object::name(&scale) != call.name() {
+        return Err(ApiError::BadRequest(format!(
+            "the name of the object ({}) does not match the name on the URL ({})",
+            object::name(&scale),
+            call.name()
+        )));
+    }
+    let def = &call.route.def;
+    let mut parent = json!({"apiVersion": def.api_version(), "kind": def.kind,
+                            "metadata": {"name": call.name()}});
+    if let Some(r) = path(&scale, "spec.replicas") {
+        replicas_of(&call, &scale)?;
+        // Custom resources keep replicas where their CRD's specReplicasPath says.
+        set_path(&mut parent, &paths_of(def).spec, r.clone());
+    }
+    let owner = Owner {
+        manager,
+        api_version: def.api_version(),
+        subresource: "scale".into(),
+    };
+    let obj = match super::apply::apply_to_parent(&call, &parent, &owner, force).await? {
+        Updated::Object(o) | Updated::Deleted(o) => o,
+    };
+    respond_object(&call, scale_of(def, &obj))
+}
+
+/// PATCH `/scale` (merge or JSON patch of the Scale object, or an apply).
 pub async fn patch(call: Call) -> Result<Response, ApiError> {
     let ct = media_type(call.headers.get(axum::http::header::CONTENT_TYPE));
+    if ct == super::apply::CONTENT_TYPE {
+        return apply(call).await;
+    }
     let def = &call.route.def;
     let body = call.body.clone();
     write(&call, |current| {

@@ -12,6 +12,8 @@ use super::read::respond_object;
 use super::Call;
 use crate::kube::admission::{defaults, validate};
 use crate::kube::alloc;
+use crate::kube::apply::managed::{self, Owner};
+use crate::kube::apply::shape::Shape;
 use crate::kube::body::{self, media_type};
 use crate::kube::object;
 use crate::kube::resource::{self, ResourceDef};
@@ -176,7 +178,7 @@ fn incoming(call: &Call) -> Result<(Value, Vec<String>), ApiError> {
 }
 
 /// The definition objects are validated and stored with (events.k8s.io Events are core Events).
-fn storage_def(def: &Arc<ResourceDef>) -> Arc<ResourceDef> {
+pub fn storage_def(def: &Arc<ResourceDef>) -> Arc<ResourceDef> {
     if def.group == "events.k8s.io" {
         resource::find("", "v1", "events").unwrap_or_else(|| def.clone())
     } else {
@@ -297,8 +299,90 @@ fn qos_class(pod: &Value) -> &'static str {
     }
 }
 
+/// How a write records field ownership in `metadata.managedFields`.
+pub enum Tracking {
+    /// A create, update or non-apply patch by this owner.
+    Update(Owner),
+    /// A server-side apply: the written object already carries its managedFields.
+    Applied,
+}
+
+/// The field manager of a non-apply write: `fieldManager`, else the User-Agent up to its first `/`.
+/// `options` names the options kind in the 422 (`CreateOptions`, `UpdateOptions`, `PatchOptions`).
+pub fn owner(call: &Call, options: &str) -> Result<Owner, ApiError> {
+    let name = match call.params.get("fieldManager").filter(|m| !m.is_empty()) {
+        Some(m) => {
+            check_field_manager(m, options)?;
+            m.to_string()
+        }
+        None => {
+            let ua = call
+                .headers
+                .get(axum::http::header::USER_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let prefix: String = ua
+                .split('/')
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(128)
+                .collect();
+            if prefix.is_empty() {
+                "unknown".to_string()
+            } else {
+                prefix
+            }
+        }
+    };
+    Ok(Owner {
+        manager: name,
+        api_version: call.route.def.api_version(),
+        subresource: call.route.subresource.clone().unwrap_or_default(),
+    })
+}
+
+/// Upstream's limits on `fieldManager`: at most 128 bytes, printable characters only.
+pub fn check_field_manager(m: &str, options: &str) -> Result<(), ApiError> {
+    let mut causes = Vec::new();
+    if m.len() > 128 {
+        causes.push(crate::kube::status::Cause {
+            reason: "FieldValueTooLong",
+            message: "Too long: may not be more than 128 bytes".into(),
+            field: "fieldManager".into(),
+        });
+    }
+    if let Some((i, c)) = m.char_indices().find(|(_, c)| c.is_control()) {
+        causes.push(crate::kube::status::Cause::invalid(
+            "fieldManager",
+            &json!(m),
+            &format!("invalid character U+{:04X} (at position {i})", c as u32),
+        ));
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::Invalid {
+            target: Target::new("meta.k8s.io", options, ""),
+            causes,
+        })
+    }
+}
+
 /// POST: create an object.
 pub async fn create(call: Call) -> Result<Response, ApiError> {
+    let tracking = Tracking::Update(owner(&call, "CreateOptions")?);
+    let (obj, warnings) = incoming(&call)?;
+    create_object(&call, obj, &warnings, tracking).await
+}
+
+/// Creates a decoded object (from a POST, a PUT to a missing object, or an apply that creates).
+pub async fn create_object(
+    call: &Call,
+    mut obj: Value,
+    warnings: &[String],
+    tracking: Tracking,
+) -> Result<Response, ApiError> {
     let def = &call.route.def;
     let sdef = &storage_def(def);
     let dry_run = call.params.dry_run()?;
@@ -308,13 +392,20 @@ pub async fn create(call: Call) -> Result<Response, ApiError> {
             message: "create not allowed while custom resource definition is terminating".into(),
         });
     }
-    let (mut obj, warnings) = incoming(&call)?;
     let generate = object::meta_str(&obj, "generateName").to_string();
     if object::name(&obj).is_empty() && !generate.is_empty() {
         object::meta_mut(&mut obj).insert("name".into(), json!(generated_name(&generate)));
     }
     defaults::apply(sdef, &mut obj);
+    let sent_fields = object::meta_mut(&mut obj).remove("managedFields");
     prepare_create(sdef, &mut obj);
+    if let Some(mf) = sent_fields {
+        object::meta_mut(&mut obj).insert("managedFields".into(), mf);
+    }
+    if let Tracking::Update(o) = &tracking {
+        let shape = Shape::of_kind(&sdef.api_version(), &sdef.kind);
+        managed::record_create(&mut obj, shape, o, sdef.status);
+    }
     let name = object::name(&obj).to_string();
     validate::invalid(def, &name, validate::object(sdef, &obj))?;
     if let Some(ns) = call.ns() {
@@ -324,7 +415,7 @@ pub async fn create(call: Call) -> Result<Response, ApiError> {
         let claims = alloc::allocate(&call.state.storage, sdef, &mut obj).await?;
         if dry_run {
             let out = convert::from_storage(def, obj);
-            return respond_created(&call, out).map(|r| with_warnings(r, &warnings));
+            return respond_created(call, out).map(|r| with_warnings(r, warnings));
         }
         let key = sdef.key(call.ns(), object::name(&obj));
         match call
@@ -336,7 +427,7 @@ pub async fn create(call: Call) -> Result<Response, ApiError> {
             WriteOutcome::Done(rev) => {
                 object::set_resource_version(&mut obj, rev);
                 let out = convert::from_storage(def, obj);
-                return respond_created(&call, out).map(|r| with_warnings(r, &warnings));
+                return respond_created(call, out).map(|r| with_warnings(r, warnings));
             }
             WriteOutcome::Lost(Some(_)) => {
                 if !generate.is_empty() && attempt + 1 < RETRIES && call.route.name.is_none() {
@@ -471,12 +562,31 @@ pub enum Updated {
 pub async fn guaranteed_update<F>(
     call: &Call,
     dry_run: bool,
+    change: F,
+) -> Result<Updated, ApiError>
+where
+    F: FnMut(&Stored) -> Result<(Value, Option<String>), ApiError>,
+{
+    let tracking = Tracking::Update(owner(call, "UpdateOptions").unwrap_or_else(|_| Owner {
+        manager: "unknown".into(),
+        api_version: call.route.def.api_version(),
+        subresource: call.route.subresource.clone().unwrap_or_default(),
+    }));
+    guaranteed_update_tracked(call, dry_run, tracking, change).await
+}
+
+/// [`guaranteed_update`] with an explicit way of recording field ownership.
+pub async fn guaranteed_update_tracked<F>(
+    call: &Call,
+    dry_run: bool,
+    tracking: Tracking,
     mut change: F,
 ) -> Result<Updated, ApiError>
 where
     F: FnMut(&Stored) -> Result<(Value, Option<String>), ApiError>,
 {
     let def = &storage_def(&call.route.def);
+    let shape = Shape::of_kind(&def.api_version(), &def.kind);
     let key = call.key();
     let sub = call.route.subresource.as_deref();
     let mut current = call.state.storage.get(&key, true).await?;
@@ -490,9 +600,25 @@ where
                 return Err(conflict(call));
             }
         }
+        let applied_fields = match tracking {
+            Tracking::Applied => object::path(&new, "metadata.managedFields").cloned(),
+            Tracking::Update(_) => None,
+        };
         let mut new = merge_update(def, sub, &cur.object, new);
         if sub.is_none() {
             defaults::apply(def, &mut new);
+        }
+        match &tracking {
+            Tracking::Update(o) => {
+                managed::record_update(&cur.object, &mut new, shape, o, def.status)
+            }
+            Tracking::Applied => {
+                let meta = object::meta_mut(&mut new);
+                match applied_fields {
+                    Some(mf) => meta.insert("managedFields".into(), mf),
+                    None => meta.remove("managedFields"),
+                };
+            }
         }
         validate::invalid(
             &call.route.def,
@@ -566,7 +692,7 @@ pub fn conflict(call: &Call) -> ApiError {
     }
 }
 
-fn respond_updated(call: &Call, u: Updated) -> Result<Response, ApiError> {
+pub fn respond_updated(call: &Call, u: Updated) -> Result<Response, ApiError> {
     let obj = match u {
         Updated::Object(o) | Updated::Deleted(o) => o,
     };
@@ -575,6 +701,7 @@ fn respond_updated(call: &Call, u: Updated) -> Result<Response, ApiError> {
 
 /// PUT: replace an object (or its status, or a namespace's finalizers).
 pub async fn update(call: Call) -> Result<Response, ApiError> {
+    let tracking = Tracking::Update(owner(&call, "UpdateOptions")?);
     let dry_run = call.params.dry_run()?;
     let (new, warnings) = incoming(&call)?;
     let body_name = object::name(&new).to_string();
@@ -585,26 +712,44 @@ pub async fn update(call: Call) -> Result<Response, ApiError> {
         )));
     }
     let client_rv = object::resource_version(&new).map(str::to_string);
-    let updated = guaranteed_update(&call, dry_run, |_| Ok((new.clone(), client_rv.clone()))).await;
+    let updated = guaranteed_update_tracked(&call, dry_run, tracking, |_| {
+        Ok((new.clone(), client_rv.clone()))
+    })
+    .await;
     match updated {
         Ok(u) => respond_updated(&call, u).map(|r| with_warnings(r, &warnings)),
         Err(ApiError::NotFound(_))
             if call.route.def.create_on_update && call.route.subresource.is_none() =>
         {
-            create(call).await
+            let tracking = Tracking::Update(owner(&call, "CreateOptions")?);
+            create_object(&call, new, &warnings, tracking).await
         }
         Err(e) => Err(e),
     }
 }
 
-/// PATCH with `application/json-patch+json` or `application/merge-patch+json`.
+/// PATCH with `application/json-patch+json`, `application/merge-patch+json`,
+/// `application/strategic-merge-patch+json`, or server-side apply (`application/apply-patch+yaml`).
 pub async fn patch(call: Call) -> Result<Response, ApiError> {
-    let dry_run = call.params.dry_run()?;
     let ct = media_type(call.headers.get(axum::http::header::CONTENT_TYPE));
+    if ct == super::apply::CONTENT_TYPE {
+        return super::apply::apply(call).await;
+    }
+    if call.params.get("force").is_some() {
+        return Err(ApiError::Invalid {
+            target: Target::new("meta.k8s.io", "PatchOptions", ""),
+            causes: vec![crate::kube::status::Cause::forbidden(
+                "force",
+                "may not be specified for non-apply patch",
+            )],
+        });
+    }
+    let tracking = Tracking::Update(owner(&call, "PatchOptions")?);
+    let dry_run = call.params.dry_run()?;
     let def = &call.route.def;
     let patch_body = call.body.clone();
     let mut warnings = Vec::new();
-    let u = guaranteed_update(&call, dry_run, |cur| {
+    let u = guaranteed_update_tracked(&call, dry_run, tracking, |cur| {
         let current = convert::from_storage(def, cur.object.clone());
         let patched = apply_patch(&ct, current, &patch_body, def)?;
         let client_rv = object::resource_version(&patched)
@@ -675,16 +820,10 @@ pub fn apply_patch(
             crate::kube::patch::strategic::apply(current, &p, &root)
                 .map_err(|e| ApiError::BadRequest(e.to_string()))
         }
-        "application/apply-patch+yaml" => Err(ApiError::UnsupportedMediaType(
-            "the body of the request was in an unknown format - accepted media types include: \
-             application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json \
-             (server-side apply is not served by this keel version)"
-                .into(),
-        )),
         other => Err(ApiError::UnsupportedMediaType(format!(
             "the body of the request was in an unknown format - accepted media types include: \
-             application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json \
-             (got {other:?})"
+             application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, \
+             application/apply-patch+yaml (got {other:?})"
         ))),
     }
 }

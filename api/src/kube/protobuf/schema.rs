@@ -39,6 +39,8 @@ pub struct Field {
     pub list_type: Option<String>,
     /// Server-side apply: the keys of a `map` list.
     pub list_map_keys: Vec<String>,
+    /// Server-side apply: `atomic` or `granular` for maps.
+    pub map_type: Option<String>,
 }
 
 impl Field {
@@ -57,12 +59,14 @@ impl Field {
 #[derive(Debug, Default)]
 pub struct Message {
     pub fields: HashMap<u32, Field>,
+    /// Field numbers by JSON name (lookups run on every write for managedFields).
+    by_name: HashMap<String, u32>,
 }
 
 impl Message {
     /// The field with this JSON name.
     pub fn by_json(&self, name: &str) -> Option<&Field> {
-        self.fields.values().find(|f| f.json == name)
+        self.by_name.get(name).and_then(|n| self.fields.get(n))
     }
 }
 
@@ -106,6 +110,7 @@ fn parse() -> HashMap<String, Message> {
                     patch_strategy: Vec::new(),
                     list_type: None,
                     list_map_keys: Vec::new(),
+                    map_type: None,
                 };
                 for extra in parts {
                     let list = |v: &str| v.split(',').map(str::to_string).collect::<Vec<_>>();
@@ -115,6 +120,7 @@ fn parse() -> HashMap<String, Message> {
                         Some(("ps", v)) => field.patch_strategy = list(v),
                         Some(("lt", v)) => field.list_type = Some(v.to_string()),
                         Some(("lmk", v)) => field.list_map_keys = list(v),
+                        Some(("mt", v)) => field.map_type = Some(v.to_string()),
                         _ => {}
                     }
                 }
@@ -122,6 +128,7 @@ fn parse() -> HashMap<String, Message> {
                     continue;
                 };
                 if let Some(m) = out.get_mut(cur) {
+                    m.by_name.insert(field.json.clone(), num);
                     m.fields.insert(num, field);
                 }
             }
