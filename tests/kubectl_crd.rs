@@ -297,6 +297,83 @@ fn custom_resources_with_kubectl() {
         "a status write changes neither spec nor generation"
     );
 
+    // Server-side apply on a custom object: defaults, conflicts between managers, force, and /scale ownership.
+    let w2 = |color: &str, replicas: Option<u32>| {
+        let r = replicas
+            .map(|n| format!("\n  replicas: {n}"))
+            .unwrap_or_default();
+        format!("apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w2\nspec:\n  color: {color}{r}\n")
+    };
+    let out = c.ok_stdin(
+        0,
+        &["apply", "--server-side", "-f", "-"],
+        Some(&w2("red", Some(2))),
+    );
+    assert!(
+        out.contains("widget.example.com/w2 serverside-applied"),
+        "{out}"
+    );
+    let got = c.ok(
+        0,
+        &[
+            "get",
+            "widget",
+            "w2",
+            "-o",
+            "jsonpath={.spec.replicas} {.spec.color} {.spec.mode}",
+        ],
+    );
+    assert_eq!(
+        got, "2 red fast",
+        "applied fields plus the schema's default"
+    );
+    let conflict = c.err_stdin(
+        0,
+        &["apply", "--server-side", "--field-manager=other", "-f", "-"],
+        Some(&w2("blue", None)),
+    );
+    assert!(
+        conflict.contains("conflict with \"kubectl\"") && conflict.contains(".spec.color"),
+        "{conflict}"
+    );
+    c.ok_stdin(
+        0,
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=other",
+            "--force-conflicts",
+            "-f",
+            "-",
+        ],
+        Some(&w2("blue", None)),
+    );
+    let managers = c.ok(
+        0,
+        &["get", "widget", "w2", "--show-managed-fields", "-o", "json"],
+    );
+    let managers: serde_json::Value = serde_json::from_str(&managers).expect("w2 json");
+    let owns_color = |m: &str| {
+        managers["metadata"]["managedFields"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["manager"] == m && !e["fieldsV1"]["f:spec"]["f:color"].is_null())
+    };
+    assert!(owns_color("other") && !owns_color("kubectl"), "{managers}");
+    c.ok(0, &["scale", "widget", "w2", "--replicas=5"]);
+    let conflict = c.err_stdin(
+        0,
+        &["apply", "--server-side", "-f", "-"],
+        Some(&w2("blue", Some(2))),
+    );
+    assert!(
+        conflict.contains(".spec.replicas") && conflict.contains("subresource \"scale\""),
+        "{conflict}"
+    );
+
+    c.ok(0, &["delete", "widget", "w2"]);
+
     // Explain reads the CRD's schema from OpenAPI.
     let explain = c.ok(0, &["explain", "widget.spec"]);
     assert!(
