@@ -732,3 +732,139 @@ fn patch_types_edit_status_subresource_and_dry_run() {
         "6"
     );
 }
+
+/// One revision of the manifest `client_side_apply_through_five_revisions` applies.
+fn revision(labels: Value, replicas: u32, containers: Value, volumes: Option<Value>) -> Value {
+    let mut spec = serde_json::json!({"containers": containers});
+    if let Some(v) = volumes {
+        spec["volumes"] = v;
+    }
+    serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "rev", "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "rev"}},
+            "template": {"metadata": {"labels": {"app": "rev"}}, "spec": spec}
+        }
+    })
+}
+
+/// What the test compares between a manifest and the stored object: labels, replicas, and per container its
+/// image, env, container ports and volume mounts, plus the volumes' names (the server adds only defaults).
+fn applied_view(d: &Value) -> Value {
+    let pod = &d["spec"]["template"]["spec"];
+    let containers: Vec<Value> = pod["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let ports: Vec<Value> = c["ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| p["containerPort"].clone())
+                .collect();
+            serde_json::json!({
+                "name": c["name"], "image": c["image"],
+                "env": c.get("env").cloned().unwrap_or(Value::Null),
+                "ports": ports,
+                "mounts": c.get("volumeMounts").cloned().unwrap_or(Value::Null),
+            })
+        })
+        .collect();
+    let volumes: Vec<Value> = pod["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|v| v["name"].clone())
+        .collect();
+    serde_json::json!({
+        "labels": d["metadata"]["labels"], "replicas": d["spec"]["replicas"],
+        "containers": containers, "volumes": volumes,
+    })
+}
+
+/// Client-side `kubectl apply` of one deployment through five revisions that add, change and remove fields,
+/// containers, env entries, ports, volume mounts and volumes: after each the stored object is exactly the
+/// manifest (plus defaults), `kubectl diff` is empty, and the last-applied annotation is the manifest.
+#[test]
+fn client_side_apply_through_five_revisions() {
+    let c = KubeCluster::start(1);
+    let revisions = [
+        revision(
+            serde_json::json!({"app": "rev"}),
+            1,
+            serde_json::json!([{"name": "web", "image": "nginx:1.25", "ports": [{"containerPort": 80}],
+                 "env": [{"name": "A", "value": "1"}]}]),
+            None,
+        ),
+        revision(
+            serde_json::json!({"app": "rev", "tier": "fe"}),
+            3,
+            serde_json::json!([{"name": "web", "image": "nginx:1.26", "ports": [{"containerPort": 80}, {"containerPort": 443}],
+                 "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]},
+                {"name": "sidecar", "image": "busybox:1.36"}]),
+            None,
+        ),
+        revision(
+            serde_json::json!({"app": "rev", "tier": "fe"}),
+            3,
+            serde_json::json!([{"name": "web", "image": "nginx:1.26", "ports": [{"containerPort": 443}],
+                 "env": [{"name": "B", "value": "3"}],
+                 "volumeMounts": [{"name": "cache", "mountPath": "/cache"}]},
+                {"name": "sidecar", "image": "busybox:1.36"}]),
+            Some(serde_json::json!([{"name": "cache", "emptyDir": {}}])),
+        ),
+        revision(
+            serde_json::json!({"app": "rev"}),
+            2,
+            serde_json::json!([{"name": "web", "image": "nginx:1.27", "ports": [{"containerPort": 443}, {"containerPort": 8080}],
+                 "env": [{"name": "B", "value": "3"}, {"name": "C", "value": "4"}],
+                 "volumeMounts": [{"name": "cache", "mountPath": "/cache"}, {"name": "conf", "mountPath": "/etc/conf"}]}]),
+            Some(
+                serde_json::json!([{"name": "cache", "emptyDir": {}}, {"name": "conf", "emptyDir": {}}]),
+            ),
+        ),
+        revision(
+            serde_json::json!({"app": "rev", "stage": "prod"}),
+            4,
+            serde_json::json!([{"name": "web", "image": "nginx:1.27", "ports": [{"containerPort": 8080}]},
+                {"name": "metrics", "image": "busybox:1.37", "ports": [{"containerPort": 9090}]}]),
+            None,
+        ),
+    ];
+    for (i, manifest) in revisions.iter().enumerate() {
+        let text = manifest.to_string();
+        let out = c.ok_stdin(0, &["apply", "-f", "-"], Some(&text));
+        let verb = if i == 0 { "created" } else { "configured" };
+        assert!(
+            out.contains(&format!("deployment.apps/rev {verb}")),
+            "revision {i}: {out}"
+        );
+        let d: Value =
+            serde_json::from_str(&c.ok(0, &["get", "deploy", "rev", "-o", "json"])).expect("json");
+        assert_eq!(
+            applied_view(&d),
+            applied_view(manifest),
+            "revision {i}: stored {d}"
+        );
+        let last: Value = d["metadata"]["annotations"]
+            ["kubectl.kubernetes.io/last-applied-configuration"]
+            .as_str()
+            .and_then(|s| serde_json::from_str(s).ok())
+            .unwrap_or(Value::Null);
+        assert_eq!(
+            applied_view(&last),
+            applied_view(manifest),
+            "revision {i}: last-applied"
+        );
+        let diff = c.kubectl_stdin(0, &["diff", "-f", "-"], Some(&text));
+        assert!(
+            diff.ok && diff.stdout.is_empty(),
+            "revision {i}: kubectl diff after apply: {} {}",
+            diff.stdout,
+            diff.stderr
+        );
+    }
+}

@@ -100,6 +100,19 @@ mod tests {
             json!({})
         );
     }
+
+    #[test]
+    fn inlined_fields_are_known() {
+        // Go's `json:",inline"` structs: a Volume's source, a Probe's handler, a key selector's name.
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"volumes": [{"name": "v", "emptyDir": {}}, {"name": "c", "configMap": {"name": "cm"}}],
+                     "containers": [{"name": "c", "image": "x",
+                        "livenessProbe": {"httpGet": {"path": "/", "port": 80}, "periodSeconds": 5},
+                        "env": [{"name": "E", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k"}}}]}]}});
+        let mut pruned = pod.clone();
+        assert_eq!(prune(&mut pruned, "api.core.v1.Pod"), Vec::<String>::new());
+        assert_eq!(pruned, pod);
+    }
 }
 
 /// Paths of keys that appear twice in the same JSON object (`spec.replicas`); the parsed value keeps the

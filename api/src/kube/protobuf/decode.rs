@@ -256,6 +256,13 @@ fn decode_fields(
                     }
                 }
                 let v = scalar(ty, raw, depth)?;
+                if field.inline {
+                    // Go's `json:",inline"`: the message's fields belong to this object.
+                    if let Value::Object(inner) = v {
+                        out.extend(inner);
+                    }
+                    continue;
+                }
                 if field.repeated {
                     let arr = out.entry(field.json.clone()).or_insert_with(|| json!([]));
                     if let Some(a) = arr.as_array_mut() {
@@ -329,6 +336,28 @@ mod tests {
         cm.extend(field(2, 2, &entry));
         let v = decode("api.core.v1.ConfigMap", &cm).expect("decode");
         assert_eq!(v, json!({"metadata": {"name": "c1"}, "data": {"a": "b"}}));
+    }
+
+    #[test]
+    fn inlined_messages_merge_into_their_object() {
+        // Volume{name:"v", volumeSource{emptyDir{}}}: Go inlines VolumeSource into Volume.
+        let mut v = field(1, 2, b"v");
+        v.extend(field(2, 2, &field(2, 2, b"")));
+        assert_eq!(
+            decode("api.core.v1.Volume", &v).expect("decode"),
+            json!({"name": "v", "emptyDir": {}})
+        );
+        // Volume{name:"c", volumeSource{configMap{localObjectReference{name:"cm"}}}}: two levels.
+        let mut c = field(1, 2, b"c");
+        let cm = field(1, 2, &field(1, 2, b"cm"));
+        // Field 19's key is two varint bytes, beyond what `field` writes.
+        let mut config_map = vec![0x9a, 0x01, cm.len() as u8];
+        config_map.extend(cm);
+        c.extend(field(2, 2, &config_map));
+        assert_eq!(
+            decode("api.core.v1.Volume", &c).expect("decode"),
+            json!({"name": "c", "configMap": {"name": "cm"}})
+        );
     }
 
     #[test]

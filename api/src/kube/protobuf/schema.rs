@@ -41,6 +41,8 @@ pub struct Field {
     pub list_map_keys: Vec<String>,
     /// Server-side apply: `atomic` or `granular` for maps.
     pub map_type: Option<String>,
+    /// Go's `json:",inline"`: the field has no JSON key; its message's fields are this object's own.
+    pub inline: bool,
 }
 
 impl Field {
@@ -111,6 +113,7 @@ fn parse() -> HashMap<String, Message> {
                     list_type: None,
                     list_map_keys: Vec::new(),
                     map_type: None,
+                    inline: false,
                 };
                 for extra in parts {
                     let list = |v: &str| v.split(',').map(str::to_string).collect::<Vec<_>>();
@@ -121,6 +124,7 @@ fn parse() -> HashMap<String, Message> {
                         Some(("lt", v)) => field.list_type = Some(v.to_string()),
                         Some(("lmk", v)) => field.list_map_keys = list(v),
                         Some(("mt", v)) => field.map_type = Some(v.to_string()),
+                        None if extra == "in" => field.inline = true,
                         _ => {}
                     }
                 }
@@ -128,14 +132,55 @@ fn parse() -> HashMap<String, Message> {
                     continue;
                 };
                 if let Some(m) = out.get_mut(cur) {
-                    m.by_name.insert(field.json.clone(), num);
+                    if !field.inline {
+                        m.by_name.insert(field.json.clone(), num);
+                    }
                     m.fields.insert(num, field);
                 }
             }
             _ => {}
         }
     }
+    flatten_inline(&mut out);
     out
+}
+
+/// Numbers for the copies of inlined fields: above protobuf's largest field number, so the wire
+/// decoder never matches them.
+const INLINE_NUMBERS: u32 = 1 << 29;
+
+/// Copies the fields of every inlined message into the messages that inline it, so JSON lookups
+/// (`by_json`) find `emptyDir` in a Volume and `httpGet` in a Probe. The protobuf decoder keeps
+/// using the inline field's own number and merges the decoded object (see `decode.rs`).
+fn flatten_inline(out: &mut HashMap<String, Message>) {
+    let plan: Vec<(String, String)> = out
+        .iter()
+        .flat_map(|(name, m)| {
+            m.fields
+                .values()
+                .filter(|f| f.inline)
+                .filter_map(move |f| match &f.ty {
+                    FieldType::Message(target) => Some((name.clone(), target.clone())),
+                    _ => None,
+                })
+        })
+        .collect();
+    for (name, target) in plan {
+        let copies: Vec<Field> = match out.get(&target) {
+            Some(t) => t.fields.values().cloned().collect(),
+            None => continue,
+        };
+        if let Some(m) = out.get_mut(&name) {
+            for f in copies {
+                if m.by_name.contains_key(&f.json) {
+                    continue;
+                }
+                let num = INLINE_NUMBERS + m.fields.len() as u32;
+                m.by_name.insert(f.json.clone(), num);
+                m.fields.insert(num, f);
+            }
+        }
+    }
 }
 
 /// Every message of the schema, parsed once.
