@@ -16,7 +16,7 @@ use super::crd::registry::Registry;
 use super::object;
 use super::resource::{self, ResourceDef};
 use super::status::{ApiError, Target};
-use super::storage::{prefix_end, Storage, WriteOutcome};
+use super::storage::{prefix_end, Storage, Stored, WriteOutcome};
 
 /// Namespaces every cluster has.
 pub const DEFAULT_NAMESPACES: &[&str] =
@@ -95,6 +95,26 @@ fn namespaced_defs(registry: &Registry) -> Vec<Arc<ResourceDef>> {
     out
 }
 
+/// During a cascading purge (namespace or CRD deletion), an object with finalizers is marked
+/// deleting once and left to its controllers, as upstream does. Returns whether it was left.
+pub async fn left_to_finalizers(
+    storage: &Storage,
+    key: &str,
+    st: &Stored,
+) -> Result<bool, ApiError> {
+    if object::finalizers(&st.object).is_empty() {
+        return Ok(false);
+    }
+    if !object::is_deleting(&st.object) {
+        let mut o = st.object.clone();
+        let m = object::meta_mut(&mut o);
+        m.insert("deletionTimestamp".into(), json!(object::now_rfc3339()));
+        m.insert("deletionGracePeriodSeconds".into(), json!(0));
+        let _ = storage.put_if(key, &o, st.mod_revision).await?;
+    }
+    Ok(true)
+}
+
 /// Deletes what is in a terminating namespace; returns how many objects remain.
 async fn purge(storage: &Storage, registry: &Registry, ns: &str) -> Result<usize, ApiError> {
     let mut remaining = 0;
@@ -104,14 +124,7 @@ async fn purge(storage: &Storage, registry: &Registry, ns: &str) -> Result<usize
         for (key, st) in page.items {
             remaining += 1;
             let key = String::from_utf8_lossy(&key).to_string();
-            if !object::finalizers(&st.object).is_empty() {
-                if !object::is_deleting(&st.object) {
-                    let mut o = st.object.clone();
-                    let m = object::meta_mut(&mut o);
-                    m.insert("deletionTimestamp".into(), json!(object::now_rfc3339()));
-                    m.insert("deletionGracePeriodSeconds".into(), json!(0));
-                    let _ = storage.put_if(&key, &o, st.mod_revision).await?;
-                }
+            if left_to_finalizers(storage, &key, &st).await? {
                 continue;
             }
             let bound_pod = def.kind == "Pod"

@@ -12,6 +12,7 @@ use tracing::{debug, info, warn};
 
 use super::registry::Registry;
 use super::{CLEANUP_FINALIZER, CRD_PREFIX};
+use crate::kube::lifecycle::left_to_finalizers;
 use crate::kube::object;
 use crate::kube::resource;
 use crate::kube::status::ApiError;
@@ -166,15 +167,7 @@ async fn purge(storage: &Storage, crd: &Value) -> Result<usize, ApiError> {
     for (key, st) in page.items {
         remaining += 1;
         let key = String::from_utf8_lossy(&key).to_string();
-        if !object::finalizers(&st.object).is_empty() {
-            // Objects with finalizers are marked and left to their controllers, as upstream does.
-            if !object::is_deleting(&st.object) {
-                let mut o = st.object.clone();
-                let m = object::meta_mut(&mut o);
-                m.insert("deletionTimestamp".into(), json!(object::now_rfc3339()));
-                m.insert("deletionGracePeriodSeconds".into(), json!(0));
-                let _ = storage.put_if(&key, &o, st.mod_revision).await?;
-            }
+        if left_to_finalizers(storage, &key, &st).await? {
             continue;
         }
         if let WriteOutcome::Done(_) = storage.delete_if(&key, st.mod_revision, &[]).await? {
