@@ -2,6 +2,9 @@
 //! patterns, item counts, uniqueness and a few formats, with upstream's field paths and messages
 //! (`spec.replicas: Invalid value: "string": spec.replicas in body must be of type integer: "string"`).
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps;
 use serde_json::{json, Value};
 
@@ -213,12 +216,12 @@ fn check(s: &JSONSchemaProps, v: &Value, path: &str, out: &mut Vec<Cause>) {
                 }
             }
             if let Some(p) = &s.pattern {
-                match regex::Regex::new(p) {
-                    Ok(re) if !re.is_match(text) => {
+                match compiled(p) {
+                    Some(re) if !re.is_match(text) => {
                         out.push(invalid(path, v, &format!("should match '{p}'")))
                     }
-                    Ok(_) => {}
-                    Err(_) => out.push(invalid(path, v, &format!("has an unusable pattern '{p}'"))),
+                    Some(_) => {}
+                    None => out.push(invalid(path, v, &format!("has an unusable pattern '{p}'"))),
                 }
             }
             check_format(s, v, path, out);
@@ -317,6 +320,30 @@ fn check(s: &JSONSchemaProps, v: &Value, path: &str, out: &mut Vec<Cause>) {
         }
         Value::Bool(_) | Value::Null => {}
     }
+}
+
+/// Most schema patterns kept compiled; a write validates every patterned string, and compiling
+/// is far dearer than matching.
+const PATTERN_CACHE: usize = 512;
+
+/// The compiled `pattern`, `None` if it is not a usable regular expression.
+fn compiled(pattern: &str) -> Option<regex::Regex> {
+    static CACHE: std::sync::OnceLock<Mutex<HashMap<String, Option<regex::Regex>>>> =
+        std::sync::OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    // A panic elsewhere while holding the lock leaves a usable map.
+    let lock = || cache.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(re) = lock().get(pattern) {
+        return re.clone();
+    }
+    let re = regex::Regex::new(pattern).ok();
+    let mut c = lock();
+    if c.len() >= PATTERN_CACHE {
+        // Patterns come from CRDs, which change rarely: starting over is simpler than an LRU.
+        c.clear();
+    }
+    c.insert(pattern.to_string(), re.clone());
+    re
 }
 
 /// The formats upstream checks that are cheap to check here.
