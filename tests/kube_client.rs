@@ -114,21 +114,8 @@ async fn raw(
     ct: Option<&str>,
     body: Vec<u8>,
 ) -> (u16, Value) {
-    let mut b = http::Request::builder().method(method).uri(path);
-    if let Some(ct) = ct {
-        b = b.header("Content-Type", ct);
-    }
-    let req = b.body(body).expect("request");
-    let resp = client
-        .send(req.map(kube::client::Body::from))
-        .await
-        .expect("send");
-    let code = resp.status().as_u16();
-    let bytes = http_body_util::BodyExt::collect(resp.into_body())
-        .await
-        .expect("body")
-        .to_bytes();
-    (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    let headers: Vec<(&str, &str)> = ct.map(|ct| ("Content-Type", ct)).into_iter().collect();
+    kubeapi::raw_request(client, method, path, &headers, body).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

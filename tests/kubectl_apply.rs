@@ -373,23 +373,11 @@ async fn raw(
     ct: &str,
     body: &str,
 ) -> (u16, Value) {
-    let req = http::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("Content-Type", ct)
-        .header("User-Agent", "kube-client-test/0.1 (linux)")
-        .body(body.as_bytes().to_vec())
-        .expect("request");
-    let resp = client
-        .send(req.map(kube::client::Body::from))
-        .await
-        .expect("send");
-    let code = resp.status().as_u16();
-    let bytes = http_body_util::BodyExt::collect(resp.into_body())
-        .await
-        .expect("body")
-        .to_bytes();
-    (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    let headers = [
+        ("Content-Type", ct),
+        ("User-Agent", "kube-client-test/0.1 (linux)"),
+    ];
+    kubeapi::raw_request(client, method, path, &headers, body.as_bytes().to_vec()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

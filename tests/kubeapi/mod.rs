@@ -359,3 +359,31 @@ impl Drop for Background {
         let _ = self.child.wait();
     }
 }
+
+/// Sends a raw request with these headers; returns the status code and the body as JSON (`Null` if it is not).
+pub async fn raw_request(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> (u16, serde_json::Value) {
+    let mut b = http::Request::builder().method(method).uri(path);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let req = b.body(body).expect("request");
+    let resp = client
+        .send(req.map(kube::client::Body::from))
+        .await
+        .expect("send");
+    let code = resp.status().as_u16();
+    let bytes = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .expect("body")
+        .to_bytes();
+    (
+        code,
+        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
+    )
+}
