@@ -9,7 +9,9 @@
 //!
 //! HPACK is stateful per connection, so every block is decoded with this connection's decoder
 //! and re-encoded as "literal without indexing" fields: the server-side decoder's dynamic table
-//! then stays empty and can never disagree with what the client's encoder believes.
+//! then stays empty and can never disagree with what the client's encoder believes. A connection
+//! whose first header block needs no repair (every client but etcdctl's maintenance dial) is
+//! passed through byte for byte from then on, so ordinary traffic pays no HPACK decoding.
 
 use std::io;
 use std::pin::Pin;
@@ -79,6 +81,10 @@ pub struct AuthorityFix<S> {
     pass_left: usize,
     block: Option<PendingBlock>,
     decoder: Decoder<'static>,
+    /// Whether the connection's first header block was seen. A client that names itself
+    /// properly there keeps doing so (a gRPC channel's authority is fixed), so such a
+    /// connection is passed through untouched from then on and costs no HPACK work.
+    first_block_seen: bool,
     /// An error found after bytes were already handed out in the same read; AsyncRead must
     /// not report both at once, so it waits for the next read.
     error: Option<io::Error>,
@@ -97,6 +103,7 @@ impl<S> AuthorityFix<S> {
             pass_left: 0,
             block: None,
             decoder,
+            first_block_seen: false,
             error: None,
         }
     }
@@ -192,17 +199,21 @@ impl<S> AuthorityFix<S> {
     }
 
     /// Decodes a complete header block and appends the re-encoded HEADERS (+ CONTINUATION)
-    /// frames to `out`.
+    /// frames to `out`; or, for a first block that needs no repair, the block as it came,
+    /// switching the connection to pass-through.
     fn rewrite(&mut self, b: PendingBlock) -> io::Result<()> {
         let mut enc = Vec::with_capacity(b.fragment.len() * 2 + 64);
         let mut too_big = false;
+        let mut repaired = false;
         self.decoder
             .decode_with_cb(&b.fragment, |name, value| {
                 if too_big {
                     return;
                 }
                 let value = if &*name == b":authority" {
-                    fix_authority(&value)
+                    let fixed = fix_authority(&value);
+                    repaired |= fixed.len() != value.len();
+                    fixed
                 } else {
                     &value
                 };
@@ -213,14 +224,26 @@ impl<S> AuthorityFix<S> {
         if too_big {
             return Err(invalid("decoded header block too large"));
         }
+        if !std::mem::replace(&mut self.first_block_seen, true) && !repaired {
+            // The server's decoder starts from the same empty state ours did, so the client's
+            // own encoding stays valid for this and every later block.
+            self.emit_block(b.stream_id, b.end_stream, &b.fragment);
+            self.mode = Mode::Raw;
+            return Ok(());
+        }
+        self.emit_block(b.stream_id, b.end_stream, &enc);
+        Ok(())
+    }
 
-        let mut rest = &enc[..];
+    /// Appends a header block to `out` as HEADERS plus CONTINUATION frames.
+    fn emit_block(&mut self, stream_id: u32, end_stream: bool, block: &[u8]) {
+        let mut rest = block;
         let mut first = true;
         loop {
             let n = rest.len().min(MAX_OUT_FRAME);
             let (chunk, tail) = rest.split_at(n);
             let (ty, mut flags) = if first {
-                let es = if b.end_stream { FLAG_END_STREAM } else { 0 };
+                let es = if end_stream { FLAG_END_STREAM } else { 0 };
                 (TYPE_HEADERS, es)
             } else {
                 (TYPE_CONTINUATION, 0)
@@ -228,12 +251,12 @@ impl<S> AuthorityFix<S> {
             if tail.is_empty() {
                 flags |= FLAG_END_HEADERS;
             }
-            put_frame_header(&mut self.out, chunk.len(), ty, flags, b.stream_id);
+            put_frame_header(&mut self.out, chunk.len(), ty, flags, stream_id);
             self.out.extend_from_slice(chunk);
             rest = tail;
             first = false;
             if rest.is_empty() {
-                return Ok(());
+                return;
             }
         }
     }
@@ -762,6 +785,39 @@ mod tests {
         );
         assert_eq!(frames[6].payload, b"pingpong");
         assert_eq!(frames[7].payload, [0, 0, 1, 0]);
+    }
+
+    #[tokio::test]
+    async fn a_proper_first_block_switches_to_pass_through() {
+        let mut enc = Encoder::new();
+        let mut input = PREFACE.to_vec();
+        let good = fixed(request("/etcdserverpb.KV/Put"));
+        let block1 = encode(&mut enc, &good);
+        frame(&mut input, TYPE_HEADERS, FLAG_END_HEADERS, 1, &block1);
+        frame(&mut input, 0x0, FLAG_END_STREAM, 1, b"payload");
+        // Later blocks lean on the dynamic table the first one filled; a bad authority there
+        // is no longer repaired (real clients keep one authority per connection).
+        let block3 = encode(&mut enc, &request("/etcdserverpb.KV/Range"));
+        frame(&mut input, TYPE_HEADERS, FLAG_END_HEADERS, 3, &block3);
+
+        let mut fix = AuthorityFix::new(Trickle::new(input.clone()));
+        let got = read_all_small(&mut fix).await.unwrap();
+        assert_eq!(got, input, "every byte passes through unchanged");
+        assert_eq!(fix.mode, Mode::Raw);
+
+        // The same connection with a URL-shaped authority first stays in repair mode.
+        let mut enc = Encoder::new();
+        let mut input = PREFACE.to_vec();
+        let bad = encode(&mut enc, &request("/etcdserverpb.Maintenance/Status"));
+        frame(&mut input, TYPE_HEADERS, FLAG_END_HEADERS, 1, &bad);
+        let mut fix = AuthorityFix::new(Trickle::new(input));
+        let got = read_all_small(&mut fix).await.unwrap();
+        let frames = parse_frames(&got[PREFACE.len()..]);
+        assert_eq!(
+            decode_fresh(&frames[0].payload),
+            fixed(request("/etcdserverpb.Maintenance/Status"))
+        );
+        assert_eq!(fix.mode, Mode::Frames);
     }
 
     #[tokio::test]

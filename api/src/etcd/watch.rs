@@ -1,11 +1,14 @@
 //! The etcd v3 `Watch` service (`etcdserver/api/v3rpc/watch.go`): one bidirectional gRPC stream
 //! per call, multiplexing many watchers, all driven by the store's [`WatchHub`].
 //!
-//! Per call, one task reads the client's requests and drives the hub's [`HubStream`] handle, and
-//! one task moves the hub's responses into the gRPC response channel, adding the header. The
-//! hub's own queue decides who is slow; this layer only forwards.
+//! Per call, one task reads the client's requests and drives the hub's [`HubStream`] handle;
+//! tonic reads the hub's response queue directly ([`WatchResponses`]), adding the header, so the
+//! responses that are ready together are encoded into one HTTP/2 write. The hub's own queue
+//! decides who is slow; this layer only forwards.
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use futures::{Stream, StreamExt};
 use keel_store::pb::etcdserverpb::{
@@ -13,7 +16,6 @@ use keel_store::pb::etcdserverpb::{
 };
 use keel_store::watch::{StreamMessage, WatchHub, WatchReceiver, WatchStream as HubStream};
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Request, Response, Status, Streaming};
 
 use crate::etcd::header::HeaderSource;
@@ -21,9 +23,6 @@ use crate::etcd::pb::watch_server::Watch;
 
 /// etcd's `ErrGRPCWatchCanceled`: how a watch call ends when the client cancels it.
 pub const WATCH_CANCELED: &str = "etcdserver: watch canceled";
-
-/// Responses buffered between the hub and gRPC; small, since the hub's queue does the buffering.
-const OUT_QUEUE: usize = 16;
 
 /// Builds the response header for a revision (cluster, member and term filled in).
 type HeaderFn = Arc<dyn Fn(i64) -> ResponseHeader + Send + Sync>;
@@ -56,21 +55,25 @@ impl WatchService {
     }
 
     /// Serves one watch call: `requests` is the client's side, the result the server's.
-    fn serve<S>(&self, requests: S) -> ReceiverStream<Result<WatchResponse, Status>>
+    fn serve<S>(&self, requests: S) -> WatchResponses
     where
         S: Stream<Item = Result<WatchRequest, Status>> + Send + Unpin + 'static,
     {
         let (stream, rx) = self.hub.open_stream();
-        let (out_tx, out_rx) = mpsc::channel(OUT_QUEUE);
-        tokio::spawn(send_loop(rx, out_tx.clone(), self.header.clone()));
-        tokio::spawn(recv_loop(requests, stream, out_tx));
-        ReceiverStream::new(out_rx)
+        let (end_tx, end_rx) = mpsc::channel(1);
+        tokio::spawn(recv_loop(requests, stream, end_tx));
+        WatchResponses {
+            rx,
+            header: self.header.clone(),
+            end: end_rx,
+            done: false,
+        }
     }
 }
 
 #[tonic::async_trait]
 impl Watch for WatchService {
-    type WatchStream = ReceiverStream<Result<WatchResponse, Status>>;
+    type WatchStream = WatchResponses;
 
     async fn watch(
         &self,
@@ -93,40 +96,59 @@ fn with_header(msg: StreamMessage, header: &HeaderFn) -> WatchResponse {
     response
 }
 
-/// Forwards the hub's responses to gRPC until the hub side ends or the client goes away.
-async fn send_loop(
-    mut rx: WatchReceiver,
-    out: mpsc::Sender<Result<WatchResponse, Status>>,
+/// The response side of one watch call, polled by tonic: the hub's queue plus the error, if any,
+/// that the request side ends the call with. Dropping it (the client went away) stops the request
+/// side, which cancels the call's watchers.
+pub struct WatchResponses {
+    rx: WatchReceiver,
     header: HeaderFn,
-) {
-    loop {
-        let msg = tokio::select! {
-            msg = rx.recv() => msg,
-            // The client is gone: dropping `rx` makes the request side's next call fail.
-            _ = out.closed() => None,
-        };
-        let Some(msg) = msg else {
-            return;
-        };
-        if out.send(Ok(with_header(msg, &header))).await.is_err() {
-            return;
+    end: mpsc::Receiver<Status>,
+    done: bool,
+}
+
+impl std::fmt::Debug for WatchResponses {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchResponses")
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Stream for WatchResponses {
+    type Item = Result<WatchResponse, Status>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(None);
+        }
+        // An error ends the call at once; `Ready(None)` only means the request side finished.
+        if let Poll::Ready(Some(status)) = this.end.poll_recv(cx) {
+            this.done = true;
+            return Poll::Ready(Some(Err(status)));
+        }
+        match this.rx.poll_recv(cx) {
+            Poll::Ready(Some(msg)) => Poll::Ready(Some(Ok(with_header(msg, &this.header)))),
+            Poll::Ready(None) => {
+                // The request side sends its error before it drops the hub stream.
+                this.done = true;
+                Poll::Ready(this.end.try_recv().ok().map(Err))
+            }
+            Poll::Pending => Poll::Pending,
         }
     }
 }
 
 /// Reads the client's requests and applies them to the hub stream, in order (creates must be
 /// answered in arrival order). Dropping `stream` on return cancels all the call's watchers.
-async fn recv_loop<S>(
-    mut requests: S,
-    stream: HubStream,
-    out: mpsc::Sender<Result<WatchResponse, Status>>,
-) where
+async fn recv_loop<S>(mut requests: S, stream: HubStream, end: mpsc::Sender<Status>)
+where
     S: Stream<Item = Result<WatchRequest, Status>> + Send + Unpin + 'static,
 {
     loop {
         let next = tokio::select! {
             next = requests.next() => next,
-            _ = out.closed() => return,
+            _ = end.closed() => return,
         };
         match next {
             Some(Ok(req)) => {
@@ -136,7 +158,7 @@ async fn recv_loop<S>(
             }
             None => {
                 // The client closed its side; like etcd, keep delivering until the call ends.
-                out.closed().await;
+                end.closed().await;
                 return;
             }
             Some(Err(status)) => {
@@ -146,10 +168,8 @@ async fn recv_loop<S>(
                     tracing::debug!(%status, "watch: request stream failed");
                     status
                 };
-                tokio::select! {
-                    _ = out.send(Err(status)) => {}
-                    _ = out.closed() => {}
-                }
+                // The channel holds one and this is the only send: it cannot be full.
+                let _ = end.try_send(status);
                 return;
             }
         }
@@ -185,6 +205,7 @@ mod tests {
     use keel_store::StoreError;
     use std::time::Duration;
     use tokio::time::timeout;
+    use tokio_stream::wrappers::ReceiverStream;
 
     /// A store that never changed: enough for live events published by hand.
     struct Empty;
@@ -238,19 +259,14 @@ mod tests {
         }
     }
 
-    type Client = (
-        mpsc::Sender<Result<WatchRequest, Status>>,
-        ReceiverStream<Result<WatchResponse, Status>>,
-    );
+    type Client = (mpsc::Sender<Result<WatchRequest, Status>>, WatchResponses);
 
     fn call(svc: &WatchService) -> Client {
         let (tx, rx) = mpsc::channel(8);
         (tx, svc.serve(ReceiverStream::new(rx)))
     }
 
-    async fn next(
-        out: &mut ReceiverStream<Result<WatchResponse, Status>>,
-    ) -> Result<WatchResponse, Status> {
+    async fn next(out: &mut WatchResponses) -> Result<WatchResponse, Status> {
         timeout(Duration::from_secs(5), out.next())
             .await
             .expect("no response within 5s")

@@ -1193,6 +1193,22 @@ impl WatchReceiver {
         Some(self.unpack(out))
     }
 
+    /// Polls for the next response (for serving the receiver directly as a stream, without a
+    /// task and a second channel in between).
+    pub fn poll_recv(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<StreamMessage>> {
+        if let Some(m) = self.pending.pop_front() {
+            return std::task::Poll::Ready(Some(m));
+        }
+        match self.rx.poll_recv(cx) {
+            std::task::Poll::Ready(Some(out)) => std::task::Poll::Ready(Some(self.unpack(out))),
+            std::task::Poll::Ready(None) => std::task::Poll::Ready(None),
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+
     /// The next response if one is ready.
     pub fn try_recv(&mut self) -> Option<StreamMessage> {
         if let Some(m) = self.pending.pop_front() {
