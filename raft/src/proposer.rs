@@ -24,9 +24,11 @@ use crate::types::{MemberNode, TypeConfig};
 const MAX_BATCH: usize = 1024;
 /// Stop adding to a batch past this many encoded bytes (one command may be up to 1.5 MiB).
 const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
-/// Entries handed to openraft but not yet answered: one being made durable, the next queued
-/// behind it, one being applied.
-const MAX_IN_FLIGHT: usize = 3;
+/// Entries handed to openraft but not yet answered: one being written and applied, the next
+/// queued behind it. Every entry costs a fixed amount of work whatever its size (an append, a
+/// state-machine batch, sled rolling its I/O buffer), so fewer, fuller entries beat a deeper
+/// pipeline (see docs/benchmarks.md for the measurement).
+const MAX_IN_FLIGHT: usize = 2;
 
 /// Pause before re-sending a write whose leader could not be reached.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
