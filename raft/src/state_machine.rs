@@ -157,6 +157,27 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     }
 }
 
+/// Whether applying `cmd` is cheap and bounded: puts, lease grants, and transactions whose
+/// branches only read and put.
+fn is_bounded(cmd: &Command) -> bool {
+    use keel_store::command::CommandKind;
+    use keel_store::pb::etcdserverpb::request_op::Request;
+    let ops_bounded = |ops: &[keel_store::pb::etcdserverpb::RequestOp]| {
+        ops.iter().all(|op| {
+            matches!(
+                op.request,
+                Some(Request::RequestRange(_)) | Some(Request::RequestPut(_))
+            )
+        })
+    };
+    match &cmd.kind {
+        Some(CommandKind::Put(_)) | Some(CommandKind::LeaseGrant(_)) => true,
+        Some(CommandKind::Txn(t)) => ops_bounded(&t.success) && ops_bounded(&t.failure),
+        Some(CommandKind::Batch(b)) => b.commands.iter().all(is_bounded),
+        _ => false,
+    }
+}
+
 impl RaftStateMachine<TypeConfig> for StateMachine {
     type SnapshotBuilder = SnapshotBuilder;
 
@@ -189,10 +210,17 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             return Ok(Vec::new());
         }
         let meta = applied_to_bytes(last.as_ref(), &membership);
-        // Called inline: an apply takes tens of microseconds, and `block_in_place` cost more
-        // than that in thread hand-offs on every entry (it moves the worker's queue to
-        // another thread and back).
-        let results = self.store.apply(cmds, meta).map_err(|e| sm_err(&e))?;
+        // The store works synchronously (sled). Puts and lease grants take tens of
+        // microseconds, less than `block_in_place` costs in thread hand-offs, so they run
+        // inline; anything that can delete without bound (compaction, range deletes, revokes)
+        // moves the worker's other tasks away first.
+        let results = if cmds.iter().flatten().all(is_bounded) {
+            self.store.apply(cmds, meta)
+        } else {
+            let store = self.store.clone();
+            tokio::task::block_in_place(move || store.apply(cmds, meta))
+        }
+        .map_err(|e| sm_err(&e))?;
         Ok(results.into_iter().map(Applied).collect())
     }
 
@@ -286,3 +314,49 @@ const _: fn() = || {
     fn assert_r<C: RaftTypeConfig<R = Applied>>() {}
     assert_r::<TypeConfig>();
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_store::command::{CommandBatch, CommandKind};
+    use keel_store::pb::etcdserverpb::{
+        request_op::Request, CompactionRequest, DeleteRangeRequest, PutRequest, RequestOp,
+        TxnRequest,
+    };
+
+    fn cmd(kind: CommandKind) -> Command {
+        Command { kind: Some(kind) }
+    }
+
+    fn txn(op: Request) -> CommandKind {
+        CommandKind::Txn(TxnRequest {
+            success: vec![RequestOp { request: Some(op) }],
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn only_cheap_commands_apply_inline() {
+        let put = || CommandKind::Put(PutRequest::default());
+        assert!(is_bounded(&cmd(put())));
+        assert!(is_bounded(&cmd(txn(Request::RequestPut(
+            PutRequest::default()
+        )))));
+        assert!(!is_bounded(&cmd(txn(Request::RequestDeleteRange(
+            DeleteRangeRequest::default()
+        )))));
+        assert!(!is_bounded(&cmd(CommandKind::Compaction(
+            CompactionRequest::default()
+        ))));
+        let batch = |kinds: Vec<CommandKind>| {
+            cmd(CommandKind::Batch(CommandBatch {
+                commands: kinds.into_iter().map(cmd).collect(),
+            }))
+        };
+        assert!(is_bounded(&batch(vec![put(), put()])));
+        assert!(!is_bounded(&batch(vec![
+            put(),
+            CommandKind::DeleteRange(DeleteRangeRequest::default())
+        ])));
+    }
+}
