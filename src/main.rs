@@ -8,12 +8,6 @@ mod up;
 
 use clap::Parser;
 
-/// mimalloc instead of glibc's malloc: the request path allocates and frees many small buffers
-/// across threads, and glibc kept trimming and re-faulting its heap (about a tenth of a
-/// member's CPU in page clearing under a 64-client put load; see docs/benchmarks.md).
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> std::process::ExitCode {
     let cli = cli::Cli::parse();
     let rt = match tokio::runtime::Builder::new_multi_thread()

@@ -329,7 +329,14 @@ impl WriteTxn<'_> {
             None => (p.value.clone(), p.lease),
         };
         let rev = self.next_rev();
-        let ki = self.kv.index.entry(p.key.clone()).or_default();
+        // A new key gets its own allocation: the request's key is a slice of the buffer the
+        // whole request (or Raft entry) was decoded from, which the index would otherwise pin
+        // for as long as the key lives.
+        let key = match self.kv.index.get_key_value(&p.key) {
+            Some((k, _)) => k.clone(),
+            None => Bytes::copy_from_slice(&p.key),
+        };
+        let ki = self.kv.index.entry(key.clone()).or_default();
         let (created, version) = match ki.current() {
             Some(a) => (a.created.main, a.version + 1),
             None => (rev.main, 1),
@@ -340,7 +347,7 @@ impl WriteTxn<'_> {
             self.lessor.detach(LeaseId(old_lease), &p.key);
         }
         if lease != 0 {
-            self.lessor.attach(LeaseId(lease), p.key.clone());
+            self.lessor.attach(LeaseId(lease), key);
         }
         let kv = KeyValue {
             key: p.key.clone(),
