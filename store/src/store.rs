@@ -1,10 +1,9 @@
 //! The store: key space, leases and watch hub behind one handle.
 //!
 //! Writes arrive only through [`Store::apply`], in Raft log order, from one thread. Reads run
-//! concurrently under a shared lock. Every apply call is one atomic backend batch, together
-//! with the caller's opaque Raft bookkeeping (last applied log id, membership); the backend
-//! writes groups of those batches to the engine atomically ([`crate::backend::write_behind`]),
-//! so after a crash the engine is a consistent prefix of the log and replay continues from there.
+//! concurrently under a shared lock. The backend is updated in one atomic batch per apply call,
+//! together with the caller's opaque Raft bookkeeping (last applied log id, membership), so
+//! after a crash the backend is a consistent prefix of the log and replay continues from there.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -16,7 +15,6 @@ use parking_lot::RwLock;
 use prost::Message;
 
 use crate::backend::sled_backend::SledBackend;
-use crate::backend::write_behind::WriteBehind;
 use crate::backend::{Backend, Space, WriteBatch};
 use crate::command::{Command, CommandKind, CommandResponse};
 use crate::error::StoreError;
@@ -95,7 +93,7 @@ impl Store {
     /// Opens the store in `dir` (creating it), rebuilding the key index from the backend.
     pub fn open(dir: &Path, opts: StoreOptions) -> Result<Arc<Store>, StoreError> {
         std::fs::create_dir_all(dir)?;
-        let backend = WriteBehind::new(SledBackend::open(dir)?)?;
+        let backend = SledBackend::open(dir)?;
         let state = load_state(&backend, opts.min_lease_ttl)?;
         let shared = Arc::new(Shared {
             backend: Box::new(backend),

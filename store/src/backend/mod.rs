@@ -5,7 +5,6 @@
 //! the engine be swapped when measurements say so.
 
 pub mod sled_backend;
-pub mod write_behind;
 
 use crate::error::StoreError;
 
