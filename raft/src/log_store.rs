@@ -20,7 +20,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 use crate::types::{Entry, LogId, NodeId, StorageError, TypeConfig, Vote};
 use crate::wal::record::{self, Decoded};
 use crate::wal::segment::{self, check_frame, encode_frame};
-use crate::wal::{PendingSync, Wal, WalError, WalOptions};
+use crate::wal::{PendingSync, RecordPos, Wal, WalError, WalOptions};
 
 /// Name of the vote file inside the log directory.
 const VOTE_FILE: &str = "vote";
@@ -64,6 +64,8 @@ struct Io {
     /// old segments never loses them.
     purge_seed: Option<Vec<u8>>,
     committed_seed: Option<Vec<u8>>,
+    /// Index of the last entry record written (possibly still buffered).
+    last_written: Option<u64>,
     shutdown: bool,
 }
 
@@ -77,46 +79,136 @@ impl Io {
     }
 }
 
-/// The live log in memory.
-#[derive(Debug, Default)]
+/// Bytes of entries kept in memory; older committed entries are read back from the WAL.
+///
+/// Entries are appended, replicated and applied while they are young, so almost every read
+/// finds them here; only a follower far behind (or a restart's replay) reads from disk. Without
+/// a bound, everything since the last snapshot stayed in memory: hundreds of MiB when entries
+/// are large batches (see docs/benchmarks.md).
+const RESIDENT_BYTES: usize = 32 << 20;
+
+/// One entry of the live log.
+#[derive(Debug)]
+struct Slot {
+    log_id: LogId,
+    /// `None` once evicted: read back from the WAL at `pos`.
+    entry: Option<Entry>,
+    pos: RecordPos,
+}
+
+/// The live log: recent entries in memory, older ones as positions in the WAL.
+#[derive(Debug)]
 struct MemLog {
-    entries: BTreeMap<u64, Entry>,
+    entries: BTreeMap<u64, Slot>,
     last_purged: Option<LogId>,
+    /// The WAL directory, to read evicted entries back.
+    dir: PathBuf,
+    /// Bytes (as encoded) of the entries held in memory.
+    resident: usize,
+    /// Highest index whose current record has been handed to the OS, so it can be read back.
+    readable: Option<u64>,
+    /// Highest committed index: only committed entries are evicted, so apply reads memory.
+    committed: Option<u64>,
+    /// Every entry below this index is evicted (where the next eviction starts looking).
+    evicted_below: u64,
+    /// [`RESIDENT_BYTES`], smaller in tests.
+    resident_limit: usize,
 }
 
 impl MemLog {
-    /// Inserts an entry; it replaces any entry at its index and everything after it, so the log
-    /// never holds a stale suffix.
-    fn insert(&mut self, entry: Entry) {
+    fn new(dir: PathBuf) -> Self {
+        MemLog {
+            entries: BTreeMap::new(),
+            last_purged: None,
+            dir,
+            resident: 0,
+            readable: None,
+            committed: None,
+            evicted_below: 0,
+            resident_limit: RESIDENT_BYTES,
+        }
+    }
+
+    /// Forgets slots taken out of the map.
+    fn forget(&mut self, gone: BTreeMap<u64, Slot>) {
+        for slot in gone.values() {
+            if slot.entry.is_some() {
+                self.resident = self.resident.saturating_sub(slot.pos.frame_len as usize);
+            }
+        }
+    }
+
+    /// Inserts an entry written at `pos`; it replaces any entry at its index and everything
+    /// after it, so the log never holds a stale suffix.
+    fn insert(&mut self, entry: Entry, pos: RecordPos) {
         let index = entry.log_id.index;
         if self
             .entries
             .last_key_value()
             .is_some_and(|(&last, _)| last >= index)
         {
-            self.entries.split_off(&index);
+            self.truncate(index);
         }
-        self.entries.insert(index, entry);
+        self.resident += pos.frame_len as usize;
+        self.entries.insert(
+            index,
+            Slot {
+                log_id: entry.log_id,
+                entry: Some(entry),
+                pos,
+            },
+        );
     }
 
     fn truncate(&mut self, from_index: u64) {
-        self.entries.split_off(&from_index);
+        let gone = self.entries.split_off(&from_index);
+        self.forget(gone);
+        // Records written again at these indexes are not in the OS yet.
+        let below = from_index.checked_sub(1);
+        self.readable = self.readable.min(below);
+        self.evicted_below = self.evicted_below.min(from_index);
     }
 
     fn purge(&mut self, upto: LogId) {
-        self.entries = match upto.index.checked_add(1) {
+        let kept = match upto.index.checked_add(1) {
             Some(first_kept) => self.entries.split_off(&first_kept),
             None => BTreeMap::new(),
         };
+        let gone = std::mem::replace(&mut self.entries, kept);
+        self.forget(gone);
         if self.last_purged.is_none_or(|p| p.index <= upto.index) {
             self.last_purged = Some(upto);
         }
     }
 
+    /// Drops the oldest committed, readable entries from memory while more than the limit
+    /// ([`RESIDENT_BYTES`]) is held.
+    fn evict(&mut self) {
+        if self.resident <= self.resident_limit {
+            return;
+        }
+        let Some(bound) = self.committed.min(self.readable) else {
+            return;
+        };
+        let mut resident = self.resident;
+        let mut next = self.evicted_below;
+        for (&index, slot) in self.entries.range_mut(self.evicted_below..) {
+            if resident <= self.resident_limit || index > bound {
+                break;
+            }
+            if slot.entry.take().is_some() {
+                resident = resident.saturating_sub(slot.pos.frame_len as usize);
+            }
+            next = index + 1;
+        }
+        self.resident = resident;
+        self.evicted_below = next;
+    }
+
     fn last_log_id(&self) -> Option<LogId> {
         self.entries
             .last_key_value()
-            .map(|(_, e)| e.log_id)
+            .map(|(_, s)| s.log_id)
             .or(self.last_purged)
     }
 
@@ -152,12 +244,14 @@ impl MemLog {
         Ok(())
     }
 
-    fn range(&self, range: impl RangeBounds<u64>) -> Vec<Entry> {
+    /// The entries in `range`, evicted ones read back from the WAL. Called under the read
+    /// lock, so a purge cannot remove a segment while it is being read.
+    fn range(&self, range: impl RangeBounds<u64>) -> Result<Vec<Entry>, WalError> {
         let start = match range.start_bound() {
             Bound::Included(&s) => s,
             Bound::Excluded(&s) => match s.checked_add(1) {
                 Some(s) => s,
-                None => return Vec::new(),
+                None => return Ok(Vec::new()),
             },
             Bound::Unbounded => 0,
         };
@@ -169,17 +263,40 @@ impl MemLog {
             Bound::Unbounded => false,
         };
         if empty {
-            return Vec::new();
+            return Ok(Vec::new());
         }
         self.entries
             .range((Bound::Included(start), end))
-            .map(|(_, e)| e.clone())
+            .map(|(_, slot)| match &slot.entry {
+                Some(e) => Ok(e.clone()),
+                None => self.read_back(slot),
+            })
             .collect()
+    }
+
+    fn read_back(&self, slot: &Slot) -> Result<Entry, WalError> {
+        let corrupt = |reason: String| WalError::Corrupt {
+            segment: self.dir.join(segment::segment_name(slot.pos.seq)),
+            offset: slot.pos.offset,
+            reason,
+        };
+        let bytes = Wal::read(&self.dir, slot.pos)?;
+        match record::decode(&bytes).map_err(|e| corrupt(e.to_string()))? {
+            Decoded::Entry(e) if e.log_id == slot.log_id => Ok(e),
+            other => Err(corrupt(format!(
+                "expected entry {} when reading it back, found {other:?}",
+                slot.log_id
+            ))),
+        }
     }
 }
 
 fn write_err(e: impl std::fmt::Display) -> StorageError {
     StorageIOError::write_logs(AnyError::error(e.to_string())).into()
+}
+
+fn read_err(e: impl std::fmt::Display) -> StorageError {
+    StorageIOError::read_logs(AnyError::error(e.to_string())).into()
 }
 
 fn vote_err(e: impl std::fmt::Display) -> StorageError {
@@ -217,15 +334,15 @@ impl LogStore {
         options: WalOptions,
     ) -> Result<LogStore, WalError> {
         let dir = dir.as_ref().to_path_buf();
-        let mut log = MemLog::default();
+        let mut log = MemLog::new(dir.clone());
         let mut committed = None;
         let mut purge_seed = None;
         let mut committed_seed = None;
-        let wal = Wal::open_with(&dir, options, |bytes| {
+        let wal = Wal::open_with(&dir, options, |bytes, pos| {
             match record::decode(bytes).map_err(|e| e.to_string())? {
                 Decoded::Entry(e) => {
                     let index = e.log_id.index;
-                    log.insert(e);
+                    log.insert(e, pos);
                     return Ok(Some(index));
                 }
                 Decoded::Truncate { from_index } => log.truncate(from_index),
@@ -241,9 +358,14 @@ impl LogStore {
             Ok(None)
         })?;
         let vote = read_vote_file(&dir)?;
+        // Everything replayed is in the files; keep only the newest part in memory.
+        log.readable = log.last_log_id().map(|l| l.index);
+        log.committed = committed.map(|c: LogId| c.index);
+        log.evict();
         tracing::info!(
             dir = %dir.display(),
             entries = log.entries.len(),
+            resident_bytes = log.resident,
             last_purged = ?log.last_purged,
             last = ?log.last_log_id(),
             ?committed,
@@ -256,6 +378,7 @@ impl LogStore {
                 pending: Vec::new(),
                 purge_seed,
                 committed_seed,
+                last_written: None,
                 shutdown: false,
             }),
             wake: Condvar::new(),
@@ -326,12 +449,14 @@ impl LogStore {
             .map(|e| (record::encode_entry(e), e.log_id.index))
             .collect();
         let mut io = self.shared.io.lock();
+        let mut positions = Vec::with_capacity(records.len());
         for (bytes, index) in &records {
-            io.wal.write_indexed(bytes, Some(*index))?;
+            positions.push(io.wal.write_indexed(bytes, Some(*index))?);
         }
         let mut log = self.shared.log.write();
-        for e in entries {
-            log.insert(e);
+        for (e, pos) in entries.into_iter().zip(positions) {
+            io.last_written = Some(e.log_id.index);
+            log.insert(e, pos);
         }
         drop(log);
         io.pending.push(done);
@@ -372,6 +497,12 @@ fn run_flusher(shared: &Shared) {
         MutexGuard::unlocked(&mut io, || drop(shared.gate.lock()));
         let batch = std::mem::take(&mut io.pending);
         let pending = io.wal.begin_sync();
+        if pending.is_ok() {
+            // Handed to the OS: readable from the files from now on.
+            let mut log = shared.log.write();
+            log.readable = io.last_written;
+            log.evict();
+        }
         // The disk works without the lock, so new appends gather for the next sync meanwhile.
         let res = MutexGuard::unlocked(&mut io, || pending.and_then(PendingSync::wait));
         if res.is_ok() {
@@ -446,7 +577,7 @@ impl RaftLogReader<TypeConfig> for LogReader {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        Ok(self.log.read().range(range))
+        self.log.read().range(range).map_err(read_err)
     }
 }
 
@@ -455,7 +586,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        Ok(self.shared.log.read().range(range))
+        self.shared.log.read().range(range).map_err(read_err)
     }
 }
 
@@ -502,6 +633,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         io.wal.write(&bytes).map_err(write_err)?;
         io.committed_seed = Some(bytes);
         self.committed = committed;
+        drop(io);
+        let mut log = self.shared.log.write();
+        log.committed = committed.map(|c| c.index);
+        log.evict();
         Ok(())
     }
 
@@ -530,6 +665,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             io.wal.write(&record::encode_truncate(log_id.index))?;
             io.wal.sync()?;
             shared.log.write().truncate(log_id.index);
+            io.last_written = log_id.index.checked_sub(1);
             let seeds = io.seeds();
             io.wal.rotate_if_full(&seeds)?;
             Ok(())
@@ -840,6 +976,49 @@ mod tests {
             ids(&got),
             (151..=200).map(|i| lid(1, i)).collect::<Vec<_>>()
         );
+    }
+
+    #[tokio::test]
+    async fn old_committed_entries_leave_memory_and_are_read_back_from_the_wal() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = WalOptions { segment_size: 4096 };
+        let mut s = LogStore::open_with_options(dir.path(), opts.clone()).unwrap();
+        s.shared.log.write().resident_limit = 1000;
+        s.blocking_append(puts(1, 1..=100)).await.unwrap();
+        // Nothing is committed yet, so everything stays in memory.
+        assert!(s.shared.log.read().resident > 5000);
+        s.save_committed(Some(lid(1, 60))).await.unwrap();
+        {
+            let log = s.shared.log.read();
+            assert!(log.entries[&1].entry.is_none());
+            assert!(log.entries[&61].entry.is_some(), "uncommitted entries stay");
+        }
+        // A truncation and rewrite above the evicted part, then more entries.
+        s.truncate(lid(1, 90)).await.unwrap();
+        s.blocking_append(puts(2, 90..=150)).await.unwrap();
+        s.save_committed(Some(lid(2, 150))).await.unwrap();
+        s.purge(lid(1, 10)).await.unwrap();
+        assert_eq!(s.shared.log.read().entries.len(), 140);
+        assert!(s.shared.log.read().resident <= 1000);
+        let mut want: Vec<LogId> = (11..=89).map(|i| lid(1, i)).collect();
+        want.extend((90..=150).map(|i| lid(2, i)));
+        let got = s.try_get_log_entries(..).await.unwrap();
+        assert_eq!(ids(&got), want);
+        let mut expected: Vec<Entry> = puts(1, 11..=89);
+        expected.extend(puts(2, 90..=150));
+        assert_eq!(got, expected, "entries read back equal those appended");
+        // A sub-range that starts in the evicted part.
+        assert_eq!(
+            ids(&s.try_get_log_entries(85..95).await.unwrap()),
+            want[74..84].to_vec()
+        );
+        drop(s);
+        // Reopened: the replay keeps only the newest part in memory as well.
+        let mut s = LogStore::open_with_options(dir.path(), opts).unwrap();
+        s.shared.log.write().resident_limit = 1000;
+        s.save_committed(Some(lid(2, 150))).await.unwrap();
+        assert!(s.shared.log.read().resident <= 1000);
+        assert_eq!(ids(&s.try_get_log_entries(..).await.unwrap()), want);
     }
 
     #[tokio::test]

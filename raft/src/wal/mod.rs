@@ -104,6 +104,14 @@ impl SyncState {
     }
 }
 
+/// Where one record lies: its segment, and its frame's offset and length (header included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordPos {
+    pub seq: u64,
+    pub offset: u64,
+    pub frame_len: u32,
+}
+
 /// A segmented write-ahead log.
 #[derive(Debug)]
 pub struct Wal {
@@ -153,14 +161,14 @@ impl Wal {
     /// Opens (or creates) the log in `dir` and returns every record in order.
     pub fn open(dir: &Path, options: WalOptions) -> Result<(Wal, Vec<Vec<u8>>), WalError> {
         let mut records = Vec::new();
-        let wal = Self::open_with(dir, options, |payload| {
+        let wal = Self::open_with(dir, options, |payload, _| {
             records.push(payload.to_vec());
             Ok(None)
         })?;
         Ok((wal, records))
     }
 
-    /// Opens (or creates) the log in `dir`, feeding each record to `replay` in order.
+    /// Opens (or creates) the log in `dir`, feeding each record and its position to `replay` in order.
     ///
     /// `replay` returns the highest raft index the record holds (kept as segment metadata for
     /// [`Wal::remove_segments`]) or a reason the record is unreadable, which fails the open as
@@ -169,7 +177,7 @@ impl Wal {
     pub fn open_with(
         dir: &Path,
         options: WalOptions,
-        mut replay: impl FnMut(&[u8]) -> Result<Option<u64>, String>,
+        mut replay: impl FnMut(&[u8], RecordPos) -> Result<Option<u64>, String>,
     ) -> Result<Wal, WalError> {
         if !dir.is_dir() {
             std::fs::create_dir_all(dir).map_err(WalError::io(dir))?;
@@ -237,7 +245,12 @@ impl Wal {
             }
             let mut max_index = None;
             for (offset, range) in scan.frames {
-                let index = replay(&data[range]).map_err(|reason| WalError::Corrupt {
+                let pos = RecordPos {
+                    seq,
+                    offset,
+                    frame_len: (range.end as u64 - offset) as u32,
+                };
+                let index = replay(&data[range], pos).map_err(|reason| WalError::Corrupt {
                     segment: path.clone(),
                     offset,
                     reason: format!("undecodable record: {reason}"),
@@ -271,14 +284,31 @@ impl Wal {
 
     /// Buffers a record that carries no raft index.
     pub fn write(&mut self, payload: &[u8]) -> Result<(), WalError> {
-        self.write_indexed(payload, None)
+        self.write_indexed(payload, None).map(drop)
     }
 
-    /// Buffers a record, noting the highest raft index it holds (if any) for segment removal.
-    pub fn write_indexed(&mut self, payload: &[u8], index: Option<u64>) -> Result<(), WalError> {
+    /// Buffers a record, noting the highest raft index it holds (if any) for segment removal;
+    /// returns where the record lies, for [`Wal::read`] once it has been handed to the OS.
+    pub fn write_indexed(
+        &mut self,
+        payload: &[u8],
+        index: Option<u64>,
+    ) -> Result<RecordPos, WalError> {
         self.state.check()?;
         let res = self.active.write(payload, index);
-        self.fail_on_io(res)
+        let offset = self.fail_on_io(res)?;
+        Ok(RecordPos {
+            seq: self.active.seq,
+            offset,
+            frame_len: (segment::FRAME_HEADER + payload.len()) as u32,
+        })
+    }
+
+    /// Reads back the payload of the record at `pos` in the log in `dir`. The record must have
+    /// been handed to the OS (a sync began after it was written) and its segment not removed.
+    pub fn read(dir: &Path, pos: RecordPos) -> Result<Vec<u8>, WalError> {
+        let path = dir.join(segment::segment_name(pos.seq));
+        segment::read_frame(&path, pos.offset, pos.frame_len as usize)
     }
 
     /// Makes everything written so far durable (flush plus `fdatasync`).
@@ -587,7 +617,7 @@ mod tests {
         wal.write(b"bad").unwrap();
         wal.sync().unwrap();
         drop(wal);
-        let res = Wal::open_with(dir.path(), WalOptions::default(), |r| {
+        let res = Wal::open_with(dir.path(), WalOptions::default(), |r, _| {
             if r == b"bad" {
                 Err("nope".into())
             } else {

@@ -220,10 +220,11 @@ impl ActiveSegment {
         })
     }
 
-    /// Buffers one record.
-    pub fn write(&mut self, payload: &[u8], index: Option<u64>) -> Result<(), WalError> {
+    /// Buffers one record; returns the offset of its frame in the segment.
+    pub fn write(&mut self, payload: &[u8], index: Option<u64>) -> Result<u64, WalError> {
         check_len(payload)?;
         encode_frame(&mut self.buf, payload);
+        let offset = self.len;
         self.len += (FRAME_HEADER + payload.len()) as u64;
         if let Some(i) = index {
             self.max_index = Some(self.max_index.map_or(i, |m| m.max(i)));
@@ -231,7 +232,7 @@ impl ActiveSegment {
         if self.buf.len() >= FLUSH_THRESHOLD {
             self.flush()?;
         }
-        Ok(())
+        Ok(offset)
     }
 
     /// Hands buffered bytes to the OS (not yet durable).
@@ -248,6 +249,32 @@ impl ActiveSegment {
     /// A shared handle on the file, to `fdatasync` it without holding the segment.
     pub fn file(&self) -> Arc<File> {
         Arc::clone(&self.file)
+    }
+}
+
+/// Reads back the payload of the frame at `offset` (`frame_len` bytes, header included) of the
+/// segment at `path`, checking its checksum.
+pub fn read_frame(path: &Path, offset: u64, frame_len: usize) -> Result<Vec<u8>, WalError> {
+    use std::os::unix::fs::FileExt;
+    let file = File::open(path).map_err(WalError::io(path))?;
+    let mut buf = vec![0u8; frame_len];
+    file.read_exact_at(&mut buf, offset)
+        .map_err(WalError::io(path))?;
+    match check_frame(&buf, 0) {
+        Ok(len) if FRAME_HEADER + len == frame_len => {
+            buf.drain(..FRAME_HEADER);
+            Ok(buf)
+        }
+        Ok(_) => Err(WalError::Corrupt {
+            segment: path.to_path_buf(),
+            offset,
+            reason: "record length differs from the one written".into(),
+        }),
+        Err(reason) => Err(WalError::Corrupt {
+            segment: path.to_path_buf(),
+            offset,
+            reason: reason.into(),
+        }),
     }
 }
 
