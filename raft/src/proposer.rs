@@ -26,7 +26,7 @@ const MAX_BATCH: usize = 1024;
 const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
 /// Entries handed to openraft but not yet answered: one being written and applied, the next
 /// queued behind it. Every entry costs a fixed amount of work whatever its size (an append, a
-/// state-machine batch, sled rolling its I/O buffer), so fewer, fuller entries beat a deeper
+/// state-machine batch, a journal write), so fewer, fuller entries beat a deeper
 /// pipeline (see docs/benchmarks.md for the measurement).
 const MAX_IN_FLIGHT: usize = 2;
 

@@ -210,7 +210,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             return Ok(Vec::new());
         }
         let meta = applied_to_bytes(last.as_ref(), &membership);
-        // The store works synchronously (sled). Puts and lease grants take tens of
+        // The store works synchronously (fjall). Puts and lease grants take tens of
         // microseconds, less than `block_in_place` costs in thread hand-offs, so they run
         // inline; anything that can delete without bound (compaction, range deletes, revokes)
         // moves the worker's other tasks away first.

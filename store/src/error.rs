@@ -39,8 +39,8 @@ pub enum StoreError {
     Corrupt(String),
 }
 
-impl From<sled::Error> for StoreError {
-    fn from(e: sled::Error) -> Self {
+impl From<fjall::Error> for StoreError {
+    fn from(e: fjall::Error) -> Self {
         StoreError::Backend(e.to_string())
     }
 }

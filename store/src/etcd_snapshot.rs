@@ -22,7 +22,7 @@ use prost::Message;
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
-use crate::backend::sled_backend::SledBackend;
+use crate::backend::fjall_backend::FjallBackend;
 use crate::backend::{Backend, Space, WriteBatch};
 use crate::bbolt::{
     show_key, write_etcd_db, BoltReader, DbSummary, EtcdDbInput, EtcdMember, PairIter,
@@ -38,10 +38,8 @@ use crate::store::{Store, META_COMPACT, META_RAFT, META_REV};
 const PROGRESS_EVERY: u64 = 4096;
 /// An import batch is written once it has this many entries ...
 ///
-/// Small on purpose: sled 0.34's memory grows with the size of the batches it is given
-/// (measured on 1M entries: 8192-entry batches peak at 2.2 GB, 256-entry batches at 120 MB,
-/// and are no slower).
-const BATCH_OPS: usize = 256;
+/// Each batch is one journal record; bounded so an import of millions of entries holds little.
+const BATCH_OPS: usize = 4096;
 /// ... or this many bytes of keys and values, whichever comes first.
 const BATCH_BYTES: usize = 1 << 20;
 
@@ -239,7 +237,7 @@ pub fn import_etcd(
             "the bbolt file has no bucket \"key\"".into(),
         ));
     };
-    let backend = SledBackend::open(dir)?;
+    let backend = FjallBackend::open(dir)?;
     let mut sum = ImportSummary {
         consistent_index: meta.consistent_index,
         cluster_version: meta.cluster_version.clone(),
@@ -334,8 +332,8 @@ pub fn import_etcd(
         meta_batch.put(Space::Meta, META_RAFT.to_vec(), raft.clone());
     }
     backend.write(meta_batch)?;
-    // sled's flush is its durability point (it fsyncs); the caller renames the directory
-    // into place only after this.
+    // The backend's flush fsyncs its journal; the caller renames the directory into place
+    // only after this.
     backend.flush()?;
     progress(loaded);
     Ok(sum)
@@ -343,7 +341,7 @@ pub fn import_etcd(
 
 /// Deletes what a compaction at `at` removes: for every key, each revision at or below `at`
 /// except the newest, and that one too when it is a tombstone. Returns how many entries went.
-fn finish_compaction(backend: &SledBackend, at: i64) -> Result<u64, EtcdSnapshotError> {
+fn finish_compaction(backend: &FjallBackend, at: i64) -> Result<u64, EtcdSnapshotError> {
     let end = Revision::new(at.saturating_add(1), 0).to_bytes();
     // Key → its newest revision key seen so far (at or below `at`) and whether it is a tombstone.
     let mut newest: HashMap<Bytes, (Vec<u8>, bool)> = HashMap::new();

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use parking_lot::RwLock;
 use prost::Message;
 
-use crate::backend::sled_backend::SledBackend;
+use crate::backend::fjall_backend::FjallBackend;
 use crate::backend::{Backend, Space, WriteBatch};
 use crate::command::{Command, CommandKind, CommandResponse};
 use crate::error::StoreError;
@@ -93,7 +93,7 @@ impl Store {
     /// Opens the store in `dir` (creating it), rebuilding the key index from the backend.
     pub fn open(dir: &Path, opts: StoreOptions) -> Result<Arc<Store>, StoreError> {
         std::fs::create_dir_all(dir)?;
-        let backend = SledBackend::open(dir)?;
+        let backend = FjallBackend::open(dir)?;
         let state = load_state(&backend, opts.min_lease_ttl)?;
         let shared = Arc::new(Shared {
             backend: Box::new(backend),
@@ -587,7 +587,7 @@ fn load_state(backend: &dyn Backend, min_lease_ttl: i64) -> Result<State, StoreE
     let read_i64 = |k: &[u8]| -> Result<Option<i64>, StoreError> {
         match backend.get(Space::Meta, k)? {
             Some(b) => {
-                let arr: [u8; 8] = b.as_slice().try_into().map_err(|_| {
+                let arr: [u8; 8] = b.as_ref().try_into().map_err(|_| {
                     StoreError::Corrupt(format!("meta {:?} has {} bytes", k, b.len()))
                 })?;
                 Ok(Some(i64::from_be_bytes(arr)))
@@ -621,7 +621,7 @@ fn load_state(backend: &dyn Backend, min_lease_ttl: i64) -> Result<State, StoreE
             lessor.attach(LeaseId(ki.lease), k.clone());
         }
     }
-    let raft_meta = backend.get(Space::Meta, META_RAFT)?;
+    let raft_meta = backend.get(Space::Meta, META_RAFT)?.map(|b| b.to_vec());
     Ok(State {
         kv,
         lessor,
@@ -691,7 +691,7 @@ impl History for Shared {
             return Ok(None);
         };
         match self.backend.get(Space::Kv, &a.modified.to_bytes())? {
-            Some(b) => Ok(Some(KeyValue::decode(b.as_slice())?)),
+            Some(b) => Ok(Some(KeyValue::decode(b)?)),
             None => Ok(None),
         }
     }

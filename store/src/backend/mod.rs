@@ -4,7 +4,9 @@
 //! a backend that lost its tail is rebuilt by replaying the log. Keeping the trait small lets
 //! the engine be swapped when measurements say so.
 
-pub mod sled_backend;
+pub mod fjall_backend;
+
+use bytes::Bytes;
 
 use crate::error::StoreError;
 
@@ -54,8 +56,8 @@ pub type Pair = (Vec<u8>, Vec<u8>);
 pub trait Backend: Send + Sync + 'static {
     /// Applies every op of the batch atomically.
     fn write(&self, batch: WriteBatch) -> Result<(), StoreError>;
-    /// Reads one value.
-    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Reads one value (shared with the engine's cache where it can be, not copied).
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Bytes>, StoreError>;
     /// Scans `[start, end)` in key order (`end = None` = to the end of the space).
     fn scan<'a>(
         &'a self,

@@ -511,9 +511,9 @@ fn writer_file_passes_etcdctl_status_restore_and_serves_in_etcd() {
 
 #[test]
 fn writer_streams_from_keel_backend() {
-    use crate::backend::{sled_backend::SledBackend, Backend, Space, WriteBatch};
+    use crate::backend::{fjall_backend::FjallBackend, Backend, Space, WriteBatch};
     let dir = tempfile::tempdir().unwrap();
-    let backend = SledBackend::open(&dir.path().join("sled")).unwrap();
+    let backend = FjallBackend::open(&dir.path().join("store")).unwrap();
     let mut m = Model::new();
     for i in 0..300u32 {
         m.put1(

@@ -42,7 +42,7 @@ pub struct BackendValues<'a>(pub &'a dyn Backend);
 impl Values for BackendValues<'_> {
     fn kv(&self, rev: Revision) -> Result<KeyValue, StoreError> {
         match self.0.get(Space::Kv, &rev.to_bytes())? {
-            Some(b) => Ok(KeyValue::decode(b.as_slice())?),
+            Some(b) => Ok(KeyValue::decode(b)?),
             None => Err(StoreError::Corrupt(format!(
                 "missing value for revision {rev}"
             ))),
