@@ -4,6 +4,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed={proto}");
     tonic_prost_build::configure()
         .build_client(false)
+        .codec_path("crate::etcd::codec::SizedProstCodec")
         .extern_path(".etcdserverpb", "::keel_store::pb::etcdserverpb")
         .extern_path(".mvccpb", "::keel_store::pb::mvccpb")
         .compile_protos(&[proto], &["../store/proto"])?;

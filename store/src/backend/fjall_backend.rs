@@ -109,6 +109,24 @@ impl Backend for FjallBackend {
         }))
     }
 
+    fn scan_shared<'a>(
+        &'a self,
+        space: Space,
+        start: &[u8],
+        end: Option<&[u8]>,
+    ) -> Box<dyn Iterator<Item = Result<(Bytes, Bytes), StoreError>> + 'a> {
+        let lo = prefixed(space, start);
+        let hi = match end {
+            Some(e) => prefixed(space, e),
+            None => vec![prefix(space) + 1],
+        };
+        Box::new(self.tree.range(lo..hi).map(|g| {
+            g.into_inner()
+                .map(|(k, v)| (Bytes::from(k).slice(1..), Bytes::from(v)))
+                .map_err(StoreError::from)
+        }))
+    }
+
     fn flush(&self) -> Result<(), StoreError> {
         self.db.persist(PersistMode::SyncAll)?;
         Ok(())

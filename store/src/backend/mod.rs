@@ -56,7 +56,7 @@ pub type Pair = (Vec<u8>, Vec<u8>);
 pub trait Backend: Send + Sync + 'static {
     /// Applies every op of the batch atomically.
     fn write(&self, batch: WriteBatch) -> Result<(), StoreError>;
-    /// Reads one value (shared with the engine's cache where it can be, not copied).
+    /// Reads one value, sharing the engine's buffer as [`Backend::scan_shared`] does.
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Bytes>, StoreError>;
     /// Scans `[start, end)` in key order (`end = None` = to the end of the space).
     fn scan<'a>(
@@ -65,6 +65,15 @@ pub trait Backend: Send + Sync + 'static {
         start: &[u8],
         end: Option<&[u8]>,
     ) -> Box<dyn Iterator<Item = Result<Pair, StoreError>> + 'a>;
+    /// Like [`Backend::scan`], but keys and values share the engine's buffers instead of being
+    /// copied: for reads answered and dropped at once, never for anything kept (a kept slice
+    /// would pin a whole block of the engine's cache).
+    fn scan_shared<'a>(
+        &'a self,
+        space: Space,
+        start: &[u8],
+        end: Option<&[u8]>,
+    ) -> Box<dyn Iterator<Item = Result<(Bytes, Bytes), StoreError>> + 'a>;
     /// Pushes buffered writes to the OS (not a durability point; see module docs).
     fn flush(&self) -> Result<(), StoreError>;
     /// Bytes the backend occupies on disk.

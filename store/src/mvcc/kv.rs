@@ -34,7 +34,17 @@ pub struct KvState {
 pub trait Values {
     /// The record written at `rev`.
     fn kv(&self, rev: Revision) -> Result<KeyValue, StoreError>;
+
+    /// The records written at `revs`, in the order asked.
+    fn kvs(&self, revs: &[Revision]) -> Result<Vec<KeyValue>, StoreError> {
+        revs.iter().map(|r| self.kv(*r)).collect()
+    }
 }
+
+/// A batched read keeps scanning past this many records it does not want before it gives up
+/// the scan and seeks afresh: a few skipped records cost less than one point lookup, which
+/// searches every level of the backend.
+const MAX_SKIPPED: usize = 16;
 
 /// Reads values straight from the backend.
 pub struct BackendValues<'a>(pub &'a dyn Backend);
@@ -43,11 +53,60 @@ impl Values for BackendValues<'_> {
     fn kv(&self, rev: Revision) -> Result<KeyValue, StoreError> {
         match self.0.get(Space::Kv, &rev.to_bytes())? {
             Some(b) => Ok(KeyValue::decode(b)?),
-            None => Err(StoreError::Corrupt(format!(
-                "missing value for revision {rev}"
-            ))),
+            None => Err(missing(rev)),
         }
     }
+
+    /// Keys created or updated together (one Txn, one bulk load, one controller's burst) have
+    /// neighbouring revisions, so the wanted records are read in revision order with range
+    /// scans that each serve a run of them, seeking afresh across wide gaps.
+    fn kvs(&self, revs: &[Revision]) -> Result<Vec<KeyValue>, StoreError> {
+        let mut order: Vec<usize> = (0..revs.len()).collect();
+        order.sort_unstable_by_key(|&i| revs[i]);
+        let wanted: Vec<[u8; 17]> = order.iter().map(|&i| revs[i].to_bytes()).collect();
+        let mut found: Vec<Option<KeyValue>> = vec![None; revs.len()];
+        let Some(&last) = order.last().map(|&i| &revs[i]) else {
+            return Ok(Vec::new());
+        };
+        let end = Revision::new(last.main, last.sub.saturating_add(1)).to_bytes();
+        let mut next = 0;
+        while next < wanted.len() {
+            let mut skipped = 0;
+            let mut progressed = false;
+            for pair in self.0.scan_shared(Space::Kv, &wanted[next], Some(&end)) {
+                let (k, v) = pair?;
+                if k.as_ref() == wanted[next].as_slice() {
+                    found[order[next]] = Some(KeyValue::decode(v)?);
+                    next += 1;
+                    progressed = true;
+                    skipped = 0;
+                    if next == wanted.len() {
+                        break;
+                    }
+                } else if k.as_ref() > wanted[next].as_slice() {
+                    return Err(missing(revs[order[next]]));
+                } else {
+                    skipped += 1;
+                    if skipped > MAX_SKIPPED {
+                        break;
+                    }
+                }
+            }
+            if !progressed {
+                // The scan ended or gave up before the record it started at.
+                return Err(missing(revs[order[next]]));
+            }
+        }
+        found
+            .into_iter()
+            .zip(revs)
+            .map(|(kv, rev)| kv.ok_or_else(|| missing(*rev)))
+            .collect()
+    }
+}
+
+fn missing(rev: Revision) -> StoreError {
+    StoreError::Corrupt(format!("missing value for revision {rev}"))
 }
 
 /// Header carrying only a revision; the front door fills in the member fields.
@@ -117,10 +176,8 @@ impl KvState {
         } else {
             keys.len().min(r.limit as usize + 1)
         };
-        let mut kvs = Vec::with_capacity(fetch);
-        for (_, a) in keys.iter().take(fetch) {
-            kvs.push(values.kv(a.modified)?);
-        }
+        let revs: Vec<Revision> = keys.iter().take(fetch).map(|(_, a)| a.modified).collect();
+        let mut kvs = values.kvs(&revs)?;
         if filtered {
             kvs.retain(|kv| {
                 (r.max_mod_revision == 0 || kv.mod_revision <= r.max_mod_revision)
@@ -527,5 +584,65 @@ impl WriteTxn<'_> {
             succeeded: ok,
             responses,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::fjall_backend::FjallBackend;
+    use crate::backend::WriteBatch;
+    use rand::seq::SliceRandom;
+    use rand::{Rng, SeedableRng};
+
+    fn record(rev: Revision) -> KeyValue {
+        KeyValue {
+            key: Bytes::from(format!("k{}-{}", rev.main, rev.sub)),
+            value: Bytes::from(vec![rev.sub as u8; 40]),
+            mod_revision: rev.main,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn batched_reads_match_point_reads_in_any_order_and_report_holes() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = FjallBackend::open(dir.path()).unwrap();
+        let mut all = Vec::new();
+        let mut batch = WriteBatch::default();
+        // Dense runs (one Txn of many puts), sparse singles, and tombstones in between.
+        for main in 1..400i64 {
+            let subs = if main % 50 == 0 { 300 } else { 1 + main % 3 };
+            for sub in 0..subs {
+                let rev = Revision::new(main, sub);
+                let tomb = main % 7 == 0 && sub == 0;
+                batch.put(Space::Kv, rev.to_key(tomb), record(rev).encode_to_vec());
+                if !tomb {
+                    all.push(rev);
+                }
+            }
+        }
+        backend.write(batch).unwrap();
+        let values = BackendValues(&backend);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for _ in 0..50 {
+            let n = rng.gen_range(0..all.len().min(600));
+            let mut revs: Vec<Revision> = all.choose_multiple(&mut rng, n).copied().collect();
+            revs.shuffle(&mut rng);
+            let got = values.kvs(&revs).unwrap();
+            let want: Vec<KeyValue> = revs.iter().map(|r| values.kv(*r).unwrap()).collect();
+            assert_eq!(got, want);
+            assert!(got.iter().zip(&revs).all(|(kv, r)| *kv == record(*r)));
+        }
+        // A revision that was never written, or only as a tombstone, is an error either way.
+        for hole in [
+            Revision::new(7, 0),
+            Revision::new(1000, 0),
+            Revision::new(50, 300),
+        ] {
+            let revs = [Revision::new(1, 0), hole, Revision::new(399, 0)];
+            assert!(matches!(values.kvs(&revs), Err(StoreError::Corrupt(_))));
+            assert!(values.kv(hole).is_err());
+        }
     }
 }
