@@ -230,7 +230,7 @@ mod snapshot_export {
         let consistent_index = node.status().applied_index;
         let store = node.store().clone();
         let export_path = path.clone();
-        // Sled reads block: keep them off the async workers.
+        // Backend reads block: keep them off the async workers.
         let summary = tokio::task::spawn_blocking(move || {
             store.export_etcd(&export_path, members, consistent_index, &|_| {})
         })
