@@ -97,16 +97,10 @@ impl Backend for FjallBackend {
         start: &[u8],
         end: Option<&[u8]>,
     ) -> Box<dyn Iterator<Item = Result<Pair, StoreError>> + 'a> {
-        let lo = prefixed(space, start);
-        let hi = match end {
-            Some(e) => prefixed(space, e),
-            None => vec![prefix(space) + 1],
-        };
-        Box::new(self.tree.range(lo..hi).map(|g| {
-            g.into_inner()
-                .map(|(k, v)| (k[1..].to_vec(), v.to_vec()))
-                .map_err(StoreError::from)
-        }))
+        Box::new(
+            self.scan_shared(space, start, end)
+                .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec()))),
+        )
     }
 
     fn scan_shared<'a>(

@@ -74,7 +74,8 @@ pub trait Backend: Send + Sync + 'static {
         start: &[u8],
         end: Option<&[u8]>,
     ) -> Box<dyn Iterator<Item = Result<(Bytes, Bytes), StoreError>> + 'a>;
-    /// Pushes buffered writes to the OS (not a durability point; see module docs).
+    /// Makes every write so far durable (fsync); the store's own durability never waits on it
+    /// (see module docs), but an offline import does.
     fn flush(&self) -> Result<(), StoreError>;
     /// Bytes the backend occupies on disk.
     fn size_on_disk(&self) -> u64;

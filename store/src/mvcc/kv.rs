@@ -8,7 +8,7 @@ use prost::Message;
 
 use super::key_index::{KeyAt, KeyIndex};
 use super::range::KeyRange;
-use super::revision::Revision;
+use super::revision::{Revision, REV_KEY_LEN};
 use crate::backend::{Backend, Space, WriteBatch};
 use crate::error::StoreError;
 use crate::lease::{LeaseId, Lessor};
@@ -63,7 +63,7 @@ impl Values for BackendValues<'_> {
     fn kvs(&self, revs: &[Revision]) -> Result<Vec<KeyValue>, StoreError> {
         let mut order: Vec<usize> = (0..revs.len()).collect();
         order.sort_unstable_by_key(|&i| revs[i]);
-        let wanted: Vec<[u8; 17]> = order.iter().map(|&i| revs[i].to_bytes()).collect();
+        let wanted: Vec<[u8; REV_KEY_LEN]> = order.iter().map(|&i| revs[i].to_bytes()).collect();
         let mut found: Vec<Option<KeyValue>> = vec![None; revs.len()];
         let Some(&last) = order.last().map(|&i| &revs[i]) else {
             return Ok(Vec::new());
@@ -71,14 +71,13 @@ impl Values for BackendValues<'_> {
         let end = Revision::new(last.main, last.sub.saturating_add(1)).to_bytes();
         let mut next = 0;
         while next < wanted.len() {
+            let started = next;
             let mut skipped = 0;
-            let mut progressed = false;
             for pair in self.0.scan_shared(Space::Kv, &wanted[next], Some(&end)) {
                 let (k, v) = pair?;
                 if k.as_ref() == wanted[next].as_slice() {
                     found[order[next]] = Some(KeyValue::decode(v)?);
                     next += 1;
-                    progressed = true;
                     skipped = 0;
                     if next == wanted.len() {
                         break;
@@ -92,7 +91,7 @@ impl Values for BackendValues<'_> {
                     }
                 }
             }
-            if !progressed {
+            if next == started {
                 // The scan ended or gave up before the record it started at.
                 return Err(missing(revs[order[next]]));
             }
