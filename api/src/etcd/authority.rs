@@ -25,6 +25,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::server::Connected;
 
+use super::coalesce::Coalesce;
+
 /// The client connection preface (RFC 9113 §3.4).
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Size of an HTTP/2 frame header.
@@ -402,12 +404,12 @@ impl<S: Connected> Connected for AuthorityFix<S> {
 /// `TcpListenerStream::new(listener)` as tonic's `serve_with_incoming*` argument.
 pub fn wrap_incoming(
     listener: TcpListener,
-) -> impl Stream<Item = io::Result<AuthorityFix<TcpStream>>> + Send + 'static {
+) -> impl Stream<Item = io::Result<AuthorityFix<Coalesce<TcpStream>>>> + Send + 'static {
     TcpListenerStream::new(listener).map(|conn| {
         conn.map(|c| {
             // Small request/response RPCs: never wait on Nagle's algorithm.
             let _ = c.set_nodelay(true);
-            AuthorityFix::new(c)
+            AuthorityFix::new(Coalesce::new(c))
         })
     })
 }

@@ -2,6 +2,7 @@
 
 pub mod authority;
 pub mod cluster;
+pub mod coalesce;
 pub mod codec;
 pub mod error;
 pub mod header;

@@ -55,11 +55,11 @@ impl WatchService {
     }
 
     /// Serves one watch call: `requests` is the client's side, the result the server's.
-    fn serve<S>(&self, requests: S) -> WatchResponses
+    fn serve<S>(&self, conn: u64, requests: S) -> WatchResponses
     where
         S: Stream<Item = Result<WatchRequest, Status>> + Send + Unpin + 'static,
     {
-        let (stream, rx) = self.hub.open_stream();
+        let (stream, rx) = self.hub.open_stream_on(conn);
         let (end_tx, end_rx) = mpsc::channel(1);
         tokio::spawn(recv_loop(requests, stream, end_tx));
         WatchResponses {
@@ -79,7 +79,12 @@ impl Watch for WatchService {
         &self,
         request: Request<Streaming<WatchRequest>>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        Ok(Response::new(self.serve(request.into_inner())))
+        let conn = request.remote_addr().map_or(0, |a| {
+            let mut h = std::hash::DefaultHasher::new();
+            std::hash::Hash::hash(&a, &mut h);
+            std::hash::Hasher::finish(&h)
+        });
+        Ok(Response::new(self.serve(conn, request.into_inner())))
     }
 }
 
@@ -263,7 +268,7 @@ mod tests {
 
     fn call(svc: &WatchService) -> Client {
         let (tx, rx) = mpsc::channel(8);
-        (tx, svc.serve(ReceiverStream::new(rx)))
+        (tx, svc.serve(0, ReceiverStream::new(rx)))
     }
 
     async fn next(out: &mut WatchResponses) -> Result<WatchResponse, Status> {

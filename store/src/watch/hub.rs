@@ -149,6 +149,8 @@ impl Filter {
 
 #[derive(Debug)]
 struct Watcher {
+    /// The client connection its stream arrived on ([`WatchHub::open_stream_on`]).
+    conn: u64,
     stream: u64,
     id: i64,
     filter: Filter,
@@ -326,8 +328,12 @@ impl State {
     }
 
     /// Which synced watchers get which of `events` (indices), and which events need a `prev_kv`.
+    /// Watchers come out ordered by connection, then stream (see [`WatchHub::open_stream_on`]).
     fn match_synced(&self, events: &[Event]) -> Plan {
-        let mut per: HashMap<u64, Vec<usize>> = HashMap::new();
+        // (connection, stream, watcher) -> the events it gets; `at` finds a watcher's entry
+        // when a batch has several events.
+        let mut per: Vec<((u64, u64, u64), Vec<usize>)> = Vec::new();
+        let mut at: HashMap<u64, usize> = HashMap::new();
         let mut needs_prev = vec![false; events.len()];
         for (i, ev) in events.iter().enumerate() {
             let Some(kv) = ev.kv.as_ref() else {
@@ -340,9 +346,19 @@ impl State {
                 if kv.mod_revision < w.start_rev || !w.filter.wants(ev) {
                     return;
                 }
-                per.entry(wk).or_default().push(i);
                 if w.filter.prev_kv && !is_create(ev) {
                     needs_prev[i] = true;
+                }
+                if events.len() == 1 {
+                    per.push(((w.conn, w.stream, wk), vec![i]));
+                    return;
+                }
+                match at.entry(wk) {
+                    std::collections::hash_map::Entry::Occupied(e) => per[*e.get()].1.push(i),
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        e.insert(per.len());
+                        per.push(((w.conn, w.stream, wk), vec![i]));
+                    }
                 }
             };
             if let Some(list) = self.synced_keys.get(&kv.key) {
@@ -350,8 +366,12 @@ impl State {
             }
             self.synced_ranges.iter().for_each(|&wk| consider(wk));
         }
+        per.sort_unstable_by_key(|(key, _)| *key);
         Plan {
-            per_watcher: per.into_iter().collect(),
+            per_watcher: per
+                .into_iter()
+                .map(|((_, _, wk), idxs)| (wk, idxs))
+                .collect(),
             needs_prev: needs_prev
                 .iter()
                 .enumerate()
@@ -572,8 +592,11 @@ impl WatchHub {
             }
             plan
         };
+        let mut per_watcher = plan.per_watcher;
+        per_watcher
+            .sort_unstable_by_key(|(wk, _)| st.watchers.get(wk).map(|w| (w.conn, w.stream, *wk)));
         let mut victims = Vec::new();
-        for (wk, idxs) in plan.per_watcher {
+        for (wk, idxs) in per_watcher {
             let Some(w) = st.watchers.get_mut(&wk) else {
                 continue;
             };
@@ -637,6 +660,14 @@ impl WatchHub {
     /// Opens a watch stream: the handle takes the client's requests, the receiver yields the
     /// responses in order. Dropping the handle cancels all its watchers.
     pub fn open_stream(&self) -> (WatchStream, WatchReceiver) {
+        self.open_stream_on(0)
+    }
+
+    /// [`open_stream`](Self::open_stream) for a stream that arrived on client connection
+    /// `conn` (any stable key). `publish` queues a revision's responses connection by
+    /// connection, so the server's tasks that write them to one socket run back to back and
+    /// their frames leave in one write.
+    pub fn open_stream_on(&self, conn: u64) -> (WatchStream, WatchReceiver) {
         let (tx, rx) = mpsc::channel(self.shared.opts.stream_queue);
         let mut st = self.shared.state.lock();
         let stream = st.next_stream;
@@ -654,6 +685,7 @@ impl WatchHub {
         (
             WatchStream {
                 shared: Arc::clone(&self.shared),
+                conn,
                 stream,
                 tx,
             },
@@ -969,6 +1001,7 @@ fn covered_to(events: &[Event], max_revs: usize, cur: i64) -> i64 {
 /// watcher it created.
 pub struct WatchStream {
     shared: Arc<Shared>,
+    conn: u64,
     stream: u64,
     tx: mpsc::Sender<Outgoing>,
 }
@@ -1074,6 +1107,7 @@ impl WatchStream {
             }
         }
         let watcher = Watcher {
+            conn: self.conn,
             stream: self.stream,
             id,
             filter: Filter {
