@@ -3,22 +3,24 @@
 //! hyper serves every HTTP/2 stream from its own task, and each task that queues a frame wakes
 //! the connection task. tokio runs a task woken that way right after the waker (its "LIFO
 //! slot"), so when one revision is published to a thousand watch streams the connection task
-//! wakes after every stream and writes one small frame per `writev`: measured, about one
-//! syscall and one loopback TCP segment per watcher per revision, half of keel's CPU on that
-//! path. [`Coalesce`] holds the bytes of a flush back until the scheduler has run the other
-//! tasks that are ready (tokio's `yield_now`: deferred to the end of the worker's current
-//! batch), then writes everything queued meanwhile at once.
+//! ran after every stream and wrote one small frame per `writev`: measured, one syscall and one
+//! loopback TCP segment per two events, half of keel's CPU on that path. [`Coalesce`] buffers
+//! the writes and, at the first flush, wakes its own task and returns `Pending`: tokio puts a
+//! task that woke itself at the back of the run queue, behind the stream tasks that are still
+//! queueing frames, and the flush that follows writes all of them at once.
+//!
+//! tokio's `yield_now` was tried first and rejected: it parks the waker on the current worker
+//! until that worker runs out of work or reaches its periodic maintenance, where no other
+//! worker can take it, and under load a worker busy applying a batch held whole connections'
+//! responses back (watch p99 3× worse). A self-wake is an ordinary queued task.
 //!
 //! Nothing is acknowledged early: `poll_flush` is `Ready` only once the bytes are in the
-//! socket, exactly as without the adapter. A lone response waits for one trip through the
-//! scheduler, which is a few microseconds when the worker is otherwise idle.
+//! socket, exactly as without the adapter. A lone response costs one extra trip through the
+//! scheduler, a microsecond or two.
 
-use std::future::Future;
 use std::io;
-use std::pin::{pin, Pin};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::{ready, Context, Poll, Wake, Waker};
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -29,46 +31,21 @@ const HIGH_WATER: usize = 64 * 1024;
 /// A single write at least this large skips the buffer (after what is already buffered).
 const DIRECT: usize = 16 * 1024;
 
-/// The deferred wake-up: records that the scheduler got round to it, then wakes the task.
-#[derive(Default)]
-struct Deferral {
-    fired: AtomicBool,
-    task: Mutex<Option<Waker>>,
-}
-
-impl Wake for Deferral {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.fired.store(true, Ordering::Release);
-        let task = match self.task.lock() {
-            Ok(mut g) => g.take(),
-            Err(p) => p.into_inner().take(),
-        };
-        if let Some(w) = task {
-            w.wake();
-        }
-    }
-}
-
 /// Where a buffered flush stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum FlushState {
     /// No deferral in flight.
     Idle,
-    /// Waiting for the scheduler to run the other ready tasks.
+    /// The task woke itself and waits for its turn at the back of the run queue.
     Deferred,
 }
 
 /// A socket whose writes are buffered and sent together at the next flush, once the tasks that
-/// were ready when the flush began have had their turn. Reads pass straight through.
+/// were queued when the flush began have had their turn. Reads pass straight through.
 pub struct Coalesce<S> {
     inner: S,
     buf: BytesMut,
     state: FlushState,
-    deferral: Arc<Deferral>,
 }
 
 impl<S> Coalesce<S> {
@@ -78,7 +55,6 @@ impl<S> Coalesce<S> {
             inner,
             buf: BytesMut::new(),
             state: FlushState::Idle,
-            deferral: Arc::new(Deferral::default()),
         }
     }
 
@@ -99,28 +75,6 @@ impl<S: AsyncWrite + Unpin> Coalesce<S> {
             self.buf.advance(n);
         }
         Poll::Ready(Ok(()))
-    }
-
-    /// The task the deferral wakes. A poisoned lock only means a waker panicked; the slot is
-    /// still a plain `Option`.
-    fn set_task(&self, waker: &Waker) {
-        let mut slot = match self.deferral.task.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        *slot = Some(waker.clone());
-    }
-
-    /// Starts a deferral: `cx`'s task is woken once the scheduler has run what is ready now.
-    fn defer(&mut self, cx: &mut Context<'_>) {
-        self.deferral.fired.store(false, Ordering::Release);
-        self.set_task(cx.waker());
-        let waker = Waker::from(Arc::clone(&self.deferral));
-        let mut dcx = Context::from_waker(&waker);
-        // The first poll of `yield_now` hands the waker to the scheduler's deferred list (or
-        // wakes it at once outside a runtime) and is always Pending; the future itself can go.
-        let _ = pin!(tokio::task::yield_now()).poll(&mut dcx);
-        self.state = FlushState::Deferred;
     }
 }
 
@@ -168,22 +122,13 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Coalesce<S> {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if !this.buf.is_empty() {
-            match this.state {
-                FlushState::Idle => {
-                    this.defer(cx);
-                    return Poll::Pending;
-                }
-                FlushState::Deferred if !this.deferral.fired.load(Ordering::Acquire) => {
-                    // Polled again early (another stream queued a frame): keep waiting, but
-                    // wake whichever waker polled last.
-                    this.set_task(cx.waker());
-                    if this.deferral.fired.load(Ordering::Acquire) {
-                        // Fired between the check and the store: do not sleep on it.
-                        cx.waker().wake_by_ref();
-                    }
-                    return Poll::Pending;
-                }
-                FlushState::Deferred => {}
+            if this.state == FlushState::Idle {
+                // A task that wakes itself while it runs is requeued at the back of its
+                // worker's run queue (where another worker may steal it), behind the tasks that
+                // were ready already: the streams still queueing frames on this connection.
+                this.state = FlushState::Deferred;
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
             }
             ready!(this.poll_drain(cx))?;
         }
@@ -221,10 +166,12 @@ impl<S: Connected> Connected for Coalesce<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// Keeps the runtime's workers busy with tasks that are always ready, so a deferred flush
-    /// only completes if the scheduler really gets round to it.
+    /// only completes if the scheduler really requeues it.
     fn busy(stop: &Arc<AtomicBool>) {
         for _ in 0..4 {
             let stop = stop.clone();
@@ -240,7 +187,7 @@ mod tests {
     async fn every_flush_completes_and_delivers_in_order_on_a_busy_runtime() {
         let stop = Arc::new(AtomicBool::new(false));
         busy(&stop);
-        // On a worker (not in block_on), where the deferral really goes through the scheduler.
+        // On a worker (not in block_on), where the self-wake really goes through the run queue.
         let run = tokio::spawn(async move {
             let (a, mut b) = tokio::io::duplex(1 << 20);
             let mut w = Coalesce::new(a);

@@ -104,7 +104,7 @@ struct Outgoing {
 }
 
 /// The keys a watcher covers, after etcd's normalisation of the request.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum KeyRange {
     /// Exactly one key (empty `range_end`).
     Single(Bytes),
@@ -139,11 +139,13 @@ impl Filter {
         let Some(kv) = ev.kv.as_ref() else {
             return false;
         };
+        self.wants_type(ev) && self.range.contains(&kv.key)
+    }
+
+    /// Whether the event's type passes the watcher's filters (its key aside).
+    fn wants_type(&self, ev: &Event) -> bool {
         let is_delete = ev.r#type == EventType::Delete as i32;
-        if (is_delete && self.no_delete) || (!is_delete && self.no_put) {
-            return false;
-        }
-        self.range.contains(&kv.key)
+        !((is_delete && self.no_delete) || (!is_delete && self.no_put))
     }
 }
 
@@ -203,8 +205,9 @@ struct State {
     watchers: HashMap<u64, Watcher>,
     /// Synced single-key watchers by key, so an event finds them with one lookup.
     synced_keys: HashMap<Bytes, Vec<u64>>,
-    /// Synced range watchers, checked one by one.
-    synced_ranges: Vec<u64>,
+    /// Synced range watchers by range: an event's key is compared once per distinct range
+    /// (many watchers usually share a prefix, e.g. one per resource type and client).
+    synced_ranges: HashMap<KeyRange, Vec<u64>>,
     /// Ordered so the oldest watchers catch up first.
     unsynced: BTreeSet<u64>,
     streams: HashMap<u64, StreamState>,
@@ -222,7 +225,11 @@ impl State {
     fn index_add(&mut self, wk: u64, range: &KeyRange) {
         match range {
             KeyRange::Single(k) => self.synced_keys.entry(k.clone()).or_default().push(wk),
-            _ => self.synced_ranges.push(wk),
+            _ => self
+                .synced_ranges
+                .entry(range.clone())
+                .or_default()
+                .push(wk),
         }
     }
 
@@ -237,8 +244,13 @@ impl State {
                 }
             }
             _ => {
-                if let Some(pos) = self.synced_ranges.iter().position(|&x| x == wk) {
-                    self.synced_ranges.swap_remove(pos);
+                if let Some(list) = self.synced_ranges.get_mut(range) {
+                    if let Some(pos) = list.iter().position(|&x| x == wk) {
+                        list.swap_remove(pos);
+                    }
+                    if list.is_empty() {
+                        self.synced_ranges.remove(range);
+                    }
                 }
             }
         }
@@ -343,7 +355,8 @@ impl State {
                 let Some(w) = self.watchers.get(&wk) else {
                     return;
                 };
-                if kv.mod_revision < w.start_rev || !w.filter.wants(ev) {
+                // The key already matched (by the index that led here).
+                if kv.mod_revision < w.start_rev || !w.filter.wants_type(ev) {
                     return;
                 }
                 if w.filter.prev_kv && !is_create(ev) {
@@ -364,7 +377,11 @@ impl State {
             if let Some(list) = self.synced_keys.get(&kv.key) {
                 list.iter().for_each(|&wk| consider(wk));
             }
-            self.synced_ranges.iter().for_each(|&wk| consider(wk));
+            for (range, list) in &self.synced_ranges {
+                if range.contains(&kv.key) {
+                    list.iter().for_each(|&wk| consider(wk));
+                }
+            }
         }
         per.sort_unstable_by_key(|(key, _)| *key);
         Plan {
@@ -518,7 +535,7 @@ impl WatchHub {
                 next_stream: 0,
                 watchers: HashMap::new(),
                 synced_keys: HashMap::new(),
-                synced_ranges: Vec::new(),
+                synced_ranges: HashMap::new(),
                 unsynced: BTreeSet::new(),
                 streams: HashMap::new(),
                 deferred: HashSet::new(),

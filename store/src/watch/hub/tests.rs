@@ -908,3 +908,54 @@ async fn closed_receiver_is_reported_and_publish_goes_on() {
     assert_eq!(ws.create(watch("b")).await, Err(StreamClosed));
     assert_eq!(ws.request_progress().await, Err(StreamClosed));
 }
+
+/// Watchers that share one range (indexed together) still get their own filters, and
+/// cancelling one leaves the others, on the same and on other connections, in the index.
+#[tokio::test]
+async fn shared_ranges_keep_per_watcher_filters_and_survive_cancels() {
+    let f = Fixture::new();
+    let prefix = |filters: Vec<i32>| WatchCreateRequest {
+        key: Bytes::from_static(b"p/"),
+        range_end: Bytes::from_static(b"p0"),
+        filters,
+        ..Default::default()
+    };
+    let (ws1, mut rx1) = f.hub.open_stream_on(7);
+    let (ws2, mut rx2) = f.hub.open_stream_on(3);
+    let all1 = ws1.create(prefix(vec![])).await.unwrap();
+    let np1 = ws1
+        .create(prefix(vec![FilterType::Noput as i32]))
+        .await
+        .unwrap();
+    let gone = ws1.create(prefix(vec![])).await.unwrap();
+    let all2 = ws2.create(prefix(vec![])).await.unwrap();
+    for _ in 0..3 {
+        next(&mut rx1).await;
+    }
+    next(&mut rx2).await;
+    ws1.cancel(gone).await.unwrap();
+    assert!(next(&mut rx1).await.response.canceled);
+
+    let p = f.put("p/a", "1");
+    f.put("q", "1");
+    let m = next(&mut rx1).await;
+    assert_eq!((m.response.watch_id, revs(&m)), (all1, vec![p]));
+    let m = next(&mut rx2).await;
+    assert_eq!((m.response.watch_id, revs(&m)), (all2, vec![p]));
+    let d = f.del("p/a");
+    let mut got: Vec<(i64, Vec<i64>)> = Vec::new();
+    for _ in 0..2 {
+        let m = next(&mut rx1).await;
+        got.push((m.response.watch_id, revs(&m)));
+    }
+    got.sort();
+    assert_eq!(got, vec![(all1, vec![d]), (np1, vec![d])]);
+    assert_eq!(revs(&next(&mut rx2).await), vec![d]);
+    quiet(&mut rx1, Duration::from_millis(50)).await;
+
+    // Dropping a whole stream takes its watchers out of the shared index too.
+    drop(ws1);
+    let p2 = f.put("p/b", "1");
+    assert_eq!(revs(&next(&mut rx2).await), vec![p2]);
+    assert_eq!(f.hub.watcher_count(), 1);
+}
