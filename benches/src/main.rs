@@ -243,12 +243,15 @@ async fn topology(
                 );
                 let limit = plan.window.warmup + plan.window.measure + STEP_SLACK;
                 let cpu_before = c.cpu_us();
+                let own_before = target::own_cpu_us();
                 match tokio::time::timeout(limit, one(c, step, plan)).await {
                     Ok(sample) => {
                         let sample = sample?;
                         let cpu = c.cpu_us().saturating_sub(cpu_before) as f64;
                         let mut fig = Figure::from(&sample);
                         fig.cpu_us_per_op = Some(cpu / sample.ops_total.max(1) as f64);
+                        let own = target::own_cpu_us().saturating_sub(own_before) as f64;
+                        fig.client_cpu_us_per_op = Some(own / sample.ops_total.max(1) as f64);
                         samples.push(fig);
                     }
                     Err(_) => {
@@ -289,6 +292,7 @@ async fn topology(
                 latency_us: None,
                 errors: 0,
                 cpu_us_per_op: None,
+                client_cpu_us_per_op: None,
             };
             let keys = if k.keys.is_multiple_of(1_000_000) {
                 format!("{}M", k.keys / 1_000_000)

@@ -16,6 +16,9 @@ pub struct Figure {
     pub errors: u64,
     /// Server CPU time (all members) per operation over the whole step, µs.
     pub cpu_us_per_op: Option<f64>,
+    /// The load generator's own CPU time per operation over the step, µs: on a shared machine
+    /// it bounds what any server could reach.
+    pub client_cpu_us_per_op: Option<f64>,
 }
 
 impl From<&Sample> for Figure {
@@ -25,6 +28,7 @@ impl From<&Sample> for Figure {
             latency_us: Some((s.p50_us, s.p99_us)),
             errors: s.errors,
             cpu_us_per_op: None,
+            client_cpu_us_per_op: None,
         }
     }
 }
@@ -87,7 +91,14 @@ fn cpu(f: &Figure) -> String {
     f.cpu_us_per_op.map_or("-".into(), |c| format!("{c:.0}"))
 }
 
-fn cells(r: &Row) -> [String; 10] {
+fn client_cpu(r: &Row) -> String {
+    match (r.keel.client_cpu_us_per_op, r.etcd.client_cpu_us_per_op) {
+        (Some(k), Some(e)) => format!("{k:.0} / {e:.0}"),
+        _ => "-".into(),
+    }
+}
+
+fn cells(r: &Row) -> [String; 11] {
     [
         r.members.to_string(),
         r.workload.clone(),
@@ -99,10 +110,11 @@ fn cells(r: &Row) -> [String; 10] {
         latency(&r.etcd),
         cpu(&r.keel),
         cpu(&r.etcd),
+        client_cpu(r),
     ]
 }
 
-const HEADER: [&str; 10] = [
+const HEADER: [&str; 11] = [
     "members",
     "workload",
     "unit",
@@ -113,14 +125,15 @@ const HEADER: [&str; 10] = [
     "etcd p50 / p99 ms",
     "keel CPU µs/op",
     "etcd CPU µs/op",
+    "load gen CPU µs/op (keel / etcd runs)",
 ];
 
 /// The table as aligned plain text.
 pub fn text(rows: &[Row]) -> String {
-    let all: Vec<[String; 10]> = std::iter::once(HEADER.map(String::from))
+    let all: Vec<[String; 11]> = std::iter::once(HEADER.map(String::from))
         .chain(rows.iter().map(cells))
         .collect();
-    let widths: Vec<usize> = (0..10)
+    let widths: Vec<usize> = (0..11)
         .map(|i| all.iter().map(|r| r[i].len()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
@@ -144,7 +157,7 @@ pub fn text(rows: &[Row]) -> String {
 /// The table as Markdown.
 pub fn markdown_table(rows: &[Row]) -> String {
     let mut out = format!("| {} |\n", HEADER.join(" | "));
-    out.push_str("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    out.push_str("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for r in rows {
         let _ = writeln!(out, "| {} |", cells(r).join(" | "));
     }

@@ -220,6 +220,11 @@ fn rss_of(pid: u32) -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
+/// CPU time this benchmark process (the load generator) has used, µs.
+pub fn own_cpu_us() -> u64 {
+    cpu_us_of(std::process::id())
+}
+
 fn cpu_us_of(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
