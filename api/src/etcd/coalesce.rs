@@ -57,11 +57,6 @@ impl<S> Coalesce<S> {
             state: FlushState::Idle,
         }
     }
-
-    /// The wrapped connection.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
 }
 
 impl<S: AsyncWrite + Unpin> Coalesce<S> {
@@ -84,15 +79,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Coalesce<S> {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if this.buf.len() + data.len() > HIGH_WATER || data.len() >= DIRECT {
-            ready!(this.poll_drain(cx))?;
-            if data.len() >= DIRECT {
-                return Pin::new(&mut this.inner).poll_write(cx, data);
-            }
-        }
-        this.buf.extend_from_slice(data);
-        Poll::Ready(Ok(data.len()))
+        self.poll_write_vectored(cx, &[io::IoSlice::new(data)])
     }
 
     fn poll_write_vectored(

@@ -342,10 +342,9 @@ impl State {
     /// Which synced watchers get which of `events` (indices), and which events need a `prev_kv`.
     /// Watchers come out ordered by connection, then stream (see [`WatchHub::open_stream_on`]).
     fn match_synced(&self, events: &[Event]) -> Plan {
-        // (connection, stream, watcher) -> the events it gets; `at` finds a watcher's entry
-        // when a batch has several events.
-        let mut per: Vec<((u64, u64, u64), Vec<usize>)> = Vec::new();
-        let mut at: HashMap<u64, usize> = HashMap::new();
+        // One (connection, stream, watcher, event) per match; sorted, each watcher's events are
+        // adjacent and in order.
+        let mut matches: Vec<(u64, u64, u64, usize)> = Vec::new();
         let mut needs_prev = vec![false; events.len()];
         for (i, ev) in events.iter().enumerate() {
             let Some(kv) = ev.kv.as_ref() else {
@@ -362,17 +361,7 @@ impl State {
                 if w.filter.prev_kv && !is_create(ev) {
                     needs_prev[i] = true;
                 }
-                if events.len() == 1 {
-                    per.push(((w.conn, w.stream, wk), vec![i]));
-                    return;
-                }
-                match at.entry(wk) {
-                    std::collections::hash_map::Entry::Occupied(e) => per[*e.get()].1.push(i),
-                    std::collections::hash_map::Entry::Vacant(e) => {
-                        e.insert(per.len());
-                        per.push(((w.conn, w.stream, wk), vec![i]));
-                    }
-                }
+                matches.push((w.conn, w.stream, wk, i));
             };
             if let Some(list) = self.synced_keys.get(&kv.key) {
                 list.iter().for_each(|&wk| consider(wk));
@@ -383,12 +372,16 @@ impl State {
                 }
             }
         }
-        per.sort_unstable_by_key(|(key, _)| *key);
+        matches.sort_unstable();
+        let mut per_watcher: Vec<(u64, Vec<usize>)> = Vec::new();
+        for (_, _, wk, i) in matches {
+            match per_watcher.last_mut() {
+                Some((last, idxs)) if *last == wk => idxs.push(i),
+                _ => per_watcher.push((wk, vec![i])),
+            }
+        }
         Plan {
-            per_watcher: per
-                .into_iter()
-                .map(|((_, _, wk), idxs)| (wk, idxs))
-                .collect(),
+            per_watcher,
             needs_prev: needs_prev
                 .iter()
                 .enumerate()
