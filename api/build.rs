@@ -6,6 +6,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(false)
         .codec_path("crate::etcd::codec::SizedProstCodec")
         .extern_path(".etcdserverpb", "::keel_store::pb::etcdserverpb")
+        // Watch responses go out with their events encoded once for all watchers.
+        .extern_path(
+            ".etcdserverpb.WatchResponse",
+            "::keel_store::watch::WireResponse",
+        )
         .extern_path(".mvccpb", "::keel_store::pb::mvccpb")
         .compile_protos(&[proto], &["../store/proto"])?;
     Ok(())

@@ -66,6 +66,8 @@ pub struct Sample {
     pub p99_us: u64,
     /// Failed requests in the window.
     pub errors: u64,
+    /// What the last failure said, if any failed.
+    pub last_error: Option<String>,
     /// Operations completed during the whole step, warm-up included (for CPU per operation).
     pub ops_total: u64,
 }
@@ -167,6 +169,7 @@ pub async fn closed_loop(
         p50_us: total.hist.value_at_quantile(0.5),
         p99_us: total.hist.value_at_quantile(0.99),
         errors: total.errors,
+        last_error: (!total.last_error.is_empty()).then_some(total.last_error),
         ops_total: total.all_ops,
     })
 }

@@ -174,6 +174,10 @@ async fn run(args: Args) -> Result<()> {
     bar.finish_and_clear();
     let secs = started.elapsed().as_secs_f64();
     println!("{}", report::text(&rows));
+    let failed = report::failures(&rows);
+    if !failed.is_empty() {
+        println!("Failed requests:\n{failed}");
+    }
     println!(
         "load average: {}",
         loads
@@ -291,6 +295,7 @@ async fn topology(
                 value: v as f64,
                 latency_us: None,
                 errors: 0,
+                last_error: None,
                 cpu_us_per_op: None,
                 client_cpu_us_per_op: None,
             };

@@ -14,6 +14,8 @@ pub struct Figure {
     pub latency_us: Option<(u64, u64)>,
     /// Failed requests during the measurement.
     pub errors: u64,
+    /// What the last failure said.
+    pub last_error: Option<String>,
     /// Server CPU time (all members) per operation over the whole step, µs.
     pub cpu_us_per_op: Option<f64>,
     /// The load generator's own CPU time per operation over the step, µs: on a shared machine
@@ -27,6 +29,7 @@ impl From<&Sample> for Figure {
             value: s.rate,
             latency_us: Some((s.p50_us, s.p99_us)),
             errors: s.errors,
+            last_error: s.last_error.clone(),
             cpu_us_per_op: None,
             client_cpu_us_per_op: None,
         }
@@ -87,13 +90,22 @@ fn latency(f: &Figure) -> String {
     }
 }
 
+/// CPU microseconds, with a decimal below 10 (watch events cost a few µs each).
+fn micros(c: f64) -> String {
+    if c < 10.0 {
+        format!("{c:.1}")
+    } else {
+        format!("{c:.0}")
+    }
+}
+
 fn cpu(f: &Figure) -> String {
-    f.cpu_us_per_op.map_or("-".into(), |c| format!("{c:.0}"))
+    f.cpu_us_per_op.map_or("-".into(), micros)
 }
 
 fn client_cpu(r: &Row) -> String {
     match (r.keel.client_cpu_us_per_op, r.etcd.client_cpu_us_per_op) {
-        (Some(k), Some(e)) => format!("{k:.0} / {e:.0}"),
+        (Some(k), Some(e)) => format!("{} / {}", micros(k), micros(e)),
         _ => "-".into(),
     }
 }
@@ -154,6 +166,26 @@ pub fn text(rows: &[Row]) -> String {
     out
 }
 
+/// One line per figure with failed requests, with what the last failure said; empty if none.
+pub fn failures(rows: &[Row]) -> String {
+    let mut out = String::new();
+    for r in rows {
+        for (name, f) in [("keel", &r.keel), ("etcd", &r.etcd)] {
+            if f.errors > 0 {
+                let _ = writeln!(
+                    out,
+                    "- {} members, {}, {name}: {} failed; last: {}",
+                    r.members,
+                    r.workload,
+                    f.errors,
+                    f.last_error.as_deref().unwrap_or("(not recorded)")
+                );
+            }
+        }
+    }
+    out
+}
+
 /// The table as Markdown.
 pub fn markdown_table(rows: &[Row]) -> String {
     let mut out = format!("| {} |\n", HEADER.join(" | "));
@@ -206,5 +238,55 @@ pub fn markdown(run: &Run<'_>) -> String {
     let _ = writeln!(out, "## Command\n\n```\n{}\n```\n", run.command);
     let _ = writeln!(out, "## Results\n");
     out.push_str(&markdown_table(run.rows));
+    let failed = failures(run.rows);
+    if !failed.is_empty() {
+        let _ = writeln!(out, "\nFailed requests:\n\n{failed}");
+    }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fig(value: f64, errors: u64, last: Option<&str>) -> Figure {
+        Figure {
+            value,
+            latency_us: Some((1500, 12_000)),
+            errors,
+            last_error: last.map(String::from),
+            cpu_us_per_op: Some(4.25),
+            client_cpu_us_per_op: Some(52.4),
+        }
+    }
+
+    #[test]
+    fn failures_name_the_row_the_system_and_the_last_error() {
+        let rows = vec![
+            Row {
+                members: 3,
+                workload: "guarded update 1 KiB, 64 clients".into(),
+                unit: "ops/s",
+                keel: fig(3915.0, 1, Some("request timed out")),
+                etcd: fig(2433.0, 0, None),
+            },
+            Row {
+                members: 1,
+                workload: "put 256 B, 1 clients".into(),
+                unit: "ops/s",
+                keel: fig(953.0, 0, None),
+                etcd: fig(1480.0, 2, None),
+            },
+        ];
+        assert_eq!(
+            failures(&rows),
+            "- 3 members, guarded update 1 KiB, 64 clients, keel: 1 failed; last: request timed out\n\
+             - 1 members, put 256 B, 1 clients, etcd: 2 failed; last: (not recorded)\n"
+        );
+        assert_eq!(failures(&rows[..0]), "");
+        // Small CPU figures keep a decimal, large ones do not; failures show in the value cell.
+        let c = cells(&rows[0]);
+        assert_eq!((c[3].as_str(), c[8].as_str()), ("3915 (1 err)", "4.2"));
+        assert_eq!(c[10], "52 / 52");
+    }
 }

@@ -51,7 +51,9 @@ impl<T: Message> Encoder for SizedProstEncoder<T> {
 
     fn encode(&mut self, item: T, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
         buf.reserve(item.encoded_len());
-        item.encode(buf)
-            .map_err(|e| Status::internal(format!("encoding the response: {e}")))
+        // `encode` would compute the length a second time only to compare it with a growable
+        // buffer's practically unlimited room; the fields are written the same way.
+        item.encode_raw(buf);
+        Ok(())
     }
 }

@@ -3,18 +3,20 @@
 //!
 //! Per call, one task reads the client's requests and drives the hub's [`HubStream`] handle;
 //! tonic reads the hub's response queue directly ([`WatchResponses`]), adding the header, so the
-//! responses that are ready together are encoded into one HTTP/2 write. The hub's own queue
+//! responses that are ready together are encoded into one HTTP/2 write. Live events come from
+//! the hub already encoded, once for every watcher ([`WireResponse`]). The hub's own queue
 //! decides who is slow; this layer only forwards.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::{Stream, StreamExt};
-use keel_store::pb::etcdserverpb::{
-    watch_request::RequestUnion, ResponseHeader, WatchRequest, WatchResponse,
+use keel_store::pb::etcdserverpb::{watch_request::RequestUnion, ResponseHeader, WatchRequest};
+use keel_store::watch::{
+    StreamMessage, WatchHub, WatchReceiver, WatchStream as HubStream, WireResponse,
 };
-use keel_store::watch::{StreamMessage, WatchHub, WatchReceiver, WatchStream as HubStream};
 use tokio::sync::mpsc;
 use tonic::{Code, Request, Response, Status, Streaming};
 
@@ -59,13 +61,22 @@ impl WatchService {
     where
         S: Stream<Item = Result<WatchRequest, Status>> + Send + Unpin + 'static,
     {
-        let (stream, rx) = self.hub.open_stream_on(conn);
+        let (stream, rx) = self.hub.open_wire_stream(conn);
         let (end_tx, end_rx) = mpsc::channel(1);
-        tokio::spawn(recv_loop(requests, stream, end_tx));
+        let ended = Arc::new(AtomicBool::new(false));
+        tokio::spawn(recv_loop(
+            requests,
+            stream,
+            End {
+                tx: end_tx,
+                flag: ended.clone(),
+            },
+        ));
         WatchResponses {
             rx,
             header: self.header.clone(),
             end: end_rx,
+            ended,
             done: false,
         }
     }
@@ -90,15 +101,19 @@ impl Watch for WatchService {
 
 /// Adds the header. Its revision is exactly the hub's: created and progress revisions are
 /// promises clients resume from, and the compaction cancel keeps etcd's 0.
-fn with_header(msg: StreamMessage, header: &HeaderFn) -> WatchResponse {
+fn with_header(msg: StreamMessage, header: &HeaderFn) -> WireResponse {
     let StreamMessage {
         revision,
         mut response,
+        wire,
     } = msg;
     let mut h = header(revision);
     h.revision = revision;
     response.header = Some(h);
-    response
+    WireResponse {
+        response,
+        events: wire,
+    }
 }
 
 /// The response side of one watch call, polled by tonic: the hub's queue plus the error, if any,
@@ -108,6 +123,9 @@ pub struct WatchResponses {
     rx: WatchReceiver,
     header: HeaderFn,
     end: mpsc::Receiver<Status>,
+    /// Set once `end` holds the error: one atomic load per response instead of polling (and
+    /// registering a waker on) a second channel.
+    ended: Arc<AtomicBool>,
     done: bool,
 }
 
@@ -120,17 +138,20 @@ impl std::fmt::Debug for WatchResponses {
 }
 
 impl Stream for WatchResponses {
-    type Item = Result<WatchResponse, Status>;
+    type Item = Result<WireResponse, Status>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
         if this.done {
             return Poll::Ready(None);
         }
-        // An error ends the call at once; `Ready(None)` only means the request side finished.
-        if let Poll::Ready(Some(status)) = this.end.poll_recv(cx) {
-            this.done = true;
-            return Poll::Ready(Some(Err(status)));
+        // An error ends the call at once, even ahead of queued responses. No waker is needed
+        // for it: the request side drops the hub stream right after, which closes `rx`.
+        if this.ended.load(Ordering::Acquire) {
+            if let Ok(status) = this.end.try_recv() {
+                this.done = true;
+                return Poll::Ready(Some(Err(status)));
+            }
         }
         match this.rx.poll_recv(cx) {
             Poll::Ready(Some(msg)) => Poll::Ready(Some(Ok(with_header(msg, &this.header)))),
@@ -144,9 +165,29 @@ impl Stream for WatchResponses {
     }
 }
 
+/// How the request side ends the call with an error.
+struct End {
+    tx: mpsc::Sender<Status>,
+    flag: Arc<AtomicBool>,
+}
+
+impl End {
+    async fn closed(&self) {
+        self.tx.closed().await
+    }
+
+    fn fail(&self, status: Status) {
+        // The channel holds one and this is the only send: it cannot be full.
+        if self.tx.try_send(status).is_ok() {
+            self.flag.store(true, Ordering::Release);
+        }
+    }
+}
+
 /// Reads the client's requests and applies them to the hub stream, in order (creates must be
-/// answered in arrival order). Dropping `stream` on return cancels all the call's watchers.
-async fn recv_loop<S>(mut requests: S, stream: HubStream, end: mpsc::Sender<Status>)
+/// answered in arrival order). Dropping `stream` on return cancels all the call's watchers and
+/// closes the response queue, which wakes the response side to see an error in `end`.
+async fn recv_loop<S>(mut requests: S, stream: HubStream, end: End)
 where
     S: Stream<Item = Result<WatchRequest, Status>> + Send + Unpin + 'static,
 {
@@ -173,8 +214,7 @@ where
                     tracing::debug!(%status, "watch: request stream failed");
                     status
                 };
-                // The channel holds one and this is the only send: it cannot be full.
-                let _ = end.try_send(status);
+                end.fail(status);
                 return;
             }
         }
@@ -203,7 +243,7 @@ async fn apply(
 mod tests {
     use super::*;
     use keel_store::pb::etcdserverpb::{
-        WatchCancelRequest, WatchCreateRequest, WatchProgressRequest,
+        WatchCancelRequest, WatchCreateRequest, WatchProgressRequest, WatchResponse,
     };
     use keel_store::pb::mvccpb::{event::EventType, Event, KeyValue};
     use keel_store::watch::History;
@@ -271,11 +311,13 @@ mod tests {
         (tx, svc.serve(0, ReceiverStream::new(rx)))
     }
 
+    /// The next response as the client decodes it off the wire.
     async fn next(out: &mut WatchResponses) -> Result<WatchResponse, Status> {
         timeout(Duration::from_secs(5), out.next())
             .await
             .expect("no response within 5s")
             .expect("stream ended")
+            .map(|r| r.decoded().expect("our encoding decodes"))
     }
 
     #[tokio::test]
@@ -365,5 +407,29 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert_eq!(hub.watcher_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_error_overtakes_queued_events() {
+        let (svc, hub) = service();
+        let (tx, mut out) = call(&svc);
+        tx.send(Ok(create("a"))).await.unwrap();
+        next(&mut out).await.unwrap();
+        for rev in 2..6 {
+            hub.publish(vec![put("a", rev)], rev);
+        }
+        tx.send(Err(Status::cancelled("context canceled")))
+            .await
+            .unwrap();
+        // The request side fails the call and lets go of the hub stream.
+        for _ in 0..100 {
+            if hub.watcher_count() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let err = next(&mut out).await.unwrap_err();
+        assert_eq!(err.code(), Code::Cancelled);
+        assert!(out.next().await.is_none(), "nothing after the error");
     }
 }

@@ -127,7 +127,7 @@ pub async fn run(
         let mut c = wpool.client(w);
         let prefix = prefix.clone();
         wtasks.push(tokio::spawn(async move {
-            let (mut ok, mut errors) = (0u64, 0u64);
+            let (mut ok, mut errors, mut last) = (0u64, 0u64, None);
             let mut n = 0u64;
             while Instant::now() < end {
                 n += 1;
@@ -136,17 +136,23 @@ pub async fn run(
                 value[..8].copy_from_slice(&at.to_le_bytes());
                 match c.put(format!("{prefix}{w:03}/{n:010}"), value, None).await {
                     Ok(_) => ok += 1,
-                    Err(_) => errors += 1,
+                    Err(e) => {
+                        errors += 1;
+                        last = Some(format!("put: {e}"));
+                    }
                 }
             }
-            (ok, errors)
+            (ok, errors, last)
         }));
     }
-    let (mut puts, mut errors) = (0u64, 0u64);
+    let (mut puts, mut errors, mut last_error) = (0u64, 0u64, None);
     for t in wtasks {
-        let (ok, err) = t.await.unwrap_or((0, 1));
+        let (ok, err, last) = t
+            .await
+            .unwrap_or_else(|e| (0, 1, Some(format!("writer task: {e}"))));
         puts += ok;
         errors += err;
+        last_error = last.or(last_error);
     }
     let expected = puts * watchers as u64;
     let drain_end = Instant::now() + DRAIN;
@@ -175,11 +181,19 @@ pub async fn run(
         });
     }
     let secs = last.duration_since(started).as_secs_f64().max(1e-3);
+    let missing = expected.saturating_sub(events);
+    if missing > 0 {
+        last_error = Some(format!(
+            "{missing} of {expected} events not delivered within {} s after the writers stopped",
+            DRAIN.as_secs()
+        ));
+    }
     Ok(Sample {
         rate: events as f64 / secs,
         p50_us: hist.value_at_quantile(0.5),
         p99_us: hist.value_at_quantile(0.99),
-        errors: errors + expected.saturating_sub(events),
+        errors: errors + missing,
+        last_error,
         ops_total: events,
     })
 }

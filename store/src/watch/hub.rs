@@ -24,6 +24,7 @@ use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 use tokio::sync::mpsc::{self, error::TrySendError};
 
+use super::wire::{EncodedBatch, WireEvents};
 use super::History;
 use crate::error::StoreError;
 use crate::pb::etcdserverpb::{
@@ -83,12 +84,15 @@ impl Default for WatchHubOptions {
 }
 
 /// One response for the client of a watch stream, still without its header.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct StreamMessage {
     /// Revision for the response header. 0 only in the compaction cancel, where etcd leaves it 0.
     pub revision: i64,
     /// The response; `header` is `None` (the front door adds cluster, member and term).
     pub response: WatchResponse,
+    /// Live events already encoded, on streams opened with [`WatchHub::open_wire_stream`]; they
+    /// follow `response.events` (which then holds only events replayed from history).
+    pub wire: WireEvents,
 }
 
 /// The client side of a watch stream is gone; nothing more can be sent on it.
@@ -166,6 +170,8 @@ struct Watcher {
     fragment: bool,
     /// Events were queued since the last progress tick (etcd elides the next notification).
     active: bool,
+    /// Live events go out pre-encoded (the stream's choice).
+    wire: bool,
     tx: mpsc::Sender<Outgoing>,
 }
 
@@ -179,6 +185,21 @@ impl Watcher {
                     events,
                     ..Default::default()
                 },
+                wire: WireEvents::default(),
+            },
+            fragment: self.fragment,
+        }
+    }
+
+    fn wire_response(&self, wire: WireEvents, revision: i64) -> Outgoing {
+        Outgoing {
+            msg: StreamMessage {
+                revision,
+                response: WatchResponse {
+                    watch_id: self.id,
+                    ..Default::default()
+                },
+                wire,
             },
             fragment: self.fragment,
         }
@@ -346,6 +367,7 @@ impl State {
         // adjacent and in order.
         let mut matches: Vec<(u64, u64, u64, usize)> = Vec::new();
         let mut needs_prev = vec![false; events.len()];
+        let (mut wire, mut wire_prev) = (false, false);
         for (i, ev) in events.iter().enumerate() {
             let Some(kv) = ev.kv.as_ref() else {
                 continue;
@@ -360,6 +382,13 @@ impl State {
                 }
                 if w.filter.prev_kv && !is_create(ev) {
                     needs_prev[i] = true;
+                }
+                if w.wire {
+                    if w.filter.prev_kv {
+                        wire_prev = true;
+                    } else {
+                        wire = true;
+                    }
                 }
                 matches.push((w.conn, w.stream, wk, i));
             };
@@ -387,6 +416,8 @@ impl State {
                 .enumerate()
                 .filter_map(|(i, &n)| n.then_some(i))
                 .collect(),
+            wire,
+            wire_prev,
         }
     }
 }
@@ -396,6 +427,41 @@ impl State {
 struct Plan {
     per_watcher: Vec<(u64, Vec<usize>)>,
     needs_prev: Vec<usize>,
+    /// Some matched wire-stream watcher wants the events without `prev_kv`.
+    wire: bool,
+    /// Some matched wire-stream watcher wants them with `prev_kv`.
+    wire_prev: bool,
+}
+
+/// A published batch encoded once per form that some wire-stream watcher needs.
+#[derive(Debug, Default)]
+struct WireBatches {
+    plain: Option<EncodedBatch>,
+    with_prev: Option<EncodedBatch>,
+}
+
+impl WireBatches {
+    /// The batch in the form a watcher with or without `prev_kv` gets, encoded on first use.
+    fn get(&mut self, prev_kv: bool, events: &[Event], prevs: &PrevCache) -> &EncodedBatch {
+        if prev_kv {
+            self.with_prev.get_or_insert_with(|| {
+                EncodedBatch::new((0..events.len()).map(|i| prevs.with_prev(events, i)))
+            })
+        } else {
+            self.plain
+                .get_or_insert_with(|| EncodedBatch::new(events.iter()))
+        }
+    }
+
+    /// Encodes what `plan` will need, so little of it happens under the hub's lock.
+    fn prepare(&mut self, plan: &Plan, events: &[Event], prevs: &PrevCache) {
+        if plan.wire {
+            self.get(false, events, prevs);
+        }
+        if plan.wire_prev {
+            self.get(true, events, prevs);
+        }
+    }
 }
 
 /// `prev_kv` lookups for one batch of events, each done at most once for all watchers.
@@ -461,6 +527,7 @@ fn progress_message(watch_id: i64, revision: i64) -> Outgoing {
                 watch_id,
                 ..Default::default()
             },
+            wire: WireEvents::default(),
         },
         fragment: false,
     }
@@ -468,7 +535,11 @@ fn progress_message(watch_id: i64, revision: i64) -> Outgoing {
 
 fn control_message(revision: i64, response: WatchResponse) -> Outgoing {
     Outgoing {
-        msg: StreamMessage { revision, response },
+        msg: StreamMessage {
+            revision,
+            response,
+            wire: WireEvents::default(),
+        },
         fragment: false,
     }
 }
@@ -590,6 +661,8 @@ impl WatchHub {
         for &i in &plan.needs_prev {
             prevs.fill(&*sh.history, &events, i);
         }
+        let mut batches = WireBatches::default();
+        batches.prepare(&plan, &events, &prevs);
 
         let mut st = sh.state.lock();
         let plan = if st.generation == generation {
@@ -613,12 +686,18 @@ impl WatchHub {
             if !w.synced {
                 continue;
             }
-            let evs: Vec<Event> = if w.filter.prev_kv {
-                idxs.iter().map(|&i| prevs.with_prev(&events, i)).collect()
+            let out = if w.wire {
+                let batch = batches.get(w.filter.prev_kv, &events, &prevs);
+                w.wire_response(batch.select(&idxs), revision)
+            } else if w.filter.prev_kv {
+                w.response(
+                    idxs.iter().map(|&i| prevs.with_prev(&events, i)).collect(),
+                    revision,
+                )
             } else {
-                idxs.iter().map(|&i| events[i].clone()).collect()
+                w.response(idxs.iter().map(|&i| events[i].clone()).collect(), revision)
             };
-            match w.tx.try_send(w.response(evs, revision)) {
+            match w.tx.try_send(out) {
                 Ok(()) => w.active = true,
                 // Slow client: drop back to catching up from history, from the first revision of
                 // this batch it did not get (or its start, if that is later).
@@ -670,14 +749,19 @@ impl WatchHub {
     /// Opens a watch stream: the handle takes the client's requests, the receiver yields the
     /// responses in order. Dropping the handle cancels all its watchers.
     pub fn open_stream(&self) -> (WatchStream, WatchReceiver) {
-        self.open_stream_on(0)
+        self.open(0, false)
     }
 
-    /// [`open_stream`](Self::open_stream) for a stream that arrived on client connection
-    /// `conn` (any stable key). `publish` queues a revision's responses connection by
+    /// [`open_stream`](Self::open_stream) for a gRPC client on connection `conn` (any stable
+    /// key). Live events arrive pre-encoded in [`StreamMessage::wire`], each encoded once for
+    /// all the watchers that get it. `publish` queues a revision's responses connection by
     /// connection, so the server's tasks that write them to one socket run back to back and
     /// their frames leave in one write.
-    pub fn open_stream_on(&self, conn: u64) -> (WatchStream, WatchReceiver) {
+    pub fn open_wire_stream(&self, conn: u64) -> (WatchStream, WatchReceiver) {
+        self.open(conn, true)
+    }
+
+    fn open(&self, conn: u64, wire: bool) -> (WatchStream, WatchReceiver) {
         let (tx, rx) = mpsc::channel(self.shared.opts.stream_queue);
         let mut st = self.shared.state.lock();
         let stream = st.next_stream;
@@ -697,6 +781,7 @@ impl WatchHub {
                 shared: Arc::clone(&self.shared),
                 conn,
                 stream,
+                wire,
                 tx,
             },
             WatchReceiver {
@@ -1013,6 +1098,7 @@ pub struct WatchStream {
     shared: Arc<Shared>,
     conn: u64,
     stream: u64,
+    wire: bool,
     tx: mpsc::Sender<Outgoing>,
 }
 
@@ -1132,6 +1218,7 @@ impl WatchStream {
             progress_notify: req.progress_notify,
             fragment: req.fragment,
             active: false,
+            wire: self.wire,
             tx: self.tx.clone(),
         };
         // The created response goes in before the watcher is visible to publish or catch-up,
@@ -1270,10 +1357,7 @@ impl WatchReceiver {
         let first = parts.pop_front();
         self.pending.extend(parts);
         // `fragment` never returns an empty list; this is only a fallback.
-        first.unwrap_or_else(|| StreamMessage {
-            revision: 0,
-            response: WatchResponse::default(),
-        })
+        first.unwrap_or_default()
     }
 }
 
@@ -1290,44 +1374,82 @@ fn header_len(revision: i64) -> usize {
 
 /// Splits a response as etcd's `sendFragments`: if its encoded size (with header) is at least
 /// `limit` and it has more than one event, into parts each below `limit` (or of one event), all
-/// but the last with `fragment = true`. Otherwise the response unchanged.
+/// but the last with `fragment = true`. Otherwise the response unchanged. Decoded events stay
+/// decoded and pre-encoded ones stay encoded; a response with both comes out all encoded.
 pub fn fragment(msg: StreamMessage, limit: usize) -> VecDeque<StreamMessage> {
     use prost::Message;
-    let StreamMessage { revision, response } = msg;
-    let header = header_len(revision);
-    let sizes: Vec<usize> = response
-        .events
-        .iter()
-        .map(|ev| prost::encoding::message::encoded_len(11, ev))
-        .collect();
-    let total = header + response.encoded_len();
-    if total < limit || response.events.len() < 2 {
-        return VecDeque::from([StreamMessage { revision, response }]);
+    let header = header_len(msg.revision);
+    let total = header + msg.response.encoded_len() + msg.wire.encoded_len();
+    let wire_fields = msg.wire.split();
+    if total < limit || msg.response.events.len() + wire_fields.len() < 2 {
+        return VecDeque::from([msg]);
     }
-    let mut shell = response.clone();
-    shell.events = Vec::new();
+    let StreamMessage {
+        revision,
+        mut response,
+        wire,
+    } = msg;
+    let events = std::mem::take(&mut response.events);
+    let mut shell = response;
     shell.fragment = true;
     let base = header + shell.encoded_len();
+    let part = |response: WatchResponse, wire: WireEvents| StreamMessage {
+        revision,
+        response,
+        wire,
+    };
 
-    let mut parts = VecDeque::new();
-    let mut cur = shell.clone();
+    let mut parts: VecDeque<StreamMessage> = if wire.is_empty() {
+        let sized = events.into_iter().map(|ev| {
+            let sz = prost::encoding::message::encoded_len(11, &ev);
+            (ev, sz)
+        });
+        group(sized, base, limit)
+            .into_iter()
+            .map(|evs| {
+                part(
+                    WatchResponse {
+                        events: evs,
+                        ..shell.clone()
+                    },
+                    WireEvents::default(),
+                )
+            })
+            .collect()
+    } else {
+        let mut fields = WireEvents::encode(&events).split();
+        fields.extend(wire_fields);
+        let sized = fields.into_iter().map(|f| {
+            let sz = f.len();
+            (f, sz)
+        });
+        group(sized, base, limit)
+            .into_iter()
+            .map(|fs| part(shell.clone(), WireEvents::from_fields(fs)))
+            .collect()
+    };
+    if let Some(last) = parts.back_mut() {
+        last.response.fragment = false;
+    }
+    parts
+}
+
+/// Groups sized items in order so each group's `base` plus sizes stays below `limit`, except a
+/// group of one item that alone reaches it.
+fn group<T>(items: impl Iterator<Item = (T, usize)>, base: usize, limit: usize) -> Vec<Vec<T>> {
+    let mut groups = Vec::new();
+    let mut cur = Vec::new();
     let mut size = base;
-    for (ev, sz) in response.events.into_iter().zip(sizes) {
-        if !cur.events.is_empty() && size + sz >= limit {
-            let full = std::mem::replace(&mut cur, shell.clone());
-            parts.push_back(StreamMessage {
-                revision,
-                response: full,
-            });
+    for (item, sz) in items {
+        if !cur.is_empty() && size + sz >= limit {
+            groups.push(std::mem::take(&mut cur));
             size = base;
         }
-        cur.events.push(ev);
+        cur.push(item);
         size += sz;
     }
-    cur.fragment = false;
-    parts.push_back(StreamMessage {
-        revision,
-        response: cur,
-    });
-    parts
+    if !cur.is_empty() {
+        groups.push(cur);
+    }
+    groups
 }

@@ -4,8 +4,10 @@
 //! Watchers that start in the past catch up from [`History`] before joining the live set.
 
 pub mod hub;
+pub mod wire;
 
 pub use hub::*;
+pub use wire::{WireEvents, WireResponse};
 
 use crate::error::StoreError;
 use crate::pb::mvccpb::{Event, KeyValue};

@@ -236,11 +236,16 @@ async fn quiet(rx: &mut WatchReceiver, wait: Duration) {
 
 fn is_progress(m: &StreamMessage) -> bool {
     let r = &m.response;
-    r.events.is_empty() && !r.created && !r.canceled && r.compact_revision == 0 && m.revision != 0
+    r.events.is_empty()
+        && m.wire.is_empty()
+        && !r.created
+        && !r.canceled
+        && r.compact_revision == 0
+        && m.revision != 0
 }
 
 fn revs(m: &StreamMessage) -> Vec<i64> {
-    m.response.events.iter().map(event_rev).collect()
+    all_events(m).iter().map(event_rev).collect()
 }
 
 #[tokio::test]
@@ -802,6 +807,7 @@ fn fragment_splits_like_etcd() {
             events: (0..7).map(ev).collect(),
             ..Default::default()
         },
+        wire: WireEvents::default(),
     };
     let limit = 350;
     let parts = fragment(msg.clone(), limit);
@@ -920,8 +926,8 @@ async fn shared_ranges_keep_per_watcher_filters_and_survive_cancels() {
         filters,
         ..Default::default()
     };
-    let (ws1, mut rx1) = f.hub.open_stream_on(7);
-    let (ws2, mut rx2) = f.hub.open_stream_on(3);
+    let (ws1, mut rx1) = f.hub.open_wire_stream(7);
+    let (ws2, mut rx2) = f.hub.open_wire_stream(3);
     let all1 = ws1.create(prefix(vec![])).await.unwrap();
     let np1 = ws1
         .create(prefix(vec![FilterType::Noput as i32]))
@@ -958,4 +964,154 @@ async fn shared_ranges_keep_per_watcher_filters_and_survive_cancels() {
     let p2 = f.put("p/b", "1");
     assert_eq!(revs(&next(&mut rx2).await), vec![p2]);
     assert_eq!(f.hub.watcher_count(), 1);
+}
+
+/// A message's events as the client decodes them: the decoded ones, then the pre-encoded ones.
+fn all_events(m: &StreamMessage) -> Vec<Event> {
+    let mut evs = m.response.events.clone();
+    evs.extend(m.wire.decode().expect("the hub's own encoding decodes"));
+    evs
+}
+
+#[test]
+fn fragment_splits_pre_encoded_events_the_same_way() {
+    let ev = |i: i64| Event {
+        r#type: EventType::Put as i32,
+        kv: Some(KeyValue {
+            key: Bytes::from(format!("key{i}")),
+            mod_revision: 5 + i,
+            create_revision: 5,
+            version: 1,
+            value: Bytes::from(vec![b'v'; 90 + i as usize]),
+            lease: 0,
+        }),
+        prev_kv: None,
+    };
+    let events: Vec<Event> = (0..7).map(ev).collect();
+    let limit = 350;
+    let decoded = StreamMessage {
+        revision: 12,
+        response: WatchResponse {
+            watch_id: 3,
+            events: events.clone(),
+            ..Default::default()
+        },
+        wire: WireEvents::default(),
+    };
+    let mut wire = decoded.clone();
+    wire.response.events.clear();
+    wire.wire = WireEvents::encode(&events);
+    // Two decoded (replayed) events ahead of five pre-encoded ones.
+    let mut mixed = decoded.clone();
+    mixed.response.events.truncate(2);
+    mixed.wire = WireEvents::encode(&events[2..]);
+
+    let plain_parts = fragment(decoded, limit);
+    for msg in [wire.clone(), mixed] {
+        let parts = fragment(msg, limit);
+        assert_eq!(parts.len(), plain_parts.len());
+        let n = parts.len();
+        let mut all = Vec::new();
+        for (i, (p, q)) in parts.iter().zip(&plain_parts).enumerate() {
+            assert_eq!(p.response.fragment, i + 1 < n);
+            assert_eq!((p.revision, p.response.watch_id), (12, 3));
+            assert!(
+                p.response.events.is_empty(),
+                "mixed input comes out encoded"
+            );
+            let size = header_len(12) + prost::Message::encoded_len(&p.response);
+            assert_eq!(
+                size + p.wire.encoded_len(),
+                header_len(12) + prost::Message::encoded_len(&q.response)
+            );
+            assert_eq!(all_events(p), q.response.events);
+            all.extend(all_events(p));
+        }
+        assert_eq!(all, events);
+    }
+    // Small enough: unchanged, chunks and all.
+    assert_eq!(fragment(wire.clone(), 1 << 20), VecDeque::from([wire]));
+}
+
+#[tokio::test]
+async fn wire_streams_get_what_plain_streams_get() {
+    let f = Fixture::with(WatchHubOptions {
+        fragment_limit: 400,
+        ..Default::default()
+    });
+    let (plain, mut plain_rx) = f.hub.open_stream();
+    let (wire, mut wire_rx) = f.hub.open_wire_stream(7);
+    let r0 = f.put("a", "0");
+    let mut with_prev = watch("a");
+    with_prev.prev_kv = true;
+    let mut no_put = watch_all(0);
+    no_put.filters = vec![FilterType::Noput as i32];
+    let mut prefix_prev = WatchCreateRequest {
+        key: Bytes::from_static(b"b"),
+        range_end: Bytes::from_static(b"c"),
+        prev_kv: true,
+        fragment: true,
+        ..Default::default()
+    };
+    let reqs = vec![watch_all(0), with_prev, no_put, prefix_prev.clone(), {
+        // Starts in the past: catches up from history, then goes live.
+        prefix_prev.start_revision = r0;
+        prefix_prev.fragment = false;
+        prefix_prev
+    }];
+    for req in &reqs {
+        plain.create(req.clone()).await.unwrap();
+        wire.create(req.clone()).await.unwrap();
+    }
+    let big = "x".repeat(150);
+    let mut rev = r0;
+    for round in 0..3 {
+        let v = format!("v{round}");
+        rev = f.batch(&[
+            &[("a", Some(v.as_str())), ("b1", Some(big.as_str()))],
+            &[("b2", Some(big.as_str())), ("z", Some(v.as_str()))],
+            &[("b1", None)],
+            &[("a", None), ("b3", Some(big.as_str()))],
+        ]);
+    }
+
+    // Per watch ID, the responses in order: (revision, fragment, events as decoded).
+    type Seen = HashMap<i64, Vec<(i64, bool, Vec<Event>)>>;
+    async fn drain(rx: &mut WatchReceiver, watchers: usize, rev: i64) -> Seen {
+        let mut seen: Seen = HashMap::new();
+        let mut created = 0;
+        loop {
+            let done = created == watchers
+                && seen.len() == watchers
+                && seen.values().all(|v| {
+                    v.last().is_some_and(|(_, frag, evs)| {
+                        !frag && evs.last().is_some_and(|e| event_rev(e) == rev)
+                    })
+                });
+            if done {
+                return seen;
+            }
+            let m = next(rx).await;
+            if m.response.created {
+                created += 1;
+                continue;
+            }
+            seen.entry(m.response.watch_id).or_default().push((
+                m.revision,
+                m.response.fragment,
+                all_events(&m),
+            ));
+        }
+    }
+    let from_plain = drain(&mut plain_rx, reqs.len(), rev).await;
+    let from_wire = drain(&mut wire_rx, reqs.len(), rev).await;
+    assert_eq!(from_wire, from_plain);
+    // The fragmenting watcher did get fragments, and prev_kv came through encoded.
+    assert!(from_wire[&3].iter().any(|(_, frag, _)| *frag));
+    assert!(from_wire[&1]
+        .iter()
+        .flat_map(|(_, _, evs)| evs)
+        .any(|e| e.prev_kv.is_some()));
+    quiet(&mut wire_rx, Duration::from_millis(50)).await;
+    drop((plain, wire));
 }
