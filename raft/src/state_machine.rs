@@ -5,7 +5,7 @@
 //! the log below it, so the state can always be rebuilt as "latest snapshot + log replay".
 
 use std::fs;
-use std::io::{Cursor, Write};
+use std::io::{BufWriter, Cursor, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -97,16 +97,62 @@ pub fn latest_snapshot(dir: &Path) -> Result<Option<SnapshotFile>, keel_store::S
     }))
 }
 
-/// Writes `bytes` to `dir/name` durably (tmp file, fsync, rename, fsync dir) and removes
-/// older snapshot files.
+/// Writes `bytes` to `dir/name` durably and removes older snapshot files.
 fn persist_snapshot(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
-    let tmp = dir.join(format!("{name}.tmp"));
-    let path = dir.join(name);
-    {
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
+    let (path, ()) = write_snapshot_file(dir, &format!("{name}.tmp"), |w| {
+        w.write_all(bytes)?;
+        Ok((name.to_string(), ()))
+    })?;
+    Ok(path)
+}
+
+/// Bytes written to a snapshot file between `fdatasync`s.
+const SYNC_EVERY: u64 = 16 << 20;
+
+/// A file writer that syncs every [`SYNC_EVERY`] bytes, so writing a large snapshot never
+/// leaves hundreds of MiB dirty for one final flush that the WAL's own syncs would queue behind.
+struct SyncingWriter {
+    file: BufWriter<fs::File>,
+    unsynced: u64,
+}
+
+impl Write for SyncingWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.unsynced += n as u64;
+        if self.unsynced >= SYNC_EVERY {
+            self.file.flush()?;
+            self.file.get_ref().sync_data()?;
+            self.unsynced = 0;
+        }
+        Ok(n)
     }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
+/// Writes a snapshot file durably: `fill` streams the content into `dir/tmp_name` and returns
+/// the file's final name; then fsync, rename, fsync of the directory, and removal of older
+/// snapshot files. Returns the final path and what `fill` returned besides the name.
+fn write_snapshot_file<T>(
+    dir: &Path,
+    tmp_name: &str,
+    fill: impl FnOnce(&mut dyn Write) -> std::io::Result<(String, T)>,
+) -> std::io::Result<(PathBuf, T)> {
+    let tmp = dir.join(tmp_name);
+    let (name, out) = {
+        let mut w = SyncingWriter {
+            file: BufWriter::with_capacity(1 << 20, fs::File::create(&tmp)?),
+            unsynced: 0,
+        };
+        let out = fill(&mut w)?;
+        w.flush()?;
+        w.file.get_ref().sync_all()?;
+        out
+    };
+    let path = dir.join(&name);
     fs::rename(&tmp, &path)?;
     fs::File::open(dir)?.sync_all()?;
     for e in fs::read_dir(dir)?.flatten() {
@@ -120,7 +166,36 @@ fn persist_snapshot(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<Pat
             }
         }
     }
-    Ok(path)
+    Ok((path, out))
+}
+
+/// Niceness of the thread that writes periodic snapshots: serving requests comes first, and
+/// the log is only purged once the snapshot is done, so a slower snapshot costs WAL space only.
+const SNAPSHOT_NICENESS: libc::c_int = 10;
+
+/// Runs `f` on a thread of its own at [`SNAPSHOT_NICENESS`] and waits for its result.
+async fn in_background<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<T> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(move || {
+            // On Linux a thread's niceness is its own (keyed by its thread id), so this lowers
+            // only the snapshot thread, which ends with the snapshot.
+            // SAFETY: two syscalls about the calling thread, with no memory passed.
+            let lowered = unsafe {
+                let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+                libc::setpriority(libc::PRIO_PROCESS, tid, SNAPSHOT_NICENESS)
+            };
+            if lowered != 0 {
+                warn!(err = %std::io::Error::last_os_error(), "snapshot thread keeps normal priority");
+            }
+            let _ = tx.send(f());
+        })?;
+    rx.await
+        .map_err(|_| std::io::Error::other("the snapshot thread ended without a result"))
 }
 
 /// Builds snapshots from the store.
@@ -133,12 +208,15 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let store = self.store.clone();
         let dir = self.snap_dir.clone();
-        let (bytes, summary, path) = tokio::task::spawn_blocking(move || {
-            let mut buf = Vec::new();
-            let summary = store.write_snapshot(&mut buf)?;
-            let (last, _) = applied_from_bytes(summary.raft_meta.as_deref())?;
-            let path = persist_snapshot(&dir, &snap_name(last.as_ref()), &buf)?;
-            Ok::<_, keel_store::StoreError>((buf, summary, path))
+        // Streamed to disk from a point-in-time view of the store: neither the whole state in
+        // memory nor applies held off while it is written.
+        let (path, summary) = in_background("keel-snapshot", move || {
+            write_snapshot_file(&dir, "build.snap.tmp", |w| {
+                let summary = store.write_snapshot(w).map_err(std::io::Error::other)?;
+                let (last, _) = applied_from_bytes(summary.raft_meta.as_deref())
+                    .map_err(std::io::Error::other)?;
+                Ok((snap_name(last.as_ref()), summary))
+            })
         })
         .await
         .map_err(|e| snap_err(&e))?
@@ -152,7 +230,9 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
                 last_membership: membership,
                 snapshot_id: snap_name(last_applied.as_ref()),
             },
-            snapshot: Box::new(Cursor::new(bytes)),
+            // openraft keeps only the meta of a snapshot it had built; when it sends one to a
+            // follower it reads the file through `get_current_snapshot`.
+            snapshot: Box::new(Cursor::new(Vec::new())),
         })
     }
 }
@@ -333,6 +413,22 @@ mod tests {
             success: vec![RequestOp { request: Some(op) }],
             ..Default::default()
         })
+    }
+
+    #[tokio::test]
+    async fn background_work_runs_below_normal_priority_and_a_panic_is_an_error() {
+        // SAFETY: syscalls about the calling thread only.
+        let own = || unsafe {
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            libc::getpriority(libc::PRIO_PROCESS, tid)
+        };
+        let base = own();
+        let nice = in_background("test-bg", own).await.unwrap();
+        assert!(nice >= SNAPSHOT_NICENESS.max(base), "niceness {nice}");
+        // The caller's thread is untouched.
+        assert_eq!(own(), base);
+        let failed = in_background("test-bg", || -> u8 { panic!("snapshot failed") }).await;
+        assert!(failed.is_err());
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 use std::io::{Read, Write};
 
-use crate::backend::{Backend, Space, WriteBatch};
+use crate::backend::{Backend, BackendView, Space, WriteBatch};
 use crate::error::StoreError;
 
 const MAGIC: &[u8; 8] = b"KEELSNP1";
@@ -74,9 +74,9 @@ fn frame(w: &mut dyn Write, rec: Record) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Writes every entry of `backend` (the caller holds off writers).
+/// Writes every entry of a backend view (taken together with `raft_meta` and `revision`).
 pub fn write(
-    backend: &dyn Backend,
+    backend: &dyn BackendView,
     raft_meta: Option<Vec<u8>>,
     revision: i64,
     w: &mut dyn Write,
@@ -92,7 +92,7 @@ pub fn write(
     )?;
     let mut n = 0u64;
     for (space, tag) in SPACES {
-        for pair in backend.scan(space, &[], None) {
+        for pair in backend.scan_space(space) {
             let (key, value) = pair?;
             frame(
                 w,

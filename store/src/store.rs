@@ -387,18 +387,24 @@ impl Store {
         &*self.shared.backend
     }
 
-    /// Writes the whole replicated state (see [`crate::snapshot`]) while holding reads.
+    /// Writes the whole replicated state (see [`crate::snapshot`]) as of this call. Only
+    /// taking the backend view waits for the state lock; applies go on while the (possibly
+    /// seconds long) export runs.
     pub fn write_snapshot(
         &self,
         w: &mut dyn std::io::Write,
     ) -> Result<crate::snapshot::SnapshotSummary, StoreError> {
-        let st = self.shared.state.read();
-        crate::snapshot::write(
-            &*self.shared.backend,
-            st.raft_meta.clone(),
-            st.kv.current,
-            w,
-        )
+        // Backend writes happen under the state's write lock, so a view taken under its read
+        // lock matches the applied index and revision read with it.
+        let (view, raft_meta, revision) = {
+            let st = self.shared.state.read();
+            (
+                self.shared.backend.view(),
+                st.raft_meta.clone(),
+                st.kv.current,
+            )
+        };
+        crate::snapshot::write(&*view, raft_meta, revision, w)
     }
 
     /// Replaces the whole state with a snapshot's (watchers are told via compaction marks).

@@ -15,9 +15,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 
-use super::{Backend, BatchOp, Pair, Space, WriteBatch};
+use super::{Backend, BackendView, BatchOp, Pair, Space, WriteBatch};
 use crate::error::StoreError;
 
 /// Block cache. The key index lives in the store, so the cache only serves value reads.
@@ -71,6 +71,28 @@ impl FjallBackend {
             KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES)
         })?;
         Ok(FjallBackend { db, tree })
+    }
+}
+
+/// A fjall snapshot: a sequence number below which reads see everything and above which
+/// nothing; compaction keeps the versions it needs until it is dropped.
+struct FjallView {
+    snapshot: fjall::Snapshot,
+    tree: Keyspace,
+}
+
+impl BackendView for FjallView {
+    fn scan_space<'a>(
+        &'a self,
+        space: Space,
+    ) -> Box<dyn Iterator<Item = Result<Pair, StoreError>> + 'a> {
+        let lo = vec![prefix(space)];
+        let hi = vec![prefix(space) + 1];
+        Box::new(self.snapshot.range(&self.tree, lo..hi).map(|g| {
+            g.into_inner()
+                .map(|(k, v)| (k.get(1..).unwrap_or_default().to_vec(), v.to_vec()))
+                .map_err(StoreError::from)
+        }))
     }
 }
 
@@ -128,6 +150,13 @@ impl Backend for FjallBackend {
 
     fn size_on_disk(&self) -> u64 {
         self.db.disk_space().unwrap_or(0)
+    }
+
+    fn view(&self) -> Box<dyn BackendView> {
+        Box::new(FjallView {
+            snapshot: self.db.snapshot(),
+            tree: self.tree.clone(),
+        })
     }
 
     fn clear(&self) -> Result<(), StoreError> {

@@ -52,6 +52,17 @@ impl WriteBatch {
 /// A key/value pair read from the backend.
 pub type Pair = (Vec<u8>, Vec<u8>);
 
+/// A point-in-time view of the backend: writes after it was taken are invisible to it, and
+/// nothing it sees is dropped while it lives. For long reads (a snapshot export) that must not
+/// hold off writers.
+pub trait BackendView: Send {
+    /// Every pair of one space, in key order.
+    fn scan_space<'a>(
+        &'a self,
+        space: Space,
+    ) -> Box<dyn Iterator<Item = Result<Pair, StoreError>> + 'a>;
+}
+
 /// The storage engine behind the store.
 pub trait Backend: Send + Sync + 'static {
     /// Applies every op of the batch atomically.
@@ -81,4 +92,6 @@ pub trait Backend: Send + Sync + 'static {
     fn size_on_disk(&self) -> u64;
     /// Removes every entry (used before loading a snapshot).
     fn clear(&self) -> Result<(), StoreError>;
+    /// A view of everything written so far (the caller keeps writes from being half done).
+    fn view(&self) -> Box<dyn BackendView>;
 }
