@@ -155,12 +155,13 @@ fn write_snapshot_file<T>(
     let path = dir.join(&name);
     fs::rename(&tmp, &path)?;
     fs::File::open(dir)?.sync_all()?;
+    // Only older ones: a periodic build can finish after a newer snapshot was installed from
+    // the leader, and names sort by log index.
     for e in fs::read_dir(dir)?.flatten() {
         let p = e.path();
-        if p != path
-            && p.file_name()
-                .is_some_and(|n| n.to_string_lossy().ends_with(SNAP_SUFFIX))
-        {
+        if p.file_name().is_some_and(|n| {
+            n.to_string_lossy().ends_with(SNAP_SUFFIX) && n < name.as_ref() as &std::ffi::OsStr
+        }) {
             if let Err(err) = fs::remove_file(&p) {
                 warn!(path = %p.display(), %err, "could not remove old snapshot");
             }
@@ -413,6 +414,37 @@ mod tests {
             success: vec![RequestOp { request: Some(op) }],
             ..Default::default()
         })
+    }
+
+    #[test]
+    fn a_snapshot_file_replaces_only_older_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = |index: u64| {
+            snap_name(Some(&LogId::new(
+                openraft::CommittedLeaderId::new(1, 0),
+                index,
+            )))
+        };
+        let files = || {
+            let mut v: Vec<String> = fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        persist_snapshot(dir.path(), &name(30_000), b"newer").unwrap();
+        // A build that finishes late, below the snapshot installed meanwhile, removes nothing.
+        let (path, n) = write_snapshot_file(dir.path(), "build.snap.tmp", |w| {
+            w.write_all(&[7u8; 100])?;
+            Ok((name(20_000), 100))
+        })
+        .unwrap();
+        assert_eq!((fs::read(&path).unwrap().len(), n), (100, 100));
+        assert_eq!(files(), vec![name(20_000), name(30_000)]);
+        // A newer one replaces both.
+        persist_snapshot(dir.path(), &name(40_000), b"newest").unwrap();
+        assert_eq!(files(), vec![name(40_000)]);
     }
 
     #[tokio::test]
