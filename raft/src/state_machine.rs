@@ -170,35 +170,6 @@ fn write_snapshot_file<T>(
     Ok((path, out))
 }
 
-/// Niceness of the thread that writes periodic snapshots: serving requests comes first, and
-/// the log is only purged once the snapshot is done, so a slower snapshot costs WAL space only.
-const SNAPSHOT_NICENESS: libc::c_int = 10;
-
-/// Runs `f` on a thread of its own at [`SNAPSHOT_NICENESS`] and waits for its result.
-async fn in_background<T: Send + 'static>(
-    name: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> std::io::Result<T> {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name(name.to_string())
-        .spawn(move || {
-            // On Linux a thread's niceness is its own (keyed by its thread id), so this lowers
-            // only the snapshot thread, which ends with the snapshot.
-            // SAFETY: two syscalls about the calling thread, with no memory passed.
-            let lowered = unsafe {
-                let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-                libc::setpriority(libc::PRIO_PROCESS, tid, SNAPSHOT_NICENESS)
-            };
-            if lowered != 0 {
-                warn!(err = %std::io::Error::last_os_error(), "snapshot thread keeps normal priority");
-            }
-            let _ = tx.send(f());
-        })?;
-    rx.await
-        .map_err(|_| std::io::Error::other("the snapshot thread ended without a result"))
-}
-
 /// Builds snapshots from the store.
 pub struct SnapshotBuilder {
     store: Arc<Store>,
@@ -211,7 +182,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let dir = self.snap_dir.clone();
         // Streamed to disk from a point-in-time view of the store: neither the whole state in
         // memory nor applies held off while it is written.
-        let (path, summary) = in_background("keel-snapshot", move || {
+        let (path, summary) = tokio::task::spawn_blocking(move || {
             write_snapshot_file(&dir, "build.snap.tmp", |w| {
                 let summary = store.write_snapshot(w).map_err(std::io::Error::other)?;
                 let (last, _) = applied_from_bytes(summary.raft_meta.as_deref())
@@ -445,22 +416,6 @@ mod tests {
         // A newer one replaces both.
         persist_snapshot(dir.path(), &name(40_000), b"newest").unwrap();
         assert_eq!(files(), vec![name(40_000)]);
-    }
-
-    #[tokio::test]
-    async fn background_work_runs_below_normal_priority_and_a_panic_is_an_error() {
-        // SAFETY: syscalls about the calling thread only.
-        let own = || unsafe {
-            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-            libc::getpriority(libc::PRIO_PROCESS, tid)
-        };
-        let base = own();
-        let nice = in_background("test-bg", own).await.unwrap();
-        assert!(nice >= SNAPSHOT_NICENESS.max(base), "niceness {nice}");
-        // The caller's thread is untouched.
-        assert_eq!(own(), base);
-        let failed = in_background("test-bg", || -> u8 { panic!("snapshot failed") }).await;
-        assert!(failed.is_err());
     }
 
     #[test]
