@@ -311,6 +311,16 @@ mod tests {
         (tx, svc.serve(0, ReceiverStream::new(rx)))
     }
 
+    /// Waits up to a second for the hub to drop the call's watchers (done by the request side).
+    async fn until_no_watchers(hub: &WatchHub) {
+        for _ in 0..100 {
+            if hub.watcher_count() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// The next response as the client decodes it off the wire.
     async fn next(out: &mut WatchResponses) -> Result<WatchResponse, Status> {
         timeout(Duration::from_secs(5), out.next())
@@ -370,12 +380,7 @@ mod tests {
 
         // The client goes away: the watchers go too.
         drop(out);
-        for _ in 0..100 {
-            if hub.watcher_count() == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        until_no_watchers(&hub).await;
         assert_eq!(hub.watcher_count(), 0);
     }
 
@@ -400,12 +405,7 @@ mod tests {
             .unwrap();
         let err = next(&mut out).await.unwrap_err();
         assert_eq!(err.code(), Code::Internal);
-        for _ in 0..100 {
-            if hub.watcher_count() == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        until_no_watchers(&hub).await;
         assert_eq!(hub.watcher_count(), 0);
     }
 
@@ -422,12 +422,7 @@ mod tests {
             .await
             .unwrap();
         // The request side fails the call and lets go of the hub stream.
-        for _ in 0..100 {
-            if hub.watcher_count() == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        until_no_watchers(&hub).await;
         let err = next(&mut out).await.unwrap_err();
         assert_eq!(err.code(), Code::Cancelled);
         assert!(out.next().await.is_none(), "nothing after the error");

@@ -361,7 +361,7 @@ impl State {
     }
 
     /// Which synced watchers get which of `events` (indices), and which events need a `prev_kv`.
-    /// Watchers come out ordered by connection, then stream (see [`WatchHub::open_stream_on`]).
+    /// Watchers come out ordered by connection, then stream (see [`WatchHub::open_wire_stream`]).
     fn match_synced(&self, events: &[Event]) -> Plan {
         // One (connection, stream, watcher, event) per match; sorted, each watcher's events are
         // adjacent and in order.
@@ -1380,8 +1380,11 @@ pub fn fragment(msg: StreamMessage, limit: usize) -> VecDeque<StreamMessage> {
     use prost::Message;
     let header = header_len(msg.revision);
     let total = header + msg.response.encoded_len() + msg.wire.encoded_len();
+    if total < limit {
+        return VecDeque::from([msg]);
+    }
     let wire_fields = msg.wire.split();
-    if total < limit || msg.response.events.len() + wire_fields.len() < 2 {
+    if msg.response.events.len() + wire_fields.len() < 2 {
         return VecDeque::from([msg]);
     }
     let StreamMessage {
