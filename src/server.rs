@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use keel_api::etcd::server::serve;
+use keel_etcd_api::server::serve;
 use keel_raft::membership::{check_self, parse_initial_cluster, ClusterState};
 use keel_raft::node::{Node, NodeConfig};
 use keel_store::StoreOptions;
@@ -18,17 +18,17 @@ pub enum ServerError {
     #[error("cannot start member: {0}")]
     Start(#[from] keel_raft::node::StartError),
     #[error("{0}")]
-    Serve(#[from] keel_api::etcd::server::ServeError),
+    Serve(#[from] keel_etcd_api::server::ServeError),
     #[error("signal handler: {0}")]
     Signal(std::io::Error),
     #[error("{0}")]
     Config(String),
     #[error("Kubernetes API: {0}")]
-    Kube(#[from] keel_api::kube::KubeServeError),
+    Kube(#[from] keel_kube_api::KubeServeError),
 }
 
 /// The Kubernetes API options from flags, if it is to be served.
-pub fn kube_options(a: &ServerArgs) -> Result<Option<keel_api::kube::KubeOptions>, ServerError> {
+pub fn kube_options(a: &ServerArgs) -> Result<Option<keel_kube_api::KubeOptions>, ServerError> {
     if a.kube_listen.is_empty() {
         return Ok(None);
     }
@@ -47,7 +47,7 @@ pub fn kube_options(a: &ServerArgs) -> Result<Option<keel_api::kube::KubeOptions
     } else {
         a.kube_advertise_url.clone()
     };
-    Ok(Some(keel_api::kube::KubeOptions {
+    Ok(Some(keel_kube_api::KubeOptions {
         listen,
         advertise_url,
         data_dir: a.data_dir.clone(),
@@ -135,7 +135,7 @@ pub async fn run(args: ServerArgs) -> Result<(), ServerError> {
     let mut kube_serving = tokio::spawn(async move {
         match kube {
             Some(opts) => {
-                keel_api::kube::serve(kube_node, opts, async move {
+                keel_kube_api::serve(kube_node, opts, async move {
                     let _ = kube_rx.await;
                 })
                 .await

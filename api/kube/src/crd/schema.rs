@@ -1,0 +1,276 @@
+//! Structural schemas: navigation helpers over `JSONSchemaProps`, and the check that a CRD's
+//! `openAPIV3Schema` is structural (every node has a type, properties and additionalProperties are not
+//! both set, no `$ref`, ...), with upstream's field paths and messages.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
+};
+use serde_json::{json, Value};
+
+use crate::status::Cause;
+
+/// The schema of an array's items (the one-schema form; tuple forms are refused by [`check`]).
+pub fn items(s: &JSONSchemaProps) -> Option<&JSONSchemaProps> {
+    match s.items.as_ref()? {
+        JSONSchemaPropsOrArray::Schema(b) => Some(b),
+        JSONSchemaPropsOrArray::Schemas(v) => v.first(),
+    }
+}
+
+/// The schema of a map's values (`additionalProperties`), if the node is a map.
+pub fn additional(s: &JSONSchemaProps) -> Option<&JSONSchemaProps> {
+    match s.additional_properties.as_ref()? {
+        JSONSchemaPropsOrBool::Schema(b) => Some(b),
+        JSONSchemaPropsOrBool::Bool(_) => None,
+    }
+}
+
+/// `additionalProperties: true` (any value kept).
+pub fn additional_any(s: &JSONSchemaProps) -> bool {
+    matches!(
+        s.additional_properties,
+        Some(JSONSchemaPropsOrBool::Bool(true))
+    )
+}
+
+/// `x-kubernetes-preserve-unknown-fields: true`.
+pub fn preserves(s: &JSONSchemaProps) -> bool {
+    s.x_kubernetes_preserve_unknown_fields == Some(true)
+}
+
+/// `x-kubernetes-int-or-string: true`.
+pub fn int_or_string(s: &JSONSchemaProps) -> bool {
+    s.x_kubernetes_int_or_string == Some(true)
+}
+
+/// `x-kubernetes-embedded-resource: true`.
+pub fn embedded(s: &JSONSchemaProps) -> bool {
+    s.x_kubernetes_embedded_resource == Some(true)
+}
+
+fn ty(s: &JSONSchemaProps) -> &str {
+    s.type_.as_deref().unwrap_or("")
+}
+
+const TYPES: &[&str] = &["array", "boolean", "integer", "number", "object", "string"];
+
+/// Checks that `root` (at field path `at`) is a structural schema; every problem is a cause.
+pub fn check(root: &JSONSchemaProps, at: &str) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    if ty(root) != "object" {
+        causes.push(Cause::invalid(
+            &format!("{at}.type"),
+            &json!(ty(root)),
+            "must be object at the root",
+        ));
+    }
+    if root.nullable == Some(true) {
+        causes.push(Cause::forbidden(
+            &format!("{at}.nullable"),
+            "must be false at the root",
+        ));
+    }
+    if let Some(meta) = root.properties.as_ref().and_then(|p| p.get("metadata")) {
+        let other = meta
+            .properties
+            .iter()
+            .flatten()
+            .any(|(k, _)| k != "name" && k != "generateName");
+        if other || meta.additional_properties.is_some() || meta.required.is_some() {
+            causes.push(Cause::forbidden(
+                &format!("{at}.properties[metadata]"),
+                "must not specify anything other than name and generateName, but metadata is implicitly specified",
+            ));
+        }
+    }
+    node(root, at, true, &mut causes);
+    causes
+}
+
+fn node(s: &JSONSchemaProps, at: &str, specified: bool, causes: &mut Vec<Cause>) {
+    let t = ty(s);
+    if !t.is_empty() && !TYPES.contains(&t) {
+        causes.push(Cause::not_supported(
+            &format!("{at}.type"),
+            &json!(t),
+            TYPES,
+        ));
+    }
+    if int_or_string(s) {
+        if !t.is_empty() {
+            causes.push(Cause::invalid(
+                &format!("{at}.type"),
+                &json!(t),
+                "must be empty if x-kubernetes-int-or-string is true",
+            ));
+        }
+    } else if t.is_empty() && specified && !preserves(s) {
+        causes.push(Cause {
+            reason: "FieldValueRequired",
+            message: "Required value: must not be empty for specified object fields".into(),
+            field: format!("{at}.type"),
+        });
+    }
+    if s.ref_path.is_some() {
+        causes.push(Cause::forbidden(
+            &format!("{at}.$ref"),
+            "$ref is not supported",
+        ));
+    }
+    if s.properties.is_some() && s.additional_properties.is_some() {
+        causes.push(Cause::forbidden(
+            &format!("{at}.additionalProperties"),
+            "additionalProperties and properties are mutual exclusive",
+        ));
+    }
+    if matches!(
+        s.additional_properties,
+        Some(JSONSchemaPropsOrBool::Bool(false))
+    ) {
+        causes.push(Cause::forbidden(
+            &format!("{at}.additionalProperties"),
+            "must not be false (unknown fields are pruned instead)",
+        ));
+    }
+    if (s.properties.is_some() || s.additional_properties.is_some())
+        && !t.is_empty()
+        && t != "object"
+    {
+        causes.push(Cause::invalid(
+            &format!("{at}.type"),
+            &json!(t),
+            "must be object if properties or additionalProperties are specified",
+        ));
+    }
+    if t == "array" && s.items.is_none() {
+        causes.push(Cause::required(&format!("{at}.items")));
+    }
+    if matches!(s.items, Some(JSONSchemaPropsOrArray::Schemas(_))) {
+        causes.push(Cause::forbidden(
+            &format!("{at}.items"),
+            "items must be a schema object and not an array",
+        ));
+    }
+    if embedded(s) && t != "object" {
+        causes.push(Cause::invalid(
+            &format!("{at}.type"),
+            &json!(t),
+            "must be object if x-kubernetes-embedded-resource is true",
+        ));
+    }
+    if s.x_kubernetes_validations
+        .as_ref()
+        .is_some_and(|v| !v.is_empty())
+    {
+        causes.push(Cause::forbidden(
+            &format!("{at}.x-kubernetes-validations"),
+            "CEL validation rules are not supported by this server",
+        ));
+    }
+    if let Some(d) = &s.default {
+        if let Some(problem) = super::validate::errors_of(s, &d.0, &format!("{at}.default"))
+            .into_iter()
+            .next()
+        {
+            causes.push(problem);
+        }
+    }
+    for (name, p) in s.properties.iter().flatten() {
+        node(p, &format!("{at}.properties[{name}]"), true, causes);
+    }
+    if let Some(a) = additional(s) {
+        node(a, &format!("{at}.additionalProperties"), true, causes);
+    }
+    if let Some(i) = items(s) {
+        let before = causes.len();
+        node(i, &format!("{at}.items"), true, causes);
+        for c in &mut causes[before..] {
+            if c.field == format!("{at}.items.type") && c.reason == "FieldValueRequired" {
+                c.message = "Required value: must not be empty for specified array items".into();
+            }
+        }
+    }
+    // Logic junctors (allOf, anyOf, oneOf, not) may only restrict values, never declare new types.
+    for (word, list) in [
+        ("allOf", &s.all_of),
+        ("anyOf", &s.any_of),
+        ("oneOf", &s.one_of),
+    ] {
+        for (i, sub) in list.iter().flatten().enumerate() {
+            if sub.type_.is_some() || sub.default.is_some() {
+                causes.push(Cause::forbidden(
+                    &format!("{at}.{word}[{i}].type"),
+                    "must be empty to be structural",
+                ));
+            }
+        }
+    }
+}
+
+/// The JSON form of a schema node (for error messages).
+pub fn to_value(s: &JSONSchemaProps) -> Value {
+    serde_json::to_value(s).unwrap_or(Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schema(v: Value) -> JSONSchemaProps {
+        serde_json::from_value(v).expect("schema")
+    }
+
+    #[test]
+    fn structural_schemas_pass() {
+        let s = schema(json!({"type": "object", "properties": {
+            "spec": {"type": "object", "properties": {
+                "size": {"x-kubernetes-int-or-string": true},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}}}}}}));
+        assert_eq!(check(&s, "x"), vec![]);
+    }
+
+    #[test]
+    fn non_structural_schemas_name_their_fields() {
+        let s = schema(json!({"type": "object", "properties": {
+            "spec": {"properties": {"a": {"type": "string"}}},
+            "list": {"type": "array", "items": {}},
+            "both": {"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": {"type": "string"}}}}));
+        let fields: Vec<String> = check(&s, "spec.versions[0].schema.openAPIV3Schema")
+            .into_iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect();
+        let p = "spec.versions[0].schema.openAPIV3Schema.properties";
+        assert!(
+            fields.contains(&format!(
+                "{p}[spec].type: Required value: must not be empty for specified object fields"
+            )),
+            "{fields:?}"
+        );
+        assert!(
+            fields.contains(&format!(
+                "{p}[list].items.type: Required value: must not be empty for specified array items"
+            )),
+            "{fields:?}"
+        );
+        assert!(
+            fields
+                .iter()
+                .any(|f| f.starts_with(&format!("{p}[both].additionalProperties: Forbidden"))),
+            "{fields:?}"
+        );
+        let meta = schema(
+            json!({"type": "object", "properties": {"metadata": {"type": "object",
+            "properties": {"labels": {"type": "object"}}}}}),
+        );
+        assert_eq!(check(&meta, "r")[0].field, "r.properties[metadata]");
+        let name_only = schema(
+            json!({"type": "object", "properties": {"metadata": {"type": "object",
+            "properties": {"name": {"type": "string", "maxLength": 10}}}}}),
+        );
+        assert_eq!(check(&name_only, "r"), vec![]);
+        let not_object = schema(json!({"type": "string"}));
+        assert_eq!(check(&not_object, "r")[0].field, "r.type");
+    }
+}

@@ -1,0 +1,274 @@
+//! DELETE of one object and of a collection: DeleteOptions (preconditions, grace period, propagation
+//! policy), finalizers and `deletionTimestamp`, graceful pod deletion, namespace termination.
+
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::read::{list_objects, respond_object};
+use super::{list_item, Call};
+use crate::alloc;
+use crate::body::respond;
+use crate::convert;
+use crate::crd;
+use crate::object;
+use crate::resource::ResourceDef;
+use crate::status::{delete_success, ApiError};
+use crate::storage::WriteOutcome;
+
+/// `metav1.DeleteOptions` (body or query).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeleteOptions {
+    pub grace_period_seconds: Option<i64>,
+    pub propagation_policy: Option<String>,
+    pub preconditions: Option<Preconditions>,
+    pub orphan_dependents: Option<bool>,
+    #[serde(default)]
+    pub dry_run: Vec<String>,
+}
+
+/// Preconditions a delete checks first.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Preconditions {
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+}
+
+fn options(call: &Call) -> Result<DeleteOptions, ApiError> {
+    let mut o: DeleteOptions = if call.body.iter().all(u8::is_ascii_whitespace) {
+        DeleteOptions::default()
+    } else {
+        serde_json::from_slice(&call.body)
+            .map_err(|e| ApiError::BadRequest(format!("invalid DeleteOptions: {e}")))?
+    };
+    if let Some(g) = call.params.int("gracePeriodSeconds")? {
+        o.grace_period_seconds = Some(g);
+    }
+    if let Some(p) = call.params.get("propagationPolicy") {
+        o.propagation_policy = Some(p.to_string());
+    }
+    if let Some(p) = &o.propagation_policy {
+        if !["Background", "Foreground", "Orphan"].contains(&p.as_str()) {
+            return Err(ApiError::BadRequest(format!(
+                "propagationPolicy: Unsupported value: {p:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
+            )));
+        }
+    }
+    if o.dry_run.iter().any(|d| d != "All") {
+        return Err(ApiError::BadRequest(
+            "Invalid dryRun value: supported values: \"All\"".into(),
+        ));
+    }
+    Ok(o)
+}
+
+/// Whether upstream answers this resource's delete with the object itself.
+fn returns_object(def: &ResourceDef) -> bool {
+    def.group.is_empty() && matches!(&*def.kind, "Pod" | "Service" | "Namespace")
+}
+
+fn pod_grace(obj: &Value, requested: Option<i64>) -> i64 {
+    let node = object::path(obj, "spec.nodeName")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let phase = object::path(obj, "status.phase")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if node.is_empty() || phase == "Succeeded" || phase == "Failed" {
+        return 0;
+    }
+    requested
+        .or_else(|| object::path(obj, "spec.terminationGracePeriodSeconds").and_then(Value::as_i64))
+        .unwrap_or(30)
+        .max(0)
+}
+
+fn namespace_finalizers(obj: &Value) -> bool {
+    object::path(obj, "spec.finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|a| !a.is_empty())
+}
+
+/// What deleting one object did.
+enum Deleted {
+    /// Gone; the last state.
+    Gone(Value),
+    /// Marked for deletion (finalizers, grace period); the updated object.
+    Pending(Value),
+}
+
+async fn delete_one(
+    call: &Call,
+    key: &str,
+    name: &str,
+    opts: &DeleteOptions,
+    dry_run: bool,
+) -> Result<Deleted, ApiError> {
+    let def = &call.route.def;
+    let storage = &call.state.storage;
+    let target = crate::status::Target::new(&def.group, &def.plural, name);
+    let mut current = storage.get(key, true).await?;
+    for _ in 0..8 {
+        let Some(cur) = current.take() else {
+            return Err(ApiError::NotFound(target));
+        };
+        if let Some(p) = &opts.preconditions {
+            let uid = object::uid(&cur.object);
+            if let Some(want) = p.uid.as_deref().filter(|u| *u != uid) {
+                return Err(ApiError::Conflict {
+                    target,
+                    detail: format!("Precondition failed: UID in precondition: {want}, UID in object meta: {uid}"),
+                });
+            }
+            if let Some(rv) = p
+                .resource_version
+                .as_deref()
+                .filter(|r| r.parse::<i64>().ok() != Some(cur.mod_revision))
+            {
+                return Err(ApiError::Conflict {
+                    target,
+                    detail: format!(
+                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                        cur.mod_revision
+                    ),
+                });
+            }
+        }
+        let is_pod = def.gk() == ("", "Pod");
+        let is_ns = def.gk() == ("", "Namespace");
+        // A CRD is held by the cleanup finalizer until its objects are deleted (as upstream's CRD store).
+        let is_crd = crd::is_crd_resource(&def.group, &def.kind);
+        let grace = if is_pod {
+            pod_grace(&cur.object, opts.grace_period_seconds)
+        } else {
+            0
+        };
+        let pending = !object::finalizers(&cur.object).is_empty()
+            || grace > 0
+            || is_crd
+            || (is_ns && namespace_finalizers(&cur.object));
+        if pending {
+            let mut obj = cur.object.clone();
+            if is_crd
+                && !object::finalizers(&obj)
+                    .iter()
+                    .any(|f| f == crd::CLEANUP_FINALIZER)
+            {
+                crd::controller::add_cleanup_finalizer(&mut obj);
+            }
+            let already = object::is_deleting(&obj);
+            let deadline = jiff::Timestamp::now()
+                .checked_add(jiff::SignedDuration::from_secs(grace))
+                .unwrap_or_else(|_| jiff::Timestamp::now());
+            let new_ts = object::timestamp(deadline);
+            let earlier = object::meta_str(&obj, "deletionTimestamp")
+                .parse::<jiff::Timestamp>()
+                .map(|t| t > deadline)
+                .unwrap_or(true);
+            if already && !earlier {
+                return Ok(Deleted::Pending(obj));
+            }
+            {
+                let meta = object::meta_mut(&mut obj);
+                meta.insert("deletionTimestamp".into(), json!(new_ts));
+                meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
+            }
+            if is_ns {
+                if let Some(m) = obj.as_object_mut() {
+                    m.insert("status".into(), json!({"phase": "Terminating"}));
+                }
+            }
+            if dry_run {
+                return Ok(Deleted::Pending(obj));
+            }
+            match storage.put_if(key, &obj, cur.mod_revision).await? {
+                WriteOutcome::Done(rev) => {
+                    object::set_resource_version(&mut obj, rev);
+                    return Ok(Deleted::Pending(obj));
+                }
+                WriteOutcome::Lost(now) => {
+                    current = now;
+                    continue;
+                }
+            }
+        }
+        if dry_run {
+            return Ok(Deleted::Gone(cur.object));
+        }
+        let release = alloc::claims_of(def, &cur.object);
+        match storage.delete_if(key, cur.mod_revision, &release).await? {
+            WriteOutcome::Done(_) => return Ok(Deleted::Gone(cur.object)),
+            WriteOutcome::Lost(now) => current = now,
+        }
+    }
+    Err(ApiError::Conflict {
+        target,
+        detail: "the object kept changing while it was being deleted; try again".into(),
+    })
+}
+
+/// DELETE of one object.
+pub async fn delete(call: Call) -> Result<Response, ApiError> {
+    let opts = options(&call)?;
+    let dry_run = call.params.dry_run()? || !opts.dry_run.is_empty();
+    let def = &call.route.def;
+    match delete_one(&call, &call.key(), call.name(), &opts, dry_run).await? {
+        Deleted::Pending(obj) => respond_object(&call, convert::from_storage(def, obj)),
+        Deleted::Gone(obj) => {
+            if returns_object(def) {
+                return respond_object(&call, convert::from_storage(def, obj));
+            }
+            Ok(respond(
+                StatusCode::OK,
+                &delete_success(&def.group, &def.plural, call.name(), object::uid(&obj)),
+            ))
+        }
+    }
+}
+
+/// DELETE of a collection: every object the selectors match; answers the list of what was deleted.
+pub async fn delete_collection(call: Call) -> Result<Response, ApiError> {
+    let opts = options(&call)?;
+    let dry_run = call.params.dry_run()? || !opts.dry_run.is_empty();
+    let def = &call.route.def;
+    let listed = list_objects(&call).await?;
+    let mut items = Vec::new();
+    for st in listed.items {
+        let ns = object::namespace(&st.object).to_string();
+        let name = object::name(&st.object).to_string();
+        let key = def.key((!ns.is_empty()).then_some(ns.as_str()), &name);
+        match delete_one(&call, &key, &name, &opts, dry_run).await {
+            Ok(Deleted::Gone(o)) | Ok(Deleted::Pending(o)) => {
+                items.push(list_item(convert::from_storage(def, o)));
+            }
+            Err(ApiError::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let list = json!({
+        "kind": def.list_kind(),
+        "apiVersion": def.api_version(),
+        "metadata": {"resourceVersion": call.state.storage.revision().to_string()},
+        "items": items,
+    });
+    Ok(respond(StatusCode::OK, &list))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unscheduled_pods_go_at_once() {
+        let pod = json!({"spec": {"terminationGracePeriodSeconds": 10}});
+        assert_eq!(pod_grace(&pod, None), 0);
+        let bound = json!({"spec": {"nodeName": "n1", "terminationGracePeriodSeconds": 10}});
+        assert_eq!(pod_grace(&bound, None), 10);
+        assert_eq!(pod_grace(&bound, Some(0)), 0);
+        let done = json!({"spec": {"nodeName": "n1"}, "status": {"phase": "Succeeded"}});
+        assert_eq!(pod_grace(&done, None), 0);
+    }
+}

@@ -1,0 +1,890 @@
+//! POST (create), PUT (update, `/status`, `/finalize`) and PATCH (JSON patch, merge patch): admission,
+//! optimistic concurrency on the key's mod revision, server-owned metadata, generation bumps.
+
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use axum::response::Response;
+use rand::Rng;
+use serde_json::{json, Value};
+
+use super::read::respond_object;
+use super::Call;
+use crate::admission::{defaults, validate};
+use crate::alloc;
+use crate::apply::managed::{self, Owner};
+use crate::apply::shape::Shape;
+use crate::body::{self, media_type};
+use crate::object;
+use crate::resource::{self, ResourceDef};
+use crate::status::{ApiError, Target};
+use crate::storage::{Stored, WriteOutcome};
+use crate::{convert, crd, lifecycle};
+
+/// Upstream's 415 message for a strategic merge patch of a custom object.
+const CUSTOM_PATCH_TYPES: &str =
+    "the body of the request was in an unknown format - accepted media types include: \
+     application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml";
+
+/// How many times a write retries after losing a race it may retry (no client resourceVersion).
+const RETRIES: usize = 8;
+
+/// Metadata fields only the server sets.
+const SERVER_META: &[&str] = &[
+    "uid",
+    "resourceVersion",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generation",
+    "selfLink",
+];
+
+/// Checks `apiVersion`/`kind` of a body against the URL (missing ones are filled in).
+pub fn check_type(def: &ResourceDef, obj: &mut Value) -> Result<(), ApiError> {
+    let want_av = def.api_version();
+    let av = obj
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let kind = obj
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if !kind.is_empty() && kind != def.kind {
+        return Err(ApiError::BadRequest(format!(
+            "the kind in the data ({kind:?}) does not match the expected kind ({:?})",
+            def.kind
+        )));
+    }
+    if !av.is_empty() && av != want_av {
+        return Err(ApiError::BadRequest(format!(
+            "the API version in the data ({av}) does not match the expected API version ({want_av})"
+        )));
+    }
+    if let Some(m) = obj.as_object_mut() {
+        m.insert("apiVersion".into(), json!(want_av));
+        m.insert("kind".into(), json!(def.kind));
+    }
+    Ok(())
+}
+
+/// Drops unknown fields as upstream's decoder does; `fieldValidation=Strict` refuses them, `Warn` (the
+/// default) returns one warning per field.
+pub fn field_validation(
+    call: &Call,
+    def: &ResourceDef,
+    obj: &mut Value,
+) -> Result<Vec<String>, ApiError> {
+    field_validation_with(call, def, obj, &[])
+}
+
+/// [`field_validation`] for a JSON body: duplicate keys count as problems too.
+fn field_validation_body(
+    call: &Call,
+    def: &ResourceDef,
+    obj: &mut Value,
+) -> Result<Vec<String>, ApiError> {
+    let ct = media_type(call.headers.get(axum::http::header::CONTENT_TYPE));
+    let dups = if matches!(ct.as_str(), "" | "application/json") {
+        crate::admission::prune::duplicate_fields(&call.body)
+    } else {
+        Vec::new()
+    };
+    field_validation_with(call, def, obj, &dups)
+}
+
+fn field_validation_with(
+    call: &Call,
+    def: &ResourceDef,
+    obj: &mut Value,
+    duplicates: &[String],
+) -> Result<Vec<String>, ApiError> {
+    let mode = call.params.get("fieldValidation").unwrap_or("Warn");
+    if !["Strict", "Warn", "Ignore"].contains(&mode) {
+        return Err(ApiError::BadRequest(format!(
+            "fieldValidation: Unsupported value: {mode:?}: supported values: \"Ignore\", \"Strict\", \"Warn\""
+        )));
+    }
+    let unknown = match &def.custom {
+        Some(c) => match &c.schema {
+            Some(schema) => crd::prune::object(schema, obj),
+            None => Vec::new(),
+        },
+        None if crd::is_crd_resource(&def.group, &def.kind) => crd::definition::prune_unknown(obj),
+        None => {
+            let Some(root) =
+                crate::protobuf::schema::message_for(&def.api_version(), &def.kind)
+            else {
+                return Ok(Vec::new());
+            };
+            crate::admission::prune::prune(obj, &root)
+        }
+    };
+    let mut msgs: Vec<String> = duplicates
+        .iter()
+        .map(|f| format!("duplicate field \"{f}\""))
+        .collect();
+    msgs.extend(unknown.iter().map(|f| format!("unknown field \"{f}\"")));
+    match mode {
+        "Strict" if !msgs.is_empty() => Err(ApiError::BadRequest(format!(
+            "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
+            def.kind,
+            def.version,
+            def.kind,
+            msgs.join(", ")
+        ))),
+        "Warn" => Ok(msgs),
+        _ => Ok(Vec::new()),
+    }
+}
+
+/// Adds `Warning: 299 - "..."` headers, as kubectl prints them.
+pub fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let text = format!("299 - {:?}", w);
+        if let Ok(v) = axum::http::HeaderValue::from_str(&text) {
+            resp.headers_mut().append("Warning", v);
+        }
+    }
+    resp
+}
+
+/// Decodes, type-checks and converts a create/update body into its stored form, with its warnings.
+fn incoming(call: &Call) -> Result<(Value, Vec<String>), ApiError> {
+    let def = &call.route.def;
+    let mut obj = body::decode(&call.headers, &call.body)?;
+    check_type(def, &mut obj)?;
+    let warnings = field_validation_body(call, def, &mut obj)?;
+    validate::shape(def, &obj)?;
+    let mut obj = convert::to_storage(def, obj);
+    let body_ns = object::namespace(&obj).to_string();
+    match call.ns() {
+        Some(ns) => {
+            if !body_ns.is_empty() && body_ns != ns {
+                return Err(ApiError::BadRequest(
+                    "the namespace of the provided object does not match the namespace sent on the request".into(),
+                ));
+            }
+            object::meta_mut(&mut obj).insert("namespace".into(), json!(ns));
+        }
+        None => {
+            object::meta_mut(&mut obj).remove("namespace");
+        }
+    }
+    Ok((obj, warnings))
+}
+
+/// The definition objects are validated and stored with (events.k8s.io Events are core Events).
+pub fn storage_def(def: &Arc<ResourceDef>) -> Arc<ResourceDef> {
+    if def.group == "events.k8s.io" {
+        resource::find("", "v1", "events").unwrap_or_else(|| def.clone())
+    } else {
+        def.clone()
+    }
+}
+
+const GENERATE_CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+fn generated_name(prefix: &str) -> String {
+    let mut rng = rand::thread_rng();
+    let base: String = prefix.chars().take(58).collect();
+    let suffix: String = (0..5)
+        .map(|_| GENERATE_CHARS[rng.gen_range(0..GENERATE_CHARS.len())] as char)
+        .collect();
+    format!("{base}{suffix}")
+}
+
+/// Sets what a fresh object gets from the server and resets what a create may not set.
+fn prepare_create(def: &ResourceDef, obj: &mut Value) {
+    let meta = object::meta_mut(obj);
+    for f in SERVER_META {
+        meta.remove(*f);
+    }
+    meta.remove("managedFields");
+    meta.insert("uid".into(), json!(object::new_uid()));
+    meta.insert("creationTimestamp".into(), json!(object::now_rfc3339()));
+    if def.tracks_generation {
+        meta.insert("generation".into(), json!(1));
+    }
+    match def.gk() {
+        ("", "Pod") => {
+            let qos = qos_class(obj);
+            if let Some(m) = obj.as_object_mut() {
+                m.insert(
+                    "status".into(),
+                    json!({"phase": "Pending", "qosClass": qos}),
+                );
+            }
+        }
+        ("", "Namespace") => {
+            if let Some(m) = obj.as_object_mut() {
+                m.insert("status".into(), json!({"phase": "Active"}));
+            }
+        }
+        ("batch", "Job") => job_selector(obj),
+        // Custom objects keep whatever status the client sent, as upstream.
+        _ if def.custom.is_some() => {}
+        _ if def.status => {
+            if let Some(m) = obj.as_object_mut() {
+                m.insert("status".into(), json!({}));
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Jobs get a generated selector and matching template labels (`controller-uid`, `job-name`).
+fn job_selector(obj: &mut Value) {
+    let uid = object::uid(obj).to_string();
+    let name = object::name(obj).to_string();
+    let manual = object::path(obj, "spec.manualSelector") == Some(&json!(true));
+    if manual {
+        return;
+    }
+    let labels = json!({
+        "batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": name,
+        "controller-uid": uid, "job-name": name,
+    });
+    if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.insert(
+            "selector".into(),
+            json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}),
+        );
+        let tmpl = spec.entry("template").or_insert_with(|| json!({}));
+        let tm = object::meta_mut(tmpl);
+        let l = tm.entry("labels").or_insert_with(|| json!({}));
+        if let (Some(l), Some(add)) = (l.as_object_mut(), labels.as_object()) {
+            for (k, v) in add {
+                l.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+fn qos_class(pod: &Value) -> &'static str {
+    let containers = object::path(pod, "spec.containers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut any = false;
+    let mut guaranteed = !containers.is_empty();
+    for c in &containers {
+        let req = c
+            .get("resources")
+            .and_then(|r| r.get("requests"))
+            .and_then(Value::as_object);
+        let lim = c
+            .get("resources")
+            .and_then(|r| r.get("limits"))
+            .and_then(Value::as_object);
+        if req.is_some_and(|r| !r.is_empty()) || lim.is_some_and(|l| !l.is_empty()) {
+            any = true;
+        }
+        let full = |m: Option<&serde_json::Map<String, Value>>| {
+            m.is_some_and(|m| m.contains_key("cpu") && m.contains_key("memory"))
+        };
+        if !full(lim) || (req.is_some() && req != lim) {
+            guaranteed = false;
+        }
+    }
+    if guaranteed {
+        "Guaranteed"
+    } else if any {
+        "Burstable"
+    } else {
+        "BestEffort"
+    }
+}
+
+/// How a write records field ownership in `metadata.managedFields`.
+pub enum Tracking {
+    /// A create, update or non-apply patch by this owner.
+    Update(Owner),
+    /// A server-side apply: the written object already carries its managedFields.
+    Applied,
+}
+
+/// The field manager of a non-apply write: `fieldManager`, else the User-Agent up to its first `/`.
+/// `options` names the options kind in the 422 (`CreateOptions`, `UpdateOptions`, `PatchOptions`).
+pub fn owner(call: &Call, options: &str) -> Result<Owner, ApiError> {
+    let name = match call.params.get("fieldManager").filter(|m| !m.is_empty()) {
+        Some(m) => {
+            check_field_manager(m, options)?;
+            m.to_string()
+        }
+        None => {
+            let ua = call
+                .headers
+                .get(axum::http::header::USER_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let prefix: String = ua
+                .split('/')
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(128)
+                .collect();
+            if prefix.is_empty() {
+                "unknown".to_string()
+            } else {
+                prefix
+            }
+        }
+    };
+    Ok(Owner {
+        manager: name,
+        api_version: call.route.def.api_version(),
+        subresource: call.route.subresource.clone().unwrap_or_default(),
+    })
+}
+
+/// Upstream's limits on `fieldManager`: at most 128 bytes, printable characters only.
+pub fn check_field_manager(m: &str, options: &str) -> Result<(), ApiError> {
+    let mut causes = Vec::new();
+    if m.len() > 128 {
+        causes.push(crate::status::Cause {
+            reason: "FieldValueTooLong",
+            message: "Too long: may not be more than 128 bytes".into(),
+            field: "fieldManager".into(),
+        });
+    }
+    if let Some((i, c)) = m.char_indices().find(|(_, c)| c.is_control()) {
+        causes.push(crate::status::Cause::invalid(
+            "fieldManager",
+            &json!(m),
+            &format!("invalid character U+{:04X} (at position {i})", c as u32),
+        ));
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::Invalid {
+            target: Target::new("meta.k8s.io", options, ""),
+            causes,
+        })
+    }
+}
+
+/// POST: create an object.
+pub async fn create(call: Call) -> Result<Response, ApiError> {
+    let tracking = Tracking::Update(owner(&call, "CreateOptions")?);
+    let (obj, warnings) = incoming(&call)?;
+    create_object(&call, obj, &warnings, tracking).await
+}
+
+/// Creates a decoded object (from a POST, a PUT to a missing object, or an apply that creates).
+pub async fn create_object(
+    call: &Call,
+    mut obj: Value,
+    warnings: &[String],
+    tracking: Tracking,
+) -> Result<Response, ApiError> {
+    let def = &call.route.def;
+    let sdef = &storage_def(def);
+    let dry_run = call.params.dry_run()?;
+    if def.custom.as_ref().is_some_and(|c| c.terminating) {
+        return Err(ApiError::NotAllowed {
+            target: call.target(),
+            message: "create not allowed while custom resource definition is terminating".into(),
+        });
+    }
+    let generate = object::meta_str(&obj, "generateName").to_string();
+    if object::name(&obj).is_empty() && !generate.is_empty() {
+        object::meta_mut(&mut obj).insert("name".into(), json!(generated_name(&generate)));
+    }
+    defaults::apply(sdef, &mut obj);
+    let sent_fields = object::meta_mut(&mut obj).remove("managedFields");
+    prepare_create(sdef, &mut obj);
+    if let Some(mf) = sent_fields {
+        object::meta_mut(&mut obj).insert("managedFields".into(), mf);
+    }
+    if let Tracking::Update(o) = &tracking {
+        let shape = Shape::of_kind(&sdef.api_version(), &sdef.kind);
+        managed::record_create(&mut obj, shape, o, sdef.status);
+    }
+    let name = object::name(&obj).to_string();
+    validate::invalid(def, &name, validate::object(sdef, &obj))?;
+    if let Some(ns) = call.ns() {
+        lifecycle::check_namespace_open(&call.state.storage, ns).await?;
+    }
+    for attempt in 0..RETRIES {
+        let claims = alloc::allocate(&call.state.storage, sdef, &mut obj).await?;
+        if dry_run {
+            let out = convert::from_storage(def, obj);
+            return respond_created(call, out).map(|r| with_warnings(r, warnings));
+        }
+        let key = sdef.key(call.ns(), object::name(&obj));
+        match call
+            .state
+            .storage
+            .put_claiming(&key, &obj, 0, &claims)
+            .await?
+        {
+            WriteOutcome::Done(rev) => {
+                object::set_resource_version(&mut obj, rev);
+                let out = convert::from_storage(def, obj);
+                return respond_created(call, out).map(|r| with_warnings(r, warnings));
+            }
+            WriteOutcome::Lost(Some(_)) => {
+                if !generate.is_empty() && attempt + 1 < RETRIES && call.route.name.is_none() {
+                    object::meta_mut(&mut obj)
+                        .insert("name".into(), json!(generated_name(&generate)));
+                    continue;
+                }
+                return Err(ApiError::AlreadyExists(Target::new(
+                    &def.group,
+                    &def.plural,
+                    object::name(&obj),
+                )));
+            }
+            // A claim was taken by a concurrent create: allocate again.
+            WriteOutcome::Lost(None) => {
+                alloc::forget(&mut obj, sdef);
+                continue;
+            }
+        }
+    }
+    Err(ApiError::Internal(
+        "could not allocate a unique address for the object; try again".into(),
+    ))
+}
+
+fn respond_created(call: &Call, obj: Value) -> Result<Response, ApiError> {
+    let mut r = respond_object(call, obj)?;
+    *r.status_mut() = StatusCode::CREATED;
+    Ok(r)
+}
+
+/// Whether two objects differ other than in resourceVersion/managedFields.
+fn same(a: &Value, b: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        object::clear_resource_version(&mut v);
+        v
+    };
+    strip(a) == strip(b)
+}
+
+/// Builds the object an update stores from the stored one and the client's, per subresource.
+fn merge_update(def: &ResourceDef, sub: Option<&str>, old: &Value, mut new: Value) -> Value {
+    match sub {
+        Some("status") => {
+            let mut out = old.clone();
+            if let Some(m) = out.as_object_mut() {
+                m.insert(
+                    "status".into(),
+                    new.get("status").cloned().unwrap_or(json!({})),
+                );
+            }
+            out
+        }
+        Some("finalize") => {
+            let mut out = old.clone();
+            let fins = object::path(&new, "spec.finalizers")
+                .cloned()
+                .unwrap_or(json!([]));
+            if let Some(spec) = out.get_mut("spec").and_then(Value::as_object_mut) {
+                spec.insert("finalizers".into(), fins);
+            } else if let Some(m) = out.as_object_mut() {
+                m.insert("spec".into(), json!({"finalizers": fins}));
+            }
+            out
+        }
+        _ => {
+            {
+                let old_meta = old
+                    .get("metadata")
+                    .and_then(Value::as_object)
+                    .cloned()
+                    .unwrap_or_default();
+                let meta = object::meta_mut(&mut new);
+                for f in SERVER_META {
+                    meta.remove(*f);
+                    if let Some(v) = old_meta.get(*f) {
+                        meta.insert((*f).to_string(), v.clone());
+                    }
+                }
+                if !meta.contains_key("managedFields") {
+                    if let Some(mf) = old_meta.get("managedFields") {
+                        meta.insert("managedFields".into(), mf.clone());
+                    }
+                }
+            }
+            if def.status {
+                if let Some(m) = new.as_object_mut() {
+                    match old.get("status") {
+                        Some(s) => m.insert("status".into(), s.clone()),
+                        None => m.remove("status"),
+                    };
+                }
+            }
+            if def.tracks_generation && spec_changed(def, old, &new) {
+                let g = object::path(old, "metadata.generation")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                object::meta_mut(&mut new).insert("generation".into(), json!(g + 1));
+            }
+            new
+        }
+    }
+}
+
+/// Whether an update changes what `metadata.generation` counts: the spec, or for a custom resource without
+/// a status subresource everything but metadata (as upstream).
+fn spec_changed(def: &ResourceDef, old: &Value, new: &Value) -> bool {
+    if def.custom.is_some() && !def.status {
+        let body = |v: &Value| {
+            let mut v = v.clone();
+            if let Some(m) = v.as_object_mut() {
+                m.remove("metadata");
+            }
+            v
+        };
+        return body(old) != body(new);
+    }
+    old.get("spec") != new.get("spec")
+}
+
+/// What an update did.
+pub enum Updated {
+    /// Stored (or unchanged) object, RV set.
+    Object(Value),
+    /// The last finalizer of a deleting object was removed: the object is gone.
+    Deleted(Value),
+}
+
+/// Applies `change` to the current object and writes it, retrying lost races unless the client pinned a
+/// resourceVersion. `change` gets the stored object and returns the client's new version of it.
+pub async fn guaranteed_update<F>(
+    call: &Call,
+    dry_run: bool,
+    change: F,
+) -> Result<Updated, ApiError>
+where
+    F: FnMut(&Stored) -> Result<(Value, Option<String>), ApiError>,
+{
+    let tracking = Tracking::Update(owner(call, "UpdateOptions").unwrap_or_else(|_| Owner {
+        manager: "unknown".into(),
+        api_version: call.route.def.api_version(),
+        subresource: call.route.subresource.clone().unwrap_or_default(),
+    }));
+    guaranteed_update_tracked(call, dry_run, tracking, change).await
+}
+
+/// [`guaranteed_update`] with an explicit way of recording field ownership.
+pub async fn guaranteed_update_tracked<F>(
+    call: &Call,
+    dry_run: bool,
+    tracking: Tracking,
+    mut change: F,
+) -> Result<Updated, ApiError>
+where
+    F: FnMut(&Stored) -> Result<(Value, Option<String>), ApiError>,
+{
+    let def = &storage_def(&call.route.def);
+    let shape = Shape::of_kind(&def.api_version(), &def.kind);
+    let key = call.key();
+    let sub = call.route.subresource.as_deref();
+    let mut current = call.state.storage.get(&key, true).await?;
+    for _ in 0..RETRIES {
+        let Some(cur) = current.take() else {
+            return Err(ApiError::NotFound(call.target()));
+        };
+        let (new, client_rv) = change(&cur)?;
+        if let Some(rv) = &client_rv {
+            if rv.parse::<i64>().ok() != Some(cur.mod_revision) {
+                return Err(conflict(call));
+            }
+        }
+        let applied_fields = match tracking {
+            Tracking::Applied => object::path(&new, "metadata.managedFields").cloned(),
+            Tracking::Update(_) => None,
+        };
+        let mut new = merge_update(def, sub, &cur.object, new);
+        if sub.is_none() {
+            defaults::apply(def, &mut new);
+        }
+        match &tracking {
+            Tracking::Update(o) => {
+                managed::record_update(&cur.object, &mut new, shape, o, def.status)
+            }
+            Tracking::Applied => {
+                let meta = object::meta_mut(&mut new);
+                match applied_fields {
+                    Some(mf) => meta.insert("managedFields".into(), mf),
+                    None => meta.remove("managedFields"),
+                };
+            }
+        }
+        validate::invalid(
+            &call.route.def,
+            call.name(),
+            validate::update(def, &cur.object, &new),
+        )?;
+        if object::is_deleting(&cur.object) {
+            let added = object::finalizers(&new)
+                .into_iter()
+                .any(|f| !object::finalizers(&cur.object).contains(&f));
+            if added {
+                return Err(ApiError::Invalid {
+                    target: Target::new(&call.route.def.group, &call.route.def.kind, call.name()),
+                    causes: vec![crate::status::Cause::forbidden(
+                        "metadata.finalizers",
+                        "no new finalizers can be added if the object is being deleted",
+                    )],
+                });
+            }
+        }
+        if same(&new, &cur.object) {
+            return Ok(Updated::Object(cur.object));
+        }
+        if dry_run {
+            return Ok(Updated::Object(new));
+        }
+        if object::is_deleting(&new) && object::finalizers(&new).is_empty() {
+            let release = alloc::claims_of(def, &new);
+            match call
+                .state
+                .storage
+                .delete_if(&key, cur.mod_revision, &release)
+                .await?
+            {
+                WriteOutcome::Done(_) => return Ok(Updated::Deleted(new)),
+                WriteOutcome::Lost(now) => {
+                    if client_rv.is_some() {
+                        return Err(conflict(call));
+                    }
+                    current = now;
+                    continue;
+                }
+            }
+        }
+        match call
+            .state
+            .storage
+            .put_if(&key, &new, cur.mod_revision)
+            .await?
+        {
+            WriteOutcome::Done(rev) => {
+                object::set_resource_version(&mut new, rev);
+                return Ok(Updated::Object(new));
+            }
+            WriteOutcome::Lost(now) => {
+                if client_rv.is_some() {
+                    return Err(conflict(call));
+                }
+                current = now;
+            }
+        }
+    }
+    Err(conflict(call))
+}
+
+/// The 409 for a stale resourceVersion.
+pub fn conflict(call: &Call) -> ApiError {
+    ApiError::Conflict {
+        target: call.target(),
+        detail: "the object has been modified; please apply your changes to the latest version and try again".into(),
+    }
+}
+
+pub fn respond_updated(call: &Call, u: Updated) -> Result<Response, ApiError> {
+    let obj = match u {
+        Updated::Object(o) | Updated::Deleted(o) => o,
+    };
+    respond_object(call, convert::from_storage(&call.route.def, obj))
+}
+
+/// PUT: replace an object (or its status, or a namespace's finalizers).
+pub async fn update(call: Call) -> Result<Response, ApiError> {
+    let tracking = Tracking::Update(owner(&call, "UpdateOptions")?);
+    let dry_run = call.params.dry_run()?;
+    let (new, warnings) = incoming(&call)?;
+    let body_name = object::name(&new).to_string();
+    if body_name != call.name() {
+        return Err(ApiError::BadRequest(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({})",
+            call.name()
+        )));
+    }
+    let client_rv = object::resource_version(&new).map(str::to_string);
+    let updated = guaranteed_update_tracked(&call, dry_run, tracking, |_| {
+        Ok((new.clone(), client_rv.clone()))
+    })
+    .await;
+    match updated {
+        Ok(u) => respond_updated(&call, u).map(|r| with_warnings(r, &warnings)),
+        Err(ApiError::NotFound(_))
+            if call.route.def.create_on_update && call.route.subresource.is_none() =>
+        {
+            let tracking = Tracking::Update(owner(&call, "CreateOptions")?);
+            create_object(&call, new, &warnings, tracking).await
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// PATCH with `application/json-patch+json`, `application/merge-patch+json`,
+/// `application/strategic-merge-patch+json`, or server-side apply (`application/apply-patch+yaml`).
+pub async fn patch(call: Call) -> Result<Response, ApiError> {
+    let ct = media_type(call.headers.get(axum::http::header::CONTENT_TYPE));
+    if ct == super::apply::CONTENT_TYPE {
+        return super::apply::apply(call).await;
+    }
+    if call.params.get("force").is_some() {
+        return Err(ApiError::Invalid {
+            target: Target::new("meta.k8s.io", "PatchOptions", ""),
+            causes: vec![crate::status::Cause::forbidden(
+                "force",
+                "may not be specified for non-apply patch",
+            )],
+        });
+    }
+    let tracking = Tracking::Update(owner(&call, "PatchOptions")?);
+    let dry_run = call.params.dry_run()?;
+    let def = &call.route.def;
+    let patch_body = call.body.clone();
+    let mut warnings = Vec::new();
+    let u = guaranteed_update_tracked(&call, dry_run, tracking, |cur| {
+        let current = convert::from_storage(def, cur.object.clone());
+        let patched = apply_patch(&ct, current, &patch_body, def)?;
+        let client_rv = object::resource_version(&patched)
+            .filter(|rv| *rv != object::meta_str(&cur.object, "resourceVersion"))
+            .map(str::to_string);
+        let mut patched = patched;
+        check_type(def, &mut patched)?;
+        warnings = field_validation(&call, def, &mut patched)?;
+        validate::shape(def, &patched)?;
+        if object::name(&patched) != object::name(&cur.object) {
+            return Err(ApiError::BadRequest(
+                "metadata.name: the name of the object cannot be changed by a patch".into(),
+            ));
+        }
+        // A patch that carries a stale resourceVersion is a conflict; otherwise the current one is kept.
+        Ok((convert::to_storage(def, patched), client_rv))
+    })
+    .await?;
+    respond_updated(&call, u).map(|r| with_warnings(r, &warnings))
+}
+
+/// Applies one patch document of a given media type.
+pub fn apply_patch(
+    ct: &str,
+    mut current: Value,
+    body: &[u8],
+    def: &ResourceDef,
+) -> Result<Value, ApiError> {
+    match ct {
+        "application/json-patch+json" => {
+            let ops: json_patch::Patch = serde_json::from_slice(body)
+                .map_err(|e| ApiError::BadRequest(format!("the server rejected our request due to an error in our request: {e}")))?;
+            json_patch::patch(&mut current, &ops).map_err(|e| ApiError::Invalid {
+                target: Target::new(&def.group, &def.kind, object::name(&current)),
+                causes: vec![crate::status::Cause {
+                    reason: "FieldValueInvalid",
+                    message: format!("the server rejected our request due to an error in our request: {e}"),
+                    field: String::new(),
+                }],
+            })?;
+            Ok(current)
+        }
+        "application/merge-patch+json" => {
+            let p = body::json(body)?;
+            if !p.is_object() {
+                return Err(ApiError::BadRequest("a merge patch must be a JSON object".into()));
+            }
+            json_patch::merge(&mut current, &p);
+            Ok(current)
+        }
+        "application/strategic-merge-patch+json" if def.custom.is_some() => {
+            Err(ApiError::UnsupportedMediaType(CUSTOM_PATCH_TYPES.into()))
+        }
+        "application/strategic-merge-patch+json" if crd::is_crd_resource(&def.group, &def.kind) => {
+            // No Go struct tags here: CRD objects merge as a JSON merge patch (lists replaced).
+            let p = body::json(body)?;
+            json_patch::merge(&mut current, &p);
+            Ok(current)
+        }
+        "application/strategic-merge-patch+json" => {
+            let p = body::json(body)?;
+            let root = crate::protobuf::schema::message_for(&def.api_version(), &def.kind).ok_or_else(|| {
+                ApiError::UnsupportedMediaType(format!(
+                    "strategic merge patch is not supported for {}",
+                    def.qualified()
+                ))
+            })?;
+            crate::patch::strategic::apply(current, &p, &root)
+                .map_err(|e| ApiError::BadRequest(e.to_string()))
+        }
+        other => Err(ApiError::UnsupportedMediaType(format!(
+            "the body of the request was in an unknown format - accepted media types include: \
+             application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, \
+             application/apply-patch+yaml (got {other:?})"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_names_use_upstream_alphabet() {
+        let n = generated_name("web-");
+        assert_eq!(n.len(), 9);
+        assert!(n[4..].bytes().all(|b| GENERATE_CHARS.contains(&b)));
+    }
+
+    #[test]
+    fn main_resource_update_keeps_status_and_bumps_generation() {
+        let def = &resource::find("apps", "v1", "deployments").expect("deploy");
+        let old = json!({"metadata": {"name": "d", "uid": "u1", "generation": 1}, "spec": {"replicas": 1},
+                         "status": {"replicas": 1}});
+        let new = json!({"metadata": {"name": "d", "uid": "evil"}, "spec": {"replicas": 2}, "status": {"replicas": 9}});
+        let out = merge_update(def, None, &old, new);
+        assert_eq!(out["metadata"]["uid"], "u1");
+        assert_eq!(out["metadata"]["generation"], 2);
+        assert_eq!(out["status"]["replicas"], 1);
+        let st = merge_update(
+            def,
+            Some("status"),
+            &old,
+            json!({"spec": {"replicas": 5}, "status": {"replicas": 3}}),
+        );
+        assert_eq!(st["spec"]["replicas"], 1);
+        assert_eq!(st["status"]["replicas"], 3);
+    }
+
+    #[test]
+    fn merge_and_json_patches() {
+        let def = &resource::find("", "v1", "configmaps").expect("cm");
+        let cur = json!({"metadata": {"name": "a", "labels": {"x": "1"}}, "data": {"k": "v"}});
+        let p = apply_patch(
+            "application/merge-patch+json",
+            cur.clone(),
+            br#"{"metadata":{"labels":{"x":null,"y":"2"}}}"#,
+            def,
+        )
+        .expect("merge");
+        assert_eq!(p["metadata"]["labels"], json!({"y": "2"}));
+        let j = apply_patch(
+            "application/json-patch+json",
+            cur.clone(),
+            br#"[{"op":"replace","path":"/data/k","value":"w"}]"#,
+            def,
+        )
+        .expect("json patch");
+        assert_eq!(j["data"]["k"], "w");
+        let bad = apply_patch(
+            "application/json-patch+json",
+            cur,
+            br#"[{"op":"test","path":"/data/k","value":"no"}]"#,
+            def,
+        );
+        assert!(matches!(bad, Err(ApiError::Invalid { .. })));
+    }
+}
