@@ -135,7 +135,7 @@ pub async fn run(args: ServerArgs) -> Result<(), ServerError> {
     let mut kube_serving = tokio::spawn(async move {
         match kube {
             Some(opts) => {
-                keel_kube_api::serve(kube_node, opts, async move {
+                keel_kube_api::serve(keel_kube_api::Storage::new(kube_node), opts, async move {
                     let _ = kube_rx.await;
                 })
                 .await

@@ -7,35 +7,21 @@
 
 use std::net::IpAddr;
 
-use bytes::Bytes;
-use keel_store::command::CommandKind;
-use keel_store::pb::etcdserverpb::{DeleteRangeRequest, PutRequest};
-use keel_store::Command;
 use serde_json::{json, Value};
 
 use super::alloc::KUBERNETES_SERVICE_IP;
 use super::object;
 use super::status::ApiError;
-use super::storage::{prefix_end, propose_error, Storage, WriteOutcome};
+use super::storage::{Storage, WriteOutcome};
 
 const PREFIX: &str = "/keel/apiservers/";
 
 /// Publishes this member's API address (`https://host:port`).
 pub async fn publish(storage: &Storage, url: &str) -> Result<(), ApiError> {
-    let key = format!("{PREFIX}{:016x}", storage.node().member_id());
+    let key = format!("{PREFIX}{:016x}", storage.member_id());
     let value =
         serde_json::to_vec(&json!({"url": url})).map_err(|e| ApiError::Internal(e.to_string()))?;
-    let put = Command::new(CommandKind::Put(PutRequest {
-        key: Bytes::from(key),
-        value: Bytes::from(value),
-        ..Default::default()
-    }));
-    storage
-        .node()
-        .propose(put)
-        .await
-        .map(|_| ())
-        .map_err(|e| propose_error(&e))
+    storage.put_raw(&key, value).await
 }
 
 fn ip_port(url: &str) -> Option<(IpAddr, u16)> {
@@ -48,33 +34,19 @@ fn ip_port(url: &str) -> Option<(IpAddr, u16)> {
 /// The published addresses of current members, stale ones removed.
 async fn api_addresses(storage: &Storage) -> Result<Vec<(IpAddr, u16)>, ApiError> {
     let members: Vec<String> = storage
-        .node()
-        .members()
+        .member_ids()
         .iter()
-        .map(|m| format!("{PREFIX}{:016x}", m.id))
+        .map(|id| format!("{PREFIX}{id:016x}"))
         .collect();
-    // Raw values are not Kubernetes objects: read them through the store directly.
-    let raw = storage
-        .node()
-        .store()
-        .range(&keel_store::pb::etcdserverpb::RangeRequest {
-            key: Bytes::from(PREFIX),
-            range_end: Bytes::from(prefix_end(PREFIX.as_bytes())),
-            ..Default::default()
-        });
-    let raw = raw.map_err(|e| ApiError::Internal(e.to_string()))?;
+    // Raw values are not Kubernetes objects: read them as they are.
     let mut out = Vec::new();
-    for kv in raw.kvs {
-        let key = String::from_utf8_lossy(&kv.key).to_string();
-        if !members.contains(&key) {
-            let del = Command::new(CommandKind::DeleteRange(DeleteRangeRequest {
-                key: kv.key.clone(),
-                ..Default::default()
-            }));
-            let _ = storage.node().propose(del).await;
+    for (key, value) in storage.list_raw(PREFIX.as_bytes())? {
+        if !members.iter().any(|m| m.as_bytes() == key.as_ref()) {
+            // A removed member's address; a failed delete is retried on the next pass.
+            let _ = storage.delete_raw(&key).await;
             continue;
         }
-        let url = serde_json::from_slice::<Value>(&kv.value)
+        let url = serde_json::from_slice::<Value>(&value)
             .ok()
             .and_then(|v| v.get("url").and_then(Value::as_str).map(str::to_string));
         if let Some(a) = url.as_deref().and_then(ip_port) {
@@ -127,6 +99,16 @@ async fn ensure(
         }
     }
     Ok(())
+}
+
+/// How often the leader brings the Service and its endpoints up to date (upstream's endpoint reconciler
+/// runs every 10 s; a new leader runs a pass at once).
+const PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Keeps the `kubernetes` Service, Endpoints and EndpointSlice current while this member leads.
+pub async fn run(storage: Storage, stop: tokio::sync::watch::Receiver<bool>) {
+    let st = &storage;
+    super::leader::while_leading(st, "kubernetes service", PERIOD, stop, || reconcile(st)).await
 }
 
 /// One pass (on the leader): the Service, its Endpoints and its EndpointSlice.

@@ -20,6 +20,7 @@ pub mod crd;
 pub mod discovery;
 pub mod handler;
 pub mod kubernetes_service;
+pub mod leader;
 pub mod lifecycle;
 pub mod object;
 pub mod openapi;
@@ -35,4 +36,5 @@ pub mod storage;
 pub mod table;
 pub mod types;
 
-pub use server::{serve, KubeOptions, KubeServeError};
+pub use server::{serve, ApiServer, InProcessService, KubeOptions, KubeServeError};
+pub use storage::Storage;

@@ -9,10 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tracing::{debug, warn};
+use tracing::debug;
 
 use super::alloc;
 use super::crd::registry::Registry;
+use super::leader;
 use super::object;
 use super::resource::{self, ResourceDef};
 use super::status::{ApiError, Target};
@@ -225,18 +226,12 @@ pub async fn reconcile(storage: &Storage, registry: &Registry) -> Result<(), Api
 pub async fn run(
     storage: Storage,
     registry: Arc<Registry>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let storage = Arc::new(storage);
-    loop {
-        if storage.node().is_leader() {
-            if let Err(e) = reconcile(&storage, &registry).await {
-                warn!(error = %e, "namespace lifecycle pass failed; will retry");
-            }
-        }
-        tokio::select! {
-            _ = stop.changed() => return,
-            _ = tokio::time::sleep(PERIOD) => {}
-        }
-    }
+    let st = &storage;
+    let reg = &registry;
+    leader::while_leading(st, "namespace lifecycle", PERIOD, stop, || {
+        reconcile(st, reg)
+    })
+    .await
 }

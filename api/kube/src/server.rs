@@ -12,7 +12,6 @@ use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Router};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use keel_raft::node::Node;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
@@ -28,7 +27,7 @@ use super::handler::{self, KubeState};
 use super::pki::{ClusterPki, PkiError, ADMIN_GROUP, ADMIN_USER, PKI_KEY};
 use super::status::ApiError;
 use super::storage::Storage;
-use super::{alloc, crd, lifecycle, openapi};
+use super::{alloc, crd, kubernetes_service, lifecycle, openapi};
 
 /// How a member serves the Kubernetes API.
 #[derive(Debug, Clone)]
@@ -50,8 +49,6 @@ pub struct KubeOptions {
 pub enum KubeServeError {
     #[error("cluster PKI: {0}")]
     Pki(#[from] PkiError),
-    #[error("cluster PKI: {0}")]
-    Bootstrap(String),
     #[error("TLS: {0}")]
     Tls(String),
     #[error("cannot listen on {0}: {1}")]
@@ -85,10 +82,7 @@ fn host_of(url: &str) -> Option<String> {
 }
 
 /// Reads the cluster PKI from the store, creating it first if this is the first member to get here.
-async fn bootstrap_pki(
-    storage: &Storage,
-    stop: &mut tokio::sync::watch::Receiver<bool>,
-) -> Result<ClusterPki, KubeServeError> {
+async fn bootstrap_pki(storage: &Storage) -> Result<ClusterPki, KubeServeError> {
     let mut delay = Duration::from_millis(200);
     loop {
         let attempt = async {
@@ -106,10 +100,7 @@ async fn bootstrap_pki(
             Ok(None) => {}
             Err(e) => debug!(error = %e, "cluster PKI not readable yet"),
         }
-        tokio::select! {
-            _ = stop.changed() => return Err(KubeServeError::Bootstrap("stopped before the PKI was available".into())),
-            _ = tokio::time::sleep(delay) => {}
-        }
+        tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(2));
     }
 }
@@ -146,7 +137,7 @@ fn tls_config(
 }
 
 /// Every name this member's serving certificate covers.
-fn serving_hosts(node: &Node, opts: &KubeOptions) -> Vec<String> {
+fn serving_hosts(storage: &Storage, opts: &KubeOptions) -> Vec<String> {
     let mut hosts: Vec<String> = vec![
         "localhost".into(),
         "127.0.0.1".into(),
@@ -158,15 +149,8 @@ fn serving_hosts(node: &Node, opts: &KubeOptions) -> Vec<String> {
         opts.listen.ip().to_string(),
     ];
     hosts.extend(host_of(&opts.advertise_url));
-    for m in node.config().initial_members() {
-        for u in &m.peer_urls {
-            hosts.extend(host_of(u));
-        }
-    }
-    for m in node.members() {
-        for u in m.node.client_urls.iter().chain(m.node.peer_urls.iter()) {
-            hosts.extend(host_of(u));
-        }
+    for u in storage.member_urls() {
+        hosts.extend(host_of(&u));
     }
     if let Ok(h) = std::fs::read_to_string("/etc/hostname") {
         let h = h.trim();
@@ -180,124 +164,213 @@ fn serving_hosts(node: &Node, opts: &KubeOptions) -> Vec<String> {
     hosts
 }
 
-/// Serves the Kubernetes API of `node` until `shutdown` resolves.
+/// A running Kubernetes API server on one member: the cluster PKI is loaded, the leader's duties run, and
+/// requests can be served over HTTPS ([`ApiServer::serve_https`]) and in process ([`ApiServer::service`]).
+pub struct ApiServer {
+    router: Router,
+    opts: KubeOptions,
+    acceptor: tokio_rustls::TlsAcceptor,
+    kubeconfig: PathBuf,
+    stop: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// The Kubernetes API as an in-process tower `Service` with a fixed identity (see [`ApiServer::service`]).
+pub type InProcessService = axum::routing::Router;
+
+impl ApiServer {
+    /// Loads (or, on the first member to get here, creates) the cluster PKI, writes the serving certificate
+    /// and `admin.kubeconfig`, and starts the leader's duties. Waits as long as the PKI cannot be read or
+    /// written (no quorum yet): drop the future to give up.
+    pub async fn start(storage: Storage, opts: KubeOptions) -> Result<ApiServer, KubeServeError> {
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        let pki = bootstrap_pki(&storage).await?;
+        let serving = pki.serving_cert(&serving_hosts(&storage, &opts))?;
+        let kubeconfig = pki.write_files(&opts.data_dir, &serving, &opts.advertise_url)?;
+        let tls = Arc::new(tls_config(&pki, &serving.cert, &serving.key)?);
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+
+        let mut tokens = Tokens::default();
+        tokens.insert(
+            &pki.admin_token,
+            Identity {
+                user: ADMIN_USER.into(),
+                groups: vec![ADMIN_GROUP.into(), "system:authenticated".into()],
+            },
+        );
+        if let Some(f) = &opts.token_file {
+            tokens.load_file(f)?;
+        }
+        let registry = Arc::new(Registry::default());
+        let state = Arc::new(KubeState {
+            storage: storage.clone(),
+            registry: registry.clone(),
+            server_address: opts.advertise_url.clone(),
+            shutdown: stop_rx.clone(),
+        });
+        let app = Arc::new(App { state, tokens });
+        let router = Router::new().fallback(route).with_state(app);
+        let mut tasks = vec![
+            tokio::spawn(lifecycle::run(
+                storage.clone(),
+                registry.clone(),
+                stop_rx.clone(),
+            )),
+            tokio::spawn(crd::registry::run(
+                registry.clone(),
+                storage.clone(),
+                stop_rx.clone(),
+            )),
+            tokio::spawn(crd::controller::run(
+                storage.clone(),
+                registry.clone(),
+                stop_rx.clone(),
+            )),
+            tokio::spawn(kubernetes_service::run(storage.clone(), stop_rx.clone())),
+        ];
+        let publish_url = opts.advertise_url.clone();
+        tasks.push(tokio::spawn(async move {
+            // Retried until it lands: the `kubernetes` Endpoints list members that published their address.
+            let mut delay = Duration::from_millis(200);
+            while let Err(e) = kubernetes_service::publish(&storage, &publish_url).await {
+                debug!(error = %e, "publishing this member's API address failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+            // The leader need not wait for its next periodic pass to list the address it just published.
+            if storage.is_leader() {
+                if let Err(e) = kubernetes_service::reconcile(&storage).await {
+                    debug!(error = %e, "kubernetes service pass failed; the periodic pass retries");
+                }
+            }
+        }));
+        Ok(ApiServer {
+            router,
+            opts,
+            acceptor,
+            kubeconfig,
+            stop,
+            tasks,
+        })
+    }
+
+    /// The API as a tower `Service` for in-process clients (controllers, the scheduler): every request
+    /// goes through authentication (as `identity`), admission, managedFields and watch exactly as an HTTPS
+    /// request does, without TLS or a socket. `kube::Client::new(api.service(id), "default")` makes a
+    /// client of it. Requests without a `User-Agent` are attributed (as field manager) to the last
+    /// `:`-separated part of the user name, as upstream's components name themselves.
+    pub fn service(&self, identity: Identity) -> InProcessService {
+        let agent = identity
+            .user
+            .rsplit(':')
+            .next()
+            .filter(|a| !a.is_empty())
+            .and_then(|a| header::HeaderValue::from_str(a).ok());
+        self.router
+            .clone()
+            .layer(axum::middleware::map_request(move |mut req: Request| {
+                let agent = agent.clone();
+                async move {
+                    if let Some(a) = agent {
+                        req.headers_mut().entry(header::USER_AGENT).or_insert(a);
+                    }
+                    req
+                }
+            }))
+            .layer(Extension(PeerIdentity(Some(identity))))
+    }
+
+    /// Where `admin.kubeconfig` was written.
+    pub fn kubeconfig(&self) -> &std::path::Path {
+        &self.kubeconfig
+    }
+
+    /// Serves HTTPS on the options' listen address until `shutdown` resolves, then stops the leader's
+    /// duties and every open request.
+    pub async fn serve_https(
+        self,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), KubeServeError> {
+        let listener = TcpListener::bind(self.opts.listen)
+            .await
+            .map_err(|e| KubeServeError::Bind(self.opts.listen, e))?;
+        info!(listen = %self.opts.listen, kubeconfig = %self.kubeconfig.display(), "Kubernetes API serving");
+        tokio::pin!(shutdown);
+        let mut conns = JoinSet::new();
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                accepted = listener.accept() => {
+                    let (tcp, peer) = match accepted {
+                        Ok(a) => a,
+                        Err(e) => {
+                            warn!(error = %e, "accept failed");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
+                    let acceptor = self.acceptor.clone();
+                    let router = self.router.clone();
+                    conns.spawn(async move {
+                        let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+                            Ok(Ok(s)) => s,
+                            Ok(Err(e)) => {
+                                debug!(%peer, error = %e, "TLS handshake failed");
+                                return;
+                            }
+                            Err(_) => return,
+                        };
+                        let identity = tls
+                            .get_ref()
+                            .1
+                            .peer_certificates()
+                            .and_then(|c| c.first())
+                            .and_then(|c| authn::from_certificate(c));
+                        let svc = router.layer(Extension(PeerIdentity(identity)));
+                        let svc = hyper_util::service::TowerToHyperService::new(svc);
+                        let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                        if let Err(e) = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc).await {
+                            debug!(%peer, error = %e, "connection ended");
+                        }
+                    });
+                }
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            }
+        }
+        self.stop();
+        // Give streaming answers a moment to see the stop, then cut what is left.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        conns.abort_all();
+        Ok(())
+    }
+
+    /// Stops the leader's duties and ends open watches (in-process ones too).
+    pub fn stop(&self) {
+        let _ = self.stop.send(true);
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Serves the Kubernetes API of the member behind `storage` over HTTPS until `shutdown` resolves.
 pub async fn serve(
-    node: Arc<Node>,
+    storage: Storage,
     opts: KubeOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), KubeServeError> {
-    let listener = TcpListener::bind(opts.listen)
-        .await
-        .map_err(|e| KubeServeError::Bind(opts.listen, e))?;
-    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-    let storage = Storage::new(node.clone());
     tokio::pin!(shutdown);
-    let pki = tokio::select! {
-        p = bootstrap_pki(&storage, &mut stop_rx) => p?,
+    let api = tokio::select! {
+        api = ApiServer::start(storage, opts) => api?,
         _ = &mut shutdown => return Ok(()),
     };
-    let serving = pki.serving_cert(&serving_hosts(&node, &opts))?;
-    let kubeconfig = pki.write_files(&opts.data_dir, &serving, &opts.advertise_url)?;
-    let tls = Arc::new(tls_config(&pki, &serving.cert, &serving.key)?);
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-
-    let mut tokens = Tokens::default();
-    tokens.insert(
-        &pki.admin_token,
-        Identity {
-            user: ADMIN_USER.into(),
-            groups: vec![ADMIN_GROUP.into(), "system:authenticated".into()],
-        },
-    );
-    if let Some(f) = &opts.token_file {
-        tokens.load_file(f)?;
-    }
-    let registry = Arc::new(Registry::default());
-    let state = Arc::new(KubeState {
-        storage: storage.clone(),
-        registry: registry.clone(),
-        server_address: opts.advertise_url.clone(),
-        shutdown: stop_rx.clone(),
-    });
-    let app = Arc::new(App { state, tokens });
-    let router = Router::new().fallback(route).with_state(app);
-    let lifecycle_task = tokio::spawn(lifecycle::run(
-        storage.clone(),
-        registry.clone(),
-        stop_rx.clone(),
-    ));
-    let registry_task = tokio::spawn(crd::registry::run(
-        registry.clone(),
-        storage.clone(),
-        stop_rx.clone(),
-    ));
-    let crd_task = tokio::spawn(crd::controller::run(
-        storage.clone(),
-        registry.clone(),
-        stop_rx.clone(),
-    ));
-    let publish_url = opts.advertise_url.clone();
-    let publish_task = tokio::spawn(async move {
-        // Retried until it lands: the `kubernetes` Endpoints list members that published their address.
-        let mut delay = Duration::from_millis(200);
-        while let Err(e) = super::kubernetes_service::publish(&storage, &publish_url).await {
-            debug!(error = %e, "publishing this member's API address failed; retrying");
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(5));
-        }
-    });
-    info!(listen = %opts.listen, kubeconfig = %kubeconfig.display(), "Kubernetes API serving");
-
-    let mut conns = JoinSet::new();
-    loop {
-        tokio::select! {
-            _ = &mut shutdown => break,
-            accepted = listener.accept() => {
-                let (tcp, peer) = match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let acceptor = acceptor.clone();
-                let router = router.clone();
-                conns.spawn(async move {
-                    let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
-                        Ok(Ok(s)) => s,
-                        Ok(Err(e)) => {
-                            debug!(%peer, error = %e, "TLS handshake failed");
-                            return;
-                        }
-                        Err(_) => return,
-                    };
-                    let identity = tls
-                        .get_ref()
-                        .1
-                        .peer_certificates()
-                        .and_then(|c| c.first())
-                        .and_then(|c| authn::from_certificate(c));
-                    let svc = router.layer(Extension(PeerIdentity(identity)));
-                    let svc = hyper_util::service::TowerToHyperService::new(svc);
-                    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                    if let Err(e) = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc).await {
-                        debug!(%peer, error = %e, "connection ended");
-                    }
-                });
-            }
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-        }
-    }
-    let _ = stop_tx.send(true);
-    lifecycle_task.abort();
-    registry_task.abort();
-    crd_task.abort();
-    publish_task.abort();
-    // Give streaming answers a moment to see the stop, then cut what is left.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    conns.abort_all();
-    Ok(())
+    api.serve_https(shutdown).await
 }
 
 fn plain(code: StatusCode, text: &str) -> Response {
@@ -310,8 +383,7 @@ fn plain(code: StatusCode, text: &str) -> Response {
 }
 
 async fn health(app: &App, path: &str, query: Option<&str>) -> Response {
-    let ready = app.state.storage.node().status().leader.is_some()
-        && lifecycle::bootstrapped(&app.state.storage).await;
+    let ready = app.state.storage.has_leader() && lifecycle::bootstrapped(&app.state.storage).await;
     let check = if path.starts_with("/readyz") {
         ready
     } else {

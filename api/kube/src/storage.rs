@@ -18,6 +18,10 @@ use keel_store::pb::mvccpb::KeyValue;
 use keel_store::{Command, CommandResponse, StoreError, MAX_REQUEST_BYTES};
 use serde_json::Value;
 
+mod watch;
+
+pub use watch::{StoreWatch, WatchBatch};
+
 use super::object;
 use super::protobuf;
 use super::status::ApiError;
@@ -144,14 +148,66 @@ impl Storage {
         Storage { node }
     }
 
-    /// The member this storage proposes through.
-    pub fn node(&self) -> &Arc<Node> {
-        &self.node
-    }
-
     /// The store's current revision.
     pub fn revision(&self) -> i64 {
         self.node.store().revision()
+    }
+
+    /// The store's compaction revision: history before it is gone.
+    pub fn compact_revision(&self) -> i64 {
+        self.node.store().compact_revision()
+    }
+
+    /// This member's ID.
+    pub fn member_id(&self) -> u64 {
+        self.node.member_id()
+    }
+
+    /// The IDs of the cluster's current members (voters and learners).
+    pub fn member_ids(&self) -> Vec<u64> {
+        self.node.members().iter().map(|m| m.id).collect()
+    }
+
+    /// The host part of every peer and client URL this member knows for the cluster (its initial cluster
+    /// and the current members), for the names a serving certificate must cover.
+    pub fn member_urls(&self) -> Vec<String> {
+        let mut urls: Vec<String> = Vec::new();
+        for m in self.node.config().initial_members() {
+            urls.extend(m.peer_urls.iter().cloned());
+        }
+        for m in self.node.members() {
+            urls.extend(m.node.client_urls.iter().cloned());
+            urls.extend(m.node.peer_urls.iter().cloned());
+        }
+        urls
+    }
+
+    /// Whether the cluster has a leader this member knows of (it can serve writes).
+    pub fn has_leader(&self) -> bool {
+        self.node.status().leader.is_some()
+    }
+
+    /// True while this member is the Raft leader.
+    pub fn is_leader(&self) -> bool {
+        self.node.is_leader()
+    }
+
+    /// Changes when this member gains or loses Raft leadership (true while it leads).
+    pub fn leadership(&self) -> tokio::sync::watch::Receiver<bool> {
+        // TODO(leadership stream): replaced by the member's own stream once it lands.
+        let (tx, rx) = tokio::sync::watch::channel(self.node.is_leader());
+        let node = Arc::downgrade(&self.node);
+        tokio::spawn(async move {
+            while let Some(n) = node.upgrade() {
+                tx.send_if_modified(|v| std::mem::replace(v, n.is_leader()) != *v);
+                drop(n);
+                if tx.is_closed() {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        });
+        rx
     }
 
     /// Waits until this member has applied everything committed before the call (ReadIndex).
@@ -348,6 +404,47 @@ impl Storage {
             failure: vec![],
         };
         Ok(self.txn(t).await?.succeeded)
+    }
+
+    /// Writes a raw (non-object) value at `key` unconditionally.
+    pub async fn put_raw(&self, key: &str, value: Vec<u8>) -> Result<(), ApiError> {
+        let put = Command::new(CommandKind::Put(PutRequest {
+            key: Bytes::copy_from_slice(key.as_bytes()),
+            value: Bytes::from(value),
+            ..Default::default()
+        }));
+        self.node
+            .propose(put)
+            .await
+            .map(|_| ())
+            .map_err(|e| propose_error(&e))
+    }
+
+    /// Deletes one raw key unconditionally.
+    pub async fn delete_raw(&self, key: &[u8]) -> Result<(), ApiError> {
+        let del = Command::new(CommandKind::DeleteRange(DeleteRangeRequest {
+            key: Bytes::copy_from_slice(key),
+            ..Default::default()
+        }));
+        self.node
+            .propose(del)
+            .await
+            .map(|_| ())
+            .map_err(|e| propose_error(&e))
+    }
+
+    /// The raw keys and values under `prefix` in this member's store (no barrier).
+    pub fn list_raw(&self, prefix: &[u8]) -> Result<Vec<(Bytes, Bytes)>, ApiError> {
+        let r = self
+            .node
+            .store()
+            .range(&RangeRequest {
+                key: Bytes::copy_from_slice(prefix),
+                range_end: Bytes::from(prefix_end(prefix)),
+                ..Default::default()
+            })
+            .map_err(|e| store_error(&e))?;
+        Ok(r.kvs.into_iter().map(|kv| (kv.key, kv.value)).collect())
     }
 
     /// Reads a raw value after a ReadIndex barrier.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use super::registry::Registry;
 use super::{CLEANUP_FINALIZER, CRD_PREFIX};
@@ -258,19 +258,10 @@ pub async fn reconcile(storage: &Storage) -> Result<(), ApiError> {
 pub async fn run(
     storage: Storage,
     _registry: Arc<Registry>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    loop {
-        if storage.node().is_leader() {
-            if let Err(e) = reconcile(&storage).await {
-                warn!(error = %e, "CRD controller pass failed; will retry");
-            }
-        }
-        tokio::select! {
-            _ = stop.changed() => return,
-            _ = tokio::time::sleep(PERIOD) => {}
-        }
-    }
+    let st = &storage;
+    crate::leader::while_leading(st, "CRD status", PERIOD, stop, || reconcile(st)).await
 }
 
 #[cfg(test)]

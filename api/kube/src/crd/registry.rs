@@ -9,14 +9,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use keel_store::pb::etcdserverpb::WatchCreateRequest;
 use serde_json::Value;
 use tracing::{debug, info, warn};
 
 use super::{Custom, CRD_PREFIX};
 use crate::object;
 use crate::resource::{self, Printer, ResourceDef, BUILTIN};
-use crate::storage::{prefix_end, Storage};
+use crate::storage::{prefix_end, Storage, WatchBatch};
 
 /// One consistent view of the served custom resources.
 #[derive(Debug, Default)]
@@ -267,36 +266,31 @@ pub async fn run(
                 }
             }
         };
-        let hub = storage.node().store().hub().clone();
-        let (stream, mut events) = hub.open_stream();
-        let created = stream
-            .create(WatchCreateRequest {
-                key: Bytes::from_static(CRD_PREFIX.as_bytes()),
-                range_end: Bytes::from(prefix_end(CRD_PREFIX.as_bytes())),
-                start_revision: rev + 1,
-                ..Default::default()
-            })
+        let watch = storage
+            .watch(
+                CRD_PREFIX.as_bytes(),
+                &prefix_end(CRD_PREFIX.as_bytes()),
+                rev + 1,
+                false,
+            )
             .await;
-        if created.is_err() {
+        let Ok(mut watch) = watch else {
             tokio::time::sleep(Duration::from_millis(500)).await;
             continue;
-        }
+        };
         loop {
             tokio::select! {
                 _ = stop.changed() => return,
-                msg = events.recv() => {
-                    let Some(msg) = msg else { break };
-                    if msg.response.canceled {
-                        break;
+                batch = watch.next() => match batch {
+                    WatchBatch::Events(_) => {
+                        if let Err(e) = registry.reload(&storage) {
+                            debug!(error = %e, "reloading CRDs failed");
+                            break;
+                        }
                     }
-                    if msg.response.events.is_empty() {
-                        continue;
-                    }
-                    if let Err(e) = registry.reload(&storage) {
-                        debug!(error = %e, "reloading CRDs failed");
-                        break;
-                    }
-                }
+                    WatchBatch::Progress(_) => {}
+                    WatchBatch::Compacted(_) | WatchBatch::Ended => break,
+                },
             }
         }
     }

@@ -171,7 +171,7 @@ pub async fn list_objects(call: &Call) -> Result<Listed, ApiError> {
         let t = decode_continue(tok)?;
         start = format!("{prefix}{}", t.start).into_bytes();
         revision = t.rv;
-        if revision < call.state.storage.node().store().compact_revision() {
+        if revision < call.state.storage.compact_revision() {
             return Err(ApiError::Expired(
                 "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.".into(),
             ));

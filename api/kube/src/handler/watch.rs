@@ -17,7 +17,6 @@ use axum::body::Body;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use keel_store::pb::etcdserverpb::WatchCreateRequest;
 use keel_store::pb::mvccpb::{event::EventType, Event};
 use rand::Rng;
 use serde_json::{json, Value};
@@ -31,7 +30,7 @@ use crate::object;
 use crate::resource::ResourceDef;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
-use crate::storage::{decode, prefix_end};
+use crate::storage::{decode, prefix_end, WatchBatch};
 use crate::table::{self, IncludeObject};
 
 /// How often an idle watch with bookmarks gets one.
@@ -227,8 +226,8 @@ pub async fn watch(call: Call) -> Result<Response, ApiError> {
         table: as_table.then_some(include),
         sent_columns: false,
     };
-    let hub = storage.node().store().hub().clone();
-    let compacted = storage.node().store().compact_revision();
+    let storage = storage.clone();
+    let compacted = storage.compact_revision();
     let mut shutdown = call.state.shutdown.clone();
     let registry = call.state.registry.clone();
     tokio::spawn(async move {
@@ -248,19 +247,12 @@ pub async fn watch(call: Call) -> Result<Response, ApiError> {
                 .send(Ok(enc.line("BOOKMARK", bookmark(&def, start_after, true))))
                 .await;
         }
-        let (stream, mut events) = hub.open_stream();
-        let created = stream
-            .create(WatchCreateRequest {
-                key: Bytes::from(prefix.into_bytes()),
-                range_end: Bytes::from(range_end),
-                start_revision: start_after + 1,
-                prev_kv: true,
-                ..Default::default()
-            })
-            .await;
-        if created.is_err() {
+        let Ok(mut watch) = storage
+            .watch(prefix.as_bytes(), &range_end, start_after + 1, true)
+            .await
+        else {
             return;
-        }
+        };
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
         let mut tick = tokio::time::interval(BOOKMARK_EVERY);
@@ -283,32 +275,28 @@ pub async fn watch(call: Call) -> Result<Response, ApiError> {
                     }
                 }
                 _ = tick.tick(), if bookmarks => {
-                    if stream.request_progress().await.is_err() {
+                    if watch.request_progress().await.is_err() {
                         break;
                     }
                 }
-                msg = events.recv() => {
-                    let Some(msg) = msg else { break };
-                    let resp = msg.response;
-                    if resp.canceled {
-                        if resp.compact_revision > 0 {
-                            let _ = tx.send(Ok(enc.line("ERROR", expired(start_after, resp.compact_revision)))).await;
+                batch = watch.next() => {
+                    let events = match batch {
+                        WatchBatch::Events(events) => events,
+                        WatchBatch::Progress(revision) => {
+                            if bookmarks
+                                && tx.send(Ok(enc.line("BOOKMARK", bookmark(&def, revision, false)))).await.is_err()
+                            {
+                                break;
+                            }
+                            continue;
                         }
-                        break;
-                    }
-                    if resp.created {
-                        continue;
-                    }
-                    if resp.events.is_empty() {
-                        if bookmarks
-                            && msg.revision > 0
-                            && tx.send(Ok(enc.line("BOOKMARK", bookmark(&def, msg.revision, false)))).await.is_err()
-                        {
+                        WatchBatch::Compacted(revision) => {
+                            let _ = tx.send(Ok(enc.line("ERROR", expired(start_after, revision)))).await;
                             break;
                         }
-                        continue;
-                    }
-                    for ev in &resp.events {
+                        WatchBatch::Ended => break,
+                    };
+                    for ev in &events {
                         match translate(&def, &filter, ev) {
                             Ok(Some((kind, obj))) => {
                                 if tx.send(Ok(enc.line(kind, obj))).await.is_err() {
