@@ -68,10 +68,11 @@ pub struct ServerArgs {
     /// Log level: error, warn, info, debug, trace (or a tracing filter).
     #[arg(long, env = "KEEL_LOG", default_value = "warn")]
     pub log_level: String,
-    /// Serve the Kubernetes API over HTTPS at this URL (e.g. `https://127.0.0.11:6443`); empty = not served.
-    /// The cluster PKI and `<data-dir>/admin.kubeconfig` are made at first start.
-    #[arg(long, default_value = "")]
-    pub kube_listen: String,
+    /// Serve the Kubernetes API over HTTPS at this URL (e.g. `https://127.0.0.11:6443`). Default: port 6443
+    /// on the host of the first `--listen-client-urls` URL; `""` = not served. The cluster PKI and
+    /// `<data-dir>/admin.kubeconfig` are made at first start.
+    #[arg(long)]
+    pub kube_listen: Option<String>,
     /// URL clients use to reach this member's Kubernetes API (default: `--kube-listen`).
     #[arg(long, default_value = "")]
     pub kube_advertise_url: String,

@@ -27,23 +27,43 @@ pub enum ServerError {
     Kube(#[from] keel_kube_api::KubeServeError),
 }
 
+/// The port the Kubernetes API listens on unless `--kube-listen` says otherwise.
+pub const DEFAULT_KUBE_PORT: u16 = 6443;
+
+/// `--kube-listen` as given, or its default: `https://<host of the first client URL>:6443`.
+fn kube_listen_url(a: &ServerArgs) -> Result<String, ServerError> {
+    if let Some(url) = &a.kube_listen {
+        return Ok(url.clone());
+    }
+    let first = a
+        .listen_client_urls
+        .first()
+        .map(String::as_str)
+        .unwrap_or("");
+    let addr = keel_raft::node::parse_http_addr(first).ok_or_else(|| {
+        ServerError::Config(format!(
+            "--listen-client-urls {first:?}: cannot derive the Kubernetes API address from it; pass --kube-listen"
+        ))
+    })?;
+    let addr = std::net::SocketAddr::new(addr.ip(), DEFAULT_KUBE_PORT);
+    Ok(format!("https://{addr}"))
+}
+
 /// The Kubernetes API options from flags, if it is to be served.
 pub fn kube_options(a: &ServerArgs) -> Result<Option<keel_kube_api::KubeOptions>, ServerError> {
-    if a.kube_listen.is_empty() {
+    let url = kube_listen_url(a)?;
+    if url.is_empty() {
         return Ok(None);
     }
-    let listen = a.kube_listen.strip_prefix("https://").ok_or_else(|| {
-        ServerError::Config(format!(
-            "--kube-listen {}: must be an https:// URL",
-            a.kube_listen
-        ))
+    let listen = url.strip_prefix("https://").ok_or_else(|| {
+        ServerError::Config(format!("--kube-listen {url}: must be an https:// URL"))
     })?;
     let listen: std::net::SocketAddr = listen
         .trim_end_matches('/')
         .parse()
-        .map_err(|e| ServerError::Config(format!("--kube-listen {}: {e}", a.kube_listen)))?;
+        .map_err(|e| ServerError::Config(format!("--kube-listen {url}: {e}")))?;
     let advertise_url = if a.kube_advertise_url.is_empty() {
-        a.kube_listen.trim_end_matches('/').to_string()
+        url.trim_end_matches('/').to_string()
     } else {
         a.kube_advertise_url.clone()
     };

@@ -33,7 +33,14 @@ impl Member {
     fn spawn(dir: &Path, port: u16, peer: u16) -> Member {
         let url = format!("http://127.0.0.1:{port}");
         let child = Command::new(env!("CARGO_BIN_EXE_keel"))
-            .args(["server", "--name", "crash", "--data-dir"])
+            .args([
+                "server",
+                "--kube-listen",
+                "",
+                "--name",
+                "crash",
+                "--data-dir",
+            ])
             .arg(dir)
             .args([
                 "--listen-client-urls",
@@ -284,7 +291,7 @@ async fn flipped_byte_mid_log_refuses_to_start() {
     // Also remove the store so the member cannot skip the damaged log by accident.
     std::fs::remove_dir_all(data.join("store")).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_keel"))
-        .args(["server", "--data-dir"])
+        .args(["server", "--kube-listen", "", "--data-dir"])
         .arg(&data)
         .args([
             "--listen-client-urls",

@@ -177,7 +177,7 @@ impl Member {
             c
         } else {
             let mut c = Command::new(KEEL);
-            c.args(["server", "--log-level", "info"]);
+            c.args(["server", "--kube-listen", "", "--log-level", "info"]);
             c
         };
         cmd.arg("--name")

@@ -536,7 +536,8 @@ impl Cluster {
             None => Command::new(program),
         };
         if kind == Kind::Keel {
-            cmd.arg("server");
+            // etcd-level cluster tests: no Kubernetes API (it would take port 6443 of each client host).
+            cmd.args(["server", "--kube-listen", ""]);
         }
         let m = &self.members[i];
         let client_url = m.client_url();

@@ -205,7 +205,9 @@ impl Server {
             }
             Kind::Keel => {
                 let mut c = Command::new(keel_bin());
+                // etcd-only tests: no Kubernetes API (it would take port 6443 of the client host).
                 c.arg("server")
+                    .args(["--kube-listen", ""])
                     .arg("--name")
                     .arg(&name)
                     .arg("--data-dir")

@@ -7,6 +7,8 @@ use std::process::Command;
 /// `keel server` with the benchmark's fixed flags; the member flags are added by the caller.
 pub fn command(binary: &Path) -> Command {
     let mut cmd = super::base(binary);
-    cmd.arg("server").args(["--log-level", "error"]);
+    // The etcd API alone, as the etcd it is compared with.
+    cmd.arg("server")
+        .args(["--kube-listen", "", "--log-level", "error"]);
     cmd
 }

@@ -1,0 +1,269 @@
+//! What a new user gets from a bare `keel server`: the Kubernetes API on port 6443 of the client URL's
+//! host without `--kube-listen` (and none with `--kube-listen ""`), and the `default/kubernetes` Service with
+//! its Endpoints and EndpointSlice on 1- and 3-member clusters, seen through the real kubectl.
+
+mod common;
+mod kubeapi;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{free_port, keel_bin};
+use kubeapi::{require_kubectl, KubeCluster, KUBECTL_TIMEOUT};
+
+/// A `keel server` child, killed and reaped on drop.
+struct Member {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Member {
+    fn start(dir: &Path, host: &str, extra: &[&str]) -> Member {
+        let client = format!("http://{host}:{}", free_port());
+        let peer = format!("http://{host}:{}", free_port());
+        let log = dir.join("keel.log");
+        let child = Command::new(keel_bin())
+            .args(["server", "--name", "d1", "--data-dir"])
+            .arg(dir.join("data"))
+            .args([
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
+            .args(["--initial-cluster", &format!("d1={peer}")])
+            .args(extra)
+            .args(["--log-level", "info"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(&log).expect("log file")))
+            .spawn()
+            .expect("spawn keel");
+        Member { child, log }
+    }
+
+    fn fail(&self, msg: &str) -> ! {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(30).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        panic!("{msg}\n--- keel log tail ---\n{}", tail.join("\n"));
+    }
+}
+
+/// A loopback address of this test run's own (127.64.x.y), so that port 6443 is free for it.
+fn own_loopback() -> String {
+    let n = std::process::id() as usize ^ (free_port() as usize) << 3;
+    format!("127.64.{}.{}", (n >> 8) % 250 + 1, n % 250 + 1)
+}
+
+fn kubectl(kubeconfig: &Path, home: &Path, args: &[&str]) -> (bool, String) {
+    let mut child = Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .env("HOME", home)
+        .env("KUBECACHEDIR", home.join("kubecache"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn kubectl");
+    let deadline = Instant::now() + KUBECTL_TIMEOUT;
+    while child.try_wait().expect("kubectl wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("kubectl output");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// Retries `check` for up to `timeout`; the last output is returned either way.
+fn eventually(timeout: Duration, mut check: impl FnMut() -> (bool, String)) -> (bool, String) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let (ok, out) = check();
+        if ok || Instant::now() > deadline {
+            return (ok, out);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn kubernetes_api_is_served_by_default_on_6443() {
+    require_kubectl();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = own_loopback();
+    let m = Member::start(dir.path(), &host, &[]);
+    let kubeconfig = dir.path().join("data").join("admin.kubeconfig");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !kubeconfig.exists() {
+        if Instant::now() > deadline {
+            m.fail("no admin.kubeconfig within 60 s without --kube-listen");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let text = std::fs::read_to_string(&kubeconfig).expect("kubeconfig");
+    let want = format!("https://{host}:6443");
+    if !text.contains(&want) {
+        m.fail(&format!(
+            "admin.kubeconfig does not point at {want}:\n{text}"
+        ));
+    }
+    let (ok, out) = eventually(Duration::from_secs(30), || {
+        kubectl(&kubeconfig, dir.path(), &["get", "--raw", "/readyz"])
+    });
+    if !ok || out.trim() != "ok" {
+        m.fail(&format!("/readyz on {want}: {out}"));
+    }
+
+    // The in-cluster address of the API: the kubernetes Service and its endpoints, on a lone member.
+    let (ok, out) = eventually(Duration::from_secs(30), || {
+        let (ok, out) = kubectl(
+            &kubeconfig,
+            dir.path(),
+            &["get", "svc", "-A", "--no-headers"],
+        );
+        (ok && out.contains("kubernetes"), out)
+    });
+    if !ok {
+        m.fail(&format!(
+            "kubectl get svc -A has no kubernetes Service: {out}"
+        ));
+    }
+    let fields: Vec<&str> = out
+        .lines()
+        .find(|l| l.contains("kubernetes"))
+        .map(|l| l.split_whitespace().collect())
+        .unwrap_or_default();
+    assert_eq!(
+        fields.get(..5),
+        Some(&["default", "kubernetes", "ClusterIP", "10.96.0.1", "<none>"][..]),
+        "{out}"
+    );
+    assert_eq!(fields.get(5).copied(), Some("443/TCP"), "{out}");
+    let (ok, out) = eventually(Duration::from_secs(30), || {
+        let (ok, out) = kubectl(
+            &kubeconfig,
+            dir.path(),
+            &[
+                "get",
+                "endpoints",
+                "kubernetes",
+                "-o",
+                "jsonpath={.subsets[0].addresses[*].ip}:{.subsets[0].ports[0].port}",
+            ],
+        );
+        (ok && out.trim() == format!("{host}:6443"), out)
+    });
+    if !ok {
+        m.fail(&format!(
+            "Endpoints kubernetes do not list {host}:6443: {out}"
+        ));
+    }
+    let (ok, out) = eventually(Duration::from_secs(30), || {
+        let (ok, out) = kubectl(
+            &kubeconfig,
+            dir.path(),
+            &[
+                "get",
+                "endpointslices",
+                "-l",
+                "kubernetes.io/service-name=kubernetes",
+                "-o",
+                "jsonpath={.items[0].endpoints[*].addresses[0]}",
+            ],
+        );
+        (ok && out.trim() == host, out)
+    });
+    if !ok {
+        m.fail(&format!(
+            "the kubernetes EndpointSlice does not list {host}: {out}"
+        ));
+    }
+}
+
+#[test]
+fn empty_kube_listen_serves_no_kubernetes_api() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = own_loopback();
+    let m = Member::start(dir.path(), &host, &["--kube-listen", ""]);
+    // The etcd side serves (the member wrote its identity); the Kubernetes side never starts.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !dir.path().join("data").join("member").exists() {
+        if Instant::now() > deadline {
+            m.fail("the member did not start within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        !dir.path().join("data").join("admin.kubeconfig").exists(),
+        "--kube-listen \"\" still wrote admin.kubeconfig"
+    );
+    assert!(
+        std::net::TcpStream::connect((host.as_str(), 6443)).is_err(),
+        "--kube-listen \"\" still listens on {host}:6443"
+    );
+}
+
+#[test]
+fn three_members_publish_the_kubernetes_service() {
+    let c = KubeCluster::start(3);
+    // Every member answers with the same Service, whichever one leads.
+    for i in 0..3 {
+        c.wait_until("the kubernetes Service", Duration::from_secs(30), || {
+            let r = c.kubectl(
+                i,
+                &[
+                    "get",
+                    "svc",
+                    "-n",
+                    "default",
+                    "kubernetes",
+                    "-o",
+                    "jsonpath={.spec.clusterIP} {.spec.ports[0].port}",
+                ],
+            );
+            r.ok && r.stdout.trim() == "10.96.0.1 443"
+        });
+    }
+    c.wait_until(
+        "the kubernetes Endpoints with an address",
+        Duration::from_secs(30),
+        || {
+            let r = c.kubectl(
+                0,
+                &[
+                    "get",
+                    "endpoints",
+                    "kubernetes",
+                    "-o",
+                    "jsonpath={.subsets[0].addresses[*].ip}",
+                ],
+            );
+            r.ok && r.stdout.trim().starts_with("127.0.0.1")
+        },
+    );
+}
