@@ -19,6 +19,10 @@ for bin in /usr/bin/etcd /usr/bin/etcdctl protoc; do
 done
 echo "$(cargo --version), $(/usr/bin/etcd --version | head -n1)"
 
+echo "==> lint: cargo fmt --check, cargo clippy --workspace --all-targets -- -D warnings"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+
 echo "==> build: cargo build --workspace --all-targets"
 cargo build --workspace --all-targets
 

@@ -4,17 +4,22 @@ use serde_json::{Map, Value};
 
 /// `metadata` of an object, created empty if missing.
 pub fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
-    if !obj.is_object() {
-        *obj = Value::Object(Map::new());
-    }
-    let o = obj.as_object_mut().expect("just made an object");
-    let m = o
+    let m = force_object(obj)
         .entry("metadata")
         .or_insert_with(|| Value::Object(Map::new()));
-    if !m.is_object() {
-        *m = Value::Object(Map::new());
+    force_object(m)
+}
+
+/// `v` as a map, replaced by an empty one first if it is not an object.
+fn force_object(v: &mut Value) -> &mut Map<String, Value> {
+    if !v.is_object() {
+        *v = Value::Object(Map::new());
     }
-    m.as_object_mut().expect("just made an object")
+    match v {
+        Value::Object(m) => m,
+        // Made an object just above.
+        _ => unreachable!("force_object: not an object after replacing it"),
+    }
 }
 
 /// A string field of `metadata`, "" when absent.

@@ -2,6 +2,8 @@
 //! lists, watches, creates and replaces (with a conflict) through the same path an HTTPS client takes, on a
 //! real single-member keel (Raft, WAL and store in a temp dir; no TLS, no Kubernetes socket).
 
+#![allow(clippy::expect_used, clippy::unwrap_used)] // a test: a failed step should stop it loudly
+
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
