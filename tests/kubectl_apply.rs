@@ -1,6 +1,7 @@
 //! Server-side apply and managedFields with the real kubectl (1.32): a deployment applied through several
 //! revisions, conflicts between field managers (and with `kubectl scale`), forced applies, removal of fields
-//! an applier dropped, the upgrade from client-side apply, and bad apply requests sent raw.
+//! an applier dropped, the upgrade from client-side apply, and bad apply requests sent raw. Also the order a
+//! strategic merge patch (`kubectl patch`) leaves a merged list in.
 
 mod common;
 mod kubeapi;
@@ -362,6 +363,40 @@ fn server_side_apply_after_client_side_apply() {
     assert!(
         out.contains("unchanged") || out.contains("configured"),
         "{out}"
+    );
+}
+
+/// Issue 17: `kubectl patch` adding an env entry puts it before the live ones, as upstream does (`W X Z`, not
+/// `X Z W`); order matters because `$(VAR)` resolves only against earlier entries.
+#[test]
+fn strategic_patch_puts_a_new_env_entry_first() {
+    let c = KubeCluster::start(1);
+    let app = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "app"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "app"}},
+            "template": {"metadata": {"labels": {"app": "app"}}, "spec": {"containers": [
+                {"name": "a", "image": "busybox:1.36",
+                 "env": [{"name": "X", "value": "1"}, {"name": "Z", "value": "$(X)"}]}]}},
+        },
+    });
+    c.ok_stdin(0, &["create", "-f", "-"], Some(&app.to_string()));
+    c.ok(
+        0,
+        &[
+            "patch",
+            "deploy",
+            "app",
+            "-p",
+            r#"{"spec":{"template":{"spec":{"containers":[{"name":"a","env":[{"name":"W","value":"9"}]}]}}}}"#,
+        ],
+    );
+    let got = get_json(&c, &["deployment", "app"]);
+    let env = &got["spec"]["template"]["spec"]["containers"][0]["env"];
+    assert_eq!(
+        *env,
+        json!([{"name": "W", "value": "9"}, {"name": "X", "value": "1"}, {"name": "Z", "value": "$(X)"}]),
+        "{got}"
     );
 }
 
