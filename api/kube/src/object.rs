@@ -7,14 +7,19 @@ pub fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
     if !obj.is_object() {
         *obj = Value::Object(Map::new());
     }
-    let o = obj.as_object_mut().expect("just made an object");
+    let Value::Object(o) = obj else {
+        unreachable!("just made an object")
+    };
     let m = o
         .entry("metadata")
         .or_insert_with(|| Value::Object(Map::new()));
     if !m.is_object() {
         *m = Value::Object(Map::new());
     }
-    m.as_object_mut().expect("just made an object")
+    let Value::Object(m) = m else {
+        unreachable!("just made an object")
+    };
+    m
 }
 
 /// A string field of `metadata`, "" when absent.
