@@ -115,8 +115,7 @@ fn field_validation_with(
         },
         None if crd::is_crd_resource(&def.group, &def.kind) => crd::definition::prune_unknown(obj),
         None => {
-            let Some(root) =
-                crate::protobuf::schema::message_for(&def.api_version(), &def.kind)
+            let Some(root) = crate::protobuf::schema::message_for(&def.api_version(), &def.kind)
             else {
                 return Ok(Vec::new());
             };

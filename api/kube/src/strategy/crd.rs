@@ -1,0 +1,30 @@
+//! CustomResourceDefinitions (upstream's `apiextensions-apiserver/pkg/registry/customresourcedefinition`):
+//! defaults and validation of `crd::definition`, an immutable group and scope (objects are stored per
+//! scope).
+
+use serde_json::Value;
+
+use super::Strategy;
+use crate::admission::validate::immutable;
+use crate::crd::definition;
+use crate::resource::ResourceDef;
+use crate::status::Cause;
+
+pub(super) struct CustomResourceDefinition;
+
+impl Strategy for CustomResourceDefinition {
+    fn set_defaults(&self, _def: &ResourceDef, obj: &mut Value) {
+        definition::apply_defaults(obj);
+    }
+
+    fn validate(&self, _def: &ResourceDef, obj: &Value) -> Vec<Cause> {
+        definition::validate(obj)
+    }
+
+    fn validate_update(&self, _def: &ResourceDef, old: &Value, new: &Value) -> Vec<Cause> {
+        let mut causes = Vec::new();
+        immutable(old, new, "spec.group", &mut causes);
+        immutable(old, new, "spec.scope", &mut causes);
+        causes
+    }
+}

@@ -1,0 +1,85 @@
+//! Pods (upstream's `pkg/registry/core/pod/strategy.go`): pod spec defaults, a mostly immutable spec.
+
+use serde_json::{json, Value};
+
+use super::Strategy;
+use crate::admission::defaults::{pod_spec, set_default};
+use crate::admission::validate::check_containers;
+use crate::object::path;
+use crate::resource::ResourceDef;
+use crate::status::Cause;
+
+pub(super) struct Pod;
+
+impl Strategy for Pod {
+    fn set_defaults(&self, _def: &ResourceDef, obj: &mut Value) {
+        if let Some(spec) = obj.get_mut("spec") {
+            pod_spec(spec, "Always");
+            if let Some(m) = spec.as_object_mut() {
+                set_default(m, "serviceAccountName", json!("default"));
+                set_default(m, "enableServiceLinks", json!(true));
+                set_default(m, "priority", json!(0));
+                set_default(m, "preemptionPolicy", json!("PreemptLowerPriority"));
+            }
+        }
+    }
+
+    fn validate(&self, _def: &ResourceDef, obj: &Value) -> Vec<Cause> {
+        let mut causes = Vec::new();
+        match obj.get("spec") {
+            Some(spec) => check_containers(spec, "spec", &mut causes),
+            None => causes.push(Cause::required("spec.containers")),
+        }
+        causes
+    }
+
+    fn validate_update(&self, _def: &ResourceDef, old: &Value, new: &Value) -> Vec<Cause> {
+        let mut causes = Vec::new();
+        pod_update(old, new, &mut causes);
+        causes
+    }
+}
+
+/// Pods allow only images, activeDeadlineSeconds, tolerations (additions) and a few others to change.
+fn pod_update(old: &Value, new: &Value, causes: &mut Vec<Cause>) {
+    let strip = |v: &Value| -> Value {
+        let mut s = v.get("spec").cloned().unwrap_or(Value::Null);
+        if let Some(m) = s.as_object_mut() {
+            m.remove("activeDeadlineSeconds");
+            m.remove("tolerations");
+            m.remove("terminationGracePeriodSeconds");
+            for list in ["containers", "initContainers"] {
+                if let Some(cs) = m.get_mut(list).and_then(Value::as_array_mut) {
+                    for c in cs {
+                        if let Some(cm) = c.as_object_mut() {
+                            cm.remove("image");
+                        }
+                    }
+                }
+            }
+            // The scheduler binds through the binding subresource; an unset node may be set once.
+            if m.get("nodeName")
+                .is_some_and(|n| n.as_str().unwrap_or("").is_empty())
+            {
+                m.remove("nodeName");
+            }
+        }
+        s
+    };
+    let (mut a, b) = (strip(old), strip(new));
+    if path(old, "spec.nodeName")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .is_empty()
+    {
+        if let (Some(am), Some(n)) = (a.as_object_mut(), b.get("nodeName")) {
+            am.insert("nodeName".into(), n.clone());
+        }
+    }
+    if a != b {
+        causes.push(Cause::forbidden(
+            "spec",
+            "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
+        ));
+    }
+}
