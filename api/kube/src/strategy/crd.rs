@@ -1,18 +1,35 @@
 //! CustomResourceDefinitions (upstream's `apiextensions-apiserver/pkg/registry/customresourcedefinition`):
 //! defaults and validation of `crd::definition`, an immutable group and scope (objects are stored per
-//! scope).
+//! scope), fields known from the typed CRD, strategic merge patches merged as JSON merge patches (no Go
+//! struct tags to give merge keys).
 
 use serde_json::Value;
 
 use super::Strategy;
 use crate::admission::validate::immutable;
+use crate::body;
 use crate::crd::definition;
 use crate::resource::ResourceDef;
-use crate::status::Cause;
+use crate::status::{ApiError, Cause};
 
 pub(super) struct CustomResourceDefinition;
 
 impl Strategy for CustomResourceDefinition {
+    fn prune_unknown(&self, _def: &ResourceDef, obj: &mut Value) -> Vec<String> {
+        definition::prune_unknown(obj)
+    }
+
+    fn strategic_merge(
+        &self,
+        _def: &ResourceDef,
+        mut current: Value,
+        patch: &[u8],
+    ) -> Result<Value, ApiError> {
+        let p = body::json(patch)?;
+        json_patch::merge(&mut current, &p);
+        Ok(current)
+    }
+
     fn set_defaults(&self, _def: &ResourceDef, obj: &mut Value) {
         definition::apply_defaults(obj);
     }

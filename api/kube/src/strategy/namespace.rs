@@ -1,9 +1,10 @@
 //! Namespaces (upstream's `pkg/registry/core/namespace`): RFC 1123 label names, the `kubernetes`
-//! finalizer and the `kubernetes.io/metadata.name` label by default.
+//! finalizer and the `kubernetes.io/metadata.name` label by default, `Active` on create; `/finalize`
+//! writes `spec.finalizers` only.
 
 use serde_json::{json, Value};
 
-use super::Strategy;
+use super::{set_status, start_generation, status_only, Strategy, Subresource};
 use crate::admission::defaults::{obj_mut, set_default};
 use crate::admission::names::NameRule;
 use crate::object;
@@ -26,5 +27,35 @@ impl Strategy for Namespace {
         if let Some(l) = labels.as_object_mut() {
             l.insert("kubernetes.io/metadata.name".into(), json!(name));
         }
+    }
+
+    fn prepare_for_create(&self, def: &ResourceDef, obj: &mut Value) {
+        start_generation(def, obj);
+        set_status(obj, json!({"phase": "Active"}));
+    }
+
+    fn subresource(&self, name: &str) -> Option<&'static dyn Subresource> {
+        match name {
+            "finalize" => Some(&Finalize),
+            _ => status_only(name),
+        }
+    }
+}
+
+/// `/finalize`: the stored namespace with the client's `spec.finalizers`.
+struct Finalize;
+
+impl Subresource for Finalize {
+    fn prepare_for_update(&self, _def: &ResourceDef, old: &Value, new: Value) -> Value {
+        let mut out = old.clone();
+        let fins = object::path(&new, "spec.finalizers")
+            .cloned()
+            .unwrap_or(json!([]));
+        if let Some(spec) = out.get_mut("spec").and_then(Value::as_object_mut) {
+            spec.insert("finalizers".into(), fins);
+        } else if let Some(m) = out.as_object_mut() {
+            m.insert("spec".into(), json!({"finalizers": fins}));
+        }
+        out
     }
 }

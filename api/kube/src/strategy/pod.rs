@@ -1,11 +1,12 @@
-//! Pods (upstream's `pkg/registry/core/pod/strategy.go`): pod spec defaults, a mostly immutable spec.
+//! Pods (upstream's `pkg/registry/core/pod/strategy.go`): pod spec defaults, `Pending` status and QoS
+//! class on create, a mostly immutable spec.
 
 use serde_json::{json, Value};
 
-use super::Strategy;
+use super::{set_status, start_generation, Strategy};
 use crate::admission::defaults::{pod_spec, set_default};
 use crate::admission::validate::check_containers;
-use crate::object::path;
+use crate::object::{self, path};
 use crate::resource::ResourceDef;
 use crate::status::Cause;
 
@@ -24,6 +25,12 @@ impl Strategy for Pod {
         }
     }
 
+    fn prepare_for_create(&self, def: &ResourceDef, obj: &mut Value) {
+        start_generation(def, obj);
+        let qos = qos_class(obj);
+        set_status(obj, json!({"phase": "Pending", "qosClass": qos}));
+    }
+
     fn validate(&self, _def: &ResourceDef, obj: &Value) -> Vec<Cause> {
         let mut causes = Vec::new();
         match obj.get("spec") {
@@ -37,6 +44,41 @@ impl Strategy for Pod {
         let mut causes = Vec::new();
         pod_update(old, new, &mut causes);
         causes
+    }
+}
+
+fn qos_class(pod: &Value) -> &'static str {
+    let containers = object::path(pod, "spec.containers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut any = false;
+    let mut guaranteed = !containers.is_empty();
+    for c in &containers {
+        let req = c
+            .get("resources")
+            .and_then(|r| r.get("requests"))
+            .and_then(Value::as_object);
+        let lim = c
+            .get("resources")
+            .and_then(|r| r.get("limits"))
+            .and_then(Value::as_object);
+        if req.is_some_and(|r| !r.is_empty()) || lim.is_some_and(|l| !l.is_empty()) {
+            any = true;
+        }
+        let full = |m: Option<&serde_json::Map<String, Value>>| {
+            m.is_some_and(|m| m.contains_key("cpu") && m.contains_key("memory"))
+        };
+        if !full(lim) || (req.is_some() && req != lim) {
+            guaranteed = false;
+        }
+    }
+    if guaranteed {
+        "Guaranteed"
+    } else if any {
+        "Burstable"
+    } else {
+        "BestEffort"
     }
 }
 

@@ -1,15 +1,18 @@
 //! Services (upstream's `pkg/registry/core/service`): RFC 1035 label names, type and port defaults and
-//! checks, an immutable `spec.clusterIP`.
+//! checks, an immutable `spec.clusterIP`; the ClusterIP and node ports are allocated on create as claims
+//! written with the Service (see `alloc`) and released with it.
 
 use serde_json::{json, Value};
 
-use super::Strategy;
+use super::{Allocation, Strategy};
 use crate::admission::defaults::{obj_mut, set_default};
 use crate::admission::names::NameRule;
 use crate::admission::validate::immutable;
+use crate::alloc;
 use crate::object::path;
 use crate::resource::ResourceDef;
 use crate::status::Cause;
+use crate::storage::Storage;
 
 pub(super) struct Service;
 
@@ -50,6 +53,23 @@ impl Strategy for Service {
         let mut causes = Vec::new();
         immutable(old, new, "spec.clusterIP", &mut causes);
         causes
+    }
+
+    fn allocate<'a>(
+        &'a self,
+        storage: &'a Storage,
+        def: &'a ResourceDef,
+        obj: &'a mut Value,
+    ) -> Allocation<'a> {
+        Box::pin(alloc::allocate(storage, def, obj))
+    }
+
+    fn forget(&self, obj: &mut Value) {
+        alloc::forget(obj);
+    }
+
+    fn claims(&self, obj: &Value) -> Vec<String> {
+        alloc::claims(obj)
     }
 }
 
