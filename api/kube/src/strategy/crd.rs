@@ -1,14 +1,15 @@
 //! CustomResourceDefinitions (upstream's `apiextensions-apiserver/pkg/registry/customresourcedefinition`):
 //! defaults and validation of `crd::definition`, an immutable group and scope (objects are stored per
 //! scope), fields known from the typed CRD, strategic merge patches merged as JSON merge patches (no Go
-//! struct tags to give merge keys).
+//! struct tags to give merge keys), and a delete held by the cleanup finalizer until the CRD's objects are
+//! gone (`crd::controller`).
 
 use serde_json::Value;
 
 use super::Strategy;
 use crate::admission::validate::immutable;
 use crate::body;
-use crate::crd::definition;
+use crate::crd::{controller, definition};
 use crate::resource::ResourceDef;
 use crate::status::{ApiError, Cause};
 
@@ -43,5 +44,13 @@ impl Strategy for CustomResourceDefinition {
         immutable(old, new, "spec.group", &mut causes);
         immutable(old, new, "spec.scope", &mut causes);
         causes
+    }
+
+    fn deletion_held(&self, _obj: &Value) -> bool {
+        true
+    }
+
+    fn prepare_for_delete(&self, obj: &mut Value) {
+        controller::add_cleanup_finalizer(obj);
     }
 }

@@ -1,11 +1,11 @@
 //! Custom resources (upstream's `apiextensions-apiserver/pkg/registry/customresource`): defaults,
 //! validation and pruning from the served version's structural schema; a create keeps the status the
 //! client sent; without a status subresource every change but metadata counts for the generation; no
-//! strategic merge patch (415); no creates while the CRD is terminating.
+//! strategic merge patch (415); no creates while the CRD is terminating; `/scale` at the CRD's paths.
 
 use serde_json::Value;
 
-use super::{start_generation, Strategy};
+use super::{start_generation, ScalePaths, Strategy};
 use crate::crd;
 use crate::resource::ResourceDef;
 use crate::status::{ApiError, Cause};
@@ -70,5 +70,18 @@ impl Strategy for CustomResource {
             v
         };
         body(old) != body(new)
+    }
+
+    fn scale_paths(&self, def: &ResourceDef) -> ScalePaths {
+        let dotted = |p: &str| p.trim_start_matches('.').to_string();
+        match def.custom.as_ref().and_then(|c| c.scale.as_ref()) {
+            Some(s) => ScalePaths {
+                spec: dotted(&s.spec_replicas_path),
+                status: dotted(&s.status_replicas_path),
+                selector: s.label_selector_path.as_deref().map(dotted),
+                selector_is_text: true,
+            },
+            None => super::Plain.scale_paths(def),
+        }
     }
 }

@@ -1,9 +1,10 @@
 //! Per-kind rules of writes, shaped like upstream's registry strategies (kube-apiserver's
 //! `pkg/registry/<group>/<kind>/strategy.go`).
 //!
-//! The generic verbs (`handler::write`, `handler::apply`) know nothing about kinds: they decode, check
-//! optimistic concurrency, keep server-owned metadata, record managedFields and write. Every rule that
-//! belongs to one kind sits in that kind's [`Strategy`], found from the resource table with [`of`]:
+//! The generic verbs (`handler::write`, `handler::apply`, `handler::delete`, `handler::scale`) know nothing
+//! about kinds: they decode, check optimistic concurrency, keep server-owned metadata, record managedFields
+//! and write. Every rule that belongs to one kind sits in that kind's [`Strategy`], found from the resource
+//! table with [`of`]:
 //!
 //! - create: [`Strategy::set_defaults`], [`Strategy::prepare_for_create`] (status reset, the Pod's QoS
 //!   class, the Job's selector), [`Strategy::validate`] (after the generic metadata checks, with the name
@@ -15,8 +16,12 @@
 //!   with a status, `finalize` for namespaces) builds the stored object from the stored one and the
 //!   client's, and validates it; a kind's own subresource rules (pod bindings, evictions, the node agent's
 //!   pod status) are one more [`Subresource`] in its module, and the route is served once it is named;
+//! - delete: [`Strategy::graceful_delete`] (the pod's grace period), [`Strategy::deletion_held`] and
+//!   [`Strategy::prepare_for_delete`] (a namespace's `spec.finalizers`, the CRD's cleanup finalizer),
+//!   [`Strategy::mark_deleting`] (a namespace's `Terminating` phase), [`Strategy::claims`] (what the
+//!   delete releases), [`Strategy::returns_deleted_object`];
 //! - decoding: [`Strategy::prune_unknown`] (field validation) and [`Strategy::strategic_merge`], which
-//!   differ for CRDs and custom resources.
+//!   differ for CRDs and custom resources; [`Strategy::scale_paths`] for `/scale`.
 //!
 //! Every method has a default, the rule of a kind without rules of its own, so a module overrides only
 //! what its kind changes. Shared building blocks (pod spec defaults and checks, selector/template checks,
@@ -52,6 +57,19 @@ use crate::storage::Storage;
 
 /// What [`Strategy::allocate`] returns: the claim keys to write with the object.
 pub type Allocation<'a> = Pin<Box<dyn Future<Output = Result<Vec<String>, ApiError>> + Send + 'a>>;
+
+/// Where a resource keeps what its `/scale` subresource shows (dotted paths).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScalePaths {
+    /// The desired replicas.
+    pub spec: String,
+    /// The observed replicas.
+    pub status: String,
+    /// The label selector, if any.
+    pub selector: Option<String>,
+    /// Whether the selector is a string (custom resources) rather than a LabelSelector object.
+    pub selector_is_text: bool,
+}
 
 /// The rules of one kind. Every method has the default of a kind without rules of its own.
 pub trait Strategy: Sync {
@@ -167,6 +185,37 @@ pub trait Strategy: Sync {
     /// served (except `scale`, which has its own handler). Default: `status`.
     fn subresource(&self, name: &str) -> Option<&'static dyn Subresource> {
         status_only(name)
+    }
+
+    /// The grace period a delete waits before the object goes (CheckGracefulDelete); 0 deletes at once.
+    fn graceful_delete(&self, _obj: &Value, _requested: Option<i64>) -> i64 {
+        0
+    }
+
+    /// Whether a delete only marks the object, beyond `metadata.finalizers` and a grace period.
+    fn deletion_held(&self, _obj: &Value) -> bool {
+        false
+    }
+
+    /// Changes an object whose deletion is held, before it is marked (the CRD's cleanup finalizer).
+    fn prepare_for_delete(&self, _obj: &mut Value) {}
+
+    /// Changes an object as its `deletionTimestamp` is set (a namespace's `Terminating` phase).
+    fn mark_deleting(&self, _obj: &mut Value) {}
+
+    /// Whether a delete that removes the object answers with the object rather than a Status.
+    fn returns_deleted_object(&self) -> bool {
+        false
+    }
+
+    /// Where `/scale` reads and writes replicas and the selector.
+    fn scale_paths(&self, _def: &ResourceDef) -> ScalePaths {
+        ScalePaths {
+            spec: "spec.replicas".into(),
+            status: "status.replicas".into(),
+            selector: Some("spec.selector".into()),
+            selector_is_text: false,
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! Namespaces (upstream's `pkg/registry/core/namespace`): RFC 1123 label names, the `kubernetes`
-//! finalizer and the `kubernetes.io/metadata.name` label by default, `Active` on create; `/finalize`
-//! writes `spec.finalizers` only.
+//! finalizer and the `kubernetes.io/metadata.name` label by default, `Active` on create; a delete holds
+//! the namespace while `spec.finalizers` is not empty and shows it `Terminating`; `/finalize` writes
+//! `spec.finalizers` only.
 
 use serde_json::{json, Value};
 
@@ -39,6 +40,20 @@ impl Strategy for Namespace {
             "finalize" => Some(&Finalize),
             _ => status_only(name),
         }
+    }
+
+    fn deletion_held(&self, obj: &Value) -> bool {
+        object::path(obj, "spec.finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty())
+    }
+
+    fn mark_deleting(&self, obj: &mut Value) {
+        set_status(obj, json!({"phase": "Terminating"}));
+    }
+
+    fn returns_deleted_object(&self) -> bool {
+        true
     }
 }
 

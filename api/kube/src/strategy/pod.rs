@@ -1,5 +1,5 @@
 //! Pods (upstream's `pkg/registry/core/pod/strategy.go`): pod spec defaults, `Pending` status and QoS
-//! class on create, a mostly immutable spec.
+//! class on create, a mostly immutable spec, graceful deletion of pods bound to a node.
 
 use serde_json::{json, Value};
 
@@ -44,6 +44,14 @@ impl Strategy for Pod {
         let mut causes = Vec::new();
         pod_update(old, new, &mut causes);
         causes
+    }
+
+    fn graceful_delete(&self, obj: &Value, requested: Option<i64>) -> i64 {
+        pod_grace(obj, requested)
+    }
+
+    fn returns_deleted_object(&self) -> bool {
+        true
     }
 }
 
@@ -123,5 +131,37 @@ fn pod_update(old: &Value, new: &Value, causes: &mut Vec<Cause>) {
             "spec",
             "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
         ));
+    }
+}
+
+fn pod_grace(obj: &Value, requested: Option<i64>) -> i64 {
+    let node = object::path(obj, "spec.nodeName")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let phase = object::path(obj, "status.phase")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if node.is_empty() || phase == "Succeeded" || phase == "Failed" {
+        return 0;
+    }
+    requested
+        .or_else(|| object::path(obj, "spec.terminationGracePeriodSeconds").and_then(Value::as_i64))
+        .unwrap_or(30)
+        .max(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unscheduled_pods_go_at_once() {
+        let pod = json!({"spec": {"terminationGracePeriodSeconds": 10}});
+        assert_eq!(pod_grace(&pod, None), 0);
+        let bound = json!({"spec": {"nodeName": "n1", "terminationGracePeriodSeconds": 10}});
+        assert_eq!(pod_grace(&bound, None), 10);
+        assert_eq!(pod_grace(&bound, Some(0)), 0);
+        let done = json!({"spec": {"nodeName": "n1"}, "status": {"phase": "Succeeded"}});
+        assert_eq!(pod_grace(&done, None), 0);
     }
 }

@@ -71,6 +71,10 @@ impl Strategy for Service {
     fn claims(&self, obj: &Value) -> Vec<String> {
         alloc::claims(obj)
     }
+
+    fn returns_deleted_object(&self) -> bool {
+        true
+    }
 }
 
 fn check_service(obj: &Value, causes: &mut Vec<Cause>) {
