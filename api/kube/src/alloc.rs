@@ -1,4 +1,5 @@
-//! Unique allocations made at create time: Service ClusterIPs and NodePorts.
+//! Unique allocations made at create time: Service ClusterIPs and NodePorts (called from the Service
+//! strategy).
 //!
 //! Each allocated value is a claim key written in the same Txn as the Service (see
 //! [`Storage::put_claiming`]); the Txn fails if the claim exists, so two members allocating at once cannot
@@ -31,10 +32,6 @@ fn in_net(ip: Ipv4Addr) -> bool {
     (u32::from(ip) & mask) == u32::from(SERVICE_NET)
 }
 
-fn is_service(def: &ResourceDef) -> bool {
-    def.group.is_empty() && def.kind == "Service"
-}
-
 async fn claimed(storage: &Storage, key: &str) -> Result<bool, ApiError> {
     Ok(storage.get_raw(key).await?.is_some())
 }
@@ -50,15 +47,13 @@ fn taken(def: &ResourceDef, name: &str, field: &str, value: Value, what: &str) -
     }
 }
 
-/// Allocates what `obj` needs and returns the claim keys to write with it.
+/// Allocates what the Service `obj` needs and returns the claim keys to write with it (the Service
+/// strategy's `allocate`; `def` names the object in errors).
 pub async fn allocate(
     storage: &Storage,
     def: &ResourceDef,
     obj: &mut Value,
 ) -> Result<Vec<String>, ApiError> {
-    if !is_service(def) {
-        return Ok(Vec::new());
-    }
     let name = super::object::name(obj).to_string();
     let kind = path(obj, "spec.type")
         .and_then(Value::as_str)
@@ -188,11 +183,8 @@ pub async fn allocate(
     Ok(claims)
 }
 
-/// Clears allocations after a lost race so the next attempt allocates afresh.
-pub fn forget(obj: &mut Value, def: &ResourceDef) {
-    if !is_service(def) {
-        return;
-    }
+/// Clears a Service's allocations after a lost race so the next attempt allocates afresh.
+pub fn forget(obj: &mut Value) {
     if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
         if spec.get("clusterIP").and_then(Value::as_str) != Some("None") {
             spec.remove("clusterIP");
@@ -201,12 +193,14 @@ pub fn forget(obj: &mut Value, def: &ResourceDef) {
     }
 }
 
-/// The claim keys a stored object holds (released when it is deleted).
+/// The claim keys a stored object of `def` holds (released when it is deleted): its strategy's.
 pub fn claims_of(def: &ResourceDef, obj: &Value) -> Vec<String> {
+    super::strategy::of(def).claims(obj)
+}
+
+/// The claim keys a stored Service holds.
+pub fn claims(obj: &Value) -> Vec<String> {
     let mut out = Vec::new();
-    if !is_service(def) {
-        return out;
-    }
     if let Some(ip) = path(obj, "spec.clusterIP").and_then(Value::as_str) {
         if ip.parse::<Ipv4Addr>().is_ok() {
             out.push(format!("{IP_CLAIMS}{ip}"));

@@ -3,9 +3,11 @@
 //! in their CRD's storage version and served in any served version (conversion strategy `None`: only
 //! `apiVersion` changes), with schema defaults applied on read as upstream does.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value};
 
-use super::resource::ResourceDef;
+use super::resource::{self, ResourceDef};
 
 /// (events.k8s.io/v1 field, core/v1 field)
 const EVENT_FIELDS: &[(&str, &str)] = &[
@@ -32,6 +34,15 @@ fn rename(obj: &mut Value, forward: bool) {
         }
     }
     m.extend(moved);
+}
+
+/// The definition objects of `def` are validated and stored with (events.k8s.io Events are core Events).
+pub fn storage_def(def: &Arc<ResourceDef>) -> Arc<ResourceDef> {
+    if is_events_v1(def) {
+        resource::find("", "v1", "events").unwrap_or_else(|| def.clone())
+    } else {
+        def.clone()
+    }
 }
 
 /// Turns an object as the client sent it into its stored form.

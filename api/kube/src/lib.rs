@@ -6,7 +6,9 @@
 //! - `resource`: the table of built-in resources; `crd`: CustomResourceDefinitions and the run-time registry
 //!   of served resources (built-ins plus custom resources); `discovery`: documents built from it.
 //! - `storage`: objects as JSON under `/registry/...`, resourceVersion = mod revision.
-//! - `admission`: defaulting and validation; `alloc`: Service IPs and node ports; `lifecycle`: namespaces.
+//! - `strategy`: the rules of each kind (create, update, subresources, delete), looked up from the resource
+//!   table; `admission`: defaulting and validation through them; `alloc`: Service IPs and node ports;
+//!   `lifecycle`: namespaces.
 //! - `apply`: server-side apply and managedFields.
 //! - `table`: `kubectl get` columns; `selector`: label and field selectors; `status`: every error answer.
 
@@ -33,6 +35,7 @@ pub mod selector;
 pub mod server;
 pub mod status;
 pub mod storage;
+pub mod strategy;
 pub mod table;
 pub mod types;
 

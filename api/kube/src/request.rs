@@ -58,9 +58,11 @@ pub fn parse_route(
         return Err(ApiError::NoRoute);
     }
     if let Some(s) = sub {
-        let served = (s == "status" && def.status)
-            || (s == "scale" && def.scale)
-            || (s == "finalize" && def.gk() == ("", "Namespace"));
+        let served = match s {
+            "status" => def.status,
+            "scale" => def.scale,
+            other => super::strategy::of(&def).subresource(other).is_some(),
+        };
         if !served {
             return Err(ApiError::NoRoute);
         }

@@ -1,6 +1,8 @@
 //! Validation of built-in kinds: the shape (every field has its declared type, checked by decoding into the
 //! `k8s-openapi` type: a mismatch is a 400 as upstream's decoder answers) and the rules (names, required
-//! fields, selectors, immutable fields: a 422 `Invalid` with one cause per problem).
+//! fields, selectors, immutable fields: a 422 `Invalid` with one cause per problem). Metadata checks are
+//! generic; which rules a kind adds is its strategy's (`strategy/`), built from the checks here that
+//! several kinds share.
 
 use serde_json::{json, Value};
 
@@ -23,17 +25,8 @@ pub fn shape(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
     })
 }
 
-/// The name rule of a resource.
-pub fn name_rule(def: &ResourceDef) -> NameRule {
-    match def.gk() {
-        ("", "Namespace") => NameRule::Label,
-        ("", "Service") => NameRule::Dns1035,
-        ("rbac.authorization.k8s.io", _) => NameRule::PathSegment,
-        _ => NameRule::Subdomain,
-    }
-}
-
-fn check_meta(def: &ResourceDef, obj: &Value, causes: &mut Vec<Cause>) {
+/// Checks `metadata`: the name (by `rule`), label keys and values, annotation keys and size.
+pub fn check_meta(rule: NameRule, obj: &Value, causes: &mut Vec<Cause>) {
     let name = object::name(obj);
     if name.is_empty() {
         causes.push(Cause {
@@ -41,7 +34,7 @@ fn check_meta(def: &ResourceDef, obj: &Value, causes: &mut Vec<Cause>) {
             message: "Required value: name or generateName is required".into(),
             field: "metadata.name".into(),
         });
-    } else if let Err(msg) = names::check(name_rule(def), name) {
+    } else if let Err(msg) = names::check(rule, name) {
         causes.push(Cause::invalid("metadata.name", &json!(name), &msg));
     }
     if let Some(labels) = object::labels(obj) {
@@ -81,7 +74,8 @@ fn check_meta(def: &ResourceDef, obj: &Value, causes: &mut Vec<Cause>) {
     }
 }
 
-fn check_containers(spec: &Value, at: &str, causes: &mut Vec<Cause>) {
+/// Checks the containers and restart policy of the pod spec at `at`.
+pub fn check_containers(spec: &Value, at: &str, causes: &mut Vec<Cause>) {
     let containers = spec.get("containers").and_then(Value::as_array);
     match containers {
         None => causes.push(Cause::required(&format!("{at}.containers"))),
@@ -121,7 +115,9 @@ fn check_containers(spec: &Value, at: &str, causes: &mut Vec<Cause>) {
     }
 }
 
-fn check_selector_template(
+/// Checks that `spec.selector` (required or not) matches the labels of the pod template at `template`,
+/// and the template's containers.
+pub fn check_selector_template(
     obj: &Value,
     causes: &mut Vec<Cause>,
     template: &str,
@@ -160,7 +156,8 @@ fn check_selector_template(
     }
 }
 
-fn check_replicas(obj: &Value, causes: &mut Vec<Cause>) {
+/// `spec.replicas` may not be negative.
+pub fn check_replicas(obj: &Value, causes: &mut Vec<Cause>) {
     if let Some(r) = path(obj, "spec.replicas").and_then(Value::as_i64) {
         if r < 0 {
             causes.push(Cause::invalid(
@@ -172,70 +169,8 @@ fn check_replicas(obj: &Value, causes: &mut Vec<Cause>) {
     }
 }
 
-fn check_service(obj: &Value, causes: &mut Vec<Cause>) {
-    let kind = path(obj, "spec.type")
-        .and_then(Value::as_str)
-        .unwrap_or("ClusterIP");
-    let types = ["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"];
-    if !types.contains(&kind) {
-        causes.push(Cause::not_supported("spec.type", &json!(kind), &types));
-    }
-    let ports = path(obj, "spec.ports").and_then(Value::as_array);
-    let headless = path(obj, "spec.clusterIP").and_then(Value::as_str) == Some("None");
-    if kind != "ExternalName" && !headless && ports.is_none_or(|p| p.is_empty()) {
-        causes.push(Cause::required("spec.ports"));
-    }
-    if kind == "ExternalName"
-        && path(obj, "spec.externalName")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .is_empty()
-    {
-        causes.push(Cause::required("spec.externalName"));
-    }
-    let list = ports.cloned().unwrap_or_default();
-    let mut names_seen = Vec::new();
-    for (i, p) in list.iter().enumerate() {
-        let port = p.get("port").and_then(Value::as_i64).unwrap_or(0);
-        if !(1..=65535).contains(&port) {
-            causes.push(Cause::invalid(
-                &format!("spec.ports[{i}].port"),
-                &json!(port),
-                "must be between 1 and 65535, inclusive",
-            ));
-        }
-        let name = p.get("name").and_then(Value::as_str).unwrap_or("");
-        if list.len() > 1 && name.is_empty() {
-            causes.push(Cause::required(&format!("spec.ports[{i}].name")));
-        } else if !name.is_empty() {
-            if names_seen.contains(&name) {
-                causes.push(Cause::duplicate(
-                    &format!("spec.ports[{i}].name"),
-                    &json!(name),
-                ));
-            }
-            names_seen.push(name);
-        }
-        let proto = p.get("protocol").and_then(Value::as_str).unwrap_or("TCP");
-        if !["TCP", "UDP", "SCTP"].contains(&proto) {
-            causes.push(Cause::not_supported(
-                &format!("spec.ports[{i}].protocol"),
-                &json!(proto),
-                &["SCTP", "TCP", "UDP"],
-            ));
-        }
-        if let Some(np) = p.get("nodePort").and_then(Value::as_i64) {
-            if np != 0 && kind == "ClusterIP" {
-                causes.push(Cause::forbidden(
-                    &format!("spec.ports[{i}].nodePort"),
-                    "may not be used when `type` is 'ClusterIP'",
-                ));
-            }
-        }
-    }
-}
-
-fn check_data_keys(obj: &Value, field: &str, causes: &mut Vec<Cause>) {
+/// Keys of the map at `field` must be valid ConfigMap/Secret keys.
+pub fn check_data_keys(obj: &Value, field: &str, causes: &mut Vec<Cause>) {
     if let Some(m) = obj.get(field).and_then(Value::as_object) {
         for k in m.keys() {
             if let Err(msg) = names::check_data_key(k) {
@@ -245,92 +180,20 @@ fn check_data_keys(obj: &Value, field: &str, causes: &mut Vec<Cause>) {
     }
 }
 
-/// Checks an object before it is created (or replaced): every problem as a cause.
+/// Checks an object before it is created (or replaced): every problem as a cause. Metadata is checked
+/// here, the rest by the kind's strategy ([`Strategy::validate`]).
+///
+/// [`Strategy::validate`]: crate::strategy::Strategy::validate
 pub fn object(def: &ResourceDef, obj: &Value) -> Vec<Cause> {
+    let strategy = crate::strategy::of(def);
     let mut causes = Vec::new();
-    check_meta(def, obj, &mut causes);
-    if let Some(c) = &def.custom {
-        if let Some(s) = &c.schema {
-            causes.extend(crate::crd::validate::object(s, obj));
-        }
-        return causes;
-    }
-    match def.gk() {
-        (crate::crd::GROUP, "CustomResourceDefinition") => {
-            causes.extend(crate::crd::definition::validate(obj))
-        }
-        ("", "Pod") => match obj.get("spec") {
-            Some(spec) => check_containers(spec, "spec", &mut causes),
-            None => causes.push(Cause::required("spec.containers")),
-        },
-        ("", "Service") => check_service(obj, &mut causes),
-        ("", "ConfigMap") => {
-            check_data_keys(obj, "data", &mut causes);
-            check_data_keys(obj, "binaryData", &mut causes);
-        }
-        ("", "Secret") => check_data_keys(obj, "data", &mut causes),
-        ("apps", "Deployment") | ("apps", "ReplicaSet") | ("apps", "StatefulSet") => {
-            check_replicas(obj, &mut causes);
-            check_selector_template(obj, &mut causes, "spec.template", true);
-        }
-        ("apps", "DaemonSet") => check_selector_template(obj, &mut causes, "spec.template", true),
-        ("batch", "Job") => {
-            check_selector_template(obj, &mut causes, "spec.template", false);
-            let rp = path(obj, "spec.template.spec.restartPolicy").and_then(Value::as_str);
-            if let Some(rp) = rp {
-                if !["OnFailure", "Never"].contains(&rp) {
-                    causes.push(Cause::not_supported(
-                        "spec.template.spec.restartPolicy",
-                        &json!(rp),
-                        &["OnFailure", "Never"],
-                    ));
-                }
-            }
-        }
-        ("batch", "CronJob") => {
-            if path(obj, "spec.schedule")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .is_empty()
-            {
-                causes.push(Cause::required("spec.schedule"));
-            }
-            match path(obj, "spec.jobTemplate.spec.template.spec") {
-                Some(spec) => {
-                    check_containers(spec, "spec.jobTemplate.spec.template.spec", &mut causes)
-                }
-                None => causes.push(Cause::required(
-                    "spec.jobTemplate.spec.template.spec.containers",
-                )),
-            }
-        }
-        ("rbac.authorization.k8s.io", "RoleBinding")
-        | ("rbac.authorization.k8s.io", "ClusterRoleBinding") => {
-            if path(obj, "roleRef.name")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .is_empty()
-            {
-                causes.push(Cause::required("roleRef.name"));
-            }
-            let kind = path(obj, "roleRef.kind")
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            let allowed: &[&str] = if def.kind == "RoleBinding" {
-                &["Role", "ClusterRole"]
-            } else {
-                &["ClusterRole"]
-            };
-            if !allowed.contains(&kind) {
-                causes.push(Cause::not_supported("roleRef.kind", &json!(kind), allowed));
-            }
-        }
-        _ => {}
-    }
+    check_meta(strategy.name_rule(), obj, &mut causes);
+    causes.extend(strategy.validate(def, obj));
     causes
 }
 
-fn immutable(old: &Value, new: &Value, field: &str, causes: &mut Vec<Cause>) {
+/// A set field may not change.
+pub fn immutable(old: &Value, new: &Value, field: &str, causes: &mut Vec<Cause>) {
     let (a, b) = (path(old, field), path(new, field));
     if a.is_some_and(|v| !v.is_null()) && a != b {
         causes.push(Cause::invalid(
@@ -341,88 +204,33 @@ fn immutable(old: &Value, new: &Value, field: &str, causes: &mut Vec<Cause>) {
     }
 }
 
-/// Checks an update against the stored object (immutable fields).
+/// Checks an update against the stored object: the new object as [`object`] does, then the kind's
+/// update rules ([`Strategy::validate_update`]: immutable fields).
+///
+/// [`Strategy::validate_update`]: crate::strategy::Strategy::validate_update
 pub fn update(def: &ResourceDef, old: &Value, new: &Value) -> Vec<Cause> {
     let mut causes = object(def, new);
-    match def.gk() {
-        ("apps", "Deployment")
-        | ("apps", "ReplicaSet")
-        | ("apps", "StatefulSet")
-        | ("apps", "DaemonSet") => {
-            immutable(old, new, "spec.selector", &mut causes);
-        }
-        ("batch", "Job") => {
-            immutable(old, new, "spec.selector", &mut causes);
-            immutable(old, new, "spec.completions", &mut causes);
-        }
-        ("", "Service") => immutable(old, new, "spec.clusterIP", &mut causes),
-        ("", "ConfigMap") | ("", "Secret") if path(old, "immutable") == Some(&json!(true)) => {
-            for f in ["data", "binaryData"] {
-                if path(old, f) != path(new, f) {
-                    causes.push(Cause::forbidden(
-                        f,
-                        "field is immutable when `immutable` is set",
-                    ));
-                }
-            }
-            if path(new, "immutable") != Some(&json!(true)) {
-                causes.push(Cause::forbidden(
-                    "immutable",
-                    "field is immutable when `immutable` is set",
-                ));
-            }
-        }
-        ("", "Pod") => pod_update(old, new, &mut causes),
-        (crate::crd::GROUP, "CustomResourceDefinition") => {
-            // Objects are stored per scope; changing it would strand them.
-            immutable(old, new, "spec.group", &mut causes);
-            immutable(old, new, "spec.scope", &mut causes);
-        }
-        _ => {}
-    }
+    causes.extend(crate::strategy::of(def).validate_update(def, old, new));
     causes
 }
 
-/// Pods allow only images, activeDeadlineSeconds, tolerations (additions) and a few others to change.
-fn pod_update(old: &Value, new: &Value, causes: &mut Vec<Cause>) {
-    let strip = |v: &Value| -> Value {
-        let mut s = v.get("spec").cloned().unwrap_or(Value::Null);
-        if let Some(m) = s.as_object_mut() {
-            m.remove("activeDeadlineSeconds");
-            m.remove("tolerations");
-            m.remove("terminationGracePeriodSeconds");
-            for list in ["containers", "initContainers"] {
-                if let Some(cs) = m.get_mut(list).and_then(Value::as_array_mut) {
-                    for c in cs {
-                        if let Some(cm) = c.as_object_mut() {
-                            cm.remove("image");
-                        }
-                    }
-                }
-            }
-            // The scheduler binds through the binding subresource; an unset node may be set once.
-            if m.get("nodeName")
-                .is_some_and(|n| n.as_str().unwrap_or("").is_empty())
-            {
-                m.remove("nodeName");
-            }
-        }
-        s
-    };
-    let (mut a, b) = (strip(old), strip(new));
-    if path(old, "spec.nodeName")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .is_empty()
-    {
-        if let (Some(am), Some(n)) = (a.as_object_mut(), b.get("nodeName")) {
-            am.insert("nodeName".into(), n.clone());
+/// The data of a ConfigMap or Secret marked `immutable` may not change, nor may the mark.
+pub fn immutable_data(old: &Value, new: &Value, causes: &mut Vec<Cause>) {
+    if path(old, "immutable") != Some(&json!(true)) {
+        return;
+    }
+    for f in ["data", "binaryData"] {
+        if path(old, f) != path(new, f) {
+            causes.push(Cause::forbidden(
+                f,
+                "field is immutable when `immutable` is set",
+            ));
         }
     }
-    if a != b {
+    if path(new, "immutable") != Some(&json!(true)) {
         causes.push(Cause::forbidden(
-            "spec",
-            "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
+            "immutable",
+            "field is immutable when `immutable` is set",
         ));
     }
 }

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use super::write::{
     check_field_manager, create_object, field_validation, guaranteed_update_tracked,
-    respond_updated, storage_def, with_warnings, Tracking, Updated,
+    respond_updated, with_warnings, Tracking, Updated,
 };
 use super::Call;
 use crate::admission::validate;
@@ -15,6 +15,7 @@ use crate::apply::diff;
 use crate::apply::fieldset::FieldSet;
 use crate::apply::managed::{self, ApplyOptions, Conflict, Owner};
 use crate::apply::shape::Shape;
+use crate::convert::storage_def;
 use crate::status::{ApiError, Cause, Target};
 use crate::{convert, object};
 

@@ -1,5 +1,6 @@
 //! DELETE of one object and of a collection: DeleteOptions (preconditions, grace period, propagation
-//! policy), finalizers and `deletionTimestamp`, graceful pod deletion, namespace termination.
+//! policy), finalizers and `deletionTimestamp`; grace periods, held deletions (namespaces, CRDs) and the
+//! answer are the kind's strategy's.
 
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -8,14 +9,12 @@ use serde_json::{json, Value};
 
 use super::read::{list_objects, respond_object};
 use super::{list_item, Call};
-use crate::alloc;
 use crate::body::respond;
 use crate::convert;
-use crate::crd;
 use crate::object;
-use crate::resource::ResourceDef;
 use crate::status::{delete_success, ApiError};
 use crate::storage::WriteOutcome;
+use crate::strategy;
 
 /// `metav1.DeleteOptions` (body or query).
 #[derive(Debug, Default, Deserialize)]
@@ -65,33 +64,6 @@ fn options(call: &Call) -> Result<DeleteOptions, ApiError> {
     Ok(o)
 }
 
-/// Whether upstream answers this resource's delete with the object itself.
-fn returns_object(def: &ResourceDef) -> bool {
-    def.group.is_empty() && matches!(&*def.kind, "Pod" | "Service" | "Namespace")
-}
-
-fn pod_grace(obj: &Value, requested: Option<i64>) -> i64 {
-    let node = object::path(obj, "spec.nodeName")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let phase = object::path(obj, "status.phase")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    if node.is_empty() || phase == "Succeeded" || phase == "Failed" {
-        return 0;
-    }
-    requested
-        .or_else(|| object::path(obj, "spec.terminationGracePeriodSeconds").and_then(Value::as_i64))
-        .unwrap_or(30)
-        .max(0)
-}
-
-fn namespace_finalizers(obj: &Value) -> bool {
-    object::path(obj, "spec.finalizers")
-        .and_then(Value::as_array)
-        .is_some_and(|a| !a.is_empty())
-}
-
 /// What deleting one object did.
 enum Deleted {
     /// Gone; the last state.
@@ -108,6 +80,7 @@ async fn delete_one(
     dry_run: bool,
 ) -> Result<Deleted, ApiError> {
     let def = &call.route.def;
+    let strategy = strategy::of(def);
     let storage = &call.state.storage;
     let target = crate::status::Target::new(&def.group, &def.plural, name);
     let mut current = storage.get(key, true).await?;
@@ -137,28 +110,13 @@ async fn delete_one(
                 });
             }
         }
-        let is_pod = def.gk() == ("", "Pod");
-        let is_ns = def.gk() == ("", "Namespace");
-        // A CRD is held by the cleanup finalizer until its objects are deleted (as upstream's CRD store).
-        let is_crd = crd::is_crd_resource(&def.group, &def.kind);
-        let grace = if is_pod {
-            pod_grace(&cur.object, opts.grace_period_seconds)
-        } else {
-            0
-        };
+        let grace = strategy.graceful_delete(&cur.object, opts.grace_period_seconds);
         let pending = !object::finalizers(&cur.object).is_empty()
             || grace > 0
-            || is_crd
-            || (is_ns && namespace_finalizers(&cur.object));
+            || strategy.deletion_held(&cur.object);
         if pending {
             let mut obj = cur.object.clone();
-            if is_crd
-                && !object::finalizers(&obj)
-                    .iter()
-                    .any(|f| f == crd::CLEANUP_FINALIZER)
-            {
-                crd::controller::add_cleanup_finalizer(&mut obj);
-            }
+            strategy.prepare_for_delete(&mut obj);
             let already = object::is_deleting(&obj);
             let deadline = jiff::Timestamp::now()
                 .checked_add(jiff::SignedDuration::from_secs(grace))
@@ -176,11 +134,7 @@ async fn delete_one(
                 meta.insert("deletionTimestamp".into(), json!(new_ts));
                 meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
             }
-            if is_ns {
-                if let Some(m) = obj.as_object_mut() {
-                    m.insert("status".into(), json!({"phase": "Terminating"}));
-                }
-            }
+            strategy.mark_deleting(&mut obj);
             if dry_run {
                 return Ok(Deleted::Pending(obj));
             }
@@ -198,7 +152,7 @@ async fn delete_one(
         if dry_run {
             return Ok(Deleted::Gone(cur.object));
         }
-        let release = alloc::claims_of(def, &cur.object);
+        let release = strategy.claims(&cur.object);
         match storage.delete_if(key, cur.mod_revision, &release).await? {
             WriteOutcome::Done(_) => return Ok(Deleted::Gone(cur.object)),
             WriteOutcome::Lost(now) => current = now,
@@ -218,7 +172,7 @@ pub async fn delete(call: Call) -> Result<Response, ApiError> {
     match delete_one(&call, &call.key(), call.name(), &opts, dry_run).await? {
         Deleted::Pending(obj) => respond_object(&call, convert::from_storage(def, obj)),
         Deleted::Gone(obj) => {
-            if returns_object(def) {
+            if strategy::of(def).returns_deleted_object() {
                 return respond_object(&call, convert::from_storage(def, obj));
             }
             Ok(respond(
@@ -255,20 +209,4 @@ pub async fn delete_collection(call: Call) -> Result<Response, ApiError> {
         "items": items,
     });
     Ok(respond(StatusCode::OK, &list))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unscheduled_pods_go_at_once() {
-        let pod = json!({"spec": {"terminationGracePeriodSeconds": 10}});
-        assert_eq!(pod_grace(&pod, None), 0);
-        let bound = json!({"spec": {"nodeName": "n1", "terminationGracePeriodSeconds": 10}});
-        assert_eq!(pod_grace(&bound, None), 10);
-        assert_eq!(pod_grace(&bound, Some(0)), 0);
-        let done = json!({"spec": {"nodeName": "n1"}, "status": {"phase": "Succeeded"}});
-        assert_eq!(pod_grace(&done, None), 0);
-    }
 }

@@ -1,6 +1,7 @@
 //! The `/scale` subresource: an `autoscaling/v1` Scale view of `spec.replicas`, `status.replicas` and the
 //! selector, for deployments, replicasets and statefulsets (`kubectl scale`), and for custom resources
-//! at the paths their CRD names (`specReplicasPath`, `statusReplicasPath`, `labelSelectorPath`).
+//! at the paths their CRD names (`specReplicasPath`, `statusReplicasPath`, `labelSelectorPath`; see the
+//! strategy's `scale_paths`).
 
 use axum::response::Response;
 use serde_json::{json, Value};
@@ -14,33 +15,11 @@ use crate::object::{self, path};
 use crate::resource::ResourceDef;
 use crate::selector::LabelSelector;
 use crate::status::{ApiError, Cause, Target};
+use crate::strategy::{self, ScalePaths};
 
-/// Where a resource keeps its replicas and selector (dotted paths) and whether the selector is a string.
-struct Paths {
-    spec: String,
-    status: String,
-    selector: Option<String>,
-    selector_is_text: bool,
-}
-
-fn paths_of(def: &ResourceDef) -> Paths {
-    match def.custom.as_ref().and_then(|c| c.scale.as_ref()) {
-        Some(s) => {
-            let dotted = |p: &str| p.trim_start_matches('.').to_string();
-            Paths {
-                spec: dotted(&s.spec_replicas_path),
-                status: dotted(&s.status_replicas_path),
-                selector: s.label_selector_path.as_deref().map(dotted),
-                selector_is_text: true,
-            }
-        }
-        None => Paths {
-            spec: "spec.replicas".into(),
-            status: "status.replicas".into(),
-            selector: Some("spec.selector".into()),
-            selector_is_text: false,
-        },
-    }
+/// Where a resource keeps its replicas and selector: its strategy's.
+fn paths_of(def: &ResourceDef) -> ScalePaths {
+    strategy::of(def).scale_paths(def)
 }
 
 /// Sets a dotted path, creating the objects on the way.

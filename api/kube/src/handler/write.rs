@@ -1,7 +1,6 @@
 //! POST (create), PUT (update, `/status`, `/finalize`) and PATCH (JSON patch, merge patch): admission,
-//! optimistic concurrency on the key's mod revision, server-owned metadata, generation bumps.
-
-use std::sync::Arc;
+//! optimistic concurrency on the key's mod revision, server-owned metadata. What differs by kind
+//! (status resets, generation bumps, allocations, subresource rules) is the kind's strategy's.
 
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -11,20 +10,15 @@ use serde_json::{json, Value};
 use super::read::respond_object;
 use super::Call;
 use crate::admission::{defaults, validate};
-use crate::alloc;
 use crate::apply::managed::{self, Owner};
 use crate::apply::shape::Shape;
 use crate::body::{self, media_type};
+use crate::convert::storage_def;
 use crate::object;
-use crate::resource::{self, ResourceDef};
+use crate::resource::ResourceDef;
 use crate::status::{ApiError, Target};
 use crate::storage::{Stored, WriteOutcome};
-use crate::{convert, crd, lifecycle};
-
-/// Upstream's 415 message for a strategic merge patch of a custom object.
-const CUSTOM_PATCH_TYPES: &str =
-    "the body of the request was in an unknown format - accepted media types include: \
-     application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml";
+use crate::{convert, lifecycle, strategy};
 
 /// How many times a write retries after losing a race it may retry (no client resourceVersion).
 const RETRIES: usize = 8;
@@ -108,20 +102,7 @@ fn field_validation_with(
             "fieldValidation: Unsupported value: {mode:?}: supported values: \"Ignore\", \"Strict\", \"Warn\""
         )));
     }
-    let unknown = match &def.custom {
-        Some(c) => match &c.schema {
-            Some(schema) => crd::prune::object(schema, obj),
-            None => Vec::new(),
-        },
-        None if crd::is_crd_resource(&def.group, &def.kind) => crd::definition::prune_unknown(obj),
-        None => {
-            let Some(root) = crate::protobuf::schema::message_for(&def.api_version(), &def.kind)
-            else {
-                return Ok(Vec::new());
-            };
-            crate::admission::prune::prune(obj, &root)
-        }
-    };
+    let unknown = strategy::of(def).prune_unknown(def, obj);
     let mut msgs: Vec<String> = duplicates
         .iter()
         .map(|f| format!("duplicate field \"{f}\""))
@@ -176,15 +157,6 @@ fn incoming(call: &Call) -> Result<(Value, Vec<String>), ApiError> {
     Ok((obj, warnings))
 }
 
-/// The definition objects are validated and stored with (events.k8s.io Events are core Events).
-pub fn storage_def(def: &Arc<ResourceDef>) -> Arc<ResourceDef> {
-    if def.group == "events.k8s.io" {
-        resource::find("", "v1", "events").unwrap_or_else(|| def.clone())
-    } else {
-        def.clone()
-    }
-}
-
 const GENERATE_CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
 fn generated_name(prefix: &str) -> String {
@@ -196,7 +168,7 @@ fn generated_name(prefix: &str) -> String {
     format!("{base}{suffix}")
 }
 
-/// Sets what a fresh object gets from the server and resets what a create may not set.
+/// Sets what a fresh object gets from the server, then lets the kind reset what a create may not set.
 fn prepare_create(def: &ResourceDef, obj: &mut Value) {
     let meta = object::meta_mut(obj);
     for f in SERVER_META {
@@ -205,97 +177,7 @@ fn prepare_create(def: &ResourceDef, obj: &mut Value) {
     meta.remove("managedFields");
     meta.insert("uid".into(), json!(object::new_uid()));
     meta.insert("creationTimestamp".into(), json!(object::now_rfc3339()));
-    if def.tracks_generation {
-        meta.insert("generation".into(), json!(1));
-    }
-    match def.gk() {
-        ("", "Pod") => {
-            let qos = qos_class(obj);
-            if let Some(m) = obj.as_object_mut() {
-                m.insert(
-                    "status".into(),
-                    json!({"phase": "Pending", "qosClass": qos}),
-                );
-            }
-        }
-        ("", "Namespace") => {
-            if let Some(m) = obj.as_object_mut() {
-                m.insert("status".into(), json!({"phase": "Active"}));
-            }
-        }
-        ("batch", "Job") => job_selector(obj),
-        // Custom objects keep whatever status the client sent, as upstream.
-        _ if def.custom.is_some() => {}
-        _ if def.status => {
-            if let Some(m) = obj.as_object_mut() {
-                m.insert("status".into(), json!({}));
-            }
-        }
-        _ => {}
-    }
-}
-
-/// Jobs get a generated selector and matching template labels (`controller-uid`, `job-name`).
-fn job_selector(obj: &mut Value) {
-    let uid = object::uid(obj).to_string();
-    let name = object::name(obj).to_string();
-    let manual = object::path(obj, "spec.manualSelector") == Some(&json!(true));
-    if manual {
-        return;
-    }
-    let labels = json!({
-        "batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": name,
-        "controller-uid": uid, "job-name": name,
-    });
-    if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
-        spec.insert(
-            "selector".into(),
-            json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}),
-        );
-        let tmpl = spec.entry("template").or_insert_with(|| json!({}));
-        let tm = object::meta_mut(tmpl);
-        let l = tm.entry("labels").or_insert_with(|| json!({}));
-        if let (Some(l), Some(add)) = (l.as_object_mut(), labels.as_object()) {
-            for (k, v) in add {
-                l.insert(k.clone(), v.clone());
-            }
-        }
-    }
-}
-
-fn qos_class(pod: &Value) -> &'static str {
-    let containers = object::path(pod, "spec.containers")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let mut any = false;
-    let mut guaranteed = !containers.is_empty();
-    for c in &containers {
-        let req = c
-            .get("resources")
-            .and_then(|r| r.get("requests"))
-            .and_then(Value::as_object);
-        let lim = c
-            .get("resources")
-            .and_then(|r| r.get("limits"))
-            .and_then(Value::as_object);
-        if req.is_some_and(|r| !r.is_empty()) || lim.is_some_and(|l| !l.is_empty()) {
-            any = true;
-        }
-        let full = |m: Option<&serde_json::Map<String, Value>>| {
-            m.is_some_and(|m| m.contains_key("cpu") && m.contains_key("memory"))
-        };
-        if !full(lim) || (req.is_some() && req != lim) {
-            guaranteed = false;
-        }
-    }
-    if guaranteed {
-        "Guaranteed"
-    } else if any {
-        "Burstable"
-    } else {
-        "BestEffort"
-    }
+    strategy::of(def).prepare_for_create(def, obj);
 }
 
 /// How a write records field ownership in `metadata.managedFields`.
@@ -384,11 +266,12 @@ pub async fn create_object(
 ) -> Result<Response, ApiError> {
     let def = &call.route.def;
     let sdef = &storage_def(def);
+    let strategy = strategy::of(sdef);
     let dry_run = call.params.dry_run()?;
-    if def.custom.as_ref().is_some_and(|c| c.terminating) {
+    if let Some(message) = strategy.create_forbidden(def) {
         return Err(ApiError::NotAllowed {
             target: call.target(),
-            message: "create not allowed while custom resource definition is terminating".into(),
+            message: message.into(),
         });
     }
     let generate = object::meta_str(&obj, "generateName").to_string();
@@ -407,11 +290,17 @@ pub async fn create_object(
     }
     let name = object::name(&obj).to_string();
     validate::invalid(def, &name, validate::object(sdef, &obj))?;
+    let mut warnings = warnings.to_vec();
+    warnings.extend(strategy.warnings_on_create(sdef, &obj));
+    let warnings = warnings.as_slice();
+    strategy.canonicalize(&mut obj);
     if let Some(ns) = call.ns() {
         lifecycle::check_namespace_open(&call.state.storage, ns).await?;
     }
     for attempt in 0..RETRIES {
-        let claims = alloc::allocate(&call.state.storage, sdef, &mut obj).await?;
+        let claims = strategy
+            .allocate(&call.state.storage, sdef, &mut obj)
+            .await?;
         if dry_run {
             let out = convert::from_storage(def, obj);
             return respond_created(call, out).map(|r| with_warnings(r, warnings));
@@ -442,7 +331,7 @@ pub async fn create_object(
             }
             // A claim was taken by a concurrent create: allocate again.
             WriteOutcome::Lost(None) => {
-                alloc::forget(&mut obj, sdef);
+                strategy.forget(&mut obj);
                 continue;
             }
         }
@@ -468,84 +357,33 @@ fn same(a: &Value, b: &Value) -> bool {
     strip(a) == strip(b)
 }
 
-/// Builds the object an update stores from the stored one and the client's, per subresource.
+/// Builds the object an update stores from the stored one and the client's: a subresource's rules take
+/// what it owns from the client; an update of the object itself keeps the server-owned metadata, then
+/// follows the kind's rules (status kept, generation bumped).
 fn merge_update(def: &ResourceDef, sub: Option<&str>, old: &Value, mut new: Value) -> Value {
-    match sub {
-        Some("status") => {
-            let mut out = old.clone();
-            if let Some(m) = out.as_object_mut() {
-                m.insert(
-                    "status".into(),
-                    new.get("status").cloned().unwrap_or(json!({})),
-                );
-            }
-            out
-        }
-        Some("finalize") => {
-            let mut out = old.clone();
-            let fins = object::path(&new, "spec.finalizers")
-                .cloned()
-                .unwrap_or(json!([]));
-            if let Some(spec) = out.get_mut("spec").and_then(Value::as_object_mut) {
-                spec.insert("finalizers".into(), fins);
-            } else if let Some(m) = out.as_object_mut() {
-                m.insert("spec".into(), json!({"finalizers": fins}));
-            }
-            out
-        }
-        _ => {
-            {
-                let old_meta = old
-                    .get("metadata")
-                    .and_then(Value::as_object)
-                    .cloned()
-                    .unwrap_or_default();
-                let meta = object::meta_mut(&mut new);
-                for f in SERVER_META {
-                    meta.remove(*f);
-                    if let Some(v) = old_meta.get(*f) {
-                        meta.insert((*f).to_string(), v.clone());
-                    }
-                }
-                if !meta.contains_key("managedFields") {
-                    if let Some(mf) = old_meta.get("managedFields") {
-                        meta.insert("managedFields".into(), mf.clone());
-                    }
-                }
-            }
-            if def.status {
-                if let Some(m) = new.as_object_mut() {
-                    match old.get("status") {
-                        Some(s) => m.insert("status".into(), s.clone()),
-                        None => m.remove("status"),
-                    };
-                }
-            }
-            if def.tracks_generation && spec_changed(def, old, &new) {
-                let g = object::path(old, "metadata.generation")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0);
-                object::meta_mut(&mut new).insert("generation".into(), json!(g + 1));
-            }
-            new
+    let strategy = strategy::of(def);
+    if let Some(rules) = sub.and_then(|s| strategy.subresource(s)) {
+        return rules.prepare_for_update(def, old, new);
+    }
+    let old_meta = old
+        .get("metadata")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let meta = object::meta_mut(&mut new);
+    for f in SERVER_META {
+        meta.remove(*f);
+        if let Some(v) = old_meta.get(*f) {
+            meta.insert((*f).to_string(), v.clone());
         }
     }
-}
-
-/// Whether an update changes what `metadata.generation` counts: the spec, or for a custom resource without
-/// a status subresource everything but metadata (as upstream).
-fn spec_changed(def: &ResourceDef, old: &Value, new: &Value) -> bool {
-    if def.custom.is_some() && !def.status {
-        let body = |v: &Value| {
-            let mut v = v.clone();
-            if let Some(m) = v.as_object_mut() {
-                m.remove("metadata");
-            }
-            v
-        };
-        return body(old) != body(new);
+    if !meta.contains_key("managedFields") {
+        if let Some(mf) = old_meta.get("managedFields") {
+            meta.insert("managedFields".into(), mf.clone());
+        }
     }
-    old.get("spec") != new.get("spec")
+    strategy.prepare_for_update(def, old, &mut new);
+    new
 }
 
 /// What an update did.
@@ -585,9 +423,11 @@ where
     F: FnMut(&Stored) -> Result<(Value, Option<String>), ApiError>,
 {
     let def = &storage_def(&call.route.def);
+    let strategy = strategy::of(def);
     let shape = Shape::of_kind(&def.api_version(), &def.kind);
     let key = call.key();
     let sub = call.route.subresource.as_deref();
+    let sub_rules = sub.and_then(|s| strategy.subresource(s));
     let mut current = call.state.storage.get(&key, true).await?;
     for _ in 0..RETRIES {
         let Some(cur) = current.take() else {
@@ -619,11 +459,11 @@ where
                 };
             }
         }
-        validate::invalid(
-            &call.route.def,
-            call.name(),
-            validate::update(def, &cur.object, &new),
-        )?;
+        let causes = match sub_rules {
+            Some(rules) => rules.validate_update(def, &cur.object, &new),
+            None => validate::update(def, &cur.object, &new),
+        };
+        validate::invalid(&call.route.def, call.name(), causes)?;
         if object::is_deleting(&cur.object) {
             let added = object::finalizers(&new)
                 .into_iter()
@@ -638,6 +478,7 @@ where
                 });
             }
         }
+        strategy.canonicalize(&mut new);
         if same(&new, &cur.object) {
             return Ok(Updated::Object(cur.object));
         }
@@ -645,7 +486,7 @@ where
             return Ok(Updated::Object(new));
         }
         if object::is_deleting(&new) && object::finalizers(&new).is_empty() {
-            let release = alloc::claims_of(def, &new);
+            let release = strategy.claims(&new);
             match call
                 .state
                 .storage
@@ -799,25 +640,8 @@ pub fn apply_patch(
             json_patch::merge(&mut current, &p);
             Ok(current)
         }
-        "application/strategic-merge-patch+json" if def.custom.is_some() => {
-            Err(ApiError::UnsupportedMediaType(CUSTOM_PATCH_TYPES.into()))
-        }
-        "application/strategic-merge-patch+json" if crd::is_crd_resource(&def.group, &def.kind) => {
-            // No Go struct tags here: CRD objects merge as a JSON merge patch (lists replaced).
-            let p = body::json(body)?;
-            json_patch::merge(&mut current, &p);
-            Ok(current)
-        }
         "application/strategic-merge-patch+json" => {
-            let p = body::json(body)?;
-            let root = crate::protobuf::schema::message_for(&def.api_version(), &def.kind).ok_or_else(|| {
-                ApiError::UnsupportedMediaType(format!(
-                    "strategic merge patch is not supported for {}",
-                    def.qualified()
-                ))
-            })?;
-            crate::patch::strategic::apply(current, &p, &root)
-                .map_err(|e| ApiError::BadRequest(e.to_string()))
+            strategy::of(def).strategic_merge(def, current, body)
         }
         other => Err(ApiError::UnsupportedMediaType(format!(
             "the body of the request was in an unknown format - accepted media types include: \
@@ -830,6 +654,7 @@ pub fn apply_patch(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resource;
 
     #[test]
     fn generated_names_use_upstream_alphabet() {

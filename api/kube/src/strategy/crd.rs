@@ -1,0 +1,56 @@
+//! CustomResourceDefinitions (upstream's `apiextensions-apiserver/pkg/registry/customresourcedefinition`):
+//! defaults and validation of `crd::definition`, an immutable group and scope (objects are stored per
+//! scope), fields known from the typed CRD, strategic merge patches merged as JSON merge patches (no Go
+//! struct tags to give merge keys), and a delete held by the cleanup finalizer until the CRD's objects are
+//! gone (`crd::controller`).
+
+use serde_json::Value;
+
+use super::Strategy;
+use crate::admission::validate::immutable;
+use crate::body;
+use crate::crd::{controller, definition};
+use crate::resource::ResourceDef;
+use crate::status::{ApiError, Cause};
+
+pub(super) struct CustomResourceDefinition;
+
+impl Strategy for CustomResourceDefinition {
+    fn prune_unknown(&self, _def: &ResourceDef, obj: &mut Value) -> Vec<String> {
+        definition::prune_unknown(obj)
+    }
+
+    fn strategic_merge(
+        &self,
+        _def: &ResourceDef,
+        mut current: Value,
+        patch: &[u8],
+    ) -> Result<Value, ApiError> {
+        let p = body::json(patch)?;
+        json_patch::merge(&mut current, &p);
+        Ok(current)
+    }
+
+    fn set_defaults(&self, _def: &ResourceDef, obj: &mut Value) {
+        definition::apply_defaults(obj);
+    }
+
+    fn validate(&self, _def: &ResourceDef, obj: &Value) -> Vec<Cause> {
+        definition::validate(obj)
+    }
+
+    fn validate_update(&self, _def: &ResourceDef, old: &Value, new: &Value) -> Vec<Cause> {
+        let mut causes = Vec::new();
+        immutable(old, new, "spec.group", &mut causes);
+        immutable(old, new, "spec.scope", &mut causes);
+        causes
+    }
+
+    fn deletion_held(&self, _obj: &Value) -> bool {
+        true
+    }
+
+    fn prepare_for_delete(&self, obj: &mut Value) {
+        controller::add_cleanup_finalizer(obj);
+    }
+}

@@ -1,0 +1,52 @@
+//! CronJobs (upstream's `pkg/registry/batch/cronjob`): concurrency, history and job template defaults; a
+//! schedule and a job template with containers are required.
+
+use serde_json::{json, Value};
+
+use super::Strategy;
+use crate::admission::defaults::{job_spec, obj_mut, set_default, template};
+use crate::admission::validate::check_containers;
+use crate::object::path;
+use crate::resource::ResourceDef;
+use crate::status::Cause;
+
+pub(super) struct CronJob;
+
+impl Strategy for CronJob {
+    fn set_defaults(&self, _def: &ResourceDef, obj: &mut Value) {
+        if let Some(spec) = obj_mut(obj, "spec") {
+            set_default(spec, "concurrencyPolicy", json!("Allow"));
+            set_default(spec, "suspend", json!(false));
+            set_default(spec, "successfulJobsHistoryLimit", json!(3));
+            set_default(spec, "failedJobsHistoryLimit", json!(1));
+            if let Some(js) = spec
+                .get_mut("jobTemplate")
+                .and_then(|t| t.get_mut("spec"))
+                .and_then(Value::as_object_mut)
+            {
+                job_spec(js);
+            }
+        }
+        template(obj, &["spec", "jobTemplate", "spec", "template"], "Never");
+    }
+
+    fn validate(&self, _def: &ResourceDef, obj: &Value) -> Vec<Cause> {
+        let mut causes = Vec::new();
+        if path(obj, "spec.schedule")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .is_empty()
+        {
+            causes.push(Cause::required("spec.schedule"));
+        }
+        match path(obj, "spec.jobTemplate.spec.template.spec") {
+            Some(spec) => {
+                check_containers(spec, "spec.jobTemplate.spec.template.spec", &mut causes)
+            }
+            None => causes.push(Cause::required(
+                "spec.jobTemplate.spec.template.spec.containers",
+            )),
+        }
+        causes
+    }
+}

@@ -1,0 +1,48 @@
+//! Deployments (upstream's `pkg/registry/apps/deployment`): replica, rollout-strategy and pod template
+//! defaults; a selector that matches the template and never changes. Status and generation follow the
+//! default rules (a spec change bumps the generation; only `/status` writes the status).
+
+use serde_json::{json, Value};
+
+use super::Strategy;
+use crate::admission::defaults::{obj_mut, set_default, template};
+use crate::admission::validate::{check_replicas, check_selector_template, immutable};
+use crate::resource::ResourceDef;
+use crate::status::Cause;
+
+pub(super) struct Deployment;
+
+impl Strategy for Deployment {
+    fn set_defaults(&self, _def: &ResourceDef, obj: &mut Value) {
+        if let Some(spec) = obj_mut(obj, "spec") {
+            set_default(spec, "replicas", json!(1));
+            set_default(spec, "revisionHistoryLimit", json!(10));
+            set_default(spec, "progressDeadlineSeconds", json!(600));
+            let strategy = spec.entry("strategy").or_insert_with(|| json!({}));
+            if let Some(s) = strategy.as_object_mut() {
+                set_default(s, "type", json!("RollingUpdate"));
+                if s.get("type") == Some(&json!("RollingUpdate")) {
+                    let ru = s.entry("rollingUpdate").or_insert_with(|| json!({}));
+                    if let Some(ru) = ru.as_object_mut() {
+                        set_default(ru, "maxUnavailable", json!("25%"));
+                        set_default(ru, "maxSurge", json!("25%"));
+                    }
+                }
+            }
+        }
+        template(obj, &["spec", "template"], "Always");
+    }
+
+    fn validate(&self, _def: &ResourceDef, obj: &Value) -> Vec<Cause> {
+        let mut causes = Vec::new();
+        check_replicas(obj, &mut causes);
+        check_selector_template(obj, &mut causes, "spec.template", true);
+        causes
+    }
+
+    fn validate_update(&self, _def: &ResourceDef, old: &Value, new: &Value) -> Vec<Cause> {
+        let mut causes = Vec::new();
+        immutable(old, new, "spec.selector", &mut causes);
+        causes
+    }
+}

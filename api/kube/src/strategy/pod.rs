@@ -1,0 +1,167 @@
+//! Pods (upstream's `pkg/registry/core/pod/strategy.go`): pod spec defaults, `Pending` status and QoS
+//! class on create, a mostly immutable spec, graceful deletion of pods bound to a node.
+
+use serde_json::{json, Value};
+
+use super::{set_status, start_generation, Strategy};
+use crate::admission::defaults::{pod_spec, set_default};
+use crate::admission::validate::check_containers;
+use crate::object::{self, path};
+use crate::resource::ResourceDef;
+use crate::status::Cause;
+
+pub(super) struct Pod;
+
+impl Strategy for Pod {
+    fn set_defaults(&self, _def: &ResourceDef, obj: &mut Value) {
+        if let Some(spec) = obj.get_mut("spec") {
+            pod_spec(spec, "Always");
+            if let Some(m) = spec.as_object_mut() {
+                set_default(m, "serviceAccountName", json!("default"));
+                set_default(m, "enableServiceLinks", json!(true));
+                set_default(m, "priority", json!(0));
+                set_default(m, "preemptionPolicy", json!("PreemptLowerPriority"));
+            }
+        }
+    }
+
+    fn prepare_for_create(&self, def: &ResourceDef, obj: &mut Value) {
+        start_generation(def, obj);
+        let qos = qos_class(obj);
+        set_status(obj, json!({"phase": "Pending", "qosClass": qos}));
+    }
+
+    fn validate(&self, _def: &ResourceDef, obj: &Value) -> Vec<Cause> {
+        let mut causes = Vec::new();
+        match obj.get("spec") {
+            Some(spec) => check_containers(spec, "spec", &mut causes),
+            None => causes.push(Cause::required("spec.containers")),
+        }
+        causes
+    }
+
+    fn validate_update(&self, _def: &ResourceDef, old: &Value, new: &Value) -> Vec<Cause> {
+        let mut causes = Vec::new();
+        pod_update(old, new, &mut causes);
+        causes
+    }
+
+    fn graceful_delete(&self, obj: &Value, requested: Option<i64>) -> i64 {
+        pod_grace(obj, requested)
+    }
+
+    fn returns_deleted_object(&self) -> bool {
+        true
+    }
+}
+
+fn qos_class(pod: &Value) -> &'static str {
+    let containers = object::path(pod, "spec.containers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut any = false;
+    let mut guaranteed = !containers.is_empty();
+    for c in &containers {
+        let req = c
+            .get("resources")
+            .and_then(|r| r.get("requests"))
+            .and_then(Value::as_object);
+        let lim = c
+            .get("resources")
+            .and_then(|r| r.get("limits"))
+            .and_then(Value::as_object);
+        if req.is_some_and(|r| !r.is_empty()) || lim.is_some_and(|l| !l.is_empty()) {
+            any = true;
+        }
+        let full = |m: Option<&serde_json::Map<String, Value>>| {
+            m.is_some_and(|m| m.contains_key("cpu") && m.contains_key("memory"))
+        };
+        if !full(lim) || (req.is_some() && req != lim) {
+            guaranteed = false;
+        }
+    }
+    if guaranteed {
+        "Guaranteed"
+    } else if any {
+        "Burstable"
+    } else {
+        "BestEffort"
+    }
+}
+
+/// Pods allow only images, activeDeadlineSeconds, tolerations (additions) and a few others to change.
+fn pod_update(old: &Value, new: &Value, causes: &mut Vec<Cause>) {
+    let strip = |v: &Value| -> Value {
+        let mut s = v.get("spec").cloned().unwrap_or(Value::Null);
+        if let Some(m) = s.as_object_mut() {
+            m.remove("activeDeadlineSeconds");
+            m.remove("tolerations");
+            m.remove("terminationGracePeriodSeconds");
+            for list in ["containers", "initContainers"] {
+                if let Some(cs) = m.get_mut(list).and_then(Value::as_array_mut) {
+                    for c in cs {
+                        if let Some(cm) = c.as_object_mut() {
+                            cm.remove("image");
+                        }
+                    }
+                }
+            }
+            // The scheduler binds through the binding subresource; an unset node may be set once.
+            if m.get("nodeName")
+                .is_some_and(|n| n.as_str().unwrap_or("").is_empty())
+            {
+                m.remove("nodeName");
+            }
+        }
+        s
+    };
+    let (mut a, b) = (strip(old), strip(new));
+    if path(old, "spec.nodeName")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .is_empty()
+    {
+        if let (Some(am), Some(n)) = (a.as_object_mut(), b.get("nodeName")) {
+            am.insert("nodeName".into(), n.clone());
+        }
+    }
+    if a != b {
+        causes.push(Cause::forbidden(
+            "spec",
+            "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
+        ));
+    }
+}
+
+fn pod_grace(obj: &Value, requested: Option<i64>) -> i64 {
+    let node = object::path(obj, "spec.nodeName")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let phase = object::path(obj, "status.phase")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if node.is_empty() || phase == "Succeeded" || phase == "Failed" {
+        return 0;
+    }
+    requested
+        .or_else(|| object::path(obj, "spec.terminationGracePeriodSeconds").and_then(Value::as_i64))
+        .unwrap_or(30)
+        .max(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unscheduled_pods_go_at_once() {
+        let pod = json!({"spec": {"terminationGracePeriodSeconds": 10}});
+        assert_eq!(pod_grace(&pod, None), 0);
+        let bound = json!({"spec": {"nodeName": "n1", "terminationGracePeriodSeconds": 10}});
+        assert_eq!(pod_grace(&bound, None), 10);
+        assert_eq!(pod_grace(&bound, Some(0)), 0);
+        let done = json!({"spec": {"nodeName": "n1"}, "status": {"phase": "Succeeded"}});
+        assert_eq!(pod_grace(&done, None), 0);
+    }
+}

@@ -1,0 +1,46 @@
+//! StatefulSets (upstream's `pkg/registry/apps/statefulset`): replica, pod management, update strategy
+//! and PVC retention defaults; a selector that matches the template and never changes.
+
+use serde_json::{json, Value};
+
+use super::Strategy;
+use crate::admission::defaults::{obj_mut, set_default, template};
+use crate::admission::validate::{check_replicas, check_selector_template, immutable};
+use crate::resource::ResourceDef;
+use crate::status::Cause;
+
+pub(super) struct StatefulSet;
+
+impl Strategy for StatefulSet {
+    fn set_defaults(&self, _def: &ResourceDef, obj: &mut Value) {
+        if let Some(spec) = obj_mut(obj, "spec") {
+            set_default(spec, "replicas", json!(1));
+            set_default(spec, "podManagementPolicy", json!("OrderedReady"));
+            set_default(spec, "revisionHistoryLimit", json!(10));
+            set_default(
+                spec,
+                "updateStrategy",
+                json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
+            );
+            set_default(
+                spec,
+                "persistentVolumeClaimRetentionPolicy",
+                json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
+            );
+        }
+        template(obj, &["spec", "template"], "Always");
+    }
+
+    fn validate(&self, _def: &ResourceDef, obj: &Value) -> Vec<Cause> {
+        let mut causes = Vec::new();
+        check_replicas(obj, &mut causes);
+        check_selector_template(obj, &mut causes, "spec.template", true);
+        causes
+    }
+
+    fn validate_update(&self, _def: &ResourceDef, old: &Value, new: &Value) -> Vec<Cause> {
+        let mut causes = Vec::new();
+        immutable(old, new, "spec.selector", &mut causes);
+        causes
+    }
+}
