@@ -31,7 +31,7 @@ use serde_json::Value;
 
 use crate::binaries::{against_etcd, keel_bin, require_etcd_tools, Kind, ETCD_BIN};
 use crate::etcdctl::ctl_endpoints;
-use crate::kubectl::{kubectl_command, require_kubectl, run_kubectl, Run};
+use crate::kubectl::{kubectl_command, require_kubectl, run_kubectl};
 use crate::netns::Net;
 use crate::process::{describe, Capture, CtlOutput, Process};
 
@@ -749,17 +749,6 @@ impl Cluster {
             &self.path.join(format!("kubecache-{n}")),
             args,
         )
-    }
-
-    /// Runs kubectl against member `i` with `stdin`, killed after `limit`.
-    pub fn kubectl_bounded(
-        &self,
-        i: usize,
-        args: &[&str],
-        stdin: Option<&str>,
-        limit: Duration,
-    ) -> Run {
-        run_kubectl(self.kubectl_cmd(i, args), stdin.map(str::as_bytes), limit)
     }
 
     /// Waits until member `i` is ready ([`Cluster::probe_ready`]); panics (with logs) if its process exits or

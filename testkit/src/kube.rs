@@ -2,7 +2,8 @@
 //! (same members, same start, readiness and failure reports) plus the real kubectl (each run with its own fresh
 //! `KUBECACHEDIR`) and `kube` clients built from the admin kubeconfig each member writes.
 //!
-//! Every wait is bounded; on a failure the members' log tails are printed and the directory is kept.
+//! Every wait is bounded; on a failure the members' log tails are printed and the directory is kept. Like every
+//! cluster it needs etcdctl (readiness probes) besides kubectl.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
