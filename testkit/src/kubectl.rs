@@ -99,3 +99,14 @@ pub fn run_kubectl(cmd: Command, stdin: Option<&[u8]>, limit: Duration) -> Run {
     }
     run
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_executables_on_path_only() {
+        assert!(find_on_path("sh").is_some_and(|p| p.is_absolute()));
+        assert_eq!(find_on_path("no-such-program-keel-testkit"), None);
+    }
+}

@@ -343,3 +343,103 @@ pub fn run_bounded(mut cmd: Command, stdin: Option<&[u8]>, limit: Duration) -> C
     p.wait_exit(limit);
     p.finish()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str) -> Command {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", script]);
+        cmd
+    }
+
+    #[test]
+    fn captures_stdout_stderr_stdin_and_the_exit_code() {
+        let out = run_bounded(
+            sh("cat; echo err >&2; exit 3"),
+            Some(b"in\n"),
+            Duration::from_secs(10),
+        );
+        assert_eq!(out.stdout, "in\n");
+        assert_eq!(out.stderr, "err\n");
+        assert_eq!(out.code, Some(3));
+        assert!(!out.success());
+    }
+
+    #[test]
+    fn a_command_past_its_limit_is_killed_without_a_code() {
+        let start = Instant::now();
+        let out = run_bounded(
+            sh("echo started; exec sleep 30"),
+            None,
+            Duration::from_millis(300),
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+        assert_eq!(out.stdout, "started\n");
+        assert_eq!(out.code, None);
+    }
+
+    #[test]
+    fn drop_kills_and_reaps() {
+        let p = Process::spawn(&mut sh("exec sleep 30"), None);
+        let pid = p.pid().unwrap();
+        drop(p);
+        // Reaped, not a zombie: the pid is gone from /proc.
+        assert!(!Path::new(&format!("/proc/{pid}")).exists());
+    }
+
+    #[test]
+    fn stop_escalates_to_sigkill_when_sigterm_is_ignored() {
+        let mut p = Process::spawn(
+            &mut sh("trap '' TERM; echo ready; while :; do sleep 1; done"),
+            None,
+        );
+        p.wait_lines(1, Duration::from_secs(10));
+        let (st, killed) = p.stop(Duration::from_millis(300)).unwrap();
+        assert!(killed && !st.success());
+        assert_eq!(p.stop(Duration::from_millis(300)), None, "already stopped");
+        let mut q = Process::spawn(&mut sh("exec sleep 30"), None);
+        let (_, killed) = q.stop(Duration::from_secs(10)).unwrap();
+        assert!(!killed, "sleep exits on SIGTERM");
+    }
+
+    #[test]
+    fn log_capture_appends_and_reads_this_start_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("server.log");
+        let mut a = Process::start(
+            &mut sh("echo one; echo two >&2"),
+            Capture::Log(log.clone()),
+            None,
+        )
+        .unwrap();
+        assert!(a.wait_exit(Duration::from_secs(10)));
+        let mut b = Process::start(&mut sh("echo three"), Capture::Log(log.clone()), None).unwrap();
+        assert!(b.wait_exit(Duration::from_secs(10)));
+        assert_eq!(b.stdout(), "three\n");
+        assert_eq!(b.stderr(), "");
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "one\ntwo\nthree\n");
+        assert_eq!(b.log_path(), Some(log.as_path()));
+    }
+
+    #[test]
+    fn named_files_hold_each_stream() {
+        let dir = tempfile::tempdir().unwrap();
+        let capture = Capture::Files {
+            dir: dir.path().to_path_buf(),
+            name: "tool".into(),
+        };
+        let mut p = Process::start(&mut sh("echo o; echo e >&2"), capture, None).unwrap();
+        assert!(p.wait_exit(Duration::from_secs(10)));
+        let out = p.finish();
+        assert_eq!(out.code, Some(0));
+        let read = |f: &str| std::fs::read_to_string(dir.path().join(f)).unwrap();
+        assert_eq!(read("tool.stdout"), "o\n");
+        assert_eq!(read("tool.stderr"), "e\n");
+    }
+}
