@@ -30,8 +30,10 @@ pub fn keel_bin_or(built: impl AsRef<Path>) -> PathBuf {
         .unwrap_or_else(|| built.as_ref().to_path_buf())
 }
 
-/// The `keel` binary for crates that do not own it (jepsen-tests): `$KEEL_BIN`, else `keel` in the target
-/// directory the running executable was built into (`target/<profile>/`, also from `target/<profile>/deps/`).
+/// The `keel` binary for crates that do not own it (jepsen-tests): `$KEEL_BIN`, else `keel` in the directory the
+/// running executable was built into (`target/<profile>/`, also from `target/<profile>/deps/`), else — when
+/// cargo's build dir is not its target dir — `target/<profile>/keel` under `$CARGO_TARGET_DIR` or under the
+/// running package's directory or one of its parents (cargo sets `CARGO_MANIFEST_DIR` when it runs a test).
 /// Panics with what to do if there is none.
 pub fn keel_bin() -> PathBuf {
     if let Some(p) = std::env::var_os(KEEL_BIN_ENV) {
@@ -44,14 +46,28 @@ pub fn keel_bin() -> PathBuf {
     if dir.file_name().is_some_and(|n| n == "deps") {
         dir.pop();
     }
-    let bin = dir.join("keel");
-    if !bin.exists() {
-        panic!(
-            "keel binary not found at {} (set {KEEL_BIN_ENV} or run `cargo build --bin keel` first)",
-            bin.display()
-        );
+    let mut candidates = vec![dir.join("keel")];
+    if let Some(profile) = dir.file_name() {
+        let mut target_dirs: Vec<PathBuf> = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .into_iter()
+            .collect();
+        if let Some(manifest) = std::env::var_os("CARGO_MANIFEST_DIR") {
+            target_dirs.extend(Path::new(&manifest).ancestors().map(|a| a.join("target")));
+        }
+        candidates.extend(target_dirs.iter().map(|t| t.join(profile).join("keel")));
     }
-    bin
+    match candidates.iter().find(|c| c.is_file()) {
+        Some(bin) => bin.clone(),
+        None => panic!(
+            "keel binary not found (looked at {}): set {KEEL_BIN_ENV} or run `cargo build --bin keel` first",
+            candidates
+                .iter()
+                .map(|c| c.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }
 
 /// Panics with a clear message if etcd or etcdctl is missing.

@@ -23,8 +23,9 @@
 //! `KubeCluster::start(keel_bin!(), 1)`, `Options::under_test(keel_bin!(), 3)`. [`keel_bin!`] expands
 //! `env!("CARGO_BIN_EXE_keel")` in the calling test (only the package that owns the binary has it), overridden by
 //! `$KEEL_BIN`. Crates without the binary (jepsen-tests) use [`keel_bin()`]: `$KEEL_BIN`, else `keel` in the
-//! target directory the running executable was built into; a [`cluster::Options`] without
-//! [`cluster::Options::keel_bin`] looks it up that way when it first starts a keel member.
+//! target directory the running executable was built into (or the workspace's `target/<profile>/` when cargo's
+//! build dir is elsewhere); a [`cluster::Options`] without [`cluster::Options::keel_bin`] looks it up that way
+//! when it first starts a keel member.
 //!
 //! # Environment
 //! | variable | effect |
