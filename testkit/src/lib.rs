@@ -12,10 +12,10 @@
 //!   membership changes, etcd-client and etcdctl access, failure reports with every member's log tail.
 //! - [`kube`]: [`KubeCluster`], a keel [`Cluster`] serving the Kubernetes API with kubectl and `kube` clients
 //!   bound to each member's admin kubeconfig; [`kube::raw_request`].
-//! - [`etcdctl`] and [`kubectl`]: the two command-line clients, always with bounded time. kubectl must be on
+//! - [`etcdctl`](mod@etcdctl) and [`kubectl`]: the two command-line clients, always with bounded time. kubectl must be on
 //!   `PATH` ([`kubectl::require_kubectl`] fails with a clear message otherwise); the kit never downloads it.
 //! - [`netns`]: [`Net`], nodes in network namespaces joined by a bridge, partitions as nftables drops (root).
-//! - [`normalize`]: [`Normalizer`] and [`line_diff`], to compare etcdctl outputs of etcd and keel byte for byte.
+//! - [`normalize`](mod@normalize): [`Normalizer`] and [`line_diff`], to compare etcdctl outputs of etcd and keel byte for byte.
 //! - [`free_port`], [`free_ports`]: loopback ports for servers started on 127.0.0.1.
 //!
 //! # The `keel` binary under test
