@@ -15,17 +15,14 @@
 //! `partition_follower_then_leader` and `netns_partition_tool` need root (network namespaces); as another user
 //! they fail with a message saying so.
 
-mod common;
-
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::cluster::{self, grpc_status, kind_under_test, Cluster, Options};
-use common::netns::Net;
-use common::Kind;
 use etcd_client::GetOptions;
+use keel_testkit::cluster::{self, grpc_status, Cluster, Options};
+use keel_testkit::{etcdctl, keel_bin, Kind, Net};
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -285,7 +282,7 @@ fn put_eventually(
 #[test]
 fn etcdctl_against_each_member() {
     let _serial = cluster::serial();
-    let mut c = Cluster::start(kind_under_test(), 3);
+    let mut c = Options::under_test(keel_bin!(), 3).start();
     for i in 0..3 {
         let key = format!("greeting{i}");
         let out = c.ctl_ok(i, &["put", &key, &format!("hello from n{}", i + 1)]);
@@ -396,7 +393,7 @@ fn etcdctl_against_each_member() {
         "leader {leader_id:x} is not a member"
     );
     let all = c.endpoints(&[0, 1, 2]);
-    let out = cluster::ctl_endpoints(
+    let out = etcdctl::ctl_endpoints(
         &all,
         &["endpoint", "status"],
         &["--command-timeout=5s", "--dial-timeout=2s"],
@@ -427,7 +424,7 @@ const FAILOVER_LIVENESS: Duration = Duration::from_secs(10);
 #[test]
 fn kill_leader_under_write_load() {
     let _serial = cluster::serial();
-    let mut c = Cluster::start(kind_under_test(), 3);
+    let mut c = Options::under_test(keel_bin!(), 3).start();
     let rt = rt();
     let load = Load::start(&rt, &c.endpoints(&[0, 1, 2]), 2, "load");
     std::thread::sleep(Duration::from_millis(1500));
@@ -476,7 +473,7 @@ fn kill_leader_under_write_load() {
 #[test]
 fn kill_all_and_restart() {
     let _serial = cluster::serial();
-    let mut c = Cluster::start(kind_under_test(), 3);
+    let mut c = Options::under_test(keel_bin!(), 3).start();
     let rt = rt();
     let load = Load::start(&rt, &c.endpoints(&[0, 1, 2]), 2, "all");
     std::thread::sleep(Duration::from_secs(2));
@@ -515,7 +512,7 @@ fn kill_all_and_restart() {
 #[test]
 fn first_read_after_kill_all_sees_the_last_acknowledged_write() {
     let _serial = cluster::serial();
-    let mut c = Cluster::start(kind_under_test(), 3);
+    let mut c = Options::under_test(keel_bin!(), 3).start();
     let rt = rt();
     for round in 0..10 {
         let leader = c.wait_leader(Duration::from_secs(15));
@@ -570,7 +567,7 @@ fn first_read_after_kill_all_sees_the_last_acknowledged_write() {
 #[test]
 fn five_members_quorum_loss_and_recovery() {
     let _serial = cluster::serial();
-    let mut c = Cluster::start(kind_under_test(), 5);
+    let mut c = Options::under_test(keel_bin!(), 5).start();
     let rt = rt();
     let leader = c.wait_leader(Duration::from_secs(10));
     let (rev0, _) = put_eventually(
@@ -755,7 +752,7 @@ fn five_members_quorum_loss_and_recovery() {
 #[test]
 fn remove_and_add_member_catches_up() {
     let _serial = cluster::serial();
-    let mut c = Options::new(kind_under_test(), 3)
+    let mut c = Options::under_test(keel_bin!(), 3)
         .snapshot_count(100)
         .start();
     let rt = rt();
@@ -954,7 +951,7 @@ fn remove_and_add_member_catches_up() {
 #[test]
 fn partition_follower_then_leader() {
     let _serial = cluster::serial();
-    let mut c = Options::new(kind_under_test(), 3).netns().start();
+    let mut c = Options::under_test(keel_bin!(), 3).netns().start();
     let rt = rt();
     let leader = c.wait_leader(Duration::from_secs(10));
     let follower = (0..3).find(|&i| i != leader).unwrap();
@@ -1193,7 +1190,7 @@ fn expect_refused(
 #[test]
 fn bad_input_is_refused() {
     let _serial = cluster::serial();
-    let mut c = Cluster::start(kind_under_test(), 3);
+    let mut c = Options::under_test(keel_bin!(), 3).start();
     let kind = c.kind();
 
     // Unknown member ID.

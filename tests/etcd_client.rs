@@ -2,15 +2,13 @@
 //! many watches on one stream, requested progress, fragmented watch responses, lease expiry,
 //! and bad input answered with etcd's errors while the server stays up.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::Server;
 use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, WatchOptions,
     WatchStream,
 };
+use keel_testkit::{keel_bin, Server};
 use tonic::Code;
 
 async fn client(s: &Server) -> Client {
@@ -36,7 +34,7 @@ fn status(e: etcd_client::Error) -> tonic::Status {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_watches_on_one_stream_and_requested_progress() {
-    let s = Server::start_keel();
+    let s = Server::start_keel(keel_bin!());
     let mut c = client(&s).await;
     let mut ws = c.watch("a", None).await.unwrap();
     let r = next(&mut ws).await;
@@ -98,7 +96,7 @@ async fn many_watches_on_one_stream_and_requested_progress() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_revision_is_fragmented_for_watchers_that_ask() {
-    let s = Server::start_keel();
+    let s = Server::start_keel(keel_bin!());
     let mut c = client(&s).await;
     let big = vec![b'v'; 1_000_000];
     for k in ["f/1", "f/2", "f/3"] {
@@ -136,7 +134,7 @@ async fn large_revision_is_fragmented_for_watchers_that_ask() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_lease_deletes_its_keys_in_one_revision() {
-    let s = Server::start_keel();
+    let s = Server::start_keel(keel_bin!());
     let mut c = client(&s).await;
     let g = c.lease_grant(1, None).await.unwrap();
     assert_eq!(g.ttl(), 2, "TTL is raised to etcd's minimum");
@@ -178,7 +176,7 @@ async fn expired_lease_deletes_its_keys_in_one_revision() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_etcds_errors_and_the_server_stays_up() {
-    let s = Server::start_keel();
+    let s = Server::start_keel(keel_bin!());
     let mut c = client(&s).await;
     c.put("k", "v", None).await.unwrap();
 

@@ -9,16 +9,15 @@
 //!
 //! Needs `/usr/bin/etcd` and `/usr/bin/etcdctl` (run `scripts/setup.sh`).
 
-mod common;
-
 use std::collections::HashMap;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{
-    etcdctl_command, line_diff, BgProcess, CtlOutput, Normalizer, Server, Vars, AGAINST_ETCD_ENV,
-};
 use futures::future::BoxFuture;
+use keel_testkit::{
+    against_etcd, etcdctl_command, keel_bin, line_diff, CtlOutput, Normalizer, Process, Server,
+    Vars, AGAINST_ETCD_ENV,
+};
 
 /// How long a foreground watch may run before the harness stops it.
 const WATCH_LIMIT: Duration = Duration::from_secs(3);
@@ -236,7 +235,7 @@ struct Side {
     server: Server,
     norm: Normalizer,
     vars: Vars,
-    watches: HashMap<String, BgProcess>,
+    watches: HashMap<String, Process>,
 }
 
 impl Side {
@@ -273,7 +272,7 @@ impl Side {
             Action::Watch { args, lines } => {
                 let mut cmd = self.ctl_command();
                 cmd.arg("watch").args(self.args(args));
-                let mut p = BgProcess::spawn(&mut cmd, None);
+                let mut p = Process::spawn(&mut cmd, None);
                 match lines {
                     Some(n) => {
                         p.wait_lines(*n, WATCH_LIMIT);
@@ -288,7 +287,7 @@ impl Side {
             Action::WatchStart { name, args } => {
                 let mut cmd = self.ctl_command();
                 cmd.arg("watch").args(self.args(args));
-                let p = BgProcess::spawn(&mut cmd, None);
+                let p = Process::spawn(&mut cmd, None);
                 self.watches.insert(name.clone(), p);
                 thread::sleep(WATCH_SETTLE);
                 (CtlOutput::default(), Some("started".to_string()))
@@ -483,7 +482,7 @@ fn start_pair(candidate: fn() -> Server) -> (Side, Side) {
 }
 
 fn candidate_label() -> String {
-    if common::against_etcd() {
+    if against_etcd() {
         format!("etcd-as-keel ({AGAINST_ETCD_ENV}=1)")
     } else {
         "keel".to_string()
@@ -492,7 +491,7 @@ fn candidate_label() -> String {
 
 fn run_scenario(name: &str, steps: Vec<Step>) {
     let started = Instant::now();
-    let (mut a, mut b) = start_pair(Server::start_keel);
+    let (mut a, mut b) = start_pair(|| Server::start_keel(keel_bin!()));
     let label = candidate_label();
     let failures = compare_steps(name, &mut a, &mut b, &steps, &label);
     eprintln!(
@@ -1241,7 +1240,7 @@ fn harness_normalizer_maps_ids_terms_and_ports() {
 
 #[test]
 fn harness_normalizer_sorts_lease_keys() {
-    use common::normalize;
+    use keel_testkit::normalize;
     // etcd 3.4 lists a lease's attached keys in random (Go map) order.
     assert_eq!(
         normalize(
@@ -1267,7 +1266,7 @@ fn harness_normalizer_sorts_lease_keys() {
 
 #[test]
 fn harness_normalizer_keeps_real_differences() {
-    use common::normalize;
+    use keel_testkit::normalize;
     assert_ne!(
         normalize(r#"{"header":{"revision":3}}"#),
         normalize(r#"{"header":{"revision":4}}"#)

@@ -1,13 +1,11 @@
 //! etcdctl with `http://` endpoint URLs, as users type them. etcdctl 3.4 sends the whole URL as
 //! the HTTP/2 `:authority` of its per-endpoint maintenance calls; keel must accept that as etcd does.
 
-mod common;
-
-use common::{etcdctl, Server};
+use keel_testkit::{etcdctl, keel_bin, Server};
 
 #[test]
 fn maintenance_calls_work_with_url_endpoints() {
-    let s = Server::start_keel();
+    let s = Server::start_keel(keel_bin!());
     let url = s.client_url();
     assert!(etcdctl(&url, &["put", "a", "b"], None).success());
     for args in [

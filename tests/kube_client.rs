@@ -2,15 +2,12 @@
 //! Kubernetes API, and bad input sent as raw requests: each gets upstream's Status reason and HTTP code, and
 //! the server keeps serving.
 
-mod common;
-mod kubeapi;
-
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
+use keel_testkit::{keel_bin, KubeCluster};
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
-use kubeapi::KubeCluster;
 use serde_json::{json, Value};
 
 fn cm(name: &str, value: &str) -> ConfigMap {
@@ -24,7 +21,7 @@ fn cm(name: &str, value: &str) -> ConfigMap {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_client_list_watch_create_replace() {
-    let c = KubeCluster::start(1);
+    let c = KubeCluster::start(keel_bin!(), 1);
     let client = c.client(0).await;
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
 
@@ -115,12 +112,12 @@ async fn raw(
     body: Vec<u8>,
 ) -> (u16, Value) {
     let headers: Vec<(&str, &str)> = ct.map(|ct| ("Content-Type", ct)).into_iter().collect();
-    kubeapi::raw_request(client, method, path, &headers, body).await
+    keel_testkit::kube::raw_request(client, method, path, &headers, body).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_status_errors() {
-    let c = KubeCluster::start(1);
+    let c = KubeCluster::start(keel_bin!(), 1);
     let client = c.client(0).await;
     let cms = "/api/v1/namespaces/default/configmaps";
     // (what, path, content type, body, expected code, expected reason)
@@ -249,10 +246,10 @@ fn pb_field(tag: u8, payload: &[u8]) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn storage_semantics_protobuf_values_compaction_and_graceful_pods() {
-    let c = KubeCluster::start(1);
+    let c = KubeCluster::start(keel_bin!(), 1);
     let client = c.client(0).await;
     let mut etcd = etcd_client::Client::connect(
-        [format!("http://127.0.0.1:{}", c.members[0].client_port)],
+        [format!("http://127.0.0.1:{}", c.member(0).client_port)],
         None,
     )
     .await

@@ -2,36 +2,26 @@
 //! host without `--kube-listen` (and none with `--kube-listen ""`), and the `default/kubernetes` Service with
 //! its Endpoints and EndpointSlice on 1- and 3-member clusters, seen through the real kubectl.
 
-mod common;
-mod kubeapi;
-
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{free_port, keel_bin};
-use kubeapi::{require_kubectl, KubeCluster, KUBECTL_TIMEOUT};
+use keel_testkit::kube::KubeCluster;
+use keel_testkit::kubectl::{require_kubectl, KUBECTL_TIMEOUT};
+use keel_testkit::process::{run_bounded, Capture, Process};
+use keel_testkit::{free_port, keel_bin};
 
-/// A `keel server` child, killed and reaped on drop.
+/// A lone `keel server` on `host` (killed and reaped on drop, as every kit process).
 struct Member {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Drop for Member {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    proc: Process,
 }
 
 impl Member {
     fn start(dir: &Path, host: &str, extra: &[&str]) -> Member {
         let client = format!("http://{host}:{}", free_port());
         let peer = format!("http://{host}:{}", free_port());
-        let log = dir.join("keel.log");
-        let child = Command::new(keel_bin())
-            .args(["server", "--name", "d1", "--data-dir"])
+        let mut cmd = Command::new(keel_bin!());
+        cmd.args(["server", "--name", "d1", "--data-dir"])
             .arg(dir.join("data"))
             .args([
                 "--listen-client-urls",
@@ -47,17 +37,14 @@ impl Member {
             ])
             .args(["--initial-cluster", &format!("d1={peer}")])
             .args(extra)
-            .args(["--log-level", "info"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(std::fs::File::create(&log).expect("log file")))
-            .spawn()
-            .expect("spawn keel");
-        Member { child, log }
+            .args(["--log-level", "info"]);
+        let proc =
+            Process::start(&mut cmd, Capture::Log(dir.join("keel.log")), None).expect("spawn keel");
+        Member { proc }
     }
 
     fn fail(&self, msg: &str) -> ! {
-        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let log = self.proc.stdout();
         let tail: Vec<&str> = log.lines().rev().take(30).collect();
         let tail: Vec<&str> = tail.into_iter().rev().collect();
         panic!("{msg}\n--- keel log tail ---\n{}", tail.join("\n"));
@@ -71,31 +58,13 @@ fn own_loopback() -> String {
 }
 
 fn kubectl(kubeconfig: &Path, home: &Path, args: &[&str]) -> (bool, String) {
-    let mut child = Command::new("kubectl")
-        .args(args)
+    let mut cmd = Command::new("kubectl");
+    cmd.args(args)
         .env("KUBECONFIG", kubeconfig)
         .env("HOME", home)
-        .env("KUBECACHEDIR", home.join("kubecache"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn kubectl");
-    let deadline = Instant::now() + KUBECTL_TIMEOUT;
-    while child.try_wait().expect("kubectl wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().expect("kubectl output");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
+        .env("KUBECACHEDIR", home.join("kubecache"));
+    let out = run_bounded(cmd, None, KUBECTL_TIMEOUT);
+    (out.success(), format!("{}{}", out.stdout, out.stderr))
 }
 
 /// Retries `check` for up to `timeout`; the last output is returned either way.
@@ -230,7 +199,7 @@ fn empty_kube_listen_serves_no_kubernetes_api() {
 
 #[test]
 fn three_members_publish_the_kubernetes_service() {
-    let c = KubeCluster::start(3);
+    let c = KubeCluster::start(keel_bin!(), 3);
     // Every member answers with the same Service, whichever one leads.
     for i in 0..3 {
         c.wait_until("the kubernetes Service", Duration::from_secs(30), || {

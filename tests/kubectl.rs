@@ -3,19 +3,17 @@
 //! apply, delete and wait, namespace lifecycle, upstream's error messages, and a 3-member cluster where a
 //! write through one member is seen by a watch on another.
 
-mod common;
-mod kubeapi;
-
 use std::time::Duration;
 
-use kubeapi::{Background, KubeCluster};
+use keel_testkit::keel_bin;
+use keel_testkit::kube::{Background, KubeCluster};
 use serde_json::Value;
 
 const WATCH_WAIT: Duration = Duration::from_secs(20);
 
 #[test]
 fn discovery_version_and_explain() {
-    let c = KubeCluster::start(1);
+    let c = KubeCluster::start(keel_bin!(), 1);
     let v = c.ok(0, &["version"]);
     assert!(v.contains("Server Version: v1.32"), "{v}");
     let res = c.ok(0, &["api-resources"]);
@@ -46,7 +44,7 @@ fn discovery_version_and_explain() {
     }
     let info = c.ok(0, &["cluster-info"]);
     assert!(
-        info.contains("Kubernetes control plane") && info.contains(&c.members[0].url()),
+        info.contains("Kubernetes control plane") && info.contains(&c.member(0).kube_url()),
         "{info}"
     );
     let explain = c.ok(0, &["explain", "deployment.spec.replicas"]);
@@ -67,7 +65,7 @@ fn discovery_version_and_explain() {
 
 #[test]
 fn create_get_describe_label_delete() {
-    let c = KubeCluster::start(1);
+    let c = KubeCluster::start(keel_bin!(), 1);
     c.ok(0, &["create", "namespace", "demo"]);
     c.ok(
         0,
@@ -356,7 +354,7 @@ fn create_get_describe_label_delete() {
 
 #[test]
 fn errors_print_upstream_messages() {
-    let c = KubeCluster::start(1);
+    let c = KubeCluster::start(keel_bin!(), 1);
     c.ok(0, &["create", "configmap", "one"]);
     let exists = c.err(0, &["create", "configmap", "one"]);
     assert!(
@@ -430,7 +428,7 @@ fn errors_print_upstream_messages() {
 
 #[test]
 fn watch_sees_changes_from_another_client() {
-    let c = KubeCluster::start(1);
+    let c = KubeCluster::start(keel_bin!(), 1);
     c.ok(0, &["create", "configmap", "first"]);
     let mut w = Background::start(&c, 0, &["get", "configmaps", "-w"], "watch");
     c.wait_until("the watch to list the existing object", WATCH_WAIT, || {
@@ -468,7 +466,7 @@ fn watch_sees_changes_from_another_client() {
 
 #[test]
 fn three_members_share_objects_and_watches() {
-    let c = KubeCluster::start(3);
+    let c = KubeCluster::start(keel_bin!(), 3);
     let mut w = Background::start(
         &c,
         2,
@@ -493,7 +491,7 @@ fn three_members_share_objects_and_watches() {
             0,
             &[
                 "--server",
-                &c.members[1].url(),
+                &c.member(1).kube_url(),
                 "get",
                 "configmap",
                 "from-m1",
@@ -555,7 +553,7 @@ spec:
 
 #[test]
 fn client_side_apply_converges_and_patches_merge_by_key() {
-    let c = KubeCluster::start(1);
+    let c = KubeCluster::start(keel_bin!(), 1);
     let out = c.ok_stdin(0, &["apply", "-f", "-"], Some(APPLY_V1));
     assert!(out.contains("deployment.apps/app created"), "{out}");
     let out = c.ok_stdin(0, &["apply", "-f", "-"], Some(APPLY_V2));
@@ -632,7 +630,7 @@ fn client_side_apply_converges_and_patches_merge_by_key() {
 
 #[test]
 fn patch_types_edit_status_subresource_and_dry_run() {
-    let c = KubeCluster::start(1);
+    let c = KubeCluster::start(keel_bin!(), 1);
     c.ok_stdin(0, &["apply", "-f", "-"], Some(APPLY_V1));
     c.ok(0, &["patch", "deploy", "app", "--type=json", "-p",
         r#"[{"op":"replace","path":"/spec/replicas","value":4},{"op":"add","path":"/metadata/labels/j","value":"p"}]"#]);
@@ -790,7 +788,7 @@ fn applied_view(d: &Value) -> Value {
 /// manifest (plus defaults), `kubectl diff` is empty, and the last-applied annotation is the manifest.
 #[test]
 fn client_side_apply_through_five_revisions() {
-    let c = KubeCluster::start(1);
+    let c = KubeCluster::start(keel_bin!(), 1);
     let revisions = [
         revision(
             serde_json::json!({"app": "rev"}),

@@ -3,10 +3,7 @@
 //! an applier dropped, the upgrade from client-side apply, and bad apply requests sent raw. Also the order a
 //! strategic merge patch (`kubectl patch`) leaves a merged list in.
 
-mod common;
-mod kubeapi;
-
-use kubeapi::KubeCluster;
+use keel_testkit::{keel_bin, KubeCluster};
 use serde_json::{json, Value};
 
 /// The deployment `web` with the given labels, replicas and containers (as YAML-compatible JSON).
@@ -102,7 +99,7 @@ fn apply_err(c: &KubeCluster, manifest: &str, extra: &[&str]) -> String {
 
 #[test]
 fn deployment_through_revisions() {
-    let c = KubeCluster::start(1);
+    let c = KubeCluster::start(keel_bin!(), 1);
     let revisions = [
         // 1: two env entries, one port.
         web(
@@ -203,7 +200,7 @@ fn deployment_through_revisions() {
 
 #[test]
 fn conflicts_between_managers_scale_and_force() {
-    let c = KubeCluster::start(1);
+    let c = KubeCluster::start(keel_bin!(), 1);
     let containers = json!([{"name": "c", "image": "nginx:1.25"}]);
     let two = web(json!({"app": "web"}), 2, containers.clone());
     let four = web(json!({"app": "web"}), 4, containers.clone());
@@ -267,7 +264,7 @@ fn conflicts_between_managers_scale_and_force() {
 
 #[test]
 fn dropped_fields_go_unless_another_manager_owns_them() {
-    let c = KubeCluster::start(1);
+    let c = KubeCluster::start(keel_bin!(), 1);
     let cm = |data: Value, labels: Value| {
         json!({"apiVersion": "v1", "kind": "ConfigMap",
                "metadata": {"name": "cfg", "labels": labels}, "data": data})
@@ -324,7 +321,7 @@ fn dropped_fields_go_unless_another_manager_owns_them() {
 
 #[test]
 fn server_side_apply_after_client_side_apply() {
-    let c = KubeCluster::start(1);
+    let c = KubeCluster::start(keel_bin!(), 1);
     let containers = json!([{"name": "c", "image": "nginx:1.25"}]);
     c.ok_stdin(
         0,
@@ -370,7 +367,7 @@ fn server_side_apply_after_client_side_apply() {
 /// `X Z W`); order matters because `$(VAR)` resolves only against earlier entries.
 #[test]
 fn strategic_patch_puts_a_new_env_entry_first() {
-    let c = KubeCluster::start(1);
+    let c = KubeCluster::start(keel_bin!(), 1);
     let app = json!({
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "app"},
         "spec": {
@@ -412,12 +409,12 @@ async fn raw(
         ("Content-Type", ct),
         ("User-Agent", "kube-client-test/0.1 (linux)"),
     ];
-    kubeapi::raw_request(client, method, path, &headers, body.as_bytes().to_vec()).await
+    keel_testkit::kube::raw_request(client, method, path, &headers, body.as_bytes().to_vec()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raw_apply_requests() {
-    let c = KubeCluster::start(1);
+    let c = KubeCluster::start(keel_bin!(), 1);
     let client = c.client(0).await;
     let base = "/api/v1/namespaces/default/configmaps/raw";
     let apply = "application/apply-patch+yaml";

@@ -4,12 +4,10 @@
 //! explained; bad CRDs get 422 causes; deleting the CRD deletes its objects and the resource type; and a
 //! CRD created through one member is served by the others.
 
-mod common;
-mod kubeapi;
-
 use std::time::Duration;
 
-use kubeapi::{Background, KubeCluster};
+use keel_testkit::keel_bin;
+use keel_testkit::kube::{Background, KubeCluster};
 
 const CRD: &str = r#"
 apiVersion: apiextensions.k8s.io/v1
@@ -126,7 +124,7 @@ fn establish(c: &KubeCluster, i: usize) {
 
 #[test]
 fn custom_resources_with_kubectl() {
-    let c = KubeCluster::start(1);
+    let c = KubeCluster::start(keel_bin!(), 1);
     establish(&c, 0);
     let crds = c.ok(0, &["get", "crd"]);
     assert!(
@@ -450,7 +448,7 @@ fn custom_resources_with_kubectl() {
 
 #[test]
 fn bad_crds_are_refused_with_causes() {
-    let c = KubeCluster::start(1);
+    let c = KubeCluster::start(keel_bin!(), 1);
     let bad = r#"
 apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
@@ -591,7 +589,7 @@ spec:
 
 #[test]
 fn crd_served_by_every_member() {
-    let c = KubeCluster::start(3);
+    let c = KubeCluster::start(keel_bin!(), 3);
     establish(&c, 0);
     let t = std::time::Instant::now();
     // The other members learn of the CRD from their own store's watch.

@@ -1,10 +1,8 @@
 //! Malformed protobuf on every KV method and on Lease and Maintenance calls: each gets a gRPC
 //! error (never a crash), and the server keeps serving.
 
-mod common;
-
 use bytes::{Buf, BufMut};
-use common::Server;
+use keel_testkit::{keel_bin, Server};
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::Status;
 
@@ -49,7 +47,7 @@ impl Codec for RawCodec {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_requests_are_refused_and_the_server_stays_up() {
-    let s = Server::start_keel();
+    let s = Server::start_keel(keel_bin!());
     let channel = tonic::transport::Endpoint::from_shared(s.client_url())
         .unwrap()
         .connect()

@@ -4,16 +4,15 @@
 //! refused without leaving anything behind; `keel snapshot save` with its progress output;
 //! a client that goes away mid-stream.
 
-mod common;
-
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{
-    etcdctl, etcdctl_with, free_port, require_etcd_tools, run_bounded, CtlOutput, Server, ETCD_BIN,
+use keel_testkit::{
+    etcdctl, etcdctl_with, free_port, keel_bin, require_etcd_tools, run_bounded, CtlOutput, Server,
+    ETCD_BIN,
 };
 use serde_json::Value;
 
@@ -301,7 +300,7 @@ const OTHER_ENTRIES: u64 = 1 + 3 + 1 + 1;
 #[test]
 fn etcdctl_saves_keel_and_a_real_etcd_serves_the_restored_snapshot() {
     require_etcd_tools();
-    let keel_srv = Server::start_keel();
+    let keel_srv = Server::start_keel(keel_bin!());
     let ep = keel_srv.endpoint();
     let (lease, _) = write_history(&ep);
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -727,7 +726,7 @@ fn damaged_snapshots_are_refused_and_nothing_is_half_restored() {
 #[test]
 fn keel_snapshot_save_shows_progress_and_etcdctl_reads_the_file() {
     require_etcd_tools();
-    let srv = Server::start_keel();
+    let srv = Server::start_keel(keel_bin!());
     let ep = srv.endpoint();
     write_history(&ep);
     for i in 0..200 {
@@ -832,7 +831,7 @@ fn keel_snapshot_save_shows_progress_and_etcdctl_reads_the_file() {
 
 #[test]
 fn a_client_that_goes_away_stops_the_stream_and_the_export_file_goes() {
-    let srv = Server::start_keel();
+    let srv = Server::start_keel(keel_bin!());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -13,14 +13,14 @@ use rand::{Rng, SeedableRng};
 use crate::checker::append::ListAppend;
 use crate::checker::register::Register;
 use crate::checker::{self, watch as watch_check};
-use crate::harness::cluster::{self, Options};
-use crate::harness::Kind;
 use crate::history::Counts;
 use crate::nemesis::{Damage, Fault, Nemesis};
 use crate::workload::append::AppendWorkload;
 use crate::workload::register::RegisterWorkload;
 use crate::workload::watch::WatchWorkload;
 use crate::workload::{Ctx, Endpoints};
+use keel_testkit::cluster::{self, Options};
+use keel_testkit::Kind;
 
 /// How to run a campaign.
 #[derive(Clone, Debug)]

@@ -2,7 +2,8 @@
 //! each in its own network namespace; concurrent etcd-API clients recording every operation; faults injected
 //! and healed; the histories checked for linearizability and the watch/lease guarantees.
 //!
-//! - [`harness`]: the root package's test harness (real processes, namespaces, nftables), included as is.
+//! - The test kit (`keel-testkit`, the crate every keel test shares) starts the processes, namespaces and
+//!   nftables rules.
 //! - [`history`]: operations with invocation and completion times and outcomes.
 //! - [`workload`]: registers, list-append transactions, watches and leases.
 //! - [`nemesis`]: partitions, kills, pauses, membership changes, torn WAL tails.
@@ -10,11 +11,6 @@
 //! - [`campaign`]: one phase per fault, with the report.
 
 #![warn(missing_docs)]
-
-/// The root package's integration-test harness (`tests/common/`): processes, clusters, namespaces.
-#[path = "../../tests/common/mod.rs"]
-#[allow(missing_docs)]
-pub mod harness;
 
 pub mod campaign;
 pub mod checker;

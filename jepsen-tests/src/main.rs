@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use jepsen_tests::campaign::{self, Config};
-use jepsen_tests::harness::Kind;
 use jepsen_tests::nemesis::Fault;
+use keel_testkit::Kind;
 
 /// Jepsen-style campaign against keel (or etcd 3.4) in network namespaces. Needs root.
 #[derive(Debug, Parser)]

@@ -14,8 +14,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use jepsen_tests::campaign::{self, CampaignReport, Config};
-use jepsen_tests::harness::Kind;
 use jepsen_tests::nemesis::Fault;
+use keel_testkit::Kind;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use jepsen_tests::harness::cluster::Cluster;
-use jepsen_tests::harness::Kind;
+use keel_testkit::cluster::Cluster;
+use keel_testkit::Kind;
 
 #[test]
 fn member_remove_and_add_under_load_answer_success() {
@@ -28,7 +28,7 @@ fn member_remove_and_add_under_load_answer_success() {
         let stop = stop.clone();
         rt.spawn(async move {
             let mut n = 0u64;
-            let mut client = jepsen_tests::harness::cluster::connect(&endpoints).await;
+            let mut client = keel_testkit::cluster::connect(&endpoints).await;
             while !stop.load(Ordering::SeqCst) {
                 let _ = client
                     .put(format!("/churn/{}", n % 50), n.to_string(), None)

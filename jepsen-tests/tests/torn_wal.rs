@@ -5,9 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use jepsen_tests::harness::cluster::{Cluster, Options};
-use jepsen_tests::harness::Kind;
 use jepsen_tests::nemesis::wal::last_segment;
+use keel_testkit::cluster::{Cluster, Options};
+use keel_testkit::Kind;
 
 /// Bytes cut off the newest segment: enough to reach into the last acknowledged entries (the last record is
 /// often only a commit marker, whose loss reverts nothing), still far less than the 300 entries written.

@@ -11,8 +11,8 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 
-use crate::harness::cluster::Cluster;
 use crate::workload::Endpoints;
+use keel_testkit::cluster::Cluster;
 
 /// One kind of fault.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -9,7 +9,7 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 
 use super::{Damage, Nemesis};
-use crate::harness::Kind;
+use keel_testkit::Kind;
 
 /// Bytes at the start of a keel segment (its magic header), never cut.
 const SEGMENT_HEADER: u64 = 8;

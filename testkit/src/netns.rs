@@ -30,9 +30,11 @@
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+
+use crate::process::{describe, Capture, Process};
 
 /// Second octet of every subnet used here: `10.213.<S>.0/24`.
 pub const SUBNET_PREFIX: &str = "10.213";
@@ -40,6 +42,8 @@ pub const SUBNET_PREFIX: &str = "10.213";
 pub const ROOT_HOST: u8 = 254;
 /// Prefix of every namespace this module creates (`keel-<run>-<i>`, `keel-<run>-hub`).
 pub const NS_PREFIX: &str = "keel-";
+/// Bound for one `ip` or `nft` run.
+const TOOL_TIMEOUT: Duration = Duration::from_secs(30);
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
@@ -65,34 +69,40 @@ pub fn require_root() {
         );
     }
     for (bin, pkg) in [("ip", "iproute2"), ("nft", "nftables")] {
-        let ok = Command::new(bin)
-            .arg("-V")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
+        let mut cmd = Command::new(bin);
+        cmd.arg("-V");
+        let ok = Process::start(&mut cmd, Capture::Temp, None)
+            .is_ok_and(|mut p| p.wait_timeout(TOOL_TIMEOUT).is_some_and(|st| st.success()));
         if !ok {
             panic!("`{bin}` is missing: install {pkg} (scripts/setup.sh does)");
         }
     }
 }
 
-fn run(cmd: &mut Command) -> Output {
-    cmd.stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {:?}: {e}", cmd.get_program()))
+/// What a finished `ip` or `nft` run printed.
+struct Output {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
 }
 
-fn describe(cmd: &Command) -> String {
-    format!(
-        "{} {}",
-        cmd.get_program().to_string_lossy(),
-        cmd.get_args()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect::<Vec<_>>()
-            .join(" ")
-    )
+/// Runs `cmd` with `stdin` (`None`: empty), panicking if it cannot start or does not finish within
+/// [`TOOL_TIMEOUT`].
+fn run_with(cmd: &mut Command, stdin: Option<&[u8]>) -> Output {
+    let mut p = Process::start(cmd, Capture::Temp, stdin)
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", describe(cmd)));
+    let Some(status) = p.wait_timeout(TOOL_TIMEOUT) else {
+        panic!("`{}` did not finish within {TOOL_TIMEOUT:?}", describe(cmd));
+    };
+    Output {
+        status,
+        stdout: p.stdout(),
+        stderr: p.stderr(),
+    }
+}
+
+fn run(cmd: &mut Command) -> Output {
+    run_with(cmd, None)
 }
 
 /// Runs `ip <args>`, panicking with its stderr on failure.
@@ -105,7 +115,7 @@ fn ip(args: &[&str]) {
             "`{}` failed ({}): {}",
             describe(&cmd),
             out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
+            out.stderr.trim()
         );
     }
 }
@@ -118,14 +128,14 @@ fn ip_try(args: &[&str]) -> Result<(), String> {
     if out.status.success() {
         Ok(())
     } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+        Err(out.stderr.trim().to_string())
     }
 }
 
 /// Names of all named network namespaces (`ip netns list`).
 fn netns_list() -> Vec<String> {
     let out = run(Command::new("ip").args(["netns", "list"]));
-    String::from_utf8_lossy(&out.stdout)
+    out.stdout
         .lines()
         .filter_map(|l| l.split_whitespace().next().map(str::to_string))
         .collect()
@@ -134,7 +144,7 @@ fn netns_list() -> Vec<String> {
 /// Kills every process inside namespace `ns` (they were started there by a harness) and deletes it.
 fn kill_and_delete_ns(ns: &str) {
     let out = run(Command::new("ip").args(["netns", "pids", ns]));
-    for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+    for pid in out.stdout.split_whitespace() {
         if let Ok(pid) = pid.parse::<libc::pid_t>() {
             // SAFETY: kill(2) on a pid that lives in a namespace this harness created.
             unsafe {
@@ -229,9 +239,7 @@ impl Net {
             let taken = format!("{SUBNET_PREFIX}.{s}.");
             let routes = run(Command::new("ip").args(["-4", "route", "show", "table", "all"]));
             let addrs = run(Command::new("ip").args(["-4", "-o", "addr", "show"]));
-            if String::from_utf8_lossy(&routes.stdout).contains(&taken)
-                || String::from_utf8_lossy(&addrs.stdout).contains(&taken)
-            {
+            if routes.stdout.contains(&taken) || addrs.stdout.contains(&taken) {
                 continue;
             }
             let root_if = format!("keelnet{s}");
@@ -402,35 +410,21 @@ impl Net {
         }
         script.push_str("  }\n}\n");
         let mut cmd = self.command(to, "nft");
-        cmd.args(["-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run nft in {}: {e}", self.ns(to)));
-        {
-            use std::io::Write;
-            let mut stdin = child.stdin.take().expect("nft stdin");
-            stdin
-                .write_all(script.as_bytes())
-                .expect("write nft script");
-        }
-        let out = child.wait_with_output().expect("wait for nft");
+        cmd.args(["-f", "-"]);
+        let out = run_with(&mut cmd, Some(script.as_bytes()));
         if !out.status.success() {
             panic!(
                 "nft in {} failed ({}): {}\nscript:\n{script}",
                 self.ns(to),
                 out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
+                out.stderr.trim()
             );
         }
     }
 
     /// `nft list ruleset` of node `i` (for failure messages).
     pub fn ruleset(&self, i: usize) -> String {
-        let out = run(self.command(i, "nft").args(["list", "ruleset"]));
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        run(self.command(i, "nft").args(["list", "ruleset"])).stdout
     }
 
     /// Runs `f` on a thread that has entered node `i`'s network namespace: sockets created there stay in that
@@ -450,7 +444,7 @@ impl Net {
                 f()
             })
             .join()
-            .expect("thread inside the namespace panicked")
+            .unwrap_or_else(|e| std::panic::resume_unwind(e))
         })
     }
 

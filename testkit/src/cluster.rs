@@ -1,11 +1,14 @@
 //! Multi-member clusters of real processes — etcd 3.4 or `keel server`, same API for both — for integration
 //! tests: start, kill -9, SIGTERM, restart, leader discovery, membership changes, partitions (with
-//! [`super::netns`]), and etcd-client / etcdctl access to any member.
+//! [`crate::netns`]), and etcd-client / etcdctl access to any member.
 //!
-//! - Every member is a real process with its own data dir and log file under one temp dir. By default all
-//!   members listen on 127.0.0.1 with free ports; with [`Options::netns`] each member runs inside its own network
-//!   namespace on its own address (`10.213.<S>.<i+1>`, ports 2379/2380) so that [`Cluster::net_mut`] can cut
-//!   links. Either way the test process reaches every member's client URL directly.
+//! - Every member is a real process ([`Process`]) with its own data dir and log file under one temp dir. By
+//!   default all members listen on 127.0.0.1 with free ports; with [`Options::netns`] each member runs inside its
+//!   own network namespace on its own address (`10.213.<S>.<i+1>`, ports 2379/2380/6443) so that
+//!   [`Cluster::net_mut`] can cut links. Either way the test process reaches every member's URLs directly.
+//! - With [`Options::kube`] (keel only) every member also serves the Kubernetes API (`--kube-listen`) and is
+//!   ready only once its admin kubeconfig exists and kubectl gets `ok` from `/readyz`;
+//!   [`KubeCluster`](crate::KubeCluster) adds kubectl and `kube` clients on top.
 //! - Members are numbered in order of creation; the index of a removed member stays taken, so indexes never
 //!   shift. Initial members are named `n1`, `n2`, …
 //! - Every wait is bounded; on timeout the harness panics with the last lines of every member's log
@@ -18,7 +21,7 @@
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::thread;
@@ -26,18 +29,22 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::netns::Net;
-use super::{
-    against_etcd, etcdctl_command, keel_bin, require_etcd_tools, run_bounded, CtlOutput, Kind,
-    ETCD_BIN,
-};
+use crate::binaries::{against_etcd, keel_bin, require_etcd_tools, Kind, ETCD_BIN};
+use crate::etcdctl::ctl_endpoints;
+use crate::kubectl::{kubectl_command, require_kubectl, run_kubectl};
+use crate::netns::Net;
+use crate::process::{describe, Capture, CtlOutput, Process};
 
 /// Client port of every member in netns mode (each member has its own address).
 pub const NS_CLIENT_PORT: u16 = 2379;
 /// Peer port of every member in netns mode.
 pub const NS_PEER_PORT: u16 = 2380;
+/// Kubernetes API port of every member in netns mode.
+pub const NS_KUBE_PORT: u16 = 6443;
 /// Default bound for a member to become ready.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bound for a member serving the Kubernetes API to become ready (it also writes its PKI and kubeconfig).
+pub const KUBE_READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long SIGTERM may take before SIGKILL.
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a removed member gets to exit on its own.
@@ -70,8 +77,12 @@ pub fn serial() -> MutexGuard<'static, ()> {
 pub struct Options {
     pub kind: Kind,
     pub size: usize,
-    /// Each member in its own network namespace (needs root), see [`super::netns`].
+    /// The `keel` binary (none: [`keel_bin()`], looked up when the first keel member starts).
+    pub keel_bin: Option<PathBuf>,
+    /// Each member in its own network namespace (needs root), see [`crate::netns`].
     pub netns: bool,
+    /// Every member serves the Kubernetes API (keel only; needs kubectl for the readiness probe).
+    pub kube: bool,
     /// `--snapshot-count` for every member (none: the server's default).
     pub snapshot_count: Option<u64>,
     /// `--heartbeat-interval` in ms.
@@ -92,7 +103,9 @@ impl Options {
         Options {
             kind,
             size,
+            keel_bin: None,
             netns: false,
+            kube: false,
             snapshot_count: None,
             heartbeat_ms: 100,
             election_ms: 1000,
@@ -106,8 +119,27 @@ impl Options {
         }
     }
 
+    /// `size` members of keel from `keel` (pass [`keel_bin!`](crate::keel_bin!)), or of real etcd when
+    /// `KEEL_DIFF_AGAINST_ETCD=1` ([`kind_under_test`]).
+    pub fn under_test(keel: impl Into<PathBuf>, size: usize) -> Options {
+        Options::new(kind_under_test(), size).keel_bin(keel)
+    }
+
+    /// The `keel` binary to run.
+    pub fn keel_bin(mut self, keel: impl Into<PathBuf>) -> Self {
+        self.keel_bin = Some(keel.into());
+        self
+    }
+
+    /// Each member in its own network namespace (needs root).
     pub fn netns(mut self) -> Self {
         self.netns = true;
+        self
+    }
+
+    /// Every member serves the Kubernetes API on its own port (`--kube-listen https://<host>:<port>`).
+    pub fn kube(mut self) -> Self {
+        self.kube = true;
         self
     }
 
@@ -150,6 +182,8 @@ pub struct Member {
     pub host: String,
     pub client_port: u16,
     pub peer_port: u16,
+    /// Port of its Kubernetes API ([`Options::kube`] only).
+    pub kube_port: Option<u16>,
     pub data_dir: PathBuf,
     pub log_path: PathBuf,
     /// Added with `--learner` (and not promoted by the harness).
@@ -164,7 +198,7 @@ pub struct Member {
     pub cmdline: String,
     /// How many times it was started.
     pub starts: u32,
-    child: Option<Child>,
+    process: Option<Process>,
     last_exit: Option<ExitStatus>,
 }
 
@@ -182,6 +216,23 @@ impl Member {
         format!("http://{}:{}", self.host, self.peer_port)
     }
 
+    /// `https://<host>:<kube port>`, its Kubernetes API. Panics unless the cluster was started with
+    /// [`Options::kube`].
+    pub fn kube_url(&self) -> String {
+        match self.kube_port {
+            Some(p) => format!("https://{}:{p}", self.host),
+            None => panic!(
+                "member {} does not serve the Kubernetes API (start the cluster with Options::kube())",
+                self.name
+            ),
+        }
+    }
+
+    /// Its admin kubeconfig, written by the member into its data dir (pointing at its own API).
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.data_dir.join("admin.kubeconfig")
+    }
+
     /// How the process last ended, if it did.
     pub fn last_exit(&self) -> Option<ExitStatus> {
         self.last_exit
@@ -189,7 +240,7 @@ impl Member {
 
     /// The process id while it runs.
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.process.as_ref().and_then(Process::pid)
     }
 
     /// The last lines of its log (all starts appended, each preceded by a `==== harness:` line).
@@ -321,56 +372,69 @@ fn retryable(out: &CtlOutput) -> bool {
 pub struct Cluster {
     pub opts: Options,
     members: Vec<Member>,
+    /// Where `dir` is (also once it was kept on drop).
+    path: PathBuf,
+    /// kubectl runs so far (each gets a fresh cache dir).
+    kubectl_runs: AtomicUsize,
     // Dropped after the processes are killed in Drop::drop, then the temp dir.
     net: Option<Net>,
     dir: Option<tempfile::TempDir>,
 }
 
+/// Where one member is reached.
+struct Addr {
+    host: String,
+    client_port: u16,
+    peer_port: u16,
+    kube_port: Option<u16>,
+}
+
 impl Cluster {
-    /// `n` members of `kind` on loopback with default options.
+    /// `n` members of `kind` on loopback with default options (the `keel` binary from [`keel_bin()`]).
     pub fn start(kind: Kind, n: usize) -> Cluster {
         Options::new(kind, n).start()
     }
 
+    /// Starts the cluster `opts` describes and waits until every member is ready and a leader is agreed on.
     pub fn start_with(opts: Options) -> Cluster {
         require_etcd_tools();
         assert!(opts.size >= 1, "a cluster needs at least one member");
+        assert!(
+            !opts.kube || opts.kind == Kind::Keel,
+            "only keel serves the Kubernetes API (Options::kube with {:?})",
+            opts.kind
+        );
+        if opts.kube {
+            require_kubectl();
+        }
         let dir = tempfile::Builder::new()
             .prefix(&format!("keel-cluster-{}-", opts.kind.label()))
             .tempdir()
-            .expect("tempdir");
+            .unwrap_or_else(|e| panic!("cannot create a temp dir for the cluster: {e}"));
         let net = opts
             .netns
             .then(|| Net::new(&Net::unique_run_id(), opts.size));
         let mut cluster = Cluster {
             opts,
             members: Vec::new(),
+            path: dir.path().to_path_buf(),
+            kubectl_runs: AtomicUsize::new(0),
             net,
             dir: Some(dir),
         };
         let n = cluster.opts.size;
-        let addrs: Vec<(String, u16, u16)> = match &cluster.net {
-            Some(net) => (0..n)
-                .map(|i| (net.ip(i).to_string(), NS_CLIENT_PORT, NS_PEER_PORT))
-                .collect(),
-            None => free_ports(2 * n)
-                .chunks(2)
-                .map(|p| ("127.0.0.1".to_string(), p[0], p[1]))
-                .collect(),
-        };
+        let addrs: Vec<Addr> = (0..n).map(|i| cluster.new_addr(i, &[])).collect();
         let initial_cluster = addrs
             .iter()
             .enumerate()
-            .map(|(i, (h, _, p))| format!("n{}=http://{h}:{p}", i + 1))
+            .map(|(i, a)| format!("n{}=http://{}:{}", i + 1, a.host, a.peer_port))
             .collect::<Vec<_>>()
             .join(",");
-        for (i, (host, cport, pport)) in addrs.into_iter().enumerate() {
+        for (i, addr) in addrs.into_iter().enumerate() {
             let name = format!("n{}", i + 1);
             let m = cluster.new_member(
                 &name,
-                host,
-                cport,
-                pport,
+                addr,
                 StartArgs {
                     name: name.clone(),
                     initial_cluster: initial_cluster.clone(),
@@ -385,7 +449,7 @@ impl Cluster {
             cluster.spawn(i);
         }
         let all: Vec<usize> = (0..n).collect();
-        cluster.wait_ready_all(&all, READY_TIMEOUT);
+        cluster.wait_ready_all(&all, cluster.ready_timeout());
         cluster.learn_ids(0);
         cluster.wait_leader(Duration::from_secs(15));
         // From now on every member uses its data dir: a restart is a plain restart.
@@ -395,21 +459,49 @@ impl Cluster {
         cluster
     }
 
-    fn new_member(
-        &self,
-        name: &str,
-        host: String,
-        client_port: u16,
-        peer_port: u16,
-        start_args: StartArgs,
-    ) -> Member {
+    /// The address of member `i` (in netns mode node `i` must exist): its namespace's address and the fixed
+    /// ports, or 127.0.0.1 with free ports none of `used` (nor any member's) has.
+    fn new_addr(&self, i: usize, used: &[u16]) -> Addr {
+        let kube = self.opts.kube;
+        if let Some(net) = &self.net {
+            return Addr {
+                host: net.ip(i).to_string(),
+                client_port: NS_CLIENT_PORT,
+                peer_port: NS_PEER_PORT,
+                kube_port: kube.then_some(NS_KUBE_PORT),
+            };
+        }
+        let taken: Vec<u16> = self
+            .members
+            .iter()
+            .flat_map(|m| [Some(m.client_port), Some(m.peer_port), m.kube_port])
+            .flatten()
+            .chain(used.iter().copied())
+            .collect();
+        let p = loop {
+            let p = crate::free_ports(if kube { 3 } else { 2 });
+            if !p.iter().any(|p| taken.contains(p)) {
+                break p;
+            }
+        };
+        Addr {
+            host: "127.0.0.1".to_string(),
+            client_port: p[0],
+            peer_port: p[1],
+            kube_port: p.get(2).copied(),
+        }
+    }
+
+    fn new_member(&self, name: &str, addr: Addr, start_args: StartArgs) -> Member {
         let base = self.dir().join(format!("{}-{name}", self.members.len()));
-        std::fs::create_dir_all(&base).expect("member dir");
+        std::fs::create_dir_all(&base)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", base.display()));
         Member {
             name: name.to_string(),
-            host,
-            client_port,
-            peer_port,
+            host: addr.host,
+            client_port: addr.client_port,
+            peer_port: addr.peer_port,
+            kube_port: addr.kube_port,
             data_dir: base.join("data"),
             log_path: base.join("server.log"),
             learner: false,
@@ -418,14 +510,25 @@ impl Cluster {
             start_args,
             cmdline: String::new(),
             starts: 0,
-            child: None,
+            process: None,
             last_exit: None,
         }
     }
 
-    /// The cluster's directory (one `<index>-<name>/` per member with `data/` and `server.log`).
+    /// The cluster's directory (one `<index>-<name>/` per member with `data/` and `server.log`); free for the
+    /// test's own files too.
     pub fn dir(&self) -> PathBuf {
-        self.dir.as_ref().expect("cluster dir").path().to_path_buf()
+        self.path.clone()
+    }
+
+    /// How long a member may take to become ready ([`READY_TIMEOUT`], [`KUBE_READY_TIMEOUT`] with the
+    /// Kubernetes API).
+    pub fn ready_timeout(&self) -> Duration {
+        if self.opts.kube {
+            KUBE_READY_TIMEOUT
+        } else {
+            READY_TIMEOUT
+        }
     }
 
     pub fn kind(&self) -> Kind {
@@ -466,27 +569,27 @@ impl Cluster {
 
     /// The network namespaces (netns mode only).
     pub fn net(&self) -> &Net {
-        self.net
-            .as_ref()
-            .expect("this cluster was not started with Options::netns()")
+        match &self.net {
+            Some(net) => net,
+            None => panic!("this cluster was not started with Options::netns()"),
+        }
     }
 
     pub fn net_mut(&mut self) -> &mut Net {
-        self.net
-            .as_mut()
-            .expect("this cluster was not started with Options::netns()")
+        match &mut self.net {
+            Some(net) => net,
+            None => panic!("this cluster was not started with Options::netns()"),
+        }
     }
 
     /// True while member `i`'s process runs (reaps it if it exited).
     pub fn is_running(&mut self, i: usize) -> bool {
         let m = &mut self.members[i];
-        if let Some(c) = m.child.as_mut() {
-            if let Ok(Some(st)) = c.try_wait() {
-                m.last_exit = Some(st);
-                m.child = None;
-            }
+        if let Some(st) = m.process.as_mut().and_then(Process::try_wait) {
+            m.last_exit = Some(st);
+            m.process = None;
         }
-        m.child.is_some()
+        m.process.is_some()
     }
 
     /// Members whose process runs and that were not removed.
@@ -529,15 +632,18 @@ impl Cluster {
         let kind = self.opts.kind;
         let program = match kind {
             Kind::Etcd => PathBuf::from(ETCD_BIN),
-            Kind::Keel => keel_bin(),
+            Kind::Keel => self.opts.keel_bin.get_or_insert_with(keel_bin).clone(),
         };
         let mut cmd = match &self.net {
             Some(net) => net.command(i, program),
             None => Command::new(program),
         };
         if kind == Kind::Keel {
-            // etcd-level cluster tests: no Kubernetes API (it would take port 6443 of each client host).
-            cmd.args(["server", "--kube-listen", ""]);
+            cmd.arg("server");
+            if !self.opts.kube {
+                // etcd-level cluster tests: no Kubernetes API (it would take port 6443 of each client host).
+                cmd.args(["--kube-listen", ""]);
+            }
         }
         let m = &self.members[i];
         let client_url = m.client_url();
@@ -572,6 +678,9 @@ impl Cluster {
         if kind == Kind::Etcd {
             cmd.args(["--logger", "zap", "--log-outputs", "stderr"]);
         }
+        if self.opts.kube {
+            cmd.arg("--kube-listen").arg(m.kube_url());
+        }
         cmd.args(&self.opts.extra_args).args(&args.extra);
         // etcd refuses ETCD_* variables that shadow a flag; keel reads KEEL_LOG.
         for (k, _) in std::env::vars_os() {
@@ -580,14 +689,7 @@ impl Cluster {
                 cmd.env_remove(k);
             }
         }
-        let cmdline = format!(
-            "{} {}",
-            cmd.get_program().to_string_lossy(),
-            cmd.get_args()
-                .map(|a| a.to_string_lossy().into_owned())
-                .collect::<Vec<_>>()
-                .join(" ")
-        );
+        let cmdline = describe(&cmd);
         let mut log = OpenOptions::new()
             .create(true)
             .append(true)
@@ -598,22 +700,19 @@ impl Cluster {
             "==== harness: start #{} of member {i}: {cmdline}",
             m.starts + 1
         );
-        let log2 = log.try_clone().expect("clone log file");
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::from(log2));
-        let child = cmd
-            .spawn()
+        drop(log);
+        let process = Process::start(&mut cmd, Capture::Log(m.log_path.clone()), None)
             .unwrap_or_else(|e| panic!("cannot start {cmdline}: {e}"));
         let m = &mut self.members[i];
         m.cmdline = cmdline;
         m.starts += 1;
-        m.child = Some(child);
+        m.process = Some(process);
         m.last_exit = None;
     }
 
     /// Whether member `i` answers as a ready member: `endpoint health` (a linearizable read through Raft) for
-    /// voters, `endpoint status` for learners (which refuse linearizable reads).
+    /// voters, `endpoint status` for learners (which refuse linearizable reads); with the Kubernetes API also
+    /// its admin kubeconfig exists and kubectl gets `ok` from `/readyz`.
     pub fn probe_ready(&self, i: usize) -> Result<(), String> {
         let m = &self.members[i];
         let args: &[&str] = if m.learner {
@@ -622,11 +721,38 @@ impl Cluster {
             &["endpoint", "health"]
         };
         let out = self.ctl_with(i, args, &["--command-timeout=2s", "--dial-timeout=1s"]);
-        if out.success() {
+        if !out.success() {
+            return Err(format!("{}{}", out.stdout.trim(), out.stderr.trim()));
+        }
+        if !self.opts.kube {
+            return Ok(());
+        }
+        if !m.kubeconfig().exists() {
+            return Err(format!("no {} yet", m.kubeconfig().display()));
+        }
+        let cmd = self.kubectl_cmd(i, &["--request-timeout=5s", "get", "--raw", "/readyz"]);
+        let r = run_kubectl(cmd, None, Duration::from_secs(15));
+        if r.ok && r.stdout.trim() == "ok" {
             Ok(())
         } else {
-            Err(format!("{}{}", out.stdout.trim(), out.stderr.trim()))
+            Err(format!(
+                "kubectl get --raw /readyz: {}{}",
+                r.stdout.trim(),
+                r.stderr.trim()
+            ))
         }
+    }
+
+    /// A kubectl command against member `i`: its admin kubeconfig, a fresh `KUBECACHEDIR` and `HOME` in the
+    /// cluster's directory, stdin `/dev/null`. Add nothing but what a user would type after `kubectl`.
+    pub fn kubectl_cmd(&self, i: usize, args: &[&str]) -> Command {
+        let n = self.kubectl_runs.fetch_add(1, Ordering::SeqCst);
+        kubectl_command(
+            &self.members[i].kubeconfig(),
+            &self.path,
+            &self.path.join(format!("kubecache-{n}")),
+            args,
+        )
     }
 
     /// Waits until member `i` is ready ([`Cluster::probe_ready`]); panics (with logs) if its process exits or
@@ -691,7 +817,10 @@ impl Cluster {
                 .collect();
             handles
                 .into_iter()
-                .map(|(i, h)| (i, h.join().expect("probe thread panicked")))
+                .map(|(i, h)| {
+                    let r = h.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+                    (i, r)
+                })
                 .collect()
         })
     }
@@ -699,9 +828,8 @@ impl Cluster {
     /// SIGKILL member `i` (no-op if it is not running) and reap it.
     pub fn kill9(&mut self, i: usize) {
         let m = &mut self.members[i];
-        if let Some(mut c) = m.child.take() {
-            let _ = c.kill();
-            m.last_exit = c.wait().ok();
+        if let Some(mut p) = m.process.take() {
+            m.last_exit = p.kill();
         }
     }
 
@@ -709,34 +837,17 @@ impl Cluster {
     /// SIGKILL was needed (`None` if it was not running).
     pub fn stop(&mut self, i: usize) -> Option<(ExitStatus, bool)> {
         let m = &mut self.members[i];
-        let mut child = m.child.take()?;
-        if let Ok(Some(st)) = child.try_wait() {
-            m.last_exit = Some(st);
-            return Some((st, false));
-        }
-        // SAFETY: kill(2) on the pid of a child we own and have not reaped yet.
-        unsafe {
-            libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
-        }
-        let start = Instant::now();
-        while start.elapsed() < STOP_TIMEOUT {
-            if let Ok(Some(st)) = child.try_wait() {
-                m.last_exit = Some(st);
-                return Some((st, false));
-            }
-            thread::sleep(Duration::from_millis(10));
-        }
-        let _ = child.kill();
-        let st = child.wait().ok()?;
-        m.last_exit = Some(st);
-        Some((st, true))
+        let mut p = m.process.take()?;
+        let r = p.stop(STOP_TIMEOUT);
+        m.last_exit = r.map(|(st, _)| st);
+        r
     }
 
     /// Starts member `i` again (same data dir, `--initial-cluster-state existing`) and waits until it is ready.
     /// Needs a quorum to be up; to restart a majority at once use [`Cluster::restart_all`].
     pub fn restart(&mut self, i: usize) {
         self.spawn(i);
-        self.wait_ready(i, READY_TIMEOUT);
+        self.wait_ready(i, self.ready_timeout());
     }
 
     /// Starts all of `set` again, then waits until all are ready.
@@ -744,7 +855,7 @@ impl Cluster {
         for &i in set {
             self.spawn(i);
         }
-        self.wait_ready_all(set, READY_TIMEOUT);
+        self.wait_ready_all(set, self.ready_timeout());
     }
 
     /// Waits until member `i`'s process exits on its own; `None` on timeout (it keeps running).
@@ -957,7 +1068,7 @@ impl Cluster {
     pub fn add_member(&mut self, name: &str, learner: bool) -> usize {
         let i = self.add_member_unstarted(name, learner);
         self.spawn(i);
-        self.wait_ready(i, READY_TIMEOUT);
+        self.wait_ready(i, self.ready_timeout());
         i
     }
 
@@ -967,28 +1078,12 @@ impl Cluster {
     /// (etcd wants all members connected for 5 s first), at most 30 s.
     pub fn add_member_unstarted(&mut self, name: &str, learner: bool) -> usize {
         let index = self.members.len();
-        let (host, cport, pport) = match &mut self.net {
-            Some(net) => {
-                let k = net.add_node();
-                assert_eq!(k, index, "netns node index out of step with member index");
-                (net.ip(k).to_string(), NS_CLIENT_PORT, NS_PEER_PORT)
-            }
-            None => {
-                let used: Vec<u16> = self
-                    .members
-                    .iter()
-                    .flat_map(|m| [m.client_port, m.peer_port])
-                    .collect();
-                let p = loop {
-                    let p = free_ports(2);
-                    if !used.contains(&p[0]) && !used.contains(&p[1]) {
-                        break p;
-                    }
-                };
-                ("127.0.0.1".to_string(), p[0], p[1])
-            }
-        };
-        let peer_url = format!("http://{host}:{pport}");
+        if let Some(net) = &mut self.net {
+            let k = net.add_node();
+            assert_eq!(k, index, "netns node index out of step with member index");
+        }
+        let addr = self.new_addr(index, &[]);
+        let peer_url = format!("http://{}:{}", addr.host, addr.peer_port);
         let start = Instant::now();
         let mut attempts = 0;
         let response: Value = loop {
@@ -1062,9 +1157,7 @@ impl Cluster {
         );
         let mut m = self.new_member(
             name,
-            host,
-            cport,
-            pport,
+            addr,
             StartArgs {
                 name: name.to_string(),
                 initial_cluster,
@@ -1169,7 +1262,7 @@ impl Cluster {
         for (i, m) in self.members.iter().enumerate() {
             let state = if m.removed {
                 "removed".to_string()
-            } else if m.child.is_some() {
+            } else if m.process.is_some() {
                 format!("running (pid {})", m.pid().unwrap_or(0))
             } else {
                 format!("not running (last exit {:?})", m.last_exit)
@@ -1207,15 +1300,14 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        for m in &mut self.members {
-            if let Some(c) = m.child.as_mut() {
-                let _ = c.kill();
+        // SIGKILL everyone first, then reap (each Process's drop waits, bounded).
+        for m in &self.members {
+            if let Some(p) = &m.process {
+                p.signal(libc::SIGKILL);
             }
         }
         for m in &mut self.members {
-            if let Some(mut c) = m.child.take() {
-                let _ = c.wait();
-            }
+            drop(m.process.take());
         }
         if thread::panicking() || std::env::var_os(KEEP_ENV).is_some() {
             if let Some(dir) = self.dir.take() {
@@ -1224,32 +1316,6 @@ impl Drop for Cluster {
             }
         }
     }
-}
-
-/// Runs etcdctl against the given endpoints, bounded by the command timeout in `global` + 10 s.
-pub fn ctl_endpoints(endpoints: &[String], args: &[&str], global: &[&str]) -> CtlOutput {
-    let mut cmd = etcdctl_command(&endpoints.join(","), global);
-    cmd.args(args);
-    let secs = global
-        .iter()
-        .find_map(|g| g.strip_prefix("--command-timeout="))
-        .and_then(|v| {
-            v.strip_suffix("ms")
-                .and_then(|ms| ms.parse::<u64>().ok().map(|ms| ms.div_ceil(1000)))
-                .or_else(|| v.strip_suffix('s').and_then(|s| s.parse().ok()))
-        })
-        .unwrap_or(5);
-    run_bounded(cmd, None, Duration::from_secs(secs + 10))
-}
-
-/// `n` distinct free ports on 127.0.0.1 (all bound at once, then released).
-pub fn free_ports(n: usize) -> Vec<u16> {
-    let ls: Vec<std::net::TcpListener> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
-        .collect();
-    ls.iter()
-        .map(|l| l.local_addr().expect("local_addr").port())
-        .collect()
 }
 
 /// etcd-client options used by the harness: 2 s connect timeout, 10 s per request.
