@@ -15,6 +15,8 @@
 //! `partition_follower_then_leader` and `netns_partition_tool` need root (network namespaces); as another user
 //! they fail with a message saying so.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

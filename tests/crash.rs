@@ -3,6 +3,8 @@
 //! revision never goes backwards. Plus WAL damage: a torn tail is recovered, a flipped byte in
 //! the middle of the log makes the server refuse to start with a clear message.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
 use std::collections::HashMap;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -2,6 +2,8 @@
 //! many watches on one stream, requested progress, fragmented watch responses, lease expiry,
 //! and bad input answered with etcd's errors while the server stays up.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
 use std::time::{Duration, Instant};
 
 use etcd_client::{

@@ -9,6 +9,8 @@
 //!
 //! Needs `/usr/bin/etcd` and `/usr/bin/etcdctl` (run `scripts/setup.sh`).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
 use std::collections::HashMap;
 use std::thread;
 use std::time::{Duration, Instant};

@@ -1,6 +1,8 @@
 //! etcdctl with `http://` endpoint URLs, as users type them. etcdctl 3.4 sends the whole URL as
 //! the HTTP/2 `:authority` of its per-endpoint maintenance calls; keel must accept that as etcd does.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
 use keel_testkit::{etcdctl, keel_bin, Server};
 
 #[test]

@@ -2,6 +2,8 @@
 //! Kubernetes API, and bad input sent as raw requests: each gets upstream's Status reason and HTTP code, and
 //! the server keeps serving.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};

@@ -2,6 +2,8 @@
 //! host without `--kube-listen` (and none with `--kube-listen ""`), and the `default/kubernetes` Service with
 //! its Endpoints and EndpointSlice on 1- and 3-member clusters, seen through the real kubectl.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -3,6 +3,8 @@
 //! apply, delete and wait, namespace lifecycle, upstream's error messages, and a 3-member cluster where a
 //! write through one member is seen by a watch on another.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
 use std::time::Duration;
 
 use keel_testkit::keel_bin;

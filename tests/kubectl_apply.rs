@@ -3,6 +3,8 @@
 //! an applier dropped, the upgrade from client-side apply, and bad apply requests sent raw. Also the order a
 //! strategic merge patch (`kubectl patch`) leaves a merged list in.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
 use keel_testkit::{keel_bin, KubeCluster};
 use serde_json::{json, Value};
 

@@ -4,6 +4,8 @@
 //! explained; bad CRDs get 422 causes; deleting the CRD deletes its objects and the resource type; and a
 //! CRD created through one member is served by the others.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
 use std::time::Duration;
 
 use keel_testkit::keel_bin;

@@ -1,6 +1,8 @@
 //! Malformed protobuf on every KV method and on Lease and Maintenance calls: each gets a gRPC
 //! error (never a crash), and the server keeps serving.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
 use bytes::{Buf, BufMut};
 use keel_testkit::{keel_bin, Server};
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};

@@ -4,6 +4,8 @@
 //! refused without leaving anything behind; `keel snapshot save` with its progress output;
 //! a client that goes away mid-stream.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -218,7 +218,7 @@ pub fn run(cfg: &Config) -> CampaignReport {
         .worker_threads(2)
         .enable_all()
         .build()
-        .expect("tokio runtime");
+        .unwrap_or_else(|e| panic!("jepsen: cannot start the clients' tokio runtime: {e}"));
     let endpoints = Endpoints::new(cluster.endpoints(&(0..cfg.members).collect::<Vec<_>>()));
     let values = Arc::new(AtomicU64::new(1));
     let mut rng = StdRng::seed_from_u64(cfg.seed);

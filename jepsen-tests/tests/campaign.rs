@@ -10,6 +10,8 @@
 //!
 //! `JEPSEN_SEED=<n>` replays a seed (each run prints the one it used).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
 use std::sync::Mutex;
 use std::time::Duration;
 

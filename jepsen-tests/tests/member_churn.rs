@@ -6,6 +6,8 @@
 //! The race needs the leader's 500 ms tick to fall between the two steps, so one run does not always hit it
 //! without the fix; the campaign's `member-replace` phases repeat it. Real processes on loopback.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

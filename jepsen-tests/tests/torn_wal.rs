@@ -3,6 +3,8 @@
 //! panic ("follower log reversion is not allowed"), leaving the leader's process up with Raft dead. The leader
 //! must instead re-replicate the lost entries. Real processes on loopback; needs the `keel` binary built.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
 use std::time::{Duration, Instant};
 
 use jepsen_tests::nemesis::wal::last_segment;
