@@ -11,11 +11,12 @@
 //! holding its writes has been flushed, and a small space (the applied index, rewritten by every
 //! batch) would otherwise pin hundreds of MiB of journal behind a memtable that never fills.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
+use parking_lot::Mutex;
 
 use super::{Backend, BackendView, BatchOp, Pair, Space, WriteBatch};
 use crate::error::StoreError;
@@ -27,10 +28,35 @@ const MEMTABLE_BYTES: u64 = 16 << 20;
 /// Journal on disk beyond which fjall flushes memtables early so old journal files can go.
 const JOURNAL_BYTES: u64 = 64 << 20;
 
+/// How long a measured size is reused (the quota check asks on every write).
+const SIZE_FRESH: Duration = Duration::from_millis(100);
+
 /// fjall-backed storage.
 pub struct FjallBackend {
     db: Database,
     tree: Keyspace,
+    dir: PathBuf,
+    /// The last size measured, and when.
+    size: Mutex<Option<(Instant, u64)>>,
+}
+
+/// Bytes the file system has allocated to the files under `dir` (`du`): fjall creates its
+/// journal with a 64 MiB length that is mostly a hole, so file lengths would overstate it.
+fn allocated_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut total = 0;
+    for entry in rd.flatten() {
+        let Ok(md) = entry.metadata() else { continue };
+        if md.is_dir() {
+            total += allocated_bytes(&entry.path());
+        } else {
+            total += md.blocks() * 512;
+        }
+    }
+    total
 }
 
 fn prefix(space: Space) -> u8 {
@@ -70,7 +96,12 @@ impl FjallBackend {
         let tree = db.keyspace("keel", || {
             KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES)
         })?;
-        Ok(FjallBackend { db, tree })
+        Ok(FjallBackend {
+            db,
+            tree,
+            dir: dir.to_path_buf(),
+            size: Mutex::new(None),
+        })
     }
 }
 
@@ -149,7 +180,25 @@ impl Backend for FjallBackend {
     }
 
     fn size_on_disk(&self) -> u64 {
-        self.db.disk_space().unwrap_or(0)
+        let mut last = self.size.lock();
+        if let Some((at, bytes)) = *last {
+            if at.elapsed() < SIZE_FRESH {
+                return bytes;
+            }
+        }
+        let bytes = allocated_bytes(&self.dir);
+        *last = Some((Instant::now(), bytes));
+        bytes
+    }
+
+    fn reclaim(&self) -> Result<(), StoreError> {
+        // Both calls are fjall's own (public, documented as maintenance hooks): the first seals
+        // the memtable and waits for its table, so the journals it pinned can be deleted; the
+        // second rewrites every table, leaving out what deletes and tombstones shadow.
+        self.tree.rotate_memtable_and_wait()?;
+        self.tree.major_compact()?;
+        *self.size.lock() = None;
+        Ok(())
     }
 
     fn view(&self) -> Box<dyn BackendView> {

@@ -88,8 +88,15 @@ pub trait Backend: Send + Sync + 'static {
     /// Makes every write so far durable (fsync); the store's own durability never waits on it
     /// (see module docs), but an offline import does.
     fn flush(&self) -> Result<(), StoreError>;
-    /// Bytes the backend occupies on disk.
+    /// Bytes the backend occupies on disk: for fjall, what `du` shows for the store directory
+    /// (journal blocks actually written, every sorted table, fjall's small metadata files),
+    /// measured at most every 100 ms. This is what `--quota-backend-bytes` limits and what
+    /// Status reports as `dbSize`.
     fn size_on_disk(&self) -> u64;
+    /// Gives back the space of deleted entries now rather than whenever the engine gets to it
+    /// (etcd's Defragment): for fjall, flush the memtable (so old journal files can go) and
+    /// compact every table into one run. Blocks until done.
+    fn reclaim(&self) -> Result<(), StoreError>;
     /// Removes every entry (used before loading a snapshot).
     fn clear(&self) -> Result<(), StoreError>;
     /// A view of everything written so far (the caller keeps writes from being half done).
