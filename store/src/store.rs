@@ -41,13 +41,21 @@ pub struct StoreOptions {
     pub progress_interval: Duration,
     /// Smallest lease TTL in seconds (etcd: ceil(1.5 × election timeout) = 2).
     pub min_lease_ttl: i64,
+    /// etcd's `--quota-backend-bytes`: 0 = the default (2 GiB), negative = no quota.
+    pub quota_backend_bytes: i64,
 }
+
+/// etcd's default space quota (`DefaultQuotaBytes`, 2 GiB).
+pub const DEFAULT_QUOTA_BYTES: i64 = 2 * 1024 * 1024 * 1024;
+/// etcd's suggested maximum quota (`MaxQuotaBytes`, 8 GiB): above it etcd warns.
+pub const MAX_QUOTA_BYTES: i64 = 8 * 1024 * 1024 * 1024;
 
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
             progress_interval: Duration::from_secs(600),
             min_lease_ttl: 2,
+            quota_backend_bytes: 0,
         }
     }
 }
@@ -89,6 +97,8 @@ pub struct Store {
     shared: Arc<Shared>,
     hub: Arc<WatchHub>,
     dir: PathBuf,
+    /// The space quota in bytes (`None` = none).
+    quota: Option<u64>,
 }
 
 /// The result of applying one entry: `Ok(None)` for entries that carry no command.
@@ -106,10 +116,16 @@ impl Store {
             history: RwLock::new(()),
         });
         let hub = WatchHub::new(shared.clone() as Arc<dyn History>, opts.progress_interval);
+        let quota = match opts.quota_backend_bytes {
+            q if q < 0 => None,
+            0 => Some(DEFAULT_QUOTA_BYTES as u64),
+            q => Some(q as u64),
+        };
         Ok(Arc::new(Store {
             shared,
             hub,
             dir: dir.to_path_buf(),
+            quota,
         }))
     }
 
@@ -364,6 +380,11 @@ impl Store {
     /// (`size + cost < quota`, as etcd's `backendQuota.Available`).
     pub fn fits_quota(&self, cost: u64, quota: u64) -> bool {
         self.db_size().saturating_add(cost) < quota
+    }
+
+    /// The space quota in bytes (`None` = disabled by a negative `quota_backend_bytes`).
+    pub fn quota_bytes(&self) -> Option<u64> {
+        self.quota
     }
 
     /// The alarms in force, ordered by member and type.

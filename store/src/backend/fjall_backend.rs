@@ -11,12 +11,11 @@
 //! holding its writes has been flushed, and a small space (the applied index, rewritten by every
 //! batch) would otherwise pin hundreds of MiB of journal behind a memtable that never fills.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
-use parking_lot::Mutex;
 
 use super::{Backend, BackendView, BatchOp, Pair, Space, WriteBatch};
 use crate::error::StoreError;
@@ -28,35 +27,10 @@ const MEMTABLE_BYTES: u64 = 16 << 20;
 /// Journal on disk beyond which fjall flushes memtables early so old journal files can go.
 const JOURNAL_BYTES: u64 = 64 << 20;
 
-/// How long a measured size is reused (the quota check asks on every write).
-const SIZE_FRESH: Duration = Duration::from_millis(100);
-
 /// fjall-backed storage.
 pub struct FjallBackend {
     db: Database,
     tree: Keyspace,
-    dir: PathBuf,
-    /// The last size measured, and when.
-    size: Mutex<Option<(Instant, u64)>>,
-}
-
-/// Bytes the file system has allocated to the files under `dir` (`du`): fjall creates its
-/// journal with a 64 MiB length that is mostly a hole, so file lengths would overstate it.
-fn allocated_bytes(dir: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    let mut total = 0;
-    for entry in rd.flatten() {
-        let Ok(md) = entry.metadata() else { continue };
-        if md.is_dir() {
-            total += allocated_bytes(&entry.path());
-        } else {
-            total += md.blocks() * 512;
-        }
-    }
-    total
 }
 
 fn prefix(space: Space) -> u8 {
@@ -96,12 +70,7 @@ impl FjallBackend {
         let tree = db.keyspace("keel", || {
             KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES)
         })?;
-        Ok(FjallBackend {
-            db,
-            tree,
-            dir: dir.to_path_buf(),
-            size: Mutex::new(None),
-        })
+        Ok(FjallBackend { db, tree })
     }
 }
 
@@ -180,24 +149,19 @@ impl Backend for FjallBackend {
     }
 
     fn size_on_disk(&self) -> u64 {
-        let mut last = self.size.lock();
-        if let Some((at, bytes)) = *last {
-            if at.elapsed() < SIZE_FRESH {
-                return bytes;
-            }
-        }
-        let bytes = allocated_bytes(&self.dir);
-        *last = Some((Instant::now(), bytes));
-        bytes
+        // The sorted tables plus what the memtables hold until they become tables: both are
+        // kept in memory by fjall, so this costs no system call. The journal is left out (see
+        // the trait's docs).
+        self.tree.disk_space() + self.db.write_buffer_size()
     }
 
     fn reclaim(&self) -> Result<(), StoreError> {
-        // Both calls are fjall's own (public, documented as maintenance hooks): the first seals
-        // the memtable and waits for its table, so the journals it pinned can be deleted; the
-        // second rewrites every table, leaving out what deletes and tombstones shadow.
+        // Both calls are public in fjall 3.1 but doc-hidden (its tests use them), so a fjall
+        // upgrade must check them: the first seals the memtable and waits for its table (so
+        // sealed journals it pinned can go); the second rewrites every table into one run,
+        // leaving out what deletes and tombstones shadow.
         self.tree.rotate_memtable_and_wait()?;
         self.tree.major_compact()?;
-        *self.size.lock() = None;
         Ok(())
     }
 
