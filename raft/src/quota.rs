@@ -34,7 +34,8 @@ pub fn cost(kind: &CommandKind) -> Option<u64> {
 /// Lets `kind` through if the store has room for it; otherwise raises NOSPACE for this member
 /// (as etcd, whether or not that proposal succeeds) and refuses it.
 pub async fn admit(node: &Node, kind: &CommandKind) -> Result<(), ProposeError> {
-    let Some(cost) = cost(kind) else {
+    // As etcd: what writes nothing (a read-only Txn) passes whatever the size.
+    let Some(cost) = cost(kind).filter(|c| *c > 0) else {
         return Ok(());
     };
     let store = node.store();

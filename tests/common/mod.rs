@@ -123,7 +123,22 @@ pub struct Server {
 impl Server {
     /// A real etcd 3.4, single member named [`MEMBER_NAME`].
     pub fn start_etcd() -> Server {
-        Self::start(Kind::Etcd, Kind::Etcd)
+        Self::start(Kind::Etcd, Kind::Etcd, &[])
+    }
+
+    /// [`Server::start_etcd`] with extra flags.
+    pub fn start_etcd_with(extra: &[&str]) -> Server {
+        Self::start(Kind::Etcd, Kind::Etcd, extra)
+    }
+
+    /// [`Server::start_keel`] with extra flags (given to etcd too when it stands in for keel).
+    pub fn start_keel_with(extra: &[&str]) -> Server {
+        let kind = if against_etcd() {
+            Kind::Etcd
+        } else {
+            Kind::Keel
+        };
+        Self::start(Kind::Keel, kind, extra)
     }
 
     /// The keel binary of this package, or a second real etcd when `KEEL_DIFF_AGAINST_ETCD=1`.
@@ -133,15 +148,15 @@ impl Server {
         } else {
             Kind::Keel
         };
-        Self::start(Kind::Keel, kind)
+        Self::start(Kind::Keel, kind, &[])
     }
 
-    fn start(role: Kind, kind: Kind) -> Server {
+    fn start(role: Kind, kind: Kind, extra: &[&str]) -> Server {
         require_etcd_tools();
         let mut last_err = String::new();
         // Free ports can be taken by someone else between probe and bind: retry a few times.
         for _attempt in 0..3 {
-            match Self::try_start(role, kind) {
+            match Self::try_start(role, kind, extra) {
                 Ok(s) => return s,
                 Err(e) => {
                     if e.contains("address already in use") {
@@ -155,7 +170,7 @@ impl Server {
         panic!("{last_err}");
     }
 
-    fn try_start(role: Kind, kind: Kind) -> Result<Server, String> {
+    fn try_start(role: Kind, kind: Kind, extra: &[&str]) -> Result<Server, String> {
         let dir = tempfile::Builder::new()
             .prefix(&format!("keel-test-{}-", kind.label()))
             .tempdir()
@@ -221,6 +236,7 @@ impl Server {
                 c
             }
         };
+        cmd.args(extra);
         let log = File::create(&log_path).map_err(|e| format!("create {log_path:?}: {e}"))?;
         let log2 = log
             .try_clone()
@@ -802,6 +818,14 @@ impl Normalizer {
     /// Rules for plain text lines (simple output, error messages).
     fn text_line(&mut self, line: &str) -> String {
         let mut l = replace_client_uuid(line);
+        // alarms (alarm list, endpoint status errors): "memberID:<decimal id> alarm:NOSPACE "
+        if let Some(i) = l.find("memberID:") {
+            let start = i + "memberID:".len();
+            let digits = l[start..].bytes().take_while(u8::is_ascii_digit).count();
+            if let Some(id) = self.id_dec(&l[start..start + digits]) {
+                l = format!("{}{id}{}", &l[..start], &l[start + digits..]);
+            }
+        }
         // endpoint health: "... took = 2.49ms"
         if let Some(i) = l.find("took = ") {
             let end = l[i + 7..]
