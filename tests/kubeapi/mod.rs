@@ -77,6 +77,11 @@ pub struct Run {
 impl KubeCluster {
     /// Starts `n` members and waits until every one has written its kubeconfig and answers `/readyz`.
     pub fn start(n: usize) -> KubeCluster {
+        Self::start_with(n, &[])
+    }
+
+    /// [`KubeCluster::start`] with extra `keel server` flags for every member.
+    pub fn start_with(n: usize, extra: &[&str]) -> KubeCluster {
         require_kubectl();
         let dir = tempfile::tempdir().expect("tempdir");
         let mut members: Vec<Member> = (0..n)
@@ -125,6 +130,7 @@ impl KubeCluster {
                 ])
                 .args(["--kube-listen", &m.url()])
                 .args(["--log-level", "info"])
+                .args(extra)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::from(log))
