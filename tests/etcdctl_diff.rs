@@ -501,7 +501,7 @@ fn run_scenario_with(name: &str, steps: Vec<Step>, flags: &[&str]) {
         let r = s.spawn(|| Server::start_etcd_with(flags));
         let k = Server::start_keel_with(flags);
         (
-            Side::new(r.join().expect("starting etcd panicked")),
+            Side::new(r.join().unwrap_or_else(|e| std::panic::resume_unwind(e))),
             Side::new(k),
         )
     });

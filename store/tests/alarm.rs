@@ -31,10 +31,14 @@ fn alarm(action: AlarmAction, member_id: u64, t: AlarmType) -> Command {
 }
 
 fn apply1(s: &Store, c: Command) -> Result<CommandResponse, StoreError> {
-    s.apply(vec![Some(c)], b"meta".to_vec())
-        .unwrap()
-        .remove(0)
-        .map(|r| r.unwrap())
+    let mut results = match s.apply(vec![Some(c)], b"meta".to_vec()) {
+        Ok(r) => r,
+        Err(e) => panic!("the backend failed: {e}"),
+    };
+    results.remove(0).map(|r| match r {
+        Some(r) => r,
+        None => panic!("a command without a response"),
+    })
 }
 
 fn nospace(member_id: u64) -> AlarmMember {

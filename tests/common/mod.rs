@@ -127,12 +127,12 @@ impl Server {
     }
 
     /// [`Server::start_etcd`] with extra flags.
-    pub fn start_etcd_with(extra: &[&str]) -> Server {
+    pub(crate) fn start_etcd_with(extra: &[&str]) -> Server {
         Self::start(Kind::Etcd, Kind::Etcd, extra)
     }
 
     /// [`Server::start_keel`] with extra flags (given to etcd too when it stands in for keel).
-    pub fn start_keel_with(extra: &[&str]) -> Server {
+    pub(crate) fn start_keel_with(extra: &[&str]) -> Server {
         let kind = if against_etcd() {
             Kind::Etcd
         } else {

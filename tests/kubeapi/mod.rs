@@ -81,7 +81,7 @@ impl KubeCluster {
     }
 
     /// [`KubeCluster::start`] with extra `keel server` flags for every member.
-    pub fn start_with(n: usize, extra: &[&str]) -> KubeCluster {
+    pub(crate) fn start_with(n: usize, extra: &[&str]) -> KubeCluster {
         require_kubectl();
         let dir = tempfile::tempdir().expect("tempdir");
         let mut members: Vec<Member> = (0..n)
