@@ -503,3 +503,39 @@ async fn kube_watch_from_compacted_resource_version_is_gone() {
     );
     assert!(out.stdout.starts_with("compact_rev_key\n"), "{out:?}");
 }
+
+/// Over the store's space quota, writes get what kube-apiserver passes through from etcd: HTTP 500, etcd's message,
+/// no reason; reads still work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_write_over_the_space_quota_is_refused_as_upstream() {
+    let c = KubeCluster::start_with(1, &["--quota-backend-bytes", "2000000"]);
+    let client = c.client(0).await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let mut refused = None;
+    for i in 0..100 {
+        // Random-looking data, so compression does not hide it from the quota.
+        let data: String = (0..500_000)
+            .map(|j: u64| {
+                let x = (j ^ (i * 7919)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58;
+                char::from(b'a' + (x % 26) as u8)
+            })
+            .collect();
+        match api
+            .create(&PostParams::default(), &cm(&format!("big-{i}"), &data))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) => {
+                refused = Some(s);
+                break;
+            }
+            Err(e) => panic!("create big-{i}: {e:?}"),
+        }
+    }
+    let s = refused.expect("the quota never refused a create");
+    assert_eq!(s.code, 500, "{s:?}");
+    assert_eq!(s.message, "etcdserver: mvcc: database space exceeded");
+    assert_eq!(s.reason, "", "{s:?}");
+    // Reads go on.
+    api.list(&ListParams::default()).await.expect("list");
+}
