@@ -58,25 +58,6 @@ pub fn alarm_text(m: &AlarmMember) -> String {
 
 type SnapshotStream = Pin<Box<dyn Stream<Item = Result<SnapshotResponse, Status>> + Send>>;
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn alarms_print_as_etcd_prints_them() {
-        let m = |member_id, t: AlarmType| AlarmMember {
-            member_id,
-            alarm: t as i32,
-        };
-        assert_eq!(
-            alarm_text(&m(10276657743932975437, AlarmType::Nospace)),
-            "memberID:10276657743932975437 alarm:NOSPACE "
-        );
-        assert_eq!(alarm_text(&m(0, AlarmType::Corrupt)), "alarm:CORRUPT ");
-        assert_eq!(alarm_text(&m(5, AlarmType::None)), "memberID:5 ");
-    }
-}
-
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
     async fn alarm(&self, req: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
@@ -341,5 +322,24 @@ mod snapshot_export {
                 let _ = tokio::fs::remove_file(e.path()).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alarms_print_as_etcd_prints_them() {
+        let m = |member_id, t: AlarmType| AlarmMember {
+            member_id,
+            alarm: t as i32,
+        };
+        assert_eq!(
+            alarm_text(&m(10276657743932975437, AlarmType::Nospace)),
+            "memberID:10276657743932975437 alarm:NOSPACE "
+        );
+        assert_eq!(alarm_text(&m(0, AlarmType::Corrupt)), "alarm:CORRUPT ");
+        assert_eq!(alarm_text(&m(5, AlarmType::None)), "memberID:5 ");
     }
 }
