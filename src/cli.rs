@@ -82,6 +82,24 @@ pub struct ServerArgs {
     /// Static bearer tokens, kube-apiserver's format: `token,user,uid[,"group1,group2"]` per line.
     #[arg(long)]
     pub token_auth_file: Option<std::path::PathBuf>,
+    /// etcd's auto-compaction mode: `periodic` (retention is a duration, or a bare number of hours) or `revision`
+    /// (retention is a number of revisions to keep). Runs on the Raft leader.
+    #[arg(long, default_value = "periodic", value_parser = ["periodic", "revision"])]
+    pub auto_compaction_mode: String,
+    /// etcd's auto-compaction retention; 0 (the default) turns auto-compaction off.
+    #[arg(long, default_value = "0")]
+    pub auto_compaction_retention: String,
+    /// Test hook: how often revision-mode auto-compaction checks the revision (etcd: fixed 5 minutes).
+    #[arg(long, hide = true, default_value = "5m", value_parser = parse_duration)]
+    pub auto_compaction_revision_check_interval: std::time::Duration,
+    /// Space quota of the store in bytes (etcd's flag): 0 = the default 2 GiB, negative = no quota. A write that
+    /// would take the store past it raises the NOSPACE alarm (see docs/operations.md).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub quota_backend_bytes: i64,
+    /// kube-apiserver's periodic compaction of history (its `--etcd-compaction-interval`), run by the Raft leader
+    /// while the Kubernetes API is served; 0 turns it off.
+    #[arg(long, alias = "etcd-compaction-interval", default_value = "5m", value_parser = parse_duration)]
+    pub kube_compaction_interval: std::time::Duration,
     /// UNSAFE, never use in production: serve linearizable reads from this member's local state without
     /// confirming leadership (ReadIndex), so a partitioned member returns stale data. Exists only so that the
     /// Jepsen tests (jepsen-tests/) can show their checker catches stale reads.

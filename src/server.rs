@@ -102,8 +102,16 @@ pub fn node_config(a: &ServerArgs) -> Result<NodeConfig, ServerError> {
     cfg.election_timeout = Duration::from_millis(a.election_timeout);
     cfg.snapshot_count = a.snapshot_count;
     cfg.unsafe_local_linearizable_reads = a.unsafe_serve_linearizable_reads_locally;
+    if a.quota_backend_bytes > keel_store::store::MAX_QUOTA_BYTES {
+        tracing::warn!(
+            quota = a.quota_backend_bytes,
+            max = keel_store::store::MAX_QUOTA_BYTES,
+            "--quota-backend-bytes exceeds the suggested maximum"
+        );
+    }
     cfg.store = StoreOptions {
         progress_interval: a.progress_notify_interval,
+        quota_backend_bytes: a.quota_backend_bytes,
         ..StoreOptions::default()
     };
     cfg.listen_peer_urls = a.listen_peer_urls.clone();
@@ -139,6 +147,11 @@ pub async fn terminated() -> Result<(), std::io::Error> {
 pub async fn run(args: ServerArgs) -> Result<(), ServerError> {
     init_logging(&args.log_level)?;
     let kube = kube_options(&args)?;
+    let auto_compaction = keel_etcd_api::auto_compaction::parse(
+        &args.auto_compaction_mode,
+        &args.auto_compaction_retention,
+    )
+    .map_err(ServerError::Config)?;
     let node = Node::start(node_config(&args)?).await?;
     info!(name = %args.name, member = %format!("{:x}", node.member_id()), "member started");
     if args.unsafe_serve_linearizable_reads_locally {
@@ -148,6 +161,17 @@ pub async fn run(args: ServerArgs) -> Result<(), ServerError> {
     // member that cannot reach a quorum still answers serializable reads and status).
     if !node.wait_published(node.config().request_timeout).await {
         tracing::warn!("member attributes not published yet; serving clients anyway");
+    }
+    if let Some(ac) = auto_compaction {
+        info!(?ac, "auto-compaction on");
+        keel_etcd_api::auto_compaction::spawn(
+            node.clone(),
+            ac,
+            args.auto_compaction_revision_check_interval,
+        );
+    }
+    if kube.is_some() {
+        keel_kube_api::compaction::spawn(node.clone(), args.kube_compaction_interval);
     }
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let (kube_tx, kube_rx) = tokio::sync::oneshot::channel::<()>();

@@ -1351,3 +1351,155 @@ fn netns_partition_tool() {
         "hub namespace left behind"
     );
 }
+
+/// The NOSPACE alarm is replicated state: raised on one member by a write over `--quota-backend-bytes`, it makes
+/// every member refuse writes, reaches a member that was down through a snapshot, survives that member's restart,
+/// and one `alarm disarm` clears it everywhere.
+#[test]
+fn nospace_alarm_is_cluster_state() {
+    let _serial = cluster::serial();
+    let mut c = Options::under_test(keel_bin!(), 3)
+        .snapshot_count(100)
+        .arg("--quota-backend-bytes")
+        .arg("2000000")
+        .start();
+    let rt = rt();
+    let leader = c.wait_leader(Duration::from_secs(10));
+    let away = (0..3).find(|&i| i != leader).unwrap_or(2);
+    let others: Vec<usize> = (0..3).filter(|&i| i != away).collect();
+    c.stop(away);
+
+    // Fill through the leader until the quota refuses.
+    let ep = c.endpoint(leader);
+    let refused = rt.block_on(async {
+        let mut client = cluster::connect(&[ep]).await;
+        for i in 0..200 {
+            let value: Vec<u8> = (0..100_000).map(|_| rand::random::<u8>()).collect();
+            if let Err(e) = client.put(format!("big/{i}"), value, None).await {
+                return Some(e.to_string());
+            }
+        }
+        None
+    });
+    let msg = "etcdserver: mvcc: database space exceeded";
+    assert!(
+        refused.as_ref().is_some_and(|s| s.contains(msg)),
+        "the quota never refused a put: {refused:?}"
+    );
+    let alarm_of = |out: &str| out.lines().any(|l| l.contains("alarm:NOSPACE"));
+    for &i in &others {
+        assert!(
+            alarm_of(&c.ctl_ok(i, &["alarm", "list"])),
+            "alarm list on {i}"
+        );
+        let out = c.ctl(i, &["put", "small", "v"]);
+        assert!(
+            !out.success() && out.stderr.contains(msg),
+            "put on member {i}: {out:?}"
+        );
+    }
+
+    // Deletes still go through: push the log far enough that the member that was away gets a snapshot.
+    const TARGET_RAFT_INDEX: u64 = 6000;
+    let eps = c.endpoints(&others);
+    let t = Instant::now();
+    loop {
+        let st = c.status(leader).unwrap_or_else(|e| c.fail(e));
+        if st.raft_index >= TARGET_RAFT_INDEX {
+            break;
+        }
+        if t.elapsed() > Duration::from_secs(120) {
+            c.fail(format!(
+                "raft index only {} after {:?}",
+                st.raft_index,
+                t.elapsed()
+            ));
+        }
+        rt.block_on(async {
+            let mut tasks = Vec::new();
+            for w in 0..16 {
+                let eps = eps.clone();
+                tasks.push(tokio::spawn(async move {
+                    let mut client = cluster::connect(&eps).await;
+                    for k in 0..64 {
+                        if let Err(e) = client.delete(format!("none/{w}/{k}"), None).await {
+                            panic!("delete under NOSPACE: {e}");
+                        }
+                    }
+                }));
+            }
+            for t in tasks {
+                if let Err(e) = t.await {
+                    panic!("deleter: {e}");
+                }
+            }
+        });
+    }
+    c.restart(away);
+    // Status errors come from the member's own state, so this shows the alarm arrived there.
+    let errors_on = |c: &Cluster, i: usize| -> String {
+        c.ctl(i, &["endpoint", "status", "-w", "table"]).stdout
+    };
+    let t = Instant::now();
+    while !errors_on(&c, away).contains("alarm:NOSPACE") {
+        if t.elapsed() > Duration::from_secs(30) {
+            c.fail(format!(
+                "member {away} does not show the alarm after catching up:\n{}",
+                errors_on(&c, away)
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    if c.kind() == Kind::Keel {
+        let log = c.member(away).log();
+        assert!(
+            log.contains("snapshot installed"),
+            "member {away} caught up without a snapshot"
+        );
+    }
+    c.kill9(away);
+    c.restart(away);
+    assert!(
+        errors_on(&c, away).contains("alarm:NOSPACE"),
+        "member {away} lost the alarm in a restart"
+    );
+
+    // Make room, then disarm once: every member takes writes again.
+    let ep = c.endpoint(leader);
+    rt.block_on(async {
+        let mut client = cluster::connect(&[ep]).await;
+        let opts = etcd_client::DeleteOptions::new().with_prefix();
+        if let Err(e) = client.delete("big/", Some(opts)).await {
+            panic!("delete big/: {e}");
+        }
+        let rev = match client.get("nothing", None).await {
+            Ok(r) => r.header().map(|h| h.revision()).unwrap_or(0),
+            Err(e) => panic!("get: {e}"),
+        };
+        if let Err(e) = client.compact(rev, None).await {
+            panic!("compact: {e}");
+        }
+    });
+    for i in 0..3 {
+        c.ctl_ok(i, &["defrag"]);
+    }
+    let out = c.ctl_ok(leader, &["alarm", "disarm"]);
+    assert!(alarm_of(&out), "alarm disarm printed {out:?}");
+    for i in 0..3 {
+        let t = Instant::now();
+        loop {
+            let out = c.ctl(i, &["put", &format!("after/{i}"), "v"]);
+            if out.success() {
+                break;
+            }
+            if t.elapsed() > Duration::from_secs(10) {
+                c.fail(format!("put on member {i} after disarm: {out:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        assert!(
+            !errors_on(&c, i).contains("alarm:"),
+            "member {i} still shows an alarm"
+        );
+    }
+}

@@ -492,8 +492,20 @@ fn candidate_label() -> String {
 }
 
 fn run_scenario(name: &str, steps: Vec<Step>) {
+    run_scenario_with(name, steps, &[]);
+}
+
+/// [`run_scenario`] with the same extra server flags on both sides (flags etcd and keel share).
+fn run_scenario_with(name: &str, steps: Vec<Step>, flags: &[&str]) {
     let started = Instant::now();
-    let (mut a, mut b) = start_pair(|| Server::start_keel(keel_bin!()));
+    let (mut a, mut b) = thread::scope(|s| {
+        let r = s.spawn(|| Server::start_etcd_with(flags));
+        let k = Server::start_keel_with(keel_bin!(), flags);
+        (
+            Side::new(r.join().unwrap_or_else(|e| std::panic::resume_unwind(e))),
+            Side::new(k),
+        )
+    });
     let label = candidate_label();
     let failures = compare_steps(name, &mut a, &mut b, &steps, &label);
     eprintln!(
@@ -1346,4 +1358,159 @@ fn harness_split_args() {
         vec!["get", "a b", "--prefix"]
     );
     assert_eq!(split_args("  get   a  "), vec!["get", "a"]);
+}
+
+/// Puts 100 KB random values under `big/<n>` until the server refuses one (at most 100); prints the refusal.
+fn fill_until_refused(mut c: etcd_client::Client, _: Vars) -> BoxFuture<'static, String> {
+    Box::pin(async move {
+        for i in 0..100 {
+            let value: Vec<u8> = (0..100_000).map(|_| rand::random::<u8>()).collect();
+            if let Err(e) = c.put(format!("big/{i}"), value, None).await {
+                return format!("refused: {}\n", client_error(&e));
+            }
+        }
+        "never refused\n".to_string()
+    })
+}
+
+/// Deletes `big/` (how many keys that is differs between the sides).
+fn delete_filler(mut c: etcd_client::Client, _: Vars) -> BoxFuture<'static, String> {
+    Box::pin(async move {
+        let opts = etcd_client::DeleteOptions::new().with_prefix();
+        match c.delete("big/", Some(opts)).await {
+            Ok(r) if r.deleted() > 0 => "deleted\n".to_string(),
+            Ok(_) => "nothing deleted\n".to_string(),
+            Err(e) => format!("delete: {}\n", client_error(&e)),
+        }
+    })
+}
+
+/// Compacts to the current revision (which differs between the sides: they filled different amounts).
+fn compact_to_current(mut c: etcd_client::Client, _: Vars) -> BoxFuture<'static, String> {
+    Box::pin(async move {
+        let rev = match c.get("nothing", None).await {
+            Ok(r) => r.header().map(|h| h.revision()).unwrap_or(0),
+            Err(e) => return format!("get: {}\n", client_error(&e)),
+        };
+        match c.compact(rev, None).await {
+            Ok(_) => "compacted to the current revision\n".to_string(),
+            Err(e) => format!("compact: {}\n", client_error(&e)),
+        }
+    })
+}
+
+fn render_alarms(r: Result<etcd_client::AlarmResponse, etcd_client::Error>) -> String {
+    match r {
+        Err(e) => format!("error: {}\n", client_error(&e)),
+        Ok(r) => {
+            let mut s = format!(
+                "alarms={} header={}\n",
+                r.alarms().len(),
+                r.header().is_some()
+            );
+            for a in r.alarms() {
+                let member = if a.member_id() == 0 { "0" } else { "<member>" };
+                s.push_str(&format!("  member={member} alarm={:?}\n", a.alarm()));
+            }
+            s
+        }
+    }
+}
+
+/// The Alarm RPC as etcdctl 3.4 cannot send it: raising alarms, member ID 0, CORRUPT, deactivating one member's.
+fn alarm_rpc(mut c: etcd_client::Client, _: Vars) -> BoxFuture<'static, String> {
+    Box::pin(async move {
+        use etcd_client::{AlarmAction, AlarmOptions, AlarmType};
+        let mut out = String::new();
+        let alarm = |c: &mut etcd_client::Client, action, t, member: u64| {
+            let mut c = c.clone();
+            async move {
+                let mut opts = AlarmOptions::new();
+                opts.with_member(member);
+                render_alarms(c.alarm(action, t, Some(opts)).await)
+            }
+        };
+        let put = |c: &mut etcd_client::Client| {
+            let mut c = c.clone();
+            async move {
+                match c.put("after-alarm", "v", None).await {
+                    Ok(_) => "put: ok\n".to_string(),
+                    Err(e) => format!("put: {}\n", client_error(&e)),
+                }
+            }
+        };
+        let get = |c: &mut etcd_client::Client| {
+            let mut c = c.clone();
+            async move {
+                match c.get("after-alarm", None).await {
+                    Ok(r) => format!("get: {} kvs\n", r.kvs().len()),
+                    Err(e) => format!("get: {}\n", client_error(&e)),
+                }
+            }
+        };
+        out.push_str("activate NOSPACE for member 0:\n");
+        out.push_str(&alarm(&mut c, AlarmAction::Activate, AlarmType::Nospace, 0).await);
+        out.push_str("activate it again:\n");
+        out.push_str(&alarm(&mut c, AlarmAction::Activate, AlarmType::Nospace, 0).await);
+        out.push_str("get all:\n");
+        out.push_str(&alarm(&mut c, AlarmAction::Get, AlarmType::None, 0).await);
+        out.push_str(&put(&mut c).await);
+        out.push_str("deactivate NOSPACE for member 7 (not raised):\n");
+        out.push_str(&alarm(&mut c, AlarmAction::Deactivate, AlarmType::Nospace, 7).await);
+        out.push_str("deactivate NOSPACE for member 0:\n");
+        out.push_str(&alarm(&mut c, AlarmAction::Deactivate, AlarmType::Nospace, 0).await);
+        out.push_str(&put(&mut c).await);
+        out.push_str("activate CORRUPT for member 5:\n");
+        out.push_str(&alarm(&mut c, AlarmAction::Activate, AlarmType::Corrupt, 5).await);
+        out.push_str("get NOSPACE only:\n");
+        out.push_str(&alarm(&mut c, AlarmAction::Get, AlarmType::Nospace, 0).await);
+        out.push_str(&put(&mut c).await);
+        out.push_str(&get(&mut c).await);
+        out.push_str("deactivate CORRUPT for member 5:\n");
+        out.push_str(&alarm(&mut c, AlarmAction::Deactivate, AlarmType::Corrupt, 5).await);
+        out.push_str(&put(&mut c).await);
+        out
+    })
+}
+
+/// The space quota and the NOSPACE alarm, as an operator meets them: fill a small quota, see writes refused while
+/// reads and deletes go on, `alarm list`, `endpoint status` errors, then compact + defrag + `alarm disarm` and
+/// write again. How many puts fit differs (bbolt pages vs fjall tables), so the fill step prints only the refusal.
+#[test]
+fn space_quota_and_alarms() {
+    let steps = vec![
+        ctl("put small v"),
+        ctl("alarm list"),
+        ctl("endpoint status"),
+        client("fill until the quota refuses", fill_until_refused),
+        ctl("put k v"),
+        ctl("alarm list"),
+        ctl("endpoint status"),
+        ctl("endpoint status -w table"),
+        ctl("get small"),
+        ctl("get k"),
+        txn("", &[], &["get small"], &[]),
+        txn("", &[], &["put t v"], &[]),
+        ctl("lease grant 60"),
+        client("delete the filler", delete_filler),
+        ctl("put k v"),
+        client("compact to the current revision", compact_to_current),
+        ctl("defrag"),
+        ctl("put k v"),
+        ctl("alarm disarm"),
+        ctl("alarm list"),
+        ctl("put k v"),
+        ctl("get k"),
+        ctl("lease grant 60").capture("L", 1),
+        ctl("endpoint status"),
+        ctl("alarm disarm"),
+        client("the Alarm RPC", alarm_rpc),
+        ctl("alarm list"),
+        ctl("endpoint status"),
+    ];
+    run_scenario_with(
+        "space_quota_and_alarms",
+        steps,
+        &["--quota-backend-bytes", "2000000"],
+    );
 }

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
-use keel_testkit::{keel_bin, KubeCluster};
+use keel_testkit::cluster::Options;
+use keel_testkit::{keel_bin, Kind, KubeCluster};
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use serde_json::{json, Value};
 
@@ -445,4 +446,106 @@ async fn raw_text(client: &kube::Client, path: &str) -> (u16, String) {
         .expect("body")
         .to_bytes();
     (code, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// kube-apiserver's compactor runs in keel: with a 1 s interval, history older than the revision seen one tick
+/// earlier is compacted, and a watch from a resourceVersion before that is answered 410 Gone (`Expired`), as
+/// upstream answers it. Without the compactor nothing is ever compacted and the watch replays history instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_watch_from_compacted_resource_version_is_gone() {
+    let c = KubeCluster::start_with(
+        Options::new(Kind::Keel, 1)
+            .keel_bin(keel_bin!())
+            .arg("--kube-compaction-interval")
+            .arg("1s"),
+    );
+    let client = c.client(0).await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let created = api
+        .create(&PostParams::default(), &cm("old", "1"))
+        .await
+        .expect("create");
+    let old_rv = created.metadata.resource_version.clone().expect("rv");
+    let mut bump = api
+        .create(&PostParams::default(), &cm("bump", "0"))
+        .await
+        .expect("create bump");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut n = 0;
+    let gone = loop {
+        // Keep the revision moving so that each tick's target is past `old_rv`.
+        n += 1;
+        bump.data = Some([("v".to_string(), n.to_string())].into());
+        bump = api
+            .replace("bump", &PostParams::default(), &bump)
+            .await
+            .expect("replace bump");
+        match api.watch(&WatchParams::default().timeout(5), &old_rv).await {
+            Err(kube::Error::Api(s)) if s.code == 410 => break (s.code, s.reason),
+            Err(e) => panic!("watch from {old_rv}: {e:?}"),
+            Ok(stream) => {
+                let mut stream = stream.boxed();
+                let first = tokio::time::timeout(Duration::from_secs(5), stream.try_next()).await;
+                if let Ok(Ok(Some(WatchEvent::Error(e)))) = first {
+                    assert_eq!(e.code, 410, "{e:?}");
+                    break (e.code, e.reason);
+                }
+            }
+        }
+        if std::time::Instant::now() > deadline {
+            c.fail(&format!(
+                "a watch from resourceVersion {old_rv} still replays history after {n} rounds"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert_eq!(gone, (410, "Expired".to_string()));
+    // The compaction clock is upstream's key, outside /registry.
+    let out = keel_testkit::etcdctl(
+        &format!("127.0.0.1:{}", c.member(0).client_port),
+        &["get", "compact_rev_key"],
+        None,
+    );
+    assert!(out.stdout.starts_with("compact_rev_key\n"), "{out:?}");
+}
+
+/// Over the store's space quota, writes get what kube-apiserver passes through from etcd: HTTP 500, etcd's message,
+/// no reason; reads still work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_write_over_the_space_quota_is_refused_as_upstream() {
+    let c = KubeCluster::start_with(
+        Options::new(Kind::Keel, 1)
+            .keel_bin(keel_bin!())
+            .arg("--quota-backend-bytes")
+            .arg("2000000"),
+    );
+    let client = c.client(0).await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let mut refused = None;
+    for i in 0..100 {
+        // Random-looking data, so compression does not hide it from the quota.
+        let data: String = (0..500_000)
+            .map(|j: u64| {
+                let x = (j ^ (i * 7919)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58;
+                char::from(b'a' + (x % 26) as u8)
+            })
+            .collect();
+        match api
+            .create(&PostParams::default(), &cm(&format!("big-{i}"), &data))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) => {
+                refused = Some(s);
+                break;
+            }
+            Err(e) => panic!("create big-{i}: {e:?}"),
+        }
+    }
+    let s = refused.expect("the quota never refused a create");
+    assert_eq!(s.code, 500, "{s:?}");
+    assert_eq!(s.message, "etcdserver: mvcc: database space exceeded");
+    assert_eq!(s.reason, "", "{s:?}");
+    // Reads go on.
+    api.list(&ListParams::default()).await.expect("list");
 }

@@ -7,6 +7,7 @@ pub mod network;
 pub mod node;
 pub mod peer;
 pub mod proposer;
+pub mod quota;
 pub mod read_index;
 pub mod state_machine;
 pub mod types;

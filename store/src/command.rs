@@ -7,7 +7,7 @@ use crate::pb::etcdserverpb as pb;
 /// One state-machine command (the payload of a normal Raft log entry).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Command {
-    #[prost(oneof = "CommandKind", tags = "1, 2, 3, 4, 5, 6, 7")]
+    #[prost(oneof = "CommandKind", tags = "1, 2, 3, 4, 5, 6, 7, 8")]
     pub kind: Option<CommandKind>,
 }
 
@@ -30,6 +30,9 @@ pub enum CommandKind {
     /// Several clients' commands in one log entry (group commit); each keeps its own revision.
     #[prost(message, tag = "7")]
     Batch(CommandBatch),
+    /// Raises, clears or lists alarms (see [`crate::alarm`]); changes no revision.
+    #[prost(message, tag = "8")]
+    Alarm(pb::AlarmRequest),
 }
 
 /// Commands proposed together as one log entry, applied in order.
@@ -55,6 +58,7 @@ pub enum CommandResponse {
     Compaction(pb::CompactionResponse),
     LeaseGrant(pb::LeaseGrantResponse),
     LeaseRevoke(pb::LeaseRevokeResponse),
+    Alarm(pb::AlarmResponse),
     /// One result per command of a [`CommandBatch`].
     Batch(Vec<Result<CommandResponse, crate::StoreError>>),
 }

@@ -31,6 +31,12 @@ pub enum StoreError {
     RequestTooLarge,
     #[error("mvcc: watcher range is empty")]
     EmptyWatchRange,
+    /// A NOSPACE alarm is raised (or this write would pass the space quota).
+    #[error("etcdserver: mvcc: database space exceeded")]
+    NoSpace,
+    /// A CORRUPT alarm is raised: the key space refuses every request.
+    #[error("etcdserver: corrupt cluster")]
+    CorruptCluster,
     /// The backend failed or holds data we cannot decode; the server must not go on.
     #[error("store backend: {0}")]
     Backend(String),

@@ -156,6 +156,11 @@ impl Store {
         input.members = members;
         input.consistent_index = consistent_index;
         input.compact_revision = (pin.compacted > 0).then_some(pin.compacted);
+        input.alarms = pin
+            .alarms
+            .iter()
+            .map(|m| (crate::alarm::bucket_key(m), Vec::new()))
+            .collect();
         let summary = write_etcd_db(&mut file, input)?;
         progress(written.get());
         // The pin (and with it the history guard) is released only now.
@@ -295,6 +300,22 @@ pub fn import_etcd(
             if loaded.is_multiple_of(PROGRESS_EVERY) {
                 progress(loaded);
             }
+        }
+    }
+    // Alarms survive a restore, as with etcd's own (an operator disarms them as usual).
+    if let Some(alarms) = reader.bucket(b"alarm")? {
+        for pair in alarms {
+            let (k, _) = pair?;
+            let m = crate::pb::etcdserverpb::AlarmMember::decode(k.as_slice()).map_err(|e| {
+                EtcdSnapshotError::BadEntry {
+                    bucket: "alarm",
+                    key: show_key(&k),
+                    reason: format!("key is not an etcdserverpb.AlarmMember: {e}"),
+                }
+            })?;
+            let mut key = crate::alarm::META_ALARM_PREFIX.to_vec();
+            key.extend_from_slice(&crate::alarm::bucket_key(&m));
+            batch.put(Space::Meta, key, Vec::new())?;
         }
     }
     batch.flush()?;

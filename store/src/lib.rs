@@ -5,6 +5,7 @@
 //! history below a revision; leases attach keys to a time-to-live; the watch hub streams changes.
 //! It knows nothing about Raft or the network: callers apply commands in log order and read.
 
+pub mod alarm;
 pub mod backend;
 pub mod bbolt;
 pub mod command;

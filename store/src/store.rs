@@ -14,6 +14,7 @@ use bytes::Bytes;
 use parking_lot::RwLock;
 use prost::Message;
 
+use crate::alarm::{Alarms, META_ALARM_PREFIX};
 use crate::backend::fjall_backend::FjallBackend;
 use crate::backend::{Backend, Space, WriteBatch};
 use crate::command::{Command, CommandKind, CommandResponse};
@@ -22,8 +23,9 @@ use crate::lease::{LeaseId, LeaseRecord, Lessor, MAX_LEASE_TTL};
 use crate::mvcc::kv::{header, BackendValues, KvState, WriteTxn};
 use crate::mvcc::revision::Revision;
 use crate::pb::etcdserverpb::{
-    request_op, CompactionRequest, CompactionResponse, LeaseGrantRequest, LeaseGrantResponse,
-    LeaseRevokeRequest, LeaseRevokeResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
+    request_op, AlarmMember, AlarmType, CompactionRequest, CompactionResponse, LeaseGrantRequest,
+    LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse, RangeRequest, RangeResponse,
+    TxnRequest, TxnResponse,
 };
 use crate::pb::mvccpb::{event::EventType, Event, KeyValue};
 use crate::watch::{History, WatchHub};
@@ -39,13 +41,21 @@ pub struct StoreOptions {
     pub progress_interval: Duration,
     /// Smallest lease TTL in seconds (etcd: ceil(1.5 × election timeout) = 2).
     pub min_lease_ttl: i64,
+    /// etcd's `--quota-backend-bytes`: 0 = the default (2 GiB), negative = no quota.
+    pub quota_backend_bytes: i64,
 }
+
+/// etcd's default space quota (`DefaultQuotaBytes`, 2 GiB).
+pub const DEFAULT_QUOTA_BYTES: i64 = 2 * 1024 * 1024 * 1024;
+/// etcd's suggested maximum quota (`MaxQuotaBytes`, 8 GiB): above it etcd warns.
+pub const MAX_QUOTA_BYTES: i64 = 8 * 1024 * 1024 * 1024;
 
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
             progress_interval: Duration::from_secs(600),
             min_lease_ttl: 2,
+            quota_backend_bytes: 0,
         }
     }
 }
@@ -54,6 +64,7 @@ impl Default for StoreOptions {
 struct State {
     kv: KvState,
     lessor: Lessor,
+    alarms: Alarms,
     raft_meta: Option<Vec<u8>>,
 }
 
@@ -77,6 +88,8 @@ pub(crate) struct HistoryPin<'a> {
     pub(crate) compacted: i64,
     /// The Lease space when pinned (leases are few; they change without a new revision).
     pub(crate) leases: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The alarms when pinned.
+    pub(crate) alarms: Vec<AlarmMember>,
 }
 
 /// The MVCC store.
@@ -84,6 +97,8 @@ pub struct Store {
     shared: Arc<Shared>,
     hub: Arc<WatchHub>,
     dir: PathBuf,
+    /// The space quota in bytes (`None` = none).
+    quota: Option<u64>,
 }
 
 /// The result of applying one entry: `Ok(None)` for entries that carry no command.
@@ -101,10 +116,16 @@ impl Store {
             history: RwLock::new(()),
         });
         let hub = WatchHub::new(shared.clone() as Arc<dyn History>, opts.progress_interval);
+        let quota = match opts.quota_backend_bytes {
+            q if q < 0 => None,
+            0 => Some(DEFAULT_QUOTA_BYTES as u64),
+            q => Some(q as u64),
+        };
         Ok(Arc::new(Store {
             shared,
             hub,
             dir: dir.to_path_buf(),
+            quota,
         }))
     }
 
@@ -191,6 +212,12 @@ impl Store {
         events: &mut Vec<Event>,
         kind: CommandKind,
     ) -> Result<Result<CommandResponse, StoreError>, StoreError> {
+        if let CommandKind::Alarm(r) = &kind {
+            return Ok(st.alarms.apply(r, batch).map(CommandResponse::Alarm));
+        }
+        if let Some(refused) = capped(&st.alarms, &kind) {
+            return Ok(Err(refused));
+        }
         if let CommandKind::Batch(b) = kind {
             let mut out = Vec::with_capacity(b.commands.len());
             for c in b.commands {
@@ -343,9 +370,39 @@ impl Store {
         Ok((d.finalize(), compact, rev))
     }
 
-    /// Bytes the backend occupies on disk.
+    /// Bytes the backend occupies on disk: what the space quota limits (see
+    /// [`crate::backend::Backend::size_on_disk`]).
     pub fn db_size(&self) -> u64 {
         self.shared.backend.size_on_disk()
+    }
+
+    /// etcd's quota test: true if a request costing `cost` bytes still fits under `quota`
+    /// (`size + cost < quota`, as etcd's `backendQuota.Available`).
+    pub fn fits_quota(&self, cost: u64, quota: u64) -> bool {
+        self.db_size().saturating_add(cost) < quota
+    }
+
+    /// The space quota in bytes (`None` = disabled by a negative `quota_backend_bytes`).
+    pub fn quota_bytes(&self) -> Option<u64> {
+        self.quota
+    }
+
+    /// The alarms in force, ordered by member and type.
+    pub fn alarms(&self) -> Vec<AlarmMember> {
+        self.shared.state.read().alarms.get(AlarmType::None)
+    }
+
+    /// True if an alarm of type `t` is raised by any member.
+    pub fn has_alarm(&self, t: AlarmType) -> bool {
+        self.shared.state.read().alarms.has(t)
+    }
+
+    /// etcd's Defragment for this backend: writes out the memtable, rewrites the sorted tables
+    /// without the entries compaction deleted, drops journal files nothing needs, and fsyncs.
+    /// Blocks for as long as that takes; reads and applies go on meanwhile.
+    pub fn defragment(&self) -> Result<(), StoreError> {
+        self.shared.backend.reclaim()?;
+        self.shared.backend.flush()
     }
 
     /// Number of keys live now.
@@ -379,6 +436,7 @@ impl Store {
             revision: st.kv.current,
             compacted: st.kv.compacted,
             leases,
+            alarms: st.alarms.get(AlarmType::None),
         })
     }
 
@@ -436,7 +494,26 @@ fn apply_one(txn: &mut WriteTxn<'_>, kind: CommandKind) -> Result<CommandRespons
         CommandKind::LeaseGrant(g) => CommandResponse::LeaseGrant(lease_grant(txn, &g)?),
         CommandKind::LeaseRevoke(r) => CommandResponse::LeaseRevoke(lease_revoke(txn, &r)?),
         CommandKind::Batch(_) => return Err(StoreError::Corrupt("batch inside a command".into())),
+        CommandKind::Alarm(_) => return Err(StoreError::Corrupt("alarm inside a command".into())),
     })
+}
+
+/// What the alarms in force refuse `kind` with, if anything (etcd's capped and corrupt
+/// appliers): CORRUPT refuses every key-space command; NOSPACE refuses what grows the store
+/// (Put, a Txn with a Put, LeaseGrant). A batch is refused item by item, later.
+fn capped(alarms: &Alarms, kind: &CommandKind) -> Option<StoreError> {
+    if alarms.is_empty() || matches!(kind, CommandKind::Batch(_) | CommandKind::Alarm(_)) {
+        return None;
+    }
+    if alarms.has(AlarmType::Corrupt) {
+        return Some(StoreError::CorruptCluster);
+    }
+    let grows = match kind {
+        CommandKind::Put(_) | CommandKind::LeaseGrant(_) => true,
+        CommandKind::Txn(t) => crate::alarm::txn_has_put(t),
+        _ => false,
+    };
+    (grows && alarms.has(AlarmType::Nospace)).then_some(StoreError::NoSpace)
 }
 
 fn compact(
@@ -627,10 +704,20 @@ fn load_state(backend: &dyn Backend, min_lease_ttl: i64) -> Result<State, StoreE
             lessor.attach(LeaseId(ki.lease), k.clone());
         }
     }
+    let mut alarms = Alarms::default();
+    let mut alarm_end = META_ALARM_PREFIX.to_vec();
+    if let Some(last) = alarm_end.last_mut() {
+        *last += 1;
+    }
+    for pair in backend.scan(Space::Meta, META_ALARM_PREFIX, Some(&alarm_end)) {
+        let (k, _) = pair?;
+        alarms.restore(&k[META_ALARM_PREFIX.len()..])?;
+    }
     let raft_meta = backend.get(Space::Meta, META_RAFT)?.map(|b| b.to_vec());
     Ok(State {
         kv,
         lessor,
+        alarms,
         raft_meta,
     })
 }

@@ -45,8 +45,10 @@ fn get(s: &Store, k: &str, rev: i64) -> Result<Vec<Row>, StoreError> {
 }
 
 fn apply(s: &Store, cmds: Vec<Command>) -> Vec<Result<Option<CommandResponse>, StoreError>> {
-    s.apply(cmds.into_iter().map(Some).collect(), b"meta".to_vec())
-        .unwrap()
+    match s.apply(cmds.into_iter().map(Some).collect(), b"meta".to_vec()) {
+        Ok(r) => r,
+        Err(e) => panic!("the backend failed: {e}"),
+    }
 }
 
 #[test]

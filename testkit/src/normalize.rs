@@ -231,6 +231,14 @@ impl Normalizer {
     /// Rules for plain text lines (simple output, error messages).
     fn text_line(&mut self, line: &str) -> String {
         let mut l = replace_client_uuid(line);
+        // alarms (alarm list, endpoint status errors): "memberID:<decimal id> alarm:NOSPACE "
+        if let Some(i) = l.find("memberID:") {
+            let start = i + "memberID:".len();
+            let digits = l[start..].bytes().take_while(u8::is_ascii_digit).count();
+            if let Some(id) = self.id_dec(&l[start..start + digits]) {
+                l = format!("{}{id}{}", &l[..start], &l[start + digits..]);
+            }
+        }
         // endpoint health: "... took = 2.49ms"
         if let Some(i) = l.find("took = ") {
             let end = l[i + 7..]

@@ -43,25 +43,35 @@ pub struct Server {
 impl Server {
     /// A real etcd 3.4, single member named [`MEMBER_NAME`].
     pub fn start_etcd() -> Server {
-        Self::start(Kind::Etcd, Kind::Etcd, None)
+        Self::start(Kind::Etcd, Kind::Etcd, None, &[])
+    }
+
+    /// [`Server::start_etcd`] with extra flags.
+    pub fn start_etcd_with(extra: &[&str]) -> Server {
+        Self::start(Kind::Etcd, Kind::Etcd, None, extra)
+    }
+
+    /// [`Server::start_keel`] with extra flags (given to etcd too when it stands in for keel).
+    pub fn start_keel_with(keel: impl AsRef<Path>, extra: &[&str]) -> Server {
+        if against_etcd() {
+            Self::start(Kind::Keel, Kind::Etcd, None, extra)
+        } else {
+            Self::start(Kind::Keel, Kind::Keel, Some(keel.as_ref()), extra)
+        }
     }
 
     /// `keel server` from `keel` (pass [`keel_bin!`](crate::keel_bin!)), or a second real etcd when
     /// `KEEL_DIFF_AGAINST_ETCD=1`.
     pub fn start_keel(keel: impl AsRef<Path>) -> Server {
-        if against_etcd() {
-            Self::start(Kind::Keel, Kind::Etcd, None)
-        } else {
-            Self::start(Kind::Keel, Kind::Keel, Some(keel.as_ref()))
-        }
+        Self::start_keel_with(keel, &[])
     }
 
-    fn start(role: Kind, kind: Kind, keel: Option<&Path>) -> Server {
+    fn start(role: Kind, kind: Kind, keel: Option<&Path>, extra: &[&str]) -> Server {
         require_etcd_tools();
         let mut last_err = String::new();
         // Free ports can be taken by someone else between probe and bind: retry a few times.
         for _attempt in 0..3 {
-            match Self::try_start(role, kind, keel) {
+            match Self::try_start(role, kind, keel, extra) {
                 Ok(s) => return s,
                 Err(e) => {
                     if e.contains("address already in use") {
@@ -75,7 +85,12 @@ impl Server {
         panic!("{last_err}");
     }
 
-    fn try_start(role: Kind, kind: Kind, keel: Option<&Path>) -> Result<Server, String> {
+    fn try_start(
+        role: Kind,
+        kind: Kind,
+        keel: Option<&Path>,
+        extra: &[&str],
+    ) -> Result<Server, String> {
         let dir = tempfile::Builder::new()
             .prefix(&format!("keel-test-{}-", kind.label()))
             .tempdir()
@@ -140,6 +155,7 @@ impl Server {
                 c
             }
         };
+        cmd.args(extra);
         // etcd refuses ETCD_* variables that shadow a flag; keep the caller's environment out.
         for (k, _) in std::env::vars_os() {
             if k.to_string_lossy().starts_with("ETCD") {

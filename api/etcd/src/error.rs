@@ -13,6 +13,8 @@ pub fn store_status(e: &StoreError) -> Status {
         Compacted | FutureRev | LeaseTtlTooLarge => Code::OutOfRange,
         LeaseNotFound => Code::NotFound,
         LeaseExists => Code::FailedPrecondition,
+        NoSpace => Code::ResourceExhausted,
+        CorruptCluster => Code::DataLoss,
         Backend(_) | Corrupt(_) => Code::Internal,
     };
     Status::new(code, e.to_string())
@@ -75,5 +77,11 @@ mod tests {
             store_status(&StoreError::LeaseNotFound).code(),
             Code::NotFound
         );
+        let s = store_status(&StoreError::NoSpace);
+        assert_eq!(s.code(), Code::ResourceExhausted);
+        assert_eq!(s.message(), "etcdserver: mvcc: database space exceeded");
+        let s = store_status(&StoreError::CorruptCluster);
+        assert_eq!(s.code(), Code::DataLoss);
+        assert_eq!(s.message(), "etcdserver: corrupt cluster");
     }
 }

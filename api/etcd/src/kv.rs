@@ -43,6 +43,13 @@ impl KvService {
         self.node.propose(cmd).await.map_err(|e| propose_status(&e))
     }
 
+    /// The space quota (etcd's quota interceptor runs before the request is looked at).
+    async fn admit(&self, kind: &CommandKind) -> Result<(), Status> {
+        keel_raft::quota::admit(&self.node, kind)
+            .await
+            .map_err(|e| propose_status(&e))
+    }
+
     /// etcd's `hasleader` metadata (clientv3.WithRequireLeader): fail at once without a leader.
     fn require_leader<T>(&self, req: &Request<T>) -> Result<(), Status> {
         let wants = req
@@ -64,6 +71,10 @@ impl KvService {
             .await
             .map_err(|e| propose_status(&e))
     }
+}
+
+fn unexpected_kind(k: &CommandKind) -> Status {
+    Status::internal(format!("keel: unexpected command {k:?}"))
 }
 
 fn unexpected(r: CommandResponse) -> Status {
@@ -89,8 +100,12 @@ impl Kv for KvService {
         self.require_leader(&req)?;
         let p = req.into_inner();
         check_recv_size(p.encoded_len())?;
-        validate_put(&p).map_err(|e| store_status(&e))?;
-        match self.propose(CommandKind::Put(p)).await? {
+        let kind = CommandKind::Put(p);
+        self.admit(&kind).await?;
+        if let CommandKind::Put(p) = &kind {
+            validate_put(p).map_err(|e| store_status(&e))?;
+        }
+        match self.propose(kind).await? {
             CommandResponse::Put(mut r) => {
                 r.header = self.hdr.fill(r.header);
                 Ok(Response::new(r))
@@ -122,6 +137,14 @@ impl Kv for KvService {
         self.require_leader(&req)?;
         let t = req.into_inner();
         check_recv_size(t.encoded_len())?;
+        let t = {
+            let kind = CommandKind::Txn(t);
+            self.admit(&kind).await?;
+            match kind {
+                CommandKind::Txn(t) => t,
+                other => return Err(unexpected_kind(&other)),
+            }
+        };
         validate_txn(&t, MAX_TXN_OPS).map_err(|e| store_status(&e))?;
         if txn_is_read_only(&t) {
             self.barrier(txn_is_serializable(&t)).await?;

@@ -70,11 +70,11 @@ impl Lease for LeaseService {
         if g.id == 0 {
             g.id = self.new_lease_id();
         }
-        match self
-            .node
-            .propose(Command::new(CommandKind::LeaseGrant(g)))
+        let kind = CommandKind::LeaseGrant(g);
+        keel_raft::quota::admit(&self.node, &kind)
             .await
-        {
+            .map_err(|e| propose_status(&e))?;
+        match self.node.propose(Command::new(kind)).await {
             Ok(CommandResponse::LeaseGrant(mut r)) => {
                 r.header = self.hdr.fill(r.header);
                 Ok(Response::new(r))

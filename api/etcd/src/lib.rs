@@ -1,6 +1,7 @@
 //! The etcd v3 gRPC services on a member's client URL.
 
 pub mod authority;
+pub mod auto_compaction;
 pub mod cluster;
 pub mod coalesce;
 pub mod codec;

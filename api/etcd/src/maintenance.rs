@@ -5,11 +5,14 @@ use std::sync::Arc;
 
 use futures::Stream;
 use keel_raft::node::Node;
+use keel_store::command::CommandKind;
 use keel_store::pb::etcdserverpb::{
-    alarm_request, AlarmRequest, AlarmResponse, DefragmentRequest, DefragmentResponse,
-    HashKvRequest, HashKvResponse, HashRequest, HashResponse, MoveLeaderRequest,
-    MoveLeaderResponse, SnapshotRequest, SnapshotResponse, StatusRequest, StatusResponse,
+    alarm_request, AlarmMember, AlarmRequest, AlarmResponse, AlarmType, DefragmentRequest,
+    DefragmentResponse, HashKvRequest, HashKvResponse, HashRequest, HashResponse,
+    MoveLeaderRequest, MoveLeaderResponse, SnapshotRequest, SnapshotResponse, StatusRequest,
+    StatusResponse,
 };
+use keel_store::{Command, CommandResponse};
 use tonic::{Request, Response, Status};
 
 use super::error::{propose_status, store_status};
@@ -37,26 +40,45 @@ impl MaintenanceService {
     }
 }
 
+/// An alarm as etcd prints it (protobuf compact text: zero fields left out, a space after
+/// each field), in Status `errors` and in `etcdctl alarm list`.
+pub fn alarm_text(m: &AlarmMember) -> String {
+    let mut s = String::new();
+    if m.member_id != 0 {
+        s.push_str(&format!("memberID:{} ", m.member_id));
+    }
+    if m.alarm != 0 {
+        match AlarmType::try_from(m.alarm) {
+            Ok(t) => s.push_str(&format!("alarm:{} ", t.as_str_name())),
+            Err(_) => s.push_str(&format!("alarm:{} ", m.alarm)),
+        }
+    }
+    s
+}
+
 type SnapshotStream = Pin<Box<dyn Stream<Item = Result<SnapshotResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
     async fn alarm(&self, req: Request<AlarmRequest>) -> Result<Response<AlarmResponse>, Status> {
         let r = req.into_inner();
-        match alarm_request::AlarmAction::try_from(r.action) {
-            // keel raises no alarms yet (no space quota), so the list is always empty and
-            // disarming is a no-op, exactly as on an etcd member without alarms.
-            Ok(alarm_request::AlarmAction::Get) | Ok(alarm_request::AlarmAction::Deactivate) => {
-                // etcd answers alarm requests without a header.
-                Ok(Response::new(AlarmResponse {
-                    header: None,
-                    alarms: Vec::new(),
-                }))
-            }
-            Ok(alarm_request::AlarmAction::Activate) => Err(Status::unimplemented(
-                "keel: raising alarms by request is not supported",
-            )),
-            Err(_) => Err(Status::invalid_argument("etcdserver: unknown alarm action")),
+        if alarm_request::AlarmAction::try_from(r.action).is_err() {
+            return Err(Status::invalid_argument("etcdserver: unknown alarm action"));
+        }
+        // As etcd, every action (GET too) goes through the log, so the answer is the
+        // cluster's, in order with the writes before it. The member ID is taken as given: 0
+        // names no member and is not expanded (etcd's client expands a disarm of everything).
+        // etcd answers alarm requests without a header.
+        match self
+            .node
+            .propose(Command::new(CommandKind::Alarm(r)))
+            .await
+            .map_err(|e| propose_status(&e))?
+        {
+            CommandResponse::Alarm(r) => Ok(Response::new(r)),
+            other => Err(Status::internal(format!(
+                "keel: unexpected apply result {other:?}"
+            ))),
         }
     }
 
@@ -70,6 +92,7 @@ impl Maintenance for MaintenanceService {
         if st.leader.is_none() {
             errors.push("etcdserver: no leader".to_string());
         }
+        errors.extend(self.node.store().alarms().iter().map(alarm_text));
         Ok(Response::new(StatusResponse {
             header: self.header(),
             version: ETCD_VERSION.to_string(),
@@ -88,9 +111,14 @@ impl Maintenance for MaintenanceService {
         &self,
         _req: Request<DefragmentRequest>,
     ) -> Result<Response<DefragmentResponse>, Status> {
-        // The backend reclaims space on its own; defragment writes out its buffers so that
-        // operators' routine `etcdctl defrag` succeeds (see docs/etcd-compatibility.md).
-        self.node.store().flush().map_err(|e| store_status(&e))?;
+        // The backend reclaims space on its own, eventually; defragment makes it happen now
+        // (memtable flushed, tables rewritten without deleted entries, journal released) and
+        // fsyncs, so that `compact` + `defrag` shrinks the store as on etcd.
+        let store = self.node.store().clone();
+        tokio::task::spawn_blocking(move || store.defragment())
+            .await
+            .map_err(|e| Status::internal(format!("keel: defragment task failed: {e}")))?
+            .map_err(|e| store_status(&e))?;
         Ok(Response::new(DefragmentResponse {
             header: self.header(),
         }))
@@ -294,5 +322,24 @@ mod snapshot_export {
                 let _ = tokio::fs::remove_file(e.path()).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alarms_print_as_etcd_prints_them() {
+        let m = |member_id, t: AlarmType| AlarmMember {
+            member_id,
+            alarm: t as i32,
+        };
+        assert_eq!(
+            alarm_text(&m(10276657743932975437, AlarmType::Nospace)),
+            "memberID:10276657743932975437 alarm:NOSPACE "
+        );
+        assert_eq!(alarm_text(&m(0, AlarmType::Corrupt)), "alarm:CORRUPT ");
+        assert_eq!(alarm_text(&m(5, AlarmType::None)), "memberID:5 ");
     }
 }

@@ -5,7 +5,8 @@
 //! - `handler`: resource verbs (get, list, watch, create, update, patch, delete, scale).
 //! - `resource`: the table of built-in resources; `crd`: CustomResourceDefinitions and the run-time registry
 //!   of served resources (built-ins plus custom resources); `discovery`: documents built from it.
-//! - `storage`: objects as JSON under `/registry/...`, resourceVersion = mod revision.
+//! - `storage`: objects as JSON under `/registry/...`, resourceVersion = mod revision; `compaction`: the
+//!   API server's periodic compaction of history.
 //! - `strategy`: the rules of each kind (create, update, subresources, delete), looked up from the resource
 //!   table; `admission`: defaulting and validation through them; `alloc`: Service IPs and node ports;
 //!   `lifecycle`: namespaces.
@@ -17,6 +18,7 @@ pub mod alloc;
 pub mod apply;
 pub mod authn;
 pub mod body;
+pub mod compaction;
 pub mod convert;
 pub mod crd;
 pub mod discovery;

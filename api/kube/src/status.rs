@@ -166,6 +166,10 @@ pub enum ApiError {
     /// 500.
     #[error("{0}")]
     Internal(String),
+    /// 500 with no reason: what upstream answers for an error storage passes through unchanged
+    /// (etcd's "database space exceeded").
+    #[error("{0}")]
+    Unknown(String),
     /// 503: no quorum, store unavailable.
     #[error("{0}")]
     Unavailable(String),
@@ -214,6 +218,7 @@ impl ApiError {
             }
             ApiError::Invalid { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "Invalid"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "InternalError"),
+            ApiError::Unknown(_) => (StatusCode::INTERNAL_SERVER_ERROR, ""),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable"),
             ApiError::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "Timeout"),
         }
@@ -244,6 +249,10 @@ impl ApiError {
         };
         if let Some(d) = details {
             s["details"] = d;
+        }
+        if reason.is_empty() {
+            // StatusReasonUnknown is "", which upstream's JSON leaves out.
+            s.as_object_mut().map(|o| o.remove("reason"));
         }
         if matches!(self, ApiError::Unauthorized | ApiError::NoRoute) {
             // Upstream leaves `reason` out of these two generic answers' details but keeps it set.

@@ -71,6 +71,10 @@ pub fn propose_error(e: &ProposeError) -> ApiError {
         ProposeError::Store(StoreError::Compacted) => {
             ApiError::Expired("The resourceVersion for the provided list is too old.".to_string())
         }
+        // kube-apiserver passes etcd's error through: 500, no reason, etcd's message.
+        ProposeError::Store(StoreError::NoSpace) => {
+            ApiError::Unknown(StoreError::NoSpace.to_string())
+        }
         ProposeError::Store(StoreError::FutureRev) => ApiError::Timeout(
             "Too large resource version: the store has not reached it yet".to_string(),
         ),
@@ -280,8 +284,11 @@ impl Storage {
         &self,
         t: TxnRequest,
     ) -> Result<keel_store::pb::etcdserverpb::TxnResponse, ApiError> {
-        let cmd = Command::new(CommandKind::Txn(t));
-        match self.node.propose(cmd).await {
+        let kind = CommandKind::Txn(t);
+        keel_raft::quota::admit(&self.node, &kind)
+            .await
+            .map_err(|e| propose_error(&e))?;
+        match self.node.propose(Command::new(kind)).await {
             Ok(CommandResponse::Txn(r)) => Ok(r),
             Ok(other) => Err(ApiError::Internal(format!(
                 "unexpected store answer {other:?}"

@@ -551,6 +551,7 @@ pub fn command_response_to_pb(r: &CommandResponse) -> pb::CommandResult {
         CommandResponse::Compaction(x) => Kind::Compaction(*x),
         CommandResponse::LeaseGrant(x) => Kind::LeaseGrant(x.clone()),
         CommandResponse::LeaseRevoke(x) => Kind::LeaseRevoke(*x),
+        CommandResponse::Alarm(x) => Kind::Alarm(x.clone()),
         CommandResponse::Batch(items) => Kind::Batch(pb::BatchResult {
             results: items
                 .iter()
@@ -576,6 +577,7 @@ pub fn command_response_from_pb(p: pb::CommandResult) -> Result<CommandResponse,
         Kind::Compaction(x) => CommandResponse::Compaction(x),
         Kind::LeaseGrant(x) => CommandResponse::LeaseGrant(x),
         Kind::LeaseRevoke(x) => CommandResponse::LeaseRevoke(x),
+        Kind::Alarm(x) => CommandResponse::Alarm(x),
         // Recursion depth is bounded by prost's decode recursion limit.
         Kind::Batch(b) => CommandResponse::Batch(
             b.results
@@ -606,6 +608,8 @@ pub fn store_error_to_pb(e: &StoreError) -> pb::StoreError {
         StoreError::LeaseTtlTooLarge => (Kind::LeaseTtlTooLarge, ""),
         StoreError::RequestTooLarge => (Kind::RequestTooLarge, ""),
         StoreError::EmptyWatchRange => (Kind::EmptyWatchRange, ""),
+        StoreError::NoSpace => (Kind::NoSpace, ""),
+        StoreError::CorruptCluster => (Kind::CorruptCluster, ""),
         StoreError::Backend(d) => (Kind::Backend, d.as_str()),
         StoreError::Corrupt(d) => (Kind::Corrupt, d.as_str()),
     };
@@ -642,6 +646,8 @@ pub fn store_error_from_pb(p: &pb::StoreError) -> Result<StoreError, CodecError>
         Kind::LeaseTtlTooLarge => StoreError::LeaseTtlTooLarge,
         Kind::RequestTooLarge => StoreError::RequestTooLarge,
         Kind::EmptyWatchRange => StoreError::EmptyWatchRange,
+        Kind::NoSpace => StoreError::NoSpace,
+        Kind::CorruptCluster => StoreError::CorruptCluster,
         Kind::Backend => StoreError::Backend(p.detail.clone()),
         Kind::Corrupt => StoreError::Corrupt(p.detail.clone()),
     })
@@ -1063,6 +1069,8 @@ mod tests {
             StoreError::LeaseTtlTooLarge,
             StoreError::RequestTooLarge,
             StoreError::EmptyWatchRange,
+            StoreError::NoSpace,
+            StoreError::CorruptCluster,
             StoreError::Backend("disk on fire".into()),
             StoreError::Corrupt("bad record at 7".into()),
         ]

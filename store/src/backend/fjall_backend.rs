@@ -149,7 +149,20 @@ impl Backend for FjallBackend {
     }
 
     fn size_on_disk(&self) -> u64 {
-        self.db.disk_space().unwrap_or(0)
+        // The sorted tables plus what the memtables hold until they become tables: both are
+        // kept in memory by fjall, so this costs no system call. The journal is left out (see
+        // the trait's docs).
+        self.tree.disk_space() + self.db.write_buffer_size()
+    }
+
+    fn reclaim(&self) -> Result<(), StoreError> {
+        // Both calls are public in fjall 3.1 but doc-hidden (its tests use them), so a fjall
+        // upgrade must check them: the first seals the memtable and waits for its table (so
+        // sealed journals it pinned can go); the second rewrites every table into one run,
+        // leaving out what deletes and tombstones shadow.
+        self.tree.rotate_memtable_and_wait()?;
+        self.tree.major_compact()?;
+        Ok(())
     }
 
     fn view(&self) -> Box<dyn BackendView> {

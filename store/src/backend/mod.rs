@@ -88,8 +88,16 @@ pub trait Backend: Send + Sync + 'static {
     /// Makes every write so far durable (fsync); the store's own durability never waits on it
     /// (see module docs), but an offline import does.
     fn flush(&self) -> Result<(), StoreError>;
-    /// Bytes the backend occupies on disk.
+    /// The size of the data the backend holds, what `--quota-backend-bytes` limits and what
+    /// Status reports as `dbSize`: for fjall, the bytes of its sorted tables on disk plus its
+    /// memtables (written, not yet flushed to a table). fjall's journal is not counted: it is
+    /// the engine's own write-ahead log (at most about 128 MiB: a 64 MiB active file, rotated
+    /// sealed files flushed away at 64 MiB), as etcd does not count its WAL in the quota.
     fn size_on_disk(&self) -> u64;
+    /// Gives back the space of deleted entries now rather than whenever the engine gets to it
+    /// (etcd's Defragment): for fjall, flush the memtable (so old journal files can go) and
+    /// compact every table into one run. Blocks until done.
+    fn reclaim(&self) -> Result<(), StoreError>;
     /// Removes every entry (used before loading a snapshot).
     fn clear(&self) -> Result<(), StoreError>;
     /// A view of everything written so far (the caller keeps writes from being half done).
