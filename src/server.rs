@@ -73,6 +73,7 @@ pub fn kube_options(a: &ServerArgs) -> Result<Option<keel_kube_api::KubeOptions>
         data_dir: a.data_dir.clone(),
         extra_sans: a.kube_extra_sans.clone(),
         token_file: a.token_auth_file.clone(),
+        compaction_interval: a.kube_compaction_interval,
     }))
 }
 
@@ -169,9 +170,6 @@ pub async fn run(args: ServerArgs) -> Result<(), ServerError> {
             ac,
             args.auto_compaction_revision_check_interval,
         );
-    }
-    if kube.is_some() {
-        keel_kube_api::compaction::spawn(node.clone(), args.kube_compaction_interval);
     }
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let (kube_tx, kube_rx) = tokio::sync::oneshot::channel::<()>();

@@ -10,17 +10,18 @@
 //! and what is kept is always at least one interval of history. The key has no `/registry`
 //! prefix, as upstream's.
 
-use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 
-use keel_raft::node::{Node, ProposeError};
-use keel_store::command::CommandKind;
 use keel_store::pb::etcdserverpb::{
-    compare, request_op, response_op, CompactionRequest, Compare, PutRequest, RangeRequest,
-    RequestOp, TxnRequest,
+    compare, request_op, response_op, Compare, PutRequest, RangeRequest, RequestOp, TxnRequest,
 };
-use keel_store::{Command, CommandResponse, StoreError};
-use tracing::{debug, warn};
+use tokio::sync::watch;
+use tracing::debug;
+
+use crate::leader;
+use crate::status::ApiError;
+use crate::storage::Storage;
 
 /// The key whose version is the compaction clock.
 pub const COMPACT_REV_KEY: &[u8] = b"compact_rev_key";
@@ -36,33 +37,32 @@ pub struct Clock {
     pub revision: i64,
 }
 
-/// Starts the compactor on its own task (nothing when `interval` is zero); the first tick is
-/// one interval after start. Runs until the process ends.
-pub fn spawn(node: Arc<Node>, interval: Duration) -> Option<tokio::task::JoinHandle<()>> {
+/// Runs the compactor while this member leads, a tick every `interval` (nothing when it is zero), until
+/// `stop` fires. A new leader's first tick only reads the clock, so it never compacts what the previous
+/// leader's interval has not covered yet.
+pub async fn run(storage: Storage, interval: Duration, stop: watch::Receiver<bool>) {
     if interval.is_zero() {
-        return None;
+        return;
     }
-    Some(tokio::spawn(async move {
-        let mut clock = Clock::default();
-        loop {
-            tokio::time::sleep(interval).await;
-            if !node.is_leader() {
-                continue;
-            }
-            match tick(&node, clock).await {
-                Ok(next) => clock = next,
-                Err((next, e)) => {
-                    clock = next;
-                    warn!(%e, "kube compaction failed");
-                }
-            }
+    let clock = Mutex::new(Clock::default());
+    let (st, clock) = (&storage, &clock);
+    leader::while_leading(st, "kube compaction", interval, stop, move || async move {
+        let now = clock.lock().map(|c| *c).unwrap_or_default();
+        let (next, result) = match tick(st, now).await {
+            Ok(next) => (next, Ok(())),
+            Err((next, e)) => (next, Err(e)),
+        };
+        if let Ok(mut c) = clock.lock() {
+            *c = next;
         }
-    }))
+        result
+    })
+    .await
 }
 
 /// One round of upstream's `compact()`: returns the new clock, with it an error if the
 /// compaction itself failed (the clock moves on anyway, as upstream's does).
-pub async fn tick(node: &Node, clock: Clock) -> Result<Clock, (Clock, ProposeError)> {
+pub async fn tick(storage: &Storage, clock: Clock) -> Result<Clock, (Clock, ApiError)> {
     let txn = TxnRequest {
         compare: vec![Compare {
             result: compare::CompareResult::Equal as i32,
@@ -85,24 +85,9 @@ pub async fn tick(node: &Node, clock: Clock) -> Result<Clock, (Clock, ProposeErr
             })),
         }],
     };
-    let kind = CommandKind::Txn(txn);
     // The Txn writes: it meets the space quota like any client's (and fails under NOSPACE,
     // as upstream's compactor does against etcd).
-    keel_raft::quota::admit(node, &kind)
-        .await
-        .map_err(|e| (clock, e))?;
-    let resp = match node.propose(Command::new(kind)).await {
-        Ok(CommandResponse::Txn(r)) => r,
-        Ok(other) => {
-            return Err((
-                clock,
-                ProposeError::Store(StoreError::Corrupt(format!(
-                    "unexpected answer to the compaction Txn: {other:?}"
-                ))),
-            ))
-        }
-        Err(e) => return Err((clock, e)),
-    };
+    let resp = storage.txn(txn).await.map_err(|e| (clock, e))?;
     let current_rev = resp.header.as_ref().map(|h| h.revision).unwrap_or(0);
     if !resp.succeeded {
         let kv = resp.responses.first().and_then(|r| match &r.response {
@@ -124,12 +109,8 @@ pub async fn tick(node: &Node, clock: Clock) -> Result<Clock, (Clock, ProposeErr
         // Upstream does not compact on its first win.
         return Ok(next);
     }
-    let compact = Command::new(CommandKind::Compaction(CompactionRequest {
-        revision: clock.revision,
-        physical: false,
-    }));
-    match node.propose(compact).await {
-        Ok(_) => {
+    match storage.compact(clock.revision).await {
+        Ok(()) => {
             debug!(revision = clock.revision, "kube compaction done");
             Ok(next)
         }

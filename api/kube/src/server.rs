@@ -27,7 +27,7 @@ use super::handler::{self, KubeState};
 use super::pki::{ClusterPki, PkiError, ADMIN_GROUP, ADMIN_USER, PKI_KEY};
 use super::status::ApiError;
 use super::storage::Storage;
-use super::{alloc, crd, kubernetes_service, lifecycle, openapi};
+use super::{alloc, compaction, crd, kubernetes_service, lifecycle, openapi};
 
 /// How a member serves the Kubernetes API.
 #[derive(Debug, Clone)]
@@ -42,6 +42,8 @@ pub struct KubeOptions {
     pub extra_sans: Vec<String>,
     /// kube-apiserver's `--token-auth-file`.
     pub token_file: Option<PathBuf>,
+    /// kube-apiserver's `--etcd-compaction-interval` (zero: no compaction by the API server).
+    pub compaction_interval: Duration,
 }
 
 /// Why the API could not be served.
@@ -227,6 +229,11 @@ impl ApiServer {
                 stop_rx.clone(),
             )),
             tokio::spawn(kubernetes_service::run(storage.clone(), stop_rx.clone())),
+            tokio::spawn(compaction::run(
+                storage.clone(),
+                opts.compaction_interval,
+                stop_rx.clone(),
+            )),
         ];
         let publish_url = opts.advertise_url.clone();
         tasks.push(tokio::spawn(async move {

@@ -280,7 +280,8 @@ impl Storage {
         })
     }
 
-    async fn txn(
+    /// Proposes a Txn (after the space quota's check) and returns the store's answer.
+    pub(crate) async fn txn(
         &self,
         t: TxnRequest,
     ) -> Result<keel_store::pb::etcdserverpb::TxnResponse, ApiError> {
@@ -411,6 +412,21 @@ impl Storage {
             failure: vec![],
         };
         Ok(self.txn(t).await?.succeeded)
+    }
+
+    /// Compacts the store's history before `revision` (every member, through the log).
+    pub async fn compact(&self, revision: i64) -> Result<(), ApiError> {
+        let compact = Command::new(CommandKind::Compaction(
+            keel_store::pb::etcdserverpb::CompactionRequest {
+                revision,
+                physical: false,
+            },
+        ));
+        self.node
+            .propose(compact)
+            .await
+            .map(|_| ())
+            .map_err(|e| propose_error(&e))
     }
 
     /// Writes a raw (non-object) value at `key` unconditionally.
