@@ -7,14 +7,14 @@ use clap::{Args, Parser, Subcommand};
 /// keel: a Kubernetes control plane with its etcd-compatible datastore built in.
 #[derive(Debug, Parser)]
 #[command(name = "keel", version)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
 
 /// What to run.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run one member (the etcd v3 API on its client URLs).
     Server(Box<ServerArgs>),
     /// Start a local cluster on loopback, ready for etcdctl; Ctrl-C stops it.
@@ -25,7 +25,7 @@ pub enum Command {
 
 /// Flags of `keel server`.
 #[derive(Debug, Args, Clone)]
-pub struct ServerArgs {
+pub(crate) struct ServerArgs {
     /// Human-readable name of this member.
     #[arg(long, default_value = "default")]
     pub name: String,
@@ -109,7 +109,7 @@ pub struct ServerArgs {
 
 /// Flags of `keel up`.
 #[derive(Debug, Args, Clone)]
-pub struct UpArgs {
+pub(crate) struct UpArgs {
     /// Directory holding each member's data directory.
     #[arg(long, default_value = "keel-data")]
     pub data_dir: PathBuf,
@@ -123,14 +123,14 @@ pub struct UpArgs {
 
 /// Flags of `keel snapshot`.
 #[derive(Debug, Args, Clone)]
-pub struct SnapshotArgs {
+pub(crate) struct SnapshotArgs {
     #[command(subcommand)]
     pub command: SnapshotCommand,
 }
 
 /// `keel snapshot` subcommands.
 #[derive(Debug, Subcommand, Clone)]
-pub enum SnapshotCommand {
+pub(crate) enum SnapshotCommand {
     /// Stream a snapshot from a running member (keel or etcd) into FILE, as `etcdctl snapshot save`.
     Save(SnapshotSaveArgs),
     /// Create a member's data directory from a snapshot taken from keel or etcd 3.4/3.5.
@@ -139,7 +139,7 @@ pub enum SnapshotCommand {
 
 /// Flags of `keel snapshot save`.
 #[derive(Debug, Args, Clone)]
-pub struct SnapshotSaveArgs {
+pub(crate) struct SnapshotSaveArgs {
     /// Where to write the snapshot (written to FILE.part first, renamed when verified).
     pub file: PathBuf,
     /// The one member to take the snapshot from.
@@ -152,7 +152,7 @@ pub struct SnapshotSaveArgs {
 
 /// Flags of `keel snapshot restore` (etcdctl's, with keel's defaults).
 #[derive(Debug, Args, Clone)]
-pub struct SnapshotRestoreArgs {
+pub(crate) struct SnapshotRestoreArgs {
     /// The snapshot file (`keel snapshot save` or `etcdctl snapshot save` output).
     pub file: PathBuf,
     /// Data directory to create for this member; must not exist.
@@ -176,7 +176,7 @@ pub struct SnapshotRestoreArgs {
 }
 
 /// Parses `10m`, `5s`, `250ms` or a bare number of seconds.
-pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let s = s.trim();
     let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
         Some(i) => s.split_at(i),

@@ -12,7 +12,7 @@ use crate::cli::ServerArgs;
 
 /// Why the server stopped with an error.
 #[derive(Debug, thiserror::Error)]
-pub enum ServerError {
+pub(crate) enum ServerError {
     #[error("bad --log-level: {0}")]
     LogLevel(String),
     #[error("cannot start member: {0}")]
@@ -28,7 +28,7 @@ pub enum ServerError {
 }
 
 /// The port the Kubernetes API listens on unless `--kube-listen` says otherwise.
-pub const DEFAULT_KUBE_PORT: u16 = 6443;
+pub(crate) const DEFAULT_KUBE_PORT: u16 = 6443;
 
 /// `--kube-listen` as given, or its default: `https://<host of the first client URL>:6443`.
 fn kube_listen_url(a: &ServerArgs) -> Result<String, ServerError> {
@@ -50,7 +50,9 @@ fn kube_listen_url(a: &ServerArgs) -> Result<String, ServerError> {
 }
 
 /// The Kubernetes API options from flags, if it is to be served.
-pub fn kube_options(a: &ServerArgs) -> Result<Option<keel_kube_api::KubeOptions>, ServerError> {
+pub(crate) fn kube_options(
+    a: &ServerArgs,
+) -> Result<Option<keel_kube_api::KubeOptions>, ServerError> {
     let url = kube_listen_url(a)?;
     if url.is_empty() {
         return Ok(None);
@@ -78,7 +80,7 @@ pub fn kube_options(a: &ServerArgs) -> Result<Option<keel_kube_api::KubeOptions>
 }
 
 /// Installs the tracing subscriber (quiet by default).
-pub fn init_logging(level: &str) -> Result<(), ServerError> {
+pub(crate) fn init_logging(level: &str) -> Result<(), ServerError> {
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .map_err(|e| ServerError::LogLevel(e.to_string()))?;
     let _ = tracing_subscriber::fmt()
@@ -91,7 +93,7 @@ pub fn init_logging(level: &str) -> Result<(), ServerError> {
 }
 
 /// Builds the member configuration from flags.
-pub fn node_config(a: &ServerArgs) -> Result<NodeConfig, ServerError> {
+pub(crate) fn node_config(a: &ServerArgs) -> Result<NodeConfig, ServerError> {
     let mut cfg = NodeConfig::new(a.name.clone(), a.data_dir.clone());
     cfg.client_urls = a.advertise_client_urls.clone();
     cfg.peer_urls = if a.initial_advertise_peer_urls.is_empty() {
@@ -133,7 +135,7 @@ pub fn node_config(a: &ServerArgs) -> Result<NodeConfig, ServerError> {
 }
 
 /// Waits for SIGTERM or SIGINT.
-pub async fn terminated() -> Result<(), std::io::Error> {
+pub(crate) async fn terminated() -> Result<(), std::io::Error> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -145,7 +147,7 @@ pub async fn terminated() -> Result<(), std::io::Error> {
 }
 
 /// Runs one member until it is told to stop.
-pub async fn run(args: ServerArgs) -> Result<(), ServerError> {
+pub(crate) async fn run(args: ServerArgs) -> Result<(), ServerError> {
     init_logging(&args.log_level)?;
     let kube = kube_options(&args)?;
     let auto_compaction = keel_etcd_api::auto_compaction::parse(

@@ -32,7 +32,7 @@ use crate::cli::{SnapshotArgs, SnapshotCommand, SnapshotRestoreArgs, SnapshotSav
 
 /// Why a snapshot command failed; every message names the file or flag involved.
 #[derive(Debug, thiserror::Error)]
-pub enum SnapshotCmdError {
+pub(crate) enum SnapshotCmdError {
     /// A flag is unusable.
     #[error("{0}")]
     Flags(String),
@@ -74,7 +74,7 @@ fn snap_err<E: Into<EtcdSnapshotError>>(path: &Path) -> impl FnOnce(E) -> Snapsh
 }
 
 /// Runs `keel snapshot ...`.
-pub async fn run(args: SnapshotArgs) -> Result<(), SnapshotCmdError> {
+pub(crate) async fn run(args: SnapshotArgs) -> Result<(), SnapshotCmdError> {
     match args.command {
         SnapshotCommand::Save(a) => save(a).await,
         SnapshotCommand::Restore(a) => {

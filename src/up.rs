@@ -20,7 +20,7 @@ impl Member {
 }
 
 /// Starts the members, waits until they serve, then until Ctrl-C or a member exits.
-pub async fn run(args: UpArgs) -> Result<(), ServerError> {
+pub(crate) async fn run(args: UpArgs) -> Result<(), ServerError> {
     let n = args.members as usize;
     let exe = std::env::current_exe()
         .map_err(|e| ServerError::Config(format!("cannot find the keel binary: {e}")))?;

@@ -493,7 +493,7 @@ async fn kube_watch_from_compacted_resource_version_is_gone() {
             }
         }
         if std::time::Instant::now() > deadline {
-            c.fail(&format!(
+            c.fail(format!(
                 "a watch from resourceVersion {old_rv} still replays history after {n} rounds"
             ));
         }
