@@ -9,5 +9,6 @@ pub mod peer;
 pub mod proposer;
 pub mod read_index;
 pub mod state_machine;
+mod timing;
 pub mod types;
 pub mod wal;

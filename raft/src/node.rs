@@ -26,6 +26,7 @@ use crate::peer::{AppHandler, MemberChange, MemberChangeResult};
 use crate::proposer::Proposer;
 use crate::read_index::ReadIndexBatcher;
 use crate::state_machine::{reconcile_with_snapshot, StateMachine};
+use crate::timing::RaftTimers;
 use crate::types::{MemberNode, NodeId, TypeConfig};
 
 /// How a member is configured.
@@ -41,7 +42,8 @@ pub struct NodeConfig {
     pub client_urls: Vec<String>,
     /// Leader heartbeat interval (etcd: 100 ms).
     pub heartbeat: Duration,
-    /// Election timeout (etcd: 1 s).
+    /// Election timeout (etcd: 1 s): a follower that hears no leader for this less one heartbeat,
+    /// up to a fifth of it more, stands for election (etcd: up to twice as long; see `timing.rs`).
     pub election_timeout: Duration,
     /// Applied entries between snapshots.
     pub snapshot_count: u64,
@@ -261,7 +263,7 @@ impl Node {
         let (id, cluster_id) = load_identity(&dir, &cfg)?;
         let mut log_store =
             LogStore::open(dir.join("wal")).map_err(|e| StartError::Wal(e.to_string()))?;
-        log_store.step_down_after_restart(id);
+        let led_before = log_store.step_down_after_restart(id);
         let store = open_store(&dir, &cfg)?;
         let snap = reconcile_with_snapshot(
             &store,
@@ -275,14 +277,17 @@ impl Node {
             snap.as_ref().and_then(|s| s.last_applied.map(|l| l.index)),
         )?;
 
-        let election_ms = cfg.election_timeout.as_millis() as u64;
+        // A follower stands for election after 0.9 to 1.1 election timeouts without a leader,
+        // plus up to a tick (etcd: 0.9 to 1.9); see timing.rs for why and why reads and writes
+        // stay safe.
+        let timers = RaftTimers::for_etcd(cfg.heartbeat, cfg.election_timeout);
         let raft_cfg = Config {
             cluster_name: "keel".into(),
-            heartbeat_interval: cfg.heartbeat.as_millis() as u64,
-            // openraft's voters refuse votes for `election_timeout_max` after hearing from a
-            // leader; a range of [0.75, 1] × the timeout keeps failover near etcd's (~1.5 s).
-            election_timeout_min: election_ms * 3 / 4,
-            election_timeout_max: election_ms,
+            heartbeat_interval: timers.heartbeat_ms,
+            election_timeout_min: timers.election_min_ms,
+            election_timeout_max: timers.election_max_ms,
+            // A member that led before it stopped holds its elections off for a while (below).
+            enable_elect: !led_before,
             install_snapshot_timeout: 10_000,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_count),
             max_in_snapshot_log_to_keep: 5_000,
@@ -307,6 +312,19 @@ impl Node {
         )
         .await
         .map_err(|e| StartError::Raft(e.to_string()))?;
+        if led_before {
+            // Its vote is no longer a leader's, so openraft would let it stand after one election
+            // timeout draw (0.35-0.55 E), before the leader's next contact (a peer that was down
+            // is retried every 500 ms). Such a premature candidacy bumps the term, or fails and
+            // marks this member as behind, which delays its next real candidacy by 1.1 E. Hold
+            // elections off for as long as a follower would wait (see timing.rs).
+            let raft = raft.clone();
+            let hold = timers.restart_hold_off();
+            tokio::spawn(async move {
+                tokio::time::sleep(hold).await;
+                raft.runtime_config().elect(true);
+            });
+        }
         let initialized = raft
             .is_initialized()
             .await
