@@ -11,23 +11,23 @@ use keel_store::pb::etcdserverpb::LeaseRevokeRequest;
 use keel_store::{Command, CommandResponse, LeaseId, Store, StoreError, StoreOptions};
 use openraft::error::{Fatal, RaftError};
 use openraft::{Config, Raft, ServerState, SnapshotPolicy};
-use thiserror::Error;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::codec::applied_from_bytes;
+use crate::error::{MembershipError, ProposeError, StartError};
 use crate::log_store::LogStore;
-use crate::membership::{
-    self, cluster_id, member_id, members_of, ClusterState, InitialClusterError, InitialMember,
-};
+use crate::membership::{self, cluster_id, member_id, members_of, ClusterState, InitialMember};
 use crate::network::{PeerApi, PeerNetwork};
 use crate::peer::server::{serve_service_on, PeerService};
-use crate::peer::{AppHandler, MemberChange, MemberChangeResult};
+use crate::peer::AppHandler;
 use crate::proposer::Proposer;
 use crate::read_index::ReadIndexBatcher;
 use crate::state_machine::{reconcile_with_snapshot, StateMachine};
 use crate::timing::RaftTimers;
-use crate::types::{MemberNode, NodeId, TypeConfig};
+use crate::types::{
+    MemberChange, MemberChangeResult, MemberInfo, MemberNode, NodeId, NodeStatus, TypeConfig,
+};
 
 /// How a member is configured.
 #[derive(Debug, Clone)]
@@ -96,95 +96,6 @@ impl NodeConfig {
             self.initial_cluster.clone()
         }
     }
-}
-
-/// Why a member could not start.
-#[derive(Debug, Error)]
-pub enum StartError {
-    #[error("data directory {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("write-ahead log: {0}")]
-    Wal(String),
-    #[error("store: {0}")]
-    Store(#[from] StoreError),
-    #[error("raft: {0}")]
-    Raft(String),
-    #[error("unrecoverable: {0}")]
-    Unrecoverable(String),
-    #[error(transparent)]
-    InitialCluster(#[from] InitialClusterError),
-    #[error("this data directory belongs to cluster {stored:016x}, but --initial-cluster-token gives {given:016x}")]
-    ClusterMismatch { stored: u64, given: u64 },
-    #[error("peer transport: {0}")]
-    Peer(String),
-}
-
-/// Why a request through Raft failed.
-#[derive(Debug, Error, Clone, PartialEq, Eq)]
-pub enum ProposeError {
-    /// The command itself was refused by the store.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("etcdserver: no leader")]
-    NoLeader,
-    #[error("etcdserver: not leader")]
-    NotLeader,
-    #[error("etcdserver: request timed out")]
-    Timeout,
-    #[error("etcdserver: server stopped")]
-    Stopped,
-    /// A membership change was refused.
-    #[error(transparent)]
-    Membership(#[from] MembershipError),
-}
-
-/// Why a membership change was refused (etcd's messages).
-#[derive(Debug, Error, Clone, Copy, PartialEq, Eq)]
-pub enum MembershipError {
-    #[error("etcdserver: member not found")]
-    NotFound,
-    #[error("etcdserver: member ID already exist")]
-    IdExists,
-    #[error("etcdserver: Peer URLs already exists")]
-    PeerUrlExists,
-    #[error("etcdserver: given member URLs are invalid")]
-    InvalidUrls,
-    #[error("etcdserver: can only promote a learner member")]
-    NotLearner,
-    #[error("etcdserver: can only promote a learner member which is in sync with leader")]
-    LearnerNotReady,
-    #[error("etcdserver: re-configuration failed due to not enough started members")]
-    NotEnoughStarted,
-    #[error("etcdserver: bad leader transferee")]
-    BadTransferee,
-    #[error("etcdserver: too many learner members in cluster")]
-    TooManyLearners,
-    /// Another member already uses the name this member starts with.
-    #[error("keel: member name is already used by another member")]
-    NameInUse,
-}
-
-/// A snapshot of this member's Raft status.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeStatus {
-    pub member_id: NodeId,
-    pub leader: Option<NodeId>,
-    pub term: u64,
-    pub last_log_index: u64,
-    pub applied_index: u64,
-    pub is_learner: bool,
-    pub is_leader: bool,
-}
-
-/// One member of the cluster as the Cluster API lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemberInfo {
-    pub id: NodeId,
-    pub node: MemberNode,
-    pub is_learner: bool,
 }
 
 /// The running member.

@@ -8,7 +8,8 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use keel_raft::node::{Node, ProposeError};
+use keel_raft::error::ProposeError;
+use keel_raft::node::Node;
 use keel_store::command::CommandKind;
 use keel_store::pb::etcdserverpb::{
     compare, request_op, response_op, Compare, DeleteRangeRequest, PutRequest, RangeRequest,
