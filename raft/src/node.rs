@@ -16,6 +16,7 @@ use tracing::{debug, info, warn};
 
 use crate::codec::applied_from_bytes;
 use crate::error::{MembershipError, ProposeError, StartError};
+use crate::leadership;
 use crate::log_store::LogStore;
 use crate::membership::{self, cluster_id, member_id, members_of, ClusterState, InitialMember};
 use crate::network::{PeerApi, PeerNetwork};
@@ -26,7 +27,8 @@ use crate::read_index::ReadIndexBatcher;
 use crate::state_machine::{reconcile_with_snapshot, StateMachine};
 use crate::timing::RaftTimers;
 use crate::types::{
-    MemberChange, MemberChangeResult, MemberInfo, MemberNode, NodeId, NodeStatus, TypeConfig,
+    Leadership, MemberChange, MemberChangeResult, MemberInfo, MemberNode, NodeId, NodeStatus,
+    TypeConfig,
 };
 
 /// How a member is configured.
@@ -114,6 +116,8 @@ pub struct Node {
     removed: Arc<watch::Sender<bool>>,
     /// Members removed while this one ran: their Raft calls are refused, which stops them.
     removed_ids: parking_lot::Mutex<std::collections::HashSet<NodeId>>,
+    /// Whether this member leads, following openraft's metrics (see leadership.rs).
+    leadership: watch::Receiver<Leadership>,
 }
 
 /// Reads the member and cluster IDs from `dir/member`, creating them on first start.
@@ -277,6 +281,7 @@ impl Node {
         let (stop, _) = watch::channel(false);
         let (fatal, _) = watch::channel(None);
         let proposer = Proposer::start(raft.clone(), cfg.request_timeout, peers.clone());
+        let leadership = leadership::follow(&raft);
         let node = Arc::new_cyclic(|me: &std::sync::Weak<Node>| {
             let me = me.clone();
             // Weak: the batching task must not keep the member alive.
@@ -302,6 +307,7 @@ impl Node {
                 fatal,
                 removed,
                 removed_ids: Default::default(),
+                leadership,
             }
         });
         node.clone().serve_peers().await?;
@@ -396,9 +402,39 @@ impl Node {
         }
     }
 
-    /// True while this member leads.
+    /// True while this member leads (a snapshot; [`Node::leadership`] tells when it changes).
     pub fn is_leader(&self) -> bool {
         self.raft.metrics().borrow().state == ServerState::Leader
+    }
+
+    /// Leadership as a stream: the receiver holds [`Leadership::Leader`] with the term while this
+    /// member is the Raft leader and [`Leadership::NotLeader`] otherwise, and wakes only when
+    /// that changes (gained, lost, or led again in a new term). It follows openraft's metrics
+    /// watch, no polling; after shutdown it says `NotLeader` and then reports its sender closed.
+    ///
+    /// Work that must run only on the leader (controllers, the scheduler) can follow it:
+    ///
+    /// ```ignore
+    /// let mut leadership = node.leadership();
+    /// loop {
+    ///     let now = *leadership.borrow_and_update();
+    ///     match now {
+    ///         Leadership::Leader { term } => { /* (re)start leader work for `term` */ }
+    ///         Leadership::NotLeader => { /* stop it */ }
+    ///     }
+    ///     if leadership.changed().await.is_err() {
+    ///         break; // Raft stopped
+    ///     }
+    /// }
+    /// ```
+    ///
+    /// Raft leadership is not a lock: a leader cut off from the others goes on saying `Leader`
+    /// (openraft 0.9 has no check-quorum step-down) until it hears of a newer term, while a new
+    /// leader may already lead. Writes stay
+    /// safe (they need a quorum); work that must never run twice has to be fenced by the store
+    /// (for example a guarded update), not by this signal alone.
+    pub fn leadership(&self) -> watch::Receiver<Leadership> {
+        self.leadership.clone()
     }
 
     /// The store (serializable reads, watches, lease lookups).

@@ -65,6 +65,31 @@ pub struct MemberChangeResult {
     pub members: Vec<MemberInfo>,
 }
 
+/// Whether a member leads, as `Node::leadership` publishes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leadership {
+    /// The member is the Raft leader of `term`. A change of term is a new leadership: the member
+    /// lost it and won it again in between (another member may have led meanwhile).
+    Leader { term: u64 },
+    /// The member does not lead: it follows, stands for election, is a learner, or has stopped.
+    NotLeader,
+}
+
+impl Leadership {
+    /// True for [`Leadership::Leader`].
+    pub fn is_leader(&self) -> bool {
+        matches!(self, Leadership::Leader { .. })
+    }
+
+    /// The term this member leads in, if it leads.
+    pub fn term(&self) -> Option<u64> {
+        match self {
+            Leadership::Leader { term } => Some(*term),
+            Leadership::NotLeader => None,
+        }
+    }
+}
+
 /// The result of applying a log entry: blank and membership entries yield `Ok(None)`.
 pub type ApplyResult = Result<Option<CommandResponse>, StoreError>;
 

@@ -27,8 +27,8 @@ use crate::peer::codec::LeaseTtl;
 use crate::peer::server::{serve_service_on, PeerError, PeerService};
 use crate::peer::AppHandler;
 use crate::types::{
-    Applied, Entry, LogId, MemberChange, MemberChangeResult, MemberInfo, MemberNode, StorageError,
-    StoredMembership, TypeConfig, Vote,
+    Applied, Entry, Leadership, LogId, MemberChange, MemberChangeResult, MemberInfo, MemberNode,
+    StorageError, StoredMembership, TypeConfig, Vote,
 };
 
 const CLUSTER: u64 = 0x6b65_656c;
@@ -481,6 +481,101 @@ async fn network_three_members_replicate_and_restarted_follower_catches_up() {
 
     for m in &mut members {
         m.stop().await;
+    }
+}
+
+/// Waits until `rx` holds a value `ok` accepts, and returns it.
+async fn wait_for(
+    rx: &mut tokio::sync::watch::Receiver<Leadership>,
+    what: &str,
+    ok: impl Fn(&Leadership) -> bool,
+) -> Leadership {
+    tokio::time::timeout(WAIT, rx.wait_for(|l| ok(l)))
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not seen in time"))
+        .map(|l| *l)
+        .unwrap_or_else(|_| panic!("{what}: the stream ended first"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leadership_stream_reports_leadership_gained_and_lost() {
+    let mut members = [
+        Member::fresh(1).await,
+        Member::fresh(2).await,
+        Member::fresh(3).await,
+    ];
+    let mut streams: Vec<_> = members
+        .iter()
+        .map(|m| crate::leadership::follow(&m.raft))
+        .collect();
+    assert!(streams.iter().all(|s| *s.borrow() == Leadership::NotLeader));
+    let nodes: BTreeMap<NodeId, MemberNode> = members.iter().map(|m| (m.id, m.node())).collect();
+    members[0].raft.initialize(nodes).await.expect("initialize");
+    members[0]
+        .raft
+        .wait(Some(WAIT))
+        .metrics(|m| m.current_leader.is_some(), "a leader")
+        .await
+        .expect("elected");
+
+    // The leader's stream says so, with its term; the others' say they do not lead.
+    let first = members
+        .iter()
+        .position(|m| m.raft.metrics().borrow().state == ServerState::Leader)
+        .expect("a leader");
+    let term = members[first].raft.metrics().borrow().current_term;
+    let seen = wait_for(&mut streams[first], "leader", |l| l.is_leader()).await;
+    assert_eq!(seen, Leadership::Leader { term });
+    for (i, s) in streams.iter().enumerate().filter(|(i, _)| *i != first) {
+        assert_eq!(
+            *s.borrow(),
+            Leadership::NotLeader,
+            "member {}",
+            members[i].id
+        );
+    }
+
+    // Writes change openraft's metrics but not leadership: the stream wakes only for a real
+    // change (which only an election on a stalled machine could bring here).
+    streams[first].borrow_and_update();
+    for k in keys(0..5) {
+        write(&members.iter().collect::<Vec<_>>(), put(k)).await;
+    }
+    if streams[first].has_changed().expect("stream open") {
+        assert_ne!(*streams[first].borrow(), Leadership::Leader { term });
+    }
+
+    // Stop the leader: its stream ends on NotLeader, and another member's says it leads now,
+    // in a later term.
+    members[first].stop().await;
+    let last = wait_for(&mut streams[first], "stopped leader", |l| !l.is_leader()).await;
+    assert_eq!(last, Leadership::NotLeader);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let next = loop {
+        let leading = streams
+            .iter()
+            .enumerate()
+            .find(|(i, s)| *i != first && s.borrow().is_leader());
+        if let Some((i, s)) = leading {
+            break (i, *s.borrow());
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no new leader in time"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let new_term = next.1.term().expect("leads");
+    assert!(new_term > term, "{new_term} after {term}");
+    assert_eq!(
+        members[next.0].raft.metrics().borrow().current_term,
+        new_term
+    );
+
+    for (i, m) in members.iter_mut().enumerate() {
+        if i != first {
+            m.stop().await;
+        }
     }
 }
 
