@@ -16,7 +16,7 @@ pub(crate) enum ServerError {
     #[error("bad --log-level: {0}")]
     LogLevel(String),
     #[error("cannot start member: {0}")]
-    Start(#[from] keel_raft::node::StartError),
+    Start(#[from] keel_raft::error::StartError),
     #[error("{0}")]
     Serve(#[from] keel_etcd_api::server::ServeError),
     #[error("signal handler: {0}")]

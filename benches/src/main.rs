@@ -64,6 +64,12 @@ struct Args {
     /// Skip the memory and disk footprint steps.
     #[arg(long)]
     no_footprint: bool,
+    /// Skip the failover step (kill -9 of the leader, on 3 members or more).
+    #[arg(long)]
+    no_failover: bool,
+    /// Leader kills in the failover step [default: 7, or 2 with --quick].
+    #[arg(long)]
+    failover_kills: Option<usize>,
     /// The keel binary [default: target/release/keel beside this binary].
     #[arg(long)]
     keel: Option<PathBuf>,
@@ -125,12 +131,21 @@ async fn run(args: Args) -> Result<()> {
     if !args.members.is_empty() {
         plan.topologies.retain(|m| args.members.contains(m));
     }
+    if let Some(kills) = args.failover_kills {
+        plan.failover_kills = kills;
+    }
     if let Some(only) = &args.only {
         plan.steps
             .retain(|s| only.split('|').any(|o| s.name().contains(o)));
+        if !only.split('|').any(|o| plan::FAILOVER.contains(o)) {
+            plan.failover_kills = 0;
+        }
     }
     if args.no_footprint {
         plan.footprint_keys.clear();
+    }
+    if args.no_failover {
+        plan.failover_kills = 0;
     }
     let parent = args
         .data_root
@@ -157,7 +172,13 @@ async fn run(args: Args) -> Result<()> {
     );
 
     let footprint_steps = if plan.footprint_keys.is_empty() { 0 } else { 2 };
-    let total = plan.topologies.len() * (plan.steps.len() * 2 + footprint_steps);
+    let failover_steps = plan
+        .topologies
+        .iter()
+        .filter(|&&m| failover_applies(&plan, m))
+        .count()
+        * 2;
+    let total = plan.topologies.len() * (plan.steps.len() * 2 + footprint_steps) + failover_steps;
     let bar = ProgressBar::new(total as u64);
     bar.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
@@ -320,7 +341,76 @@ async fn topology(
             });
         }
     }
+    if failover_applies(plan, members) {
+        rows.extend(failover(plan, members, root, bins, bar).await?);
+    }
     Ok(rows)
+}
+
+/// Failover needs a majority left after the leader is killed.
+fn failover_applies(plan: &Plan, members: usize) -> bool {
+    plan.failover_kills > 0 && members >= 3
+}
+
+/// The failover step on fresh clusters: min, median and max time to a new leader, in ms.
+async fn failover(
+    plan: &Plan,
+    members: usize,
+    root: &Path,
+    bins: &Binaries,
+    bar: &ProgressBar,
+) -> Result<Vec<Row>> {
+    let kills = plan.failover_kills;
+    let mut per_kind = Vec::new();
+    for kind in [Kind::Keel, Kind::Etcd] {
+        status(
+            bar,
+            format!(
+                "{members} members: failover of {}, {kills} leader kills",
+                kind.name()
+            ),
+        );
+        let times = workload::failover::run(kind, members, root, bins, kills).await?;
+        let shown: Vec<String> = times.iter().map(|t| t.as_millis().to_string()).collect();
+        let line = format!(
+            "{members} members, {}: ms to the first write after each leader kill: {}",
+            kind.name(),
+            shown.join(", ")
+        );
+        if bar.is_hidden() {
+            eprintln!("{line}");
+        } else {
+            bar.println(line);
+        }
+        per_kind.push(workload::failover::summary(&times));
+        bar.inc(1);
+    }
+    let (Some(k), Some(e)) = (per_kind[0], per_kind[1]) else {
+        return Ok(Vec::new());
+    };
+    let fig = |d: std::time::Duration| Figure {
+        value: d.as_secs_f64() * 1000.0,
+        latency_us: None,
+        errors: 0,
+        last_error: None,
+        cpu_us_per_op: None,
+        client_cpu_us_per_op: None,
+    };
+    let row = |what: &str, k, e| Row {
+        members,
+        workload: format!(
+            "{} after kill -9 of the leader, {what} of {kills}",
+            plan::FAILOVER
+        ),
+        unit: "ms",
+        keel: fig(k),
+        etcd: fig(e),
+    };
+    Ok(vec![
+        row("min", k.0, e.0),
+        row("median", k.1, e.1),
+        row("max", k.2, e.2),
+    ])
 }
 
 async fn one(c: &Cluster, step: &Step, plan: &Plan) -> Result<Sample> {

@@ -89,7 +89,12 @@ pub struct Plan {
     pub window: Window,
     /// Key counts at which memory and disk are measured.
     pub footprint_keys: Vec<usize>,
+    /// Leader kills of the failover step (clusters of 3 members or more; 0 = no failover step).
+    pub(crate) failover_kills: usize,
 }
+
+/// Label of the failover rows (`--only failover` selects them).
+pub(crate) const FAILOVER: &str = "failover";
 
 impl Plan {
     /// Everything the issue asks for, 5 s per workload.
@@ -136,6 +141,7 @@ impl Plan {
                 measure: Duration::from_secs(secs),
             },
             footprint_keys: vec![100_000, 1_000_000],
+            failover_kills: 7,
         }
     }
 
@@ -180,6 +186,7 @@ impl Plan {
                 measure: Duration::from_secs(1),
             },
             footprint_keys: vec![10_000],
+            failover_kills: 2,
         }
     }
 }

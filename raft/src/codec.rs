@@ -47,7 +47,7 @@ pub struct MembershipPb {
 
 /// What the state machine stores with every applied batch.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct AppliedStatePb {
+pub(crate) struct AppliedStatePb {
     #[prost(message, optional, tag = "1")]
     pub last_applied: Option<LogIdPb>,
     #[prost(message, optional, tag = "2")]
@@ -57,7 +57,7 @@ pub struct AppliedStatePb {
 }
 
 /// Encodes a log id.
-pub fn log_id_to_pb(id: &LogId) -> LogIdPb {
+pub(crate) fn log_id_to_pb(id: &LogId) -> LogIdPb {
     LogIdPb {
         term: id.leader_id.term,
         node_id: id.leader_id.node_id,
@@ -71,7 +71,7 @@ pub fn log_id_from_pb(p: &LogIdPb) -> LogId {
 }
 
 /// Encodes a membership.
-pub fn membership_to_pb(m: &openraft::Membership<NodeId, MemberNode>) -> MembershipPb {
+pub(crate) fn membership_to_pb(m: &openraft::Membership<NodeId, MemberNode>) -> MembershipPb {
     MembershipPb {
         configs: m
             .get_joint_config()
@@ -126,7 +126,7 @@ pub fn applied_to_bytes(last: Option<&LogId>, m: &StoredMembership) -> Vec<u8> {
 }
 
 /// Decodes the applied state (`None` bytes = nothing applied yet).
-pub fn applied_from_bytes(
+pub(crate) fn applied_from_bytes(
     b: Option<&[u8]>,
 ) -> Result<(Option<LogId>, StoredMembership), prost::DecodeError> {
     let Some(b) = b else {

@@ -1,14 +1,27 @@
 //! keel's Raft layer: openraft with a segmented write-ahead log, the store as state machine.
+//!
+//! The handle every front door uses is [`node::Node`] (propose, read linearizably or
+//! serializably, watch, members, leadership as a stream); [`error`] and [`types`] hold what its
+//! calls return. [`membership`] and [`codec`] are public for the `keel` binary's offline tools
+//! (snapshot restore writes a membership and an applied index the way a member would).
+//!
+//! Inside: `wal` (segmented log files) under `log_store` (openraft's log storage, group commit),
+//! `state_machine` (the store, snapshots), `proposer` (batching proposals), `read_index`
+//! (batching ReadIndex rounds), `timing` (election timeouts), `leadership` (the leadership
+//! stream), `peer` (the peer transport's server and wire format) and `network` (its clients).
 
 pub mod codec;
-pub mod log_store;
+pub mod error;
+mod leadership;
+mod log_store;
 pub mod membership;
-pub mod network;
+mod network;
 pub mod node;
-pub mod peer;
-pub mod proposer;
+mod peer;
+mod proposer;
 pub mod quota;
-pub mod read_index;
-pub mod state_machine;
+mod read_index;
+mod state_machine;
+mod timing;
 pub mod types;
-pub mod wal;
+mod wal;

@@ -30,7 +30,7 @@ const VOTE_TMP: &str = "vote.tmp";
 type Done = Box<dyn FnOnce(io::Result<()>) + Send>;
 
 /// The Raft log store: a WAL on disk plus the live entries in memory.
-pub struct LogStore {
+pub(crate) struct LogStore {
     shared: Arc<Shared>,
     dir: PathBuf,
     vote: Option<Vote>,
@@ -40,7 +40,7 @@ pub struct LogStore {
 
 /// A cloneable reader of the live entries, for openraft's replication tasks.
 #[derive(Clone)]
-pub struct LogReader {
+pub(crate) struct LogReader {
     log: Arc<RwLock<MemLog>>,
 }
 
@@ -324,12 +324,12 @@ async fn blocking<T: Send + 'static>(
 
 impl LogStore {
     /// Opens the log in `dir` with default options, replaying the WAL.
-    pub fn open(dir: impl AsRef<Path>) -> Result<LogStore, WalError> {
+    pub(crate) fn open(dir: impl AsRef<Path>) -> Result<LogStore, WalError> {
         Self::open_with_options(dir, WalOptions::default())
     }
 
     /// Opens the log in `dir`, replaying the WAL; fails on corruption rather than guessing.
-    pub fn open_with_options(
+    pub(crate) fn open_with_options(
         dir: impl AsRef<Path>,
         options: WalOptions,
     ) -> Result<LogStore, WalError> {
@@ -401,12 +401,12 @@ impl LogStore {
     }
 
     /// Index of the last entry (or of the purge point when no entry is left), if any.
-    pub fn last_index(&self) -> Option<u64> {
+    pub(crate) fn last_index(&self) -> Option<u64> {
         self.shared.log.read().last_log_id().map(|l| l.index)
     }
 
     /// Index of the last purged entry, if any (entries up to it exist only in snapshots).
-    pub fn last_purged_index(&self) -> Option<u64> {
+    pub(crate) fn last_purged_index(&self) -> Option<u64> {
         self.shared.log.read().last_purged.map(|l| l.index)
     }
 
@@ -418,7 +418,7 @@ impl LogStore {
     /// can be older than writes this leader already acknowledged, and a ReadIndex read served
     /// before the followers answer again would miss them (found by jepsen-tests' kill-all
     /// fault). A new term's blank entry commits everything before it, as etcd's restarts do.
-    pub fn step_down_after_restart(&mut self, me: NodeId) -> bool {
+    pub(crate) fn step_down_after_restart(&mut self, me: NodeId) -> bool {
         match &mut self.vote {
             Some(v) if v.committed && v.leader_id.voted_for() == Some(me) => {
                 v.committed = false;
@@ -429,8 +429,9 @@ impl LogStore {
         }
     }
 
-    /// Number of `fdatasync` calls on the WAL so far (for metrics and tests).
-    pub fn sync_count(&self) -> u64 {
+    /// Number of `fdatasync` calls on the WAL so far (for tests).
+    #[cfg(test)]
+    pub(crate) fn sync_count(&self) -> u64 {
         self.shared.io.lock().wal.sync_count()
     }
 

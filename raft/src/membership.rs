@@ -9,9 +9,8 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::{ChangeMembers, Raft};
 use tracing::{info, warn};
 
-use crate::node::{MemberInfo, MembershipError, ProposeError};
-use crate::peer::{MemberChange, MemberChangeResult};
-use crate::types::{MemberNode, NodeId, TypeConfig};
+use crate::error::{InitialClusterError, MembershipError, ProposeError};
+use crate::types::{MemberChange, MemberChangeResult, MemberInfo, MemberNode, NodeId, TypeConfig};
 
 /// One `name=url` entry of `--initial-cluster` (several URLs per name allowed).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,27 +29,8 @@ pub enum ClusterState {
     Existing,
 }
 
-/// Why `--initial-cluster` is unusable.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum InitialClusterError {
-    #[error("--initial-cluster entry {0:?} is not name=http://host:port")]
-    Malformed(String),
-    #[error("member name {0:?} is already used by another member: --initial-cluster names it more than once with different URLs")]
-    DuplicateName(String),
-    #[error("--initial-cluster lists peer URL {0} for two members")]
-    DuplicateUrl(String),
-    #[error("--initial-cluster has no entry for this member's --name {0:?}")]
-    MissingSelf(String),
-    #[error("--initial-cluster gives {name:?} the peer URLs {listed:?}, but --initial-advertise-peer-urls says {own:?}")]
-    UrlMismatch {
-        name: String,
-        listed: Vec<String>,
-        own: Vec<String>,
-    },
-}
-
 /// FNV-1a 64: stable IDs from names and URLs without extra dependencies.
-pub fn fnv64(parts: &[&str]) -> u64 {
+pub(crate) fn fnv64(parts: &[&str]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for p in parts {
         for b in p.bytes().chain(std::iter::once(0)) {
@@ -76,7 +56,7 @@ pub fn cluster_id(token: &str) -> u64 {
 }
 
 /// True for `http://host:port` with a numeric port.
-pub fn valid_peer_url(u: &str) -> bool {
+pub(crate) fn valid_peer_url(u: &str) -> bool {
     let Some(rest) = u.strip_prefix("http://") else {
         return false;
     };
@@ -141,7 +121,7 @@ pub fn check_self(
 }
 
 /// Every member of the current (effective) membership.
-pub fn members_of(raft: &Raft<TypeConfig>) -> Vec<MemberInfo> {
+pub(crate) fn members_of(raft: &Raft<TypeConfig>) -> Vec<MemberInfo> {
     let m = raft.metrics().borrow().clone();
     let mem = m.membership_config.membership();
     let voters: BTreeSet<NodeId> = mem.voter_ids().collect();
@@ -217,7 +197,7 @@ async fn set_node(
 }
 
 /// Performs a membership change on the leader.
-pub async fn change(
+pub(crate) async fn change(
     raft: &Raft<TypeConfig>,
     token: &str,
     change: MemberChange,
@@ -392,7 +372,7 @@ static CHANGING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Finishes a joint configuration left behind by a leader change (leader only). Skipped while this
 /// member is itself in the middle of a change, which finishes its own joint configuration.
-pub async fn finish_joint(raft: &Raft<TypeConfig>, timeout: Duration) {
+pub(crate) async fn finish_joint(raft: &Raft<TypeConfig>, timeout: Duration) {
     let Ok(_changing) = CHANGING.try_lock() else {
         return;
     };

@@ -11,22 +11,25 @@ use keel_store::pb::etcdserverpb::LeaseRevokeRequest;
 use keel_store::{Command, CommandResponse, LeaseId, Store, StoreError, StoreOptions};
 use openraft::error::{Fatal, RaftError};
 use openraft::{Config, Raft, ServerState, SnapshotPolicy};
-use thiserror::Error;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::codec::applied_from_bytes;
+use crate::error::{MembershipError, ProposeError, StartError};
+use crate::leadership;
 use crate::log_store::LogStore;
-use crate::membership::{
-    self, cluster_id, member_id, members_of, ClusterState, InitialClusterError, InitialMember,
-};
+use crate::membership::{self, cluster_id, member_id, members_of, ClusterState, InitialMember};
 use crate::network::{PeerApi, PeerNetwork};
 use crate::peer::server::{serve_service_on, PeerService};
-use crate::peer::{AppHandler, MemberChange, MemberChangeResult};
+use crate::peer::AppHandler;
 use crate::proposer::Proposer;
 use crate::read_index::ReadIndexBatcher;
 use crate::state_machine::{reconcile_with_snapshot, StateMachine};
-use crate::types::{MemberNode, NodeId, TypeConfig};
+use crate::timing::RaftTimers;
+use crate::types::{
+    Leadership, MemberChange, MemberChangeResult, MemberInfo, MemberNode, NodeId, NodeStatus,
+    TypeConfig,
+};
 
 /// How a member is configured.
 #[derive(Debug, Clone)]
@@ -41,7 +44,8 @@ pub struct NodeConfig {
     pub client_urls: Vec<String>,
     /// Leader heartbeat interval (etcd: 100 ms).
     pub heartbeat: Duration,
-    /// Election timeout (etcd: 1 s).
+    /// Election timeout (etcd: 1 s): a follower that hears no leader for this less one heartbeat,
+    /// up to a fifth of it more, stands for election (etcd: up to twice as long; see `timing.rs`).
     pub election_timeout: Duration,
     /// Applied entries between snapshots.
     pub snapshot_count: u64,
@@ -96,95 +100,6 @@ impl NodeConfig {
     }
 }
 
-/// Why a member could not start.
-#[derive(Debug, Error)]
-pub enum StartError {
-    #[error("data directory {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("write-ahead log: {0}")]
-    Wal(String),
-    #[error("store: {0}")]
-    Store(#[from] StoreError),
-    #[error("raft: {0}")]
-    Raft(String),
-    #[error("unrecoverable: {0}")]
-    Unrecoverable(String),
-    #[error(transparent)]
-    InitialCluster(#[from] InitialClusterError),
-    #[error("this data directory belongs to cluster {stored:016x}, but --initial-cluster-token gives {given:016x}")]
-    ClusterMismatch { stored: u64, given: u64 },
-    #[error("peer transport: {0}")]
-    Peer(String),
-}
-
-/// Why a request through Raft failed.
-#[derive(Debug, Error, Clone, PartialEq, Eq)]
-pub enum ProposeError {
-    /// The command itself was refused by the store.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("etcdserver: no leader")]
-    NoLeader,
-    #[error("etcdserver: not leader")]
-    NotLeader,
-    #[error("etcdserver: request timed out")]
-    Timeout,
-    #[error("etcdserver: server stopped")]
-    Stopped,
-    /// A membership change was refused.
-    #[error(transparent)]
-    Membership(#[from] MembershipError),
-}
-
-/// Why a membership change was refused (etcd's messages).
-#[derive(Debug, Error, Clone, Copy, PartialEq, Eq)]
-pub enum MembershipError {
-    #[error("etcdserver: member not found")]
-    NotFound,
-    #[error("etcdserver: member ID already exist")]
-    IdExists,
-    #[error("etcdserver: Peer URLs already exists")]
-    PeerUrlExists,
-    #[error("etcdserver: given member URLs are invalid")]
-    InvalidUrls,
-    #[error("etcdserver: can only promote a learner member")]
-    NotLearner,
-    #[error("etcdserver: can only promote a learner member which is in sync with leader")]
-    LearnerNotReady,
-    #[error("etcdserver: re-configuration failed due to not enough started members")]
-    NotEnoughStarted,
-    #[error("etcdserver: bad leader transferee")]
-    BadTransferee,
-    #[error("etcdserver: too many learner members in cluster")]
-    TooManyLearners,
-    /// Another member already uses the name this member starts with.
-    #[error("keel: member name is already used by another member")]
-    NameInUse,
-}
-
-/// A snapshot of this member's Raft status.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeStatus {
-    pub member_id: NodeId,
-    pub leader: Option<NodeId>,
-    pub term: u64,
-    pub last_log_index: u64,
-    pub applied_index: u64,
-    pub is_learner: bool,
-    pub is_leader: bool,
-}
-
-/// One member of the cluster as the Cluster API lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemberInfo {
-    pub id: NodeId,
-    pub node: MemberNode,
-    pub is_learner: bool,
-}
-
 /// The running member.
 pub struct Node {
     raft: Raft<TypeConfig>,
@@ -201,6 +116,8 @@ pub struct Node {
     removed: Arc<watch::Sender<bool>>,
     /// Members removed while this one ran: their Raft calls are refused, which stops them.
     removed_ids: parking_lot::Mutex<std::collections::HashSet<NodeId>>,
+    /// Whether this member leads, following openraft's metrics (see leadership.rs).
+    leadership: watch::Receiver<Leadership>,
 }
 
 /// Reads the member and cluster IDs from `dir/member`, creating them on first start.
@@ -261,7 +178,7 @@ impl Node {
         let (id, cluster_id) = load_identity(&dir, &cfg)?;
         let mut log_store =
             LogStore::open(dir.join("wal")).map_err(|e| StartError::Wal(e.to_string()))?;
-        log_store.step_down_after_restart(id);
+        let led_before = log_store.step_down_after_restart(id);
         let store = open_store(&dir, &cfg)?;
         let snap = reconcile_with_snapshot(
             &store,
@@ -275,14 +192,17 @@ impl Node {
             snap.as_ref().and_then(|s| s.last_applied.map(|l| l.index)),
         )?;
 
-        let election_ms = cfg.election_timeout.as_millis() as u64;
+        // A follower stands for election after 0.9 to 1.1 election timeouts without a leader,
+        // plus up to a tick (etcd: 0.9 to 1.9); see timing.rs for why and why reads and writes
+        // stay safe.
+        let timers = RaftTimers::for_etcd(cfg.heartbeat, cfg.election_timeout);
         let raft_cfg = Config {
             cluster_name: "keel".into(),
-            heartbeat_interval: cfg.heartbeat.as_millis() as u64,
-            // openraft's voters refuse votes for `election_timeout_max` after hearing from a
-            // leader; a range of [0.75, 1] × the timeout keeps failover near etcd's (~1.5 s).
-            election_timeout_min: election_ms * 3 / 4,
-            election_timeout_max: election_ms,
+            heartbeat_interval: timers.heartbeat_ms,
+            election_timeout_min: timers.election_min_ms,
+            election_timeout_max: timers.election_max_ms,
+            // A member that led before it stopped holds its elections off for a while (below).
+            enable_elect: !led_before,
             install_snapshot_timeout: 10_000,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_count),
             max_in_snapshot_log_to_keep: 5_000,
@@ -307,6 +227,19 @@ impl Node {
         )
         .await
         .map_err(|e| StartError::Raft(e.to_string()))?;
+        if led_before {
+            // Its vote is no longer a leader's, so openraft would let it stand after one election
+            // timeout draw (0.35-0.55 E), before the leader's next contact (a peer that was down
+            // is retried every 500 ms). Such a premature candidacy bumps the term, or fails and
+            // marks this member as behind, which delays its next real candidacy by 1.1 E. Hold
+            // elections off for as long as a follower would wait (see timing.rs).
+            let raft = raft.clone();
+            let hold = timers.restart_hold_off();
+            tokio::spawn(async move {
+                tokio::time::sleep(hold).await;
+                raft.runtime_config().elect(true);
+            });
+        }
         let initialized = raft
             .is_initialized()
             .await
@@ -348,6 +281,7 @@ impl Node {
         let (stop, _) = watch::channel(false);
         let (fatal, _) = watch::channel(None);
         let proposer = Proposer::start(raft.clone(), cfg.request_timeout, peers.clone());
+        let leadership = leadership::follow(&raft);
         let node = Arc::new_cyclic(|me: &std::sync::Weak<Node>| {
             let me = me.clone();
             // Weak: the batching task must not keep the member alive.
@@ -373,6 +307,7 @@ impl Node {
                 fatal,
                 removed,
                 removed_ids: Default::default(),
+                leadership,
             }
         });
         node.clone().serve_peers().await?;
@@ -467,9 +402,39 @@ impl Node {
         }
     }
 
-    /// True while this member leads.
+    /// True while this member leads (a snapshot; [`Node::leadership`] tells when it changes).
     pub fn is_leader(&self) -> bool {
         self.raft.metrics().borrow().state == ServerState::Leader
+    }
+
+    /// Leadership as a stream: the receiver holds [`Leadership::Leader`] with the term while this
+    /// member is the Raft leader and [`Leadership::NotLeader`] otherwise, and wakes only when
+    /// that changes (gained, lost, or led again in a new term). It follows openraft's metrics
+    /// watch, no polling; after shutdown it says `NotLeader` and then reports its sender closed.
+    ///
+    /// Work that must run only on the leader (controllers, the scheduler) can follow it:
+    ///
+    /// ```ignore
+    /// let mut leadership = node.leadership();
+    /// loop {
+    ///     let now = *leadership.borrow_and_update();
+    ///     match now {
+    ///         Leadership::Leader { term } => { /* (re)start leader work for `term` */ }
+    ///         Leadership::NotLeader => { /* stop it */ }
+    ///     }
+    ///     if leadership.changed().await.is_err() {
+    ///         break; // Raft stopped
+    ///     }
+    /// }
+    /// ```
+    ///
+    /// Raft leadership is not a lock: a leader cut off from the others goes on saying `Leader`
+    /// (openraft 0.9 has no check-quorum step-down) until it hears of a newer term, while a new
+    /// leader may already lead. Writes stay
+    /// safe (they need a quorum); work that must never run twice has to be fenced by the store
+    /// (for example a guarded update), not by this signal alone.
+    pub fn leadership(&self) -> watch::Receiver<Leadership> {
+        self.leadership.clone()
     }
 
     /// The store (serializable reads, watches, lease lookups).

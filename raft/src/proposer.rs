@@ -16,8 +16,8 @@ use openraft::Raft;
 use prost::Message;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
+use crate::error::ProposeError;
 use crate::network::PeerApi;
-use crate::node::ProposeError;
 use crate::types::{MemberNode, TypeConfig};
 
 /// Most commands in one entry.
@@ -44,13 +44,13 @@ struct Pending {
 }
 
 /// Queues proposals and submits them in batches.
-pub struct Proposer {
+pub(crate) struct Proposer {
     tx: mpsc::Sender<Pending>,
 }
 
 impl Proposer {
     /// Starts the batching task for `raft`; each entry may wait `timeout` for its result.
-    pub fn start(raft: Raft<TypeConfig>, timeout: Duration, peers: PeerApi) -> Self {
+    pub(crate) fn start(raft: Raft<TypeConfig>, timeout: Duration, peers: PeerApi) -> Self {
         let (tx, rx) = mpsc::channel(8192);
         tokio::spawn(run(raft, rx, timeout, peers));
         Proposer { tx }
@@ -59,12 +59,12 @@ impl Proposer {
     /// Proposes a command (often a batch) forwarded by a follower. It joins the local queue, so
     /// the followers' batches and the leader's own clients share log entries, but it is never
     /// forwarded again: if this member does not lead, it fails with `NoLeader`.
-    pub async fn propose_here(&self, cmd: Command) -> Result<CommandResponse, ProposeError> {
+    pub(crate) async fn propose_here(&self, cmd: Command) -> Result<CommandResponse, ProposeError> {
         self.enqueue(cmd, true).await
     }
 
     /// Proposes one command and waits for its result.
-    pub async fn propose(&self, cmd: Command) -> Result<CommandResponse, ProposeError> {
+    pub(crate) async fn propose(&self, cmd: Command) -> Result<CommandResponse, ProposeError> {
         self.enqueue(cmd, false).await
     }
 

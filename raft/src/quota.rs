@@ -10,7 +10,8 @@ use keel_store::pb::etcdserverpb::{alarm_request::AlarmAction, AlarmRequest, Ala
 use keel_store::{Command, StoreError};
 use tracing::warn;
 
-use crate::node::{Node, ProposeError};
+use crate::error::ProposeError;
+use crate::node::Node;
 
 /// etcd's quota cost of a command, or `None` for commands the quota does not check
 /// (DeleteRange, Compaction, LeaseRevoke, Alarm). A batch costs the sum of its items.

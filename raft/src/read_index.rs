@@ -9,19 +9,19 @@ use std::future::Future;
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::node::ProposeError;
+use crate::error::ProposeError;
 
 type Waiter = oneshot::Sender<Result<u64, ProposeError>>;
 
 /// Queues ReadIndex requests and runs one round for everything queued.
-pub struct ReadIndexBatcher {
+pub(crate) struct ReadIndexBatcher {
     tx: mpsc::UnboundedSender<Waiter>,
 }
 
 impl ReadIndexBatcher {
     /// Starts the batching task; `fetch` runs one ReadIndex round and returns the read index.
     /// The task ends when the batcher is dropped.
-    pub fn start<F, Fut>(fetch: F) -> Self
+    pub(crate) fn start<F, Fut>(fetch: F) -> Self
     where
         F: Fn() -> Fut + Send + 'static,
         Fut: Future<Output = Result<u64, ProposeError>> + Send + 'static,
@@ -43,7 +43,7 @@ impl ReadIndexBatcher {
     }
 
     /// A read index obtained after this call began.
-    pub async fn read_index(&self) -> Result<u64, ProposeError> {
+    pub(crate) async fn read_index(&self) -> Result<u64, ProposeError> {
         let (tx, rx) = oneshot::channel();
         self.tx.send(tx).map_err(|_| ProposeError::Stopped)?;
         rx.await.map_err(|_| ProposeError::Stopped)?

@@ -22,7 +22,7 @@ use crate::types::{
 const SNAP_SUFFIX: &str = ".snap";
 
 /// openraft's view of the store.
-pub struct StateMachine {
+pub(crate) struct StateMachine {
     store: Arc<Store>,
     snap_dir: PathBuf,
     min_lease_ttl: i64,
@@ -38,7 +38,7 @@ fn snap_err<E: std::error::Error + 'static>(e: &E) -> StorageError {
 
 /// A snapshot file found on disk.
 #[derive(Debug, Clone)]
-pub struct SnapshotFile {
+pub(crate) struct SnapshotFile {
     pub path: PathBuf,
     pub last_applied: Option<LogId>,
     pub membership: StoredMembership,
@@ -46,7 +46,7 @@ pub struct SnapshotFile {
 
 impl StateMachine {
     /// Wraps the store; snapshots live in `snap_dir`.
-    pub fn new(
+    pub(crate) fn new(
         store: Arc<Store>,
         snap_dir: PathBuf,
         min_lease_ttl: i64,
@@ -57,11 +57,6 @@ impl StateMachine {
             snap_dir,
             min_lease_ttl,
         })
-    }
-
-    /// The store.
-    pub fn store(&self) -> &Arc<Store> {
-        &self.store
     }
 }
 
@@ -74,7 +69,7 @@ fn snap_name(last: Option<&LogId>) -> String {
 }
 
 /// Finds the newest complete snapshot file and reads its header.
-pub fn latest_snapshot(dir: &Path) -> Result<Option<SnapshotFile>, keel_store::StoreError> {
+pub(crate) fn latest_snapshot(dir: &Path) -> Result<Option<SnapshotFile>, keel_store::StoreError> {
     let mut names: Vec<PathBuf> = match fs::read_dir(dir) {
         Ok(rd) => rd
             .filter_map(|e| e.ok().map(|e| e.path()))
@@ -210,7 +205,7 @@ fn write_snapshot_file<T>(
 }
 
 /// Builds snapshots from the store.
-pub struct SnapshotBuilder {
+pub(crate) struct SnapshotBuilder {
     store: Arc<Store>,
     snap_dir: PathBuf,
 }
@@ -372,7 +367,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 /// Makes sure the store is not behind the newest snapshot (it can be after a crash, or after
 /// its files were lost), nor ahead of both the snapshot and the log's last entry `log_last`: in
 /// either case, reload it from the snapshot. Returns the snapshot found.
-pub fn reconcile_with_snapshot(
+pub(crate) fn reconcile_with_snapshot(
     store: &Store,
     snap_dir: &Path,
     min_lease_ttl: i64,

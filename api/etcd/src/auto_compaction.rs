@@ -15,7 +15,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use keel_raft::node::{Node, ProposeError};
+use keel_raft::error::ProposeError;
+use keel_raft::node::Node;
 use keel_store::command::CommandKind;
 use keel_store::pb::etcdserverpb::CompactionRequest;
 use keel_store::{Command, StoreError};

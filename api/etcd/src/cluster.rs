@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use keel_raft::node::{MemberInfo, Node};
-use keel_raft::peer::MemberChange;
+use keel_raft::node::Node;
+use keel_raft::types::{MemberChange, MemberInfo};
 use keel_store::pb::etcdserverpb::{
     Member, MemberAddRequest, MemberAddResponse, MemberListRequest, MemberListResponse,
     MemberPromoteRequest, MemberPromoteResponse, MemberRemoveRequest, MemberRemoveResponse,

@@ -1,6 +1,6 @@
 //! The one place typed errors become gRPC statuses with etcd's codes and exact messages.
 
-use keel_raft::node::ProposeError;
+use keel_raft::error::ProposeError;
 use keel_store::StoreError;
 use tonic::{Code, Status};
 
@@ -29,7 +29,7 @@ pub fn propose_status(e: &ProposeError) -> Status {
             Status::unavailable(e.to_string())
         }
         ProposeError::Membership(m) => {
-            use keel_raft::node::MembershipError as M;
+            use keel_raft::error::MembershipError as M;
             let code = match m {
                 M::NotFound => Code::NotFound,
                 M::InvalidUrls => Code::InvalidArgument,

@@ -57,7 +57,7 @@ impl KvService {
             .get("hasleader")
             .is_some_and(|v| v.as_bytes() == b"true");
         if wants && self.node.status().leader.is_none() {
-            return Err(propose_status(&keel_raft::node::ProposeError::NoLeader));
+            return Err(propose_status(&keel_raft::error::ProposeError::NoLeader));
         }
         Ok(())
     }

@@ -24,7 +24,7 @@ pub async fn while_leading<F, Fut>(
 {
     let mut leading = storage.leadership();
     loop {
-        let lead = *leading.borrow_and_update();
+        let lead = leading.borrow_and_update().is_leader();
         if lead {
             if let Err(e) = pass().await {
                 warn!(error = %e, duty = what, "leader pass failed; will retry");

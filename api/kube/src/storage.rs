@@ -8,7 +8,9 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use keel_raft::node::{Node, ProposeError};
+use keel_raft::error::ProposeError;
+use keel_raft::node::Node;
+pub use keel_raft::types::Leadership;
 use keel_store::command::CommandKind;
 use keel_store::pb::etcdserverpb::{
     compare, request_op, response_op, Compare, DeleteRangeRequest, PutRequest, RangeRequest,
@@ -196,22 +198,9 @@ impl Storage {
         self.node.is_leader()
     }
 
-    /// Changes when this member gains or loses Raft leadership (true while it leads).
-    pub fn leadership(&self) -> tokio::sync::watch::Receiver<bool> {
-        // TODO(leadership stream): replaced by the member's own stream once it lands.
-        let (tx, rx) = tokio::sync::watch::channel(self.node.is_leader());
-        let node = Arc::downgrade(&self.node);
-        tokio::spawn(async move {
-            while let Some(n) = node.upgrade() {
-                tx.send_if_modified(|v| std::mem::replace(v, n.is_leader()) != *v);
-                drop(n);
-                if tx.is_closed() {
-                    return;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-        });
-        rx
+    /// Changes when this member gains or loses Raft leadership (and when it leads again in a new term).
+    pub fn leadership(&self) -> tokio::sync::watch::Receiver<Leadership> {
+        self.node.leadership()
     }
 
     /// Waits until this member has applied everything committed before the call (ReadIndex).

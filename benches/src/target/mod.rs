@@ -77,8 +77,10 @@ pub struct Cluster {
     pub kind: Kind,
     /// One client URL per member.
     pub urls: Vec<String>,
-    data_dirs: Vec<PathBuf>,
-    logs: Vec<PathBuf>,
+    members: Vec<Member>,
+    /// `--initial-cluster`, the same for every member.
+    initial: String,
+    binary: PathBuf,
     children: Vec<Child>,
 }
 
@@ -119,48 +121,134 @@ impl Cluster {
         let mut cluster = Cluster {
             kind,
             urls: plan.iter().map(|m| m.client_url.clone()).collect(),
-            data_dirs: plan.iter().map(|m| m.data_dir.clone()).collect(),
-            logs: plan.iter().map(|m| m.log.clone()).collect(),
+            members: plan,
+            initial,
+            binary: match kind {
+                Kind::Keel => bins.keel.clone(),
+                Kind::Etcd => bins.etcd.clone(),
+            },
             children: Vec::new(),
         };
-        for m in &plan {
-            let mut cmd = match kind {
-                Kind::Keel => keel::command(&bins.keel),
-                Kind::Etcd => etcd::command(&bins.etcd),
-            };
-            // The flags both servers share (keel takes etcd's names on purpose).
-            cmd.args(["--name", &m.name, "--data-dir"])
-                .arg(&m.data_dir)
-                .args(["--listen-client-urls", &m.client_url])
-                .args(["--advertise-client-urls", &m.client_url])
-                .args(["--listen-peer-urls", &m.peer_url])
-                .args(["--initial-advertise-peer-urls", &m.peer_url])
-                .args(["--initial-cluster", &initial])
-                .args(["--initial-cluster-state", "new"])
-                .args(["--initial-cluster-token", "bench"]);
-            let log = std::fs::File::create(&m.log).map_err(|source| BenchError::Io {
-                what: format!("create {}", m.log.display()),
-                source,
-            })?;
-            let err = log.try_clone().map_err(|source| BenchError::Io {
+        for i in 0..members {
+            let child = cluster.spawn(i)?;
+            cluster.children.push(child);
+        }
+        for i in 0..members {
+            cluster.wait_ready(i).await?;
+        }
+        Ok(cluster)
+    }
+
+    /// Starts member `i`'s process (on a restart, with the data it left).
+    fn spawn(&self, i: usize) -> Result<Child> {
+        let m = &self.members[i];
+        let mut cmd = match self.kind {
+            Kind::Keel => keel::command(&self.binary),
+            Kind::Etcd => etcd::command(&self.binary),
+        };
+        // The flags both servers share (keel takes etcd's names on purpose). On a restart both
+        // ignore the initial-cluster flags: the data directory already names the cluster.
+        cmd.args(["--name", &m.name, "--data-dir"])
+            .arg(&m.data_dir)
+            .args(["--listen-client-urls", &m.client_url])
+            .args(["--advertise-client-urls", &m.client_url])
+            .args(["--listen-peer-urls", &m.peer_url])
+            .args(["--initial-advertise-peer-urls", &m.peer_url])
+            .args(["--initial-cluster", &self.initial])
+            .args(["--initial-cluster-state", "new"])
+            .args(["--initial-cluster-token", "bench"]);
+        // Appended, so a restarted member's log follows its previous life's.
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&m.log)
+            .map_err(|source| BenchError::Io {
                 what: format!("open {}", m.log.display()),
                 source,
             })?;
-            let child = cmd
-                .stdin(Stdio::null())
-                .stdout(Stdio::from(log))
-                .stderr(Stdio::from(err))
-                .spawn()
-                .map_err(|source| BenchError::Spawn {
-                    what: format!("{} member {}", kind.name(), m.name),
-                    source,
-                })?;
-            cluster.children.push(child);
+        let err = log.try_clone().map_err(|source| BenchError::Io {
+            what: format!("open {}", m.log.display()),
+            source,
+        })?;
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .map_err(|source| BenchError::Spawn {
+                what: format!("{} member {}", self.kind.name(), m.name),
+                source,
+            })
+    }
+
+    /// Waits until member `i` accepts a write.
+    pub(crate) async fn wait_ready(&self, i: usize) -> Result<()> {
+        ready(self.kind, &self.urls[i], &self.members[i].log).await
+    }
+
+    /// Kills member `i` with SIGKILL (no shutdown of any kind) and reaps it.
+    pub(crate) fn kill(&mut self, i: usize) -> Result<()> {
+        let child = &mut self.children[i];
+        child
+            .kill()
+            .and_then(|()| child.wait().map(drop))
+            .map_err(|source| BenchError::Io {
+                what: format!("kill {} member {}", self.kind.name(), self.members[i].name),
+                source,
+            })
+    }
+
+    /// Starts member `i` again on its data directory (after [`Cluster::kill`]).
+    pub(crate) fn restart(&mut self, i: usize) -> Result<()> {
+        self.children[i] = self.spawn(i)?;
+        Ok(())
+    }
+
+    /// The index of the member that every member names as its leader, once they all agree
+    /// (every member must be running; waits up to a minute).
+    pub(crate) async fn leader(&self) -> Result<usize> {
+        const LIMIT: Duration = Duration::from_secs(60);
+        let deadline = Instant::now() + LIMIT;
+        let mut last;
+        loop {
+            match self.statuses().await {
+                Ok(s) => {
+                    let leader = s[0].1;
+                    let agreed = leader != 0 && s.iter().all(|&(_, l)| l == leader);
+                    if let Some(i) = s
+                        .iter()
+                        .position(|&(id, _)| id == leader)
+                        .filter(|_| agreed)
+                    {
+                        return Ok(i);
+                    }
+                    last = format!(
+                        "members name leaders {:x?}",
+                        s.iter().map(|&(_, l)| l).collect::<Vec<_>>()
+                    );
+                }
+                Err(e) => last = e.to_string(),
+            }
+            if Instant::now() > deadline {
+                return Err(BenchError::NoProgress {
+                    workload: "find the leader".into(),
+                    kind: self.kind.name(),
+                    errors: 0,
+                    last,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        for (i, url) in cluster.urls.iter().enumerate() {
-            ready(kind, url, &cluster.logs[i]).await?;
+    }
+
+    /// (member ID, leader ID) as every member reports them in `Maintenance.Status`.
+    async fn statuses(&self) -> std::result::Result<Vec<(u64, u64)>, etcd_client::Error> {
+        let mut out = Vec::with_capacity(self.urls.len());
+        for url in &self.urls {
+            let mut c = Client::connect([url], None).await?;
+            let s = c.status().await?;
+            out.push((s.header().map_or(0, |h| h.member_id()), s.leader()));
         }
-        Ok(cluster)
+        Ok(out)
     }
 
     /// Resident set size of every member, in bytes (VmRSS from /proc).
@@ -175,7 +263,7 @@ impl Cluster {
 
     /// Disk space used by every member's data directory, in bytes (allocated blocks, as `du`).
     pub fn disk(&self) -> Vec<u64> {
-        self.data_dirs.iter().map(|d| du(d)).collect()
+        self.members.iter().map(|m| du(&m.data_dir)).collect()
     }
 }
 

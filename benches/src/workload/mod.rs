@@ -1,5 +1,6 @@
 //! The workloads, each run the same way against keel and etcd.
 
+pub(crate) mod failover;
 pub mod footprint;
 pub mod lease;
 pub mod put;

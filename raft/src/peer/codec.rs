@@ -21,21 +21,22 @@ use openraft::{
 use prost::Message;
 
 use crate::codec::{membership_from_pb, membership_to_pb, MemberPb, MembershipPb, VoterSetPb};
-use crate::node::{MemberInfo, MembershipError, ProposeError};
-use crate::peer::{MemberChange, MemberChangeResult};
+use crate::error::{MembershipError, ProposeError};
 use crate::types::{
-    Entry, LogId, MemberNode, NodeId, StorageError, StoredMembership, TypeConfig, Vote,
+    Entry, LogId, MemberChange, MemberChangeResult, MemberInfo, MemberNode, NodeId, StorageError,
+    StoredMembership, TypeConfig, Vote,
 };
 
-/// Generated messages, client and server of `proto/peer.proto` (package `keel.peer`).
-#[allow(missing_docs, clippy::all)]
-pub mod pb {
+/// Generated messages, client and server of `proto/peer.proto` (package `keel.peer`). Generated
+/// code is `pub` throughout; the crate keeps this module to itself.
+#[allow(missing_docs, unreachable_pub, clippy::all)]
+pub(crate) mod pb {
     tonic::include_proto!("keel.peer");
 }
 
 /// Why a peer message could not be turned into keel's types.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CodecError {
+pub(crate) enum CodecError {
     /// A field the receiver needs is absent.
     #[error("peer message has no {0}")]
     Missing(&'static str),
@@ -58,7 +59,7 @@ fn required<T>(v: Option<T>, what: &'static str) -> Result<T, CodecError> {
 // Log ids, votes, memberships, entries: the WAL's encodings (see `proto/peer.proto`).
 
 /// Encodes a log id.
-pub fn log_id_to_pb(id: &LogId) -> pb::LogId {
+pub(crate) fn log_id_to_pb(id: &LogId) -> pb::LogId {
     pb::LogId {
         term: id.leader_id.term,
         node_id: id.leader_id.node_id,
@@ -67,7 +68,7 @@ pub fn log_id_to_pb(id: &LogId) -> pb::LogId {
 }
 
 /// Decodes a log id.
-pub fn log_id_from_pb(p: &pb::LogId) -> LogId {
+pub(crate) fn log_id_from_pb(p: &pb::LogId) -> LogId {
     LogId::new(openraft::CommittedLeaderId::new(p.term, p.node_id), p.index)
 }
 
@@ -76,7 +77,7 @@ fn opt_log_id(p: Option<&pb::LogId>) -> Option<LogId> {
 }
 
 /// Encodes a vote.
-pub fn vote_to_pb(v: &Vote) -> pb::Vote {
+pub(crate) fn vote_to_pb(v: &Vote) -> pb::Vote {
     pb::Vote {
         term: v.leader_id.term,
         node_id: v.leader_id.node_id,
@@ -85,7 +86,7 @@ pub fn vote_to_pb(v: &Vote) -> pb::Vote {
 }
 
 /// Decodes a vote.
-pub fn vote_from_pb(p: &pb::Vote) -> Vote {
+pub(crate) fn vote_from_pb(p: &pb::Vote) -> Vote {
     let mut v = Vote::new(p.term, p.node_id);
     v.committed = p.committed;
     v
@@ -96,7 +97,7 @@ fn required_vote(p: Option<&pb::Vote>) -> Result<Vote, CodecError> {
 }
 
 /// Encodes a membership through the WAL's encoder, so both agree on voter sets and nodes.
-pub fn membership_to_peer(m: &openraft::Membership<NodeId, MemberNode>) -> pb::Membership {
+pub(crate) fn membership_to_peer(m: &openraft::Membership<NodeId, MemberNode>) -> pb::Membership {
     let m = membership_to_pb(m);
     pb::Membership {
         configs: m
@@ -118,7 +119,7 @@ pub fn membership_to_peer(m: &openraft::Membership<NodeId, MemberNode>) -> pb::M
 }
 
 /// Decodes a membership through the WAL's decoder.
-pub fn membership_from_peer(p: pb::Membership) -> openraft::Membership<NodeId, MemberNode> {
+pub(crate) fn membership_from_peer(p: pb::Membership) -> openraft::Membership<NodeId, MemberNode> {
     membership_from_pb(&MembershipPb {
         configs: p
             .configs
@@ -139,7 +140,7 @@ pub fn membership_from_peer(p: pb::Membership) -> openraft::Membership<NodeId, M
 }
 
 /// Encodes a log entry exactly as the WAL's entry record does.
-pub fn entry_to_pb(e: &Entry) -> pb::Entry {
+pub(crate) fn entry_to_pb(e: &Entry) -> pb::Entry {
     use pb::entry::Payload;
     let payload = match &e.payload {
         EntryPayload::Blank => Payload::Blank(pb::Blank {}),
@@ -155,7 +156,7 @@ pub fn entry_to_pb(e: &Entry) -> pb::Entry {
 }
 
 /// Decodes a log entry.
-pub fn entry_from_pb(p: pb::Entry) -> Result<Entry, CodecError> {
+pub(crate) fn entry_from_pb(p: pb::Entry) -> Result<Entry, CodecError> {
     use pb::entry::Payload;
     let log_id = log_id_from_pb(&pb::LogId {
         term: p.term,
@@ -174,7 +175,9 @@ pub fn entry_from_pb(p: pb::Entry) -> Result<Entry, CodecError> {
 // AppendEntries.
 
 /// Encodes an AppendEntries request.
-pub fn append_request_to_pb(r: &AppendEntriesRequest<TypeConfig>) -> pb::AppendEntriesRequest {
+pub(crate) fn append_request_to_pb(
+    r: &AppendEntriesRequest<TypeConfig>,
+) -> pb::AppendEntriesRequest {
     pb::AppendEntriesRequest {
         vote: Some(vote_to_pb(&r.vote)),
         prev_log_id: r.prev_log_id.as_ref().map(log_id_to_pb),
@@ -184,7 +187,7 @@ pub fn append_request_to_pb(r: &AppendEntriesRequest<TypeConfig>) -> pb::AppendE
 }
 
 /// Decodes an AppendEntries request.
-pub fn append_request_from_pb(
+pub(crate) fn append_request_from_pb(
     p: pb::AppendEntriesRequest,
 ) -> Result<AppendEntriesRequest<TypeConfig>, CodecError> {
     Ok(AppendEntriesRequest {
@@ -200,7 +203,9 @@ pub fn append_request_from_pb(
 }
 
 /// Encodes an AppendEntries response (every variant).
-pub fn append_response_to_pb(r: &AppendEntriesResponse<NodeId>) -> pb::AppendEntriesResponse {
+pub(crate) fn append_response_to_pb(
+    r: &AppendEntriesResponse<NodeId>,
+) -> pb::AppendEntriesResponse {
     use pb::append_entries_response::Kind;
     let kind = match r {
         AppendEntriesResponse::Success => Kind::Success(pb::Empty {}),
@@ -214,7 +219,7 @@ pub fn append_response_to_pb(r: &AppendEntriesResponse<NodeId>) -> pb::AppendEnt
 }
 
 /// Decodes an AppendEntries response.
-pub fn append_response_from_pb(
+pub(crate) fn append_response_from_pb(
     p: pb::AppendEntriesResponse,
 ) -> Result<AppendEntriesResponse<NodeId>, CodecError> {
     use pb::append_entries_response::Kind;
@@ -229,7 +234,7 @@ pub fn append_response_from_pb(
 }
 
 /// Encodes what `Raft::append_entries` returned.
-pub fn append_reply_to_pb(
+pub(crate) fn append_reply_to_pb(
     r: &Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>,
 ) -> pb::AppendEntriesReply {
     use pb::append_entries_reply::Result as R;
@@ -244,7 +249,7 @@ pub fn append_reply_to_pb(
 
 /// Decodes an AppendEntries reply into the receiver's result.
 #[allow(clippy::type_complexity)]
-pub fn append_reply_from_pb(
+pub(crate) fn append_reply_from_pb(
     p: pb::AppendEntriesReply,
 ) -> Result<Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>, CodecError> {
     use pb::append_entries_reply::Result as R;
@@ -258,7 +263,7 @@ pub fn append_reply_from_pb(
 // Vote.
 
 /// Encodes a vote request.
-pub fn vote_request_to_pb(r: &VoteRequest<NodeId>) -> pb::VoteRequest {
+pub(crate) fn vote_request_to_pb(r: &VoteRequest<NodeId>) -> pb::VoteRequest {
     pb::VoteRequest {
         vote: Some(vote_to_pb(&r.vote)),
         last_log_id: r.last_log_id.as_ref().map(log_id_to_pb),
@@ -266,7 +271,7 @@ pub fn vote_request_to_pb(r: &VoteRequest<NodeId>) -> pb::VoteRequest {
 }
 
 /// Decodes a vote request.
-pub fn vote_request_from_pb(p: pb::VoteRequest) -> Result<VoteRequest<NodeId>, CodecError> {
+pub(crate) fn vote_request_from_pb(p: pb::VoteRequest) -> Result<VoteRequest<NodeId>, CodecError> {
     Ok(VoteRequest {
         vote: required_vote(p.vote.as_ref())?,
         last_log_id: opt_log_id(p.last_log_id.as_ref()),
@@ -274,7 +279,7 @@ pub fn vote_request_from_pb(p: pb::VoteRequest) -> Result<VoteRequest<NodeId>, C
 }
 
 /// Encodes a vote response.
-pub fn vote_response_to_pb(r: &VoteResponse<NodeId>) -> pb::VoteResponse {
+pub(crate) fn vote_response_to_pb(r: &VoteResponse<NodeId>) -> pb::VoteResponse {
     pb::VoteResponse {
         vote: Some(vote_to_pb(&r.vote)),
         vote_granted: r.vote_granted,
@@ -283,7 +288,9 @@ pub fn vote_response_to_pb(r: &VoteResponse<NodeId>) -> pb::VoteResponse {
 }
 
 /// Decodes a vote response.
-pub fn vote_response_from_pb(p: pb::VoteResponse) -> Result<VoteResponse<NodeId>, CodecError> {
+pub(crate) fn vote_response_from_pb(
+    p: pb::VoteResponse,
+) -> Result<VoteResponse<NodeId>, CodecError> {
     Ok(VoteResponse {
         vote: required_vote(p.vote.as_ref())?,
         vote_granted: p.vote_granted,
@@ -292,7 +299,9 @@ pub fn vote_response_from_pb(p: pb::VoteResponse) -> Result<VoteResponse<NodeId>
 }
 
 /// Encodes what `Raft::vote` returned.
-pub fn vote_reply_to_pb(r: &Result<VoteResponse<NodeId>, RaftError<NodeId>>) -> pb::VoteReply {
+pub(crate) fn vote_reply_to_pb(
+    r: &Result<VoteResponse<NodeId>, RaftError<NodeId>>,
+) -> pb::VoteReply {
     use pb::vote_reply::Result as R;
     let result = match r {
         Ok(resp) => R::Ok(vote_response_to_pb(resp)),
@@ -305,7 +314,7 @@ pub fn vote_reply_to_pb(r: &Result<VoteResponse<NodeId>, RaftError<NodeId>>) -> 
 
 /// Decodes a vote reply into the receiver's result.
 #[allow(clippy::type_complexity)]
-pub fn vote_reply_from_pb(
+pub(crate) fn vote_reply_from_pb(
     p: pb::VoteReply,
 ) -> Result<Result<VoteResponse<NodeId>, RaftError<NodeId>>, CodecError> {
     use pb::vote_reply::Result as R;
@@ -319,7 +328,7 @@ pub fn vote_reply_from_pb(
 // InstallSnapshot.
 
 /// Encodes snapshot metadata.
-pub fn snapshot_meta_to_pb(m: &SnapshotMeta<NodeId, MemberNode>) -> pb::SnapshotMeta {
+pub(crate) fn snapshot_meta_to_pb(m: &SnapshotMeta<NodeId, MemberNode>) -> pb::SnapshotMeta {
     pb::SnapshotMeta {
         last_log_id: m.last_log_id.as_ref().map(log_id_to_pb),
         last_membership_log_id: m.last_membership.log_id().as_ref().map(log_id_to_pb),
@@ -329,7 +338,7 @@ pub fn snapshot_meta_to_pb(m: &SnapshotMeta<NodeId, MemberNode>) -> pb::Snapshot
 }
 
 /// Decodes snapshot metadata.
-pub fn snapshot_meta_from_pb(
+pub(crate) fn snapshot_meta_from_pb(
     p: pb::SnapshotMeta,
 ) -> Result<SnapshotMeta<NodeId, MemberNode>, CodecError> {
     let membership = required(p.last_membership, "snapshot membership")?;
@@ -344,7 +353,8 @@ pub fn snapshot_meta_from_pb(
 }
 
 /// Encodes one snapshot chunk.
-pub fn snapshot_request_to_pb(
+#[cfg(test)]
+pub(crate) fn snapshot_request_to_pb(
     r: &InstallSnapshotRequest<TypeConfig>,
 ) -> pb::InstallSnapshotRequest {
     pb::InstallSnapshotRequest {
@@ -357,7 +367,7 @@ pub fn snapshot_request_to_pb(
 }
 
 /// Encodes one snapshot chunk, moving its data instead of copying it.
-pub fn snapshot_request_into_pb(
+pub(crate) fn snapshot_request_into_pb(
     r: InstallSnapshotRequest<TypeConfig>,
 ) -> pb::InstallSnapshotRequest {
     pb::InstallSnapshotRequest {
@@ -370,7 +380,7 @@ pub fn snapshot_request_into_pb(
 }
 
 /// Decodes one snapshot chunk.
-pub fn snapshot_request_from_pb(
+pub(crate) fn snapshot_request_from_pb(
     p: pb::InstallSnapshotRequest,
 ) -> Result<InstallSnapshotRequest<TypeConfig>, CodecError> {
     Ok(InstallSnapshotRequest {
@@ -383,14 +393,16 @@ pub fn snapshot_request_from_pb(
 }
 
 /// Encodes an InstallSnapshot response.
-pub fn snapshot_response_to_pb(r: &InstallSnapshotResponse<NodeId>) -> pb::InstallSnapshotResponse {
+pub(crate) fn snapshot_response_to_pb(
+    r: &InstallSnapshotResponse<NodeId>,
+) -> pb::InstallSnapshotResponse {
     pb::InstallSnapshotResponse {
         vote: Some(vote_to_pb(&r.vote)),
     }
 }
 
 /// Decodes an InstallSnapshot response.
-pub fn snapshot_response_from_pb(
+pub(crate) fn snapshot_response_from_pb(
     p: pb::InstallSnapshotResponse,
 ) -> Result<InstallSnapshotResponse<NodeId>, CodecError> {
     Ok(InstallSnapshotResponse {
@@ -399,7 +411,7 @@ pub fn snapshot_response_from_pb(
 }
 
 /// Encodes what `Raft::install_snapshot` returned.
-pub fn snapshot_reply_to_pb(
+pub(crate) fn snapshot_reply_to_pb(
     r: &Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
 ) -> pb::InstallSnapshotReply {
     use pb::install_snapshot_reply::Result as R;
@@ -414,7 +426,7 @@ pub fn snapshot_reply_to_pb(
 
 /// Decodes an InstallSnapshot reply into the receiver's result.
 #[allow(clippy::type_complexity)]
-pub fn snapshot_reply_from_pb(
+pub(crate) fn snapshot_reply_from_pb(
     p: pb::InstallSnapshotReply,
 ) -> Result<
     Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
@@ -431,7 +443,7 @@ pub fn snapshot_reply_from_pb(
 // openraft errors a receiver returns.
 
 /// The API error part of a `RaftError<NodeId, E>` that can travel between peers.
-pub trait ApiErrorPb: Sized {
+pub(crate) trait ApiErrorPb: Sized {
     /// Encodes the API error.
     fn to_pb(&self) -> pb::raft_error::Kind;
     /// Decodes an API error; `Unexpected` for kinds this `E` cannot hold.
@@ -497,7 +509,7 @@ fn segment_from_pb(p: pb::SnapshotSegmentId) -> SnapshotSegmentId {
 }
 
 /// Encodes a fatal error. A storage error travels as its text: the sender only logs it.
-pub fn fatal_to_pb(f: &Fatal<NodeId>) -> pb::Fatal {
+pub(crate) fn fatal_to_pb(f: &Fatal<NodeId>) -> pb::Fatal {
     use pb::fatal::Kind;
     let kind = match f {
         Fatal::StorageError(e) => Kind::StorageError(e.to_string()),
@@ -508,7 +520,7 @@ pub fn fatal_to_pb(f: &Fatal<NodeId>) -> pb::Fatal {
 }
 
 /// Decodes a fatal error; a storage error comes back as an I/O error carrying the remote text.
-pub fn fatal_from_pb(p: pb::Fatal) -> Result<Fatal<NodeId>, CodecError> {
+pub(crate) fn fatal_from_pb(p: pb::Fatal) -> Result<Fatal<NodeId>, CodecError> {
     use pb::fatal::Kind;
     Ok(match required(p.kind, "fatal kind")? {
         Kind::StorageError(text) => Fatal::StorageError(StorageError::IO {
@@ -520,7 +532,7 @@ pub fn fatal_from_pb(p: pb::Fatal) -> Result<Fatal<NodeId>, CodecError> {
 }
 
 /// Encodes a receiver's `RaftError`.
-pub fn raft_error_to_pb<E: ApiErrorPb>(e: &RaftError<NodeId, E>) -> pb::RaftError {
+pub(crate) fn raft_error_to_pb<E: ApiErrorPb>(e: &RaftError<NodeId, E>) -> pb::RaftError {
     let kind = match e {
         RaftError::APIError(api) => api.to_pb(),
         RaftError::Fatal(f) => pb::raft_error::Kind::Fatal(fatal_to_pb(f)),
@@ -529,7 +541,7 @@ pub fn raft_error_to_pb<E: ApiErrorPb>(e: &RaftError<NodeId, E>) -> pb::RaftErro
 }
 
 /// Decodes a receiver's `RaftError`.
-pub fn raft_error_from_pb<E: ApiErrorPb>(
+pub(crate) fn raft_error_from_pb<E: ApiErrorPb>(
     p: pb::RaftError,
 ) -> Result<RaftError<NodeId, E>, CodecError> {
     Ok(match required(p.kind, "raft error kind")? {
@@ -542,7 +554,7 @@ pub fn raft_error_from_pb<E: ApiErrorPb>(
 // Application results and errors.
 
 /// Encodes the result of applying a command (every variant, batches recursively).
-pub fn command_response_to_pb(r: &CommandResponse) -> pb::CommandResult {
+pub(crate) fn command_response_to_pb(r: &CommandResponse) -> pb::CommandResult {
     use pb::command_result::Kind;
     let kind = match r {
         CommandResponse::Put(x) => Kind::Put(x.clone()),
@@ -568,7 +580,9 @@ pub fn command_response_to_pb(r: &CommandResponse) -> pb::CommandResult {
 }
 
 /// Decodes the result of applying a command.
-pub fn command_response_from_pb(p: pb::CommandResult) -> Result<CommandResponse, CodecError> {
+pub(crate) fn command_response_from_pb(
+    p: pb::CommandResult,
+) -> Result<CommandResponse, CodecError> {
     use pb::command_result::Kind;
     Ok(match required(p.kind, "command result")? {
         Kind::Put(x) => CommandResponse::Put(x),
@@ -592,7 +606,7 @@ pub fn command_response_from_pb(p: pb::CommandResult) -> Result<CommandResponse,
 }
 
 /// Encodes a store error; Backend and Corrupt keep their detail.
-pub fn store_error_to_pb(e: &StoreError) -> pb::StoreError {
+pub(crate) fn store_error_to_pb(e: &StoreError) -> pb::StoreError {
     use pb::store_error::Kind;
     let (kind, detail) = match e {
         StoreError::EmptyKey => (Kind::EmptyKey, ""),
@@ -620,7 +634,7 @@ pub fn store_error_to_pb(e: &StoreError) -> pb::StoreError {
 }
 
 /// Decodes a store error.
-pub fn store_error_from_pb(p: &pb::StoreError) -> Result<StoreError, CodecError> {
+pub(crate) fn store_error_from_pb(p: &pb::StoreError) -> Result<StoreError, CodecError> {
     use pb::store_error::Kind;
     let kind = Kind::try_from(p.kind).map_err(|_| CodecError::Unknown {
         what: "store error",
@@ -654,7 +668,7 @@ pub fn store_error_from_pb(p: &pb::StoreError) -> Result<StoreError, CodecError>
 }
 
 /// Encodes a membership error.
-pub fn membership_error_to_pb(e: &MembershipError) -> pb::MembershipError {
+pub(crate) fn membership_error_to_pb(e: &MembershipError) -> pb::MembershipError {
     use pb::membership_error::Kind;
     let kind = match e {
         MembershipError::NotFound => Kind::NotFound,
@@ -672,7 +686,9 @@ pub fn membership_error_to_pb(e: &MembershipError) -> pb::MembershipError {
 }
 
 /// Decodes a membership error.
-pub fn membership_error_from_pb(p: &pb::MembershipError) -> Result<MembershipError, CodecError> {
+pub(crate) fn membership_error_from_pb(
+    p: &pb::MembershipError,
+) -> Result<MembershipError, CodecError> {
     use pb::membership_error::Kind;
     let unknown = CodecError::Unknown {
         what: "membership error",
@@ -694,7 +710,7 @@ pub fn membership_error_from_pb(p: &pb::MembershipError) -> Result<MembershipErr
 }
 
 /// Encodes a proposal error (every variant).
-pub fn propose_error_to_pb(e: &ProposeError) -> pb::ProposeError {
+pub(crate) fn propose_error_to_pb(e: &ProposeError) -> pb::ProposeError {
     use pb::propose_error::Kind;
     let kind = match e {
         ProposeError::Store(s) => Kind::Store(store_error_to_pb(s)),
@@ -708,7 +724,7 @@ pub fn propose_error_to_pb(e: &ProposeError) -> pb::ProposeError {
 }
 
 /// Decodes a proposal error.
-pub fn propose_error_from_pb(p: &pb::ProposeError) -> Result<ProposeError, CodecError> {
+pub(crate) fn propose_error_from_pb(p: &pb::ProposeError) -> Result<ProposeError, CodecError> {
     use pb::propose_error::Kind;
     Ok(match required(p.kind.as_ref(), "propose error kind")? {
         Kind::Store(s) => ProposeError::Store(store_error_from_pb(s)?),
@@ -721,7 +737,7 @@ pub fn propose_error_from_pb(p: &pb::ProposeError) -> Result<ProposeError, Codec
 }
 
 /// Encodes a membership change request.
-pub fn member_change_to_pb(c: &MemberChange) -> pb::MemberChangeRequest {
+pub(crate) fn member_change_to_pb(c: &MemberChange) -> pb::MemberChangeRequest {
     use pb::member_change_request::Change;
     let change = match c {
         MemberChange::Add { peer_urls, learner } => Change::Add(pb::MemberAdd {
@@ -750,7 +766,9 @@ pub fn member_change_to_pb(c: &MemberChange) -> pb::MemberChangeRequest {
 }
 
 /// Decodes a membership change request.
-pub fn member_change_from_pb(p: pb::MemberChangeRequest) -> Result<MemberChange, CodecError> {
+pub(crate) fn member_change_from_pb(
+    p: pb::MemberChangeRequest,
+) -> Result<MemberChange, CodecError> {
     use pb::member_change_request::Change;
     Ok(match required(p.change, "member change")? {
         Change::Add(a) => MemberChange::Add {
@@ -772,7 +790,7 @@ pub fn member_change_from_pb(p: pb::MemberChangeRequest) -> Result<MemberChange,
 }
 
 /// Encodes one member as the Cluster API lists it.
-pub fn member_info_to_pb(m: &MemberInfo) -> pb::MemberInfo {
+pub(crate) fn member_info_to_pb(m: &MemberInfo) -> pb::MemberInfo {
     pb::MemberInfo {
         member: Some(pb::Member {
             id: m.id,
@@ -785,7 +803,7 @@ pub fn member_info_to_pb(m: &MemberInfo) -> pb::MemberInfo {
 }
 
 /// Decodes one member.
-pub fn member_info_from_pb(p: pb::MemberInfo) -> Result<MemberInfo, CodecError> {
+pub(crate) fn member_info_from_pb(p: pb::MemberInfo) -> Result<MemberInfo, CodecError> {
     let m = required(p.member, "member")?;
     Ok(MemberInfo {
         id: m.id,
@@ -799,7 +817,7 @@ pub fn member_info_from_pb(p: pb::MemberInfo) -> Result<MemberInfo, CodecError> 
 }
 
 /// Encodes the result of a membership change.
-pub fn member_change_result_to_pb(r: &MemberChangeResult) -> pb::MemberChangeResult {
+pub(crate) fn member_change_result_to_pb(r: &MemberChangeResult) -> pb::MemberChangeResult {
     pb::MemberChangeResult {
         member: r.member.as_ref().map(member_info_to_pb),
         members: r.members.iter().map(member_info_to_pb).collect(),
@@ -807,7 +825,7 @@ pub fn member_change_result_to_pb(r: &MemberChangeResult) -> pb::MemberChangeRes
 }
 
 /// Decodes the result of a membership change.
-pub fn member_change_result_from_pb(
+pub(crate) fn member_change_result_from_pb(
     p: pb::MemberChangeResult,
 ) -> Result<MemberChangeResult, CodecError> {
     Ok(MemberChangeResult {
@@ -824,7 +842,7 @@ pub fn member_change_result_from_pb(
 // Application replies: the handler's whole result, so a `ProposeError` crosses unchanged.
 
 /// Encodes the result of a forwarded proposal.
-pub fn forward_reply_to_pb(r: &Result<CommandResponse, ProposeError>) -> pb::ForwardReply {
+pub(crate) fn forward_reply_to_pb(r: &Result<CommandResponse, ProposeError>) -> pb::ForwardReply {
     use pb::forward_reply::Result as R;
     pb::ForwardReply {
         result: Some(match r {
@@ -835,7 +853,7 @@ pub fn forward_reply_to_pb(r: &Result<CommandResponse, ProposeError>) -> pb::For
 }
 
 /// Decodes the result of a forwarded proposal.
-pub fn forward_reply_from_pb(
+pub(crate) fn forward_reply_from_pb(
     p: pb::ForwardReply,
 ) -> Result<Result<CommandResponse, ProposeError>, CodecError> {
     use pb::forward_reply::Result as R;
@@ -846,7 +864,7 @@ pub fn forward_reply_from_pb(
 }
 
 /// Encodes the result of a ReadIndex call.
-pub fn read_index_reply_to_pb(r: &Result<u64, ProposeError>) -> pb::ReadIndexReply {
+pub(crate) fn read_index_reply_to_pb(r: &Result<u64, ProposeError>) -> pb::ReadIndexReply {
     use pb::read_index_reply::Result as R;
     pb::ReadIndexReply {
         result: Some(match r {
@@ -857,7 +875,7 @@ pub fn read_index_reply_to_pb(r: &Result<u64, ProposeError>) -> pb::ReadIndexRep
 }
 
 /// Decodes the result of a ReadIndex call.
-pub fn read_index_reply_from_pb(
+pub(crate) fn read_index_reply_from_pb(
     p: pb::ReadIndexReply,
 ) -> Result<Result<u64, ProposeError>, CodecError> {
     use pb::read_index_reply::Result as R;
@@ -868,7 +886,7 @@ pub fn read_index_reply_from_pb(
 }
 
 /// Encodes the result of a lease renewal.
-pub fn lease_keepalive_reply_to_pb(
+pub(crate) fn lease_keepalive_reply_to_pb(
     r: &Result<Option<i64>, ProposeError>,
 ) -> pb::LeaseKeepAliveReply {
     use pb::lease_keep_alive_reply::Result as R;
@@ -882,7 +900,7 @@ pub fn lease_keepalive_reply_to_pb(
 }
 
 /// Decodes the result of a lease renewal.
-pub fn lease_keepalive_reply_from_pb(
+pub(crate) fn lease_keepalive_reply_from_pb(
     p: pb::LeaseKeepAliveReply,
 ) -> Result<Result<Option<i64>, ProposeError>, CodecError> {
     use pb::lease_keep_alive_reply::Result as R;
@@ -894,10 +912,10 @@ pub fn lease_keepalive_reply_from_pb(
 }
 
 /// What the leader knows of a lease: remaining TTL, granted TTL, attached keys.
-pub type LeaseTtl = (i64, i64, Vec<Vec<u8>>);
+pub(crate) type LeaseTtl = (i64, i64, Vec<Vec<u8>>);
 
 /// Encodes the result of a lease TTL query.
-pub fn lease_ttl_reply_to_pb(
+pub(crate) fn lease_ttl_reply_to_pb(
     r: &Result<Option<LeaseTtl>, ProposeError>,
 ) -> pb::LeaseTimeToLiveReply {
     use pb::lease_time_to_live_reply::Result as R;
@@ -915,7 +933,7 @@ pub fn lease_ttl_reply_to_pb(
 }
 
 /// Decodes the result of a lease TTL query.
-pub fn lease_ttl_reply_from_pb(
+pub(crate) fn lease_ttl_reply_from_pb(
     p: pb::LeaseTimeToLiveReply,
 ) -> Result<Result<Option<LeaseTtl>, ProposeError>, CodecError> {
     use pb::lease_time_to_live_reply::Result as R;
@@ -927,7 +945,7 @@ pub fn lease_ttl_reply_from_pb(
 }
 
 /// Encodes the result of a membership change.
-pub fn member_change_reply_to_pb(
+pub(crate) fn member_change_reply_to_pb(
     r: &Result<MemberChangeResult, ProposeError>,
 ) -> pb::MemberChangeReply {
     use pb::member_change_reply::Result as R;
@@ -940,7 +958,7 @@ pub fn member_change_reply_to_pb(
 }
 
 /// Decodes the result of a membership change.
-pub fn member_change_reply_from_pb(
+pub(crate) fn member_change_reply_from_pb(
     p: pb::MemberChangeReply,
 ) -> Result<Result<MemberChangeResult, ProposeError>, CodecError> {
     use pb::member_change_reply::Result as R;
@@ -951,7 +969,7 @@ pub fn member_change_reply_from_pb(
 }
 
 /// Encodes the result of a leadership transfer.
-pub fn move_leader_reply_to_pb(r: &Result<(), ProposeError>) -> pb::MoveLeaderReply {
+pub(crate) fn move_leader_reply_to_pb(r: &Result<(), ProposeError>) -> pb::MoveLeaderReply {
     use pb::move_leader_reply::Result as R;
     pb::MoveLeaderReply {
         result: Some(match r {
@@ -962,7 +980,7 @@ pub fn move_leader_reply_to_pb(r: &Result<(), ProposeError>) -> pb::MoveLeaderRe
 }
 
 /// Decodes the result of a leadership transfer.
-pub fn move_leader_reply_from_pb(
+pub(crate) fn move_leader_reply_from_pb(
     p: pb::MoveLeaderReply,
 ) -> Result<Result<(), ProposeError>, CodecError> {
     use pb::move_leader_reply::Result as R;

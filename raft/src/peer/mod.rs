@@ -1,54 +1,23 @@
-//! Peer transport on the peer URL (:2380): Raft RPCs between members, plus the application
-//! calls a follower makes to the leader (forwarded writes, ReadIndex, lease renewals,
-//! membership changes).
+//! Peer transport on the peer URL (:2380), server side and wire format: Raft RPCs between
+//! members, plus the application calls a follower makes to the leader (forwarded writes,
+//! ReadIndex, lease renewals, membership changes).
 //!
-//! The Raft side plugs into openraft as a `RaftNetworkFactory`; the application side calls an
-//! [`AppHandler`], which the member (`crate::node::Node`) implements.
+//! The server hands Raft RPCs to openraft and application calls to an [`AppHandler`], which the
+//! member (`crate::node::Node`) implements. The client side is `crate::network`; both ends
+//! share `codec` (protobuf <-> openraft and keel types) and `wire` (limits, headers, keep-alive).
 
-pub mod codec;
-pub mod server;
-
-pub use server::{
-    peer_service, serve_peer, serve_peer_on, serve_service_on, PeerError, PeerService,
-};
+pub(crate) mod codec;
+pub(crate) mod server;
+pub(crate) mod wire;
 
 use keel_store::{Command, CommandResponse};
 
-use crate::node::{MemberInfo, ProposeError};
-use crate::types::NodeId;
-
-/// A membership change requested through the etcd Cluster API.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MemberChange {
-    /// Add a member with these peer URLs (as a learner if `learner`).
-    Add {
-        peer_urls: Vec<String>,
-        learner: bool,
-    },
-    /// Remove a member.
-    Remove { id: NodeId },
-    /// Replace a member's peer URLs.
-    Update { id: NodeId, peer_urls: Vec<String> },
-    /// Promote a learner to voter.
-    Promote { id: NodeId },
-    /// A member publishes its name and client URLs after it starts (etcd's attribute update).
-    Publish {
-        id: NodeId,
-        name: String,
-        client_urls: Vec<String>,
-    },
-}
-
-/// The result of a membership change: the member it concerned (for Add) and the new list.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemberChangeResult {
-    pub member: Option<MemberInfo>,
-    pub members: Vec<MemberInfo>,
-}
+use crate::error::ProposeError;
+use crate::types::{MemberChange, MemberChangeResult, NodeId};
 
 /// What the leader does for calls forwarded by followers.
 #[tonic::async_trait]
-pub trait AppHandler: Send + Sync + 'static {
+pub(crate) trait AppHandler: Send + Sync + 'static {
     /// Proposes a command on this member (the leader) and returns its result.
     async fn forward_propose(&self, cmd: Command) -> Result<CommandResponse, ProposeError>;
     /// Confirms leadership with a quorum and returns the index a linearizable read must wait for.

@@ -3,9 +3,7 @@
 //! input.
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use openraft::Raft;
 use tokio::net::TcpListener;
@@ -16,38 +14,20 @@ use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
 use tracing::debug;
 
 use crate::peer::codec::{self, pb, CodecError};
+use crate::peer::wire::{
+    CLUSTER_HEADER, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_MESSAGE_BYTES, REMOVED_MESSAGE,
+    TO_HEADER,
+};
 use crate::peer::AppHandler;
 use crate::types::{NodeId, TypeConfig};
 
-pub use pb::peer_server::PeerServer;
-
-/// Largest peer message either side encodes or decodes. AppendEntries batches are split near
-/// [`APPEND_SPLIT_BYTES`] and snapshot chunks are openraft's `snapshot_max_chunk_size` (3 MiB by
-/// default), so this leaves room for one oversized entry plus framing.
-pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
-
-/// An AppendEntries request larger than this (with more than one entry) is sent in parts.
-pub const APPEND_SPLIT_BYTES: usize = 4 << 20;
-
-/// Metadata header naming the cluster the sender belongs to (hex).
-pub const CLUSTER_HEADER: &str = "keel-cluster-id";
-
-/// Metadata header naming the member a Raft RPC is meant for (hex).
-pub const TO_HEADER: &str = "keel-to";
-/// The refusal a removed member gets for its Raft calls (etcd's words).
-pub const REMOVED_MESSAGE: &str = "the member has been permanently removed from the cluster";
-
-/// HTTP/2 keep-alive on idle peer connections, so a dead peer's connection is noticed and
-/// replaced instead of eating RPC timeouts.
-pub(crate) const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
-/// How long a keep-alive ping may go unanswered.
-pub(crate) const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) use pb::peer_server::PeerServer;
 
 /// The peer service's codec: prost, except that a message that does not parse is
 /// `InvalidArgument` (the sender is at fault) instead of prost's `Internal`. Generated code
 /// uses it through `build.rs`'s `codec_path`.
 #[derive(Debug, Clone)]
-pub struct PeerCodec<T, U>(ProstCodec<T, U>);
+pub(crate) struct PeerCodec<T, U>(ProstCodec<T, U>);
 
 impl<T, U> Default for PeerCodec<T, U> {
     fn default() -> Self {
@@ -76,7 +56,7 @@ where
 
 /// Decoder of [`PeerCodec`].
 #[derive(Debug)]
-pub struct PeerDecoder<U>(ProstDecoder<U>);
+pub(crate) struct PeerDecoder<U>(ProstDecoder<U>);
 
 impl<U: prost::Message + Default> Decoder for PeerDecoder<U> {
     type Item = U;
@@ -99,24 +79,18 @@ impl<U: prost::Message + Default> Decoder for PeerDecoder<U> {
 
 /// Why the peer server stopped.
 #[derive(Debug, thiserror::Error)]
-pub enum PeerError {
-    /// The listen address could not be bound.
-    #[error("peer transport: bind {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
+pub(crate) enum PeerError {
     /// The server failed while serving.
     #[error("peer transport: {0}")]
     Serve(#[from] tonic::transport::Error),
 }
 
 /// Called with the refusal text when a caller names another cluster.
-pub type MismatchHook = Arc<dyn Fn(&str) + Send + Sync>;
+pub(crate) type MismatchHook = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Serves the `keel.peer.Peer` service for one member.
 #[derive(Clone)]
-pub struct PeerService {
+pub(crate) struct PeerService {
     raft: Raft<TypeConfig>,
     app: Arc<dyn AppHandler>,
     id: NodeId,
@@ -126,7 +100,7 @@ pub struct PeerService {
 
 impl PeerService {
     /// A service for `raft` (this member) and `app`; accepts callers from any cluster.
-    pub fn new(raft: Raft<TypeConfig>, app: Arc<dyn AppHandler>) -> Self {
+    pub(crate) fn new(raft: Raft<TypeConfig>, app: Arc<dyn AppHandler>) -> Self {
         let id = raft.metrics().borrow().id;
         PeerService {
             raft,
@@ -138,19 +112,19 @@ impl PeerService {
     }
 
     /// Calls `hook` with the refusal text whenever a caller names another cluster.
-    pub fn on_cluster_mismatch(mut self, hook: MismatchHook) -> Self {
+    pub(crate) fn on_cluster_mismatch(mut self, hook: MismatchHook) -> Self {
         self.on_mismatch = Some(hook);
         self
     }
 
     /// Refuses callers that name a different cluster (etcd's cluster-ID check).
-    pub fn with_cluster_id(mut self, cluster_id: u64) -> Self {
+    pub(crate) fn with_cluster_id(mut self, cluster_id: u64) -> Self {
         self.cluster_id = Some(cluster_id);
         self
     }
 
     /// Wraps the service in its tonic server with keel's message size limits.
-    pub fn into_server(self) -> PeerServer<PeerService> {
+    pub(crate) fn into_server(self) -> PeerServer<PeerService> {
         PeerServer::new(self)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
@@ -210,37 +184,8 @@ fn invalid(what: &str, e: CodecError) -> Status {
     Status::invalid_argument(format!("{what}: {e}"))
 }
 
-/// The tonic service for `raft` and `app` (no cluster-ID check; see [`PeerService`]).
-pub fn peer_service(raft: Raft<TypeConfig>, app: Arc<dyn AppHandler>) -> PeerServer<PeerService> {
-    PeerService::new(raft, app).into_server()
-}
-
-/// Binds `addr` and serves the peer service until `shutdown` completes.
-pub async fn serve_peer(
-    addr: SocketAddr,
-    raft: Raft<TypeConfig>,
-    app: Arc<dyn AppHandler>,
-    shutdown: impl Future<Output = ()> + Send,
-) -> Result<(), PeerError> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| PeerError::Bind { addr, source })?;
-    serve_peer_on(listener, raft, app, shutdown).await
-}
-
-/// Serves the peer service on an already bound listener until `shutdown` completes (binding
-/// first lets the caller report a busy port before it starts anything else).
-pub async fn serve_peer_on(
-    listener: TcpListener,
-    raft: Raft<TypeConfig>,
-    app: Arc<dyn AppHandler>,
-    shutdown: impl Future<Output = ()> + Send,
-) -> Result<(), PeerError> {
-    serve_service_on(listener, PeerService::new(raft, app), shutdown).await
-}
-
 /// Serves a configured [`PeerService`] (e.g. with a cluster-ID check) on `listener`.
-pub async fn serve_service_on(
+pub(crate) async fn serve_service_on(
     listener: TcpListener,
     service: PeerService,
     shutdown: impl Future<Output = ()> + Send,

@@ -4,8 +4,8 @@
 //! framed with a length and a crc32 (see [`segment`]). Writes are buffered; [`Wal::sync`] makes
 //! them durable with one `fdatasync`. Old segments are deleted whole, oldest first.
 
-pub mod record;
-pub mod segment;
+pub(crate) mod record;
+pub(crate) mod segment;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -16,7 +16,7 @@ use segment::{ActiveSegment, Tail};
 
 /// Errors of the write-ahead log.
 #[derive(Debug, thiserror::Error)]
-pub enum WalError {
+pub(crate) enum WalError {
     /// An operating-system call failed.
     #[error("wal i/o error on {path}: {source}")]
     Io {
@@ -45,7 +45,7 @@ pub enum WalError {
 
 impl WalError {
     /// Builds a `map_err` adapter that attaches `path` to an io error.
-    pub fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WalError + '_ {
+    pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WalError + '_ {
         move |source| WalError::Io {
             path: path.to_path_buf(),
             source,
@@ -55,7 +55,7 @@ impl WalError {
 
 /// Tunables of the write-ahead log.
 #[derive(Debug, Clone)]
-pub struct WalOptions {
+pub(crate) struct WalOptions {
     /// Size after which the active segment is sealed and a new one started.
     pub segment_size: u64,
 }
@@ -70,7 +70,7 @@ impl Default for WalOptions {
 
 /// What the log knows about one segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SegmentInfo {
+pub(crate) struct SegmentInfo {
     /// Sequence number (the file name).
     pub seq: u64,
     /// Bytes in the segment, header included.
@@ -106,7 +106,7 @@ impl SyncState {
 
 /// Where one record lies: its segment, and its frame's offset and length (header included).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RecordPos {
+pub(crate) struct RecordPos {
     pub seq: u64,
     pub offset: u64,
     pub frame_len: u32,
@@ -114,7 +114,7 @@ pub struct RecordPos {
 
 /// A segmented write-ahead log.
 #[derive(Debug)]
-pub struct Wal {
+pub(crate) struct Wal {
     dir: PathBuf,
     options: WalOptions,
     /// Sealed segments, oldest first.
@@ -125,7 +125,7 @@ pub struct Wal {
 
 /// Buffered records handed to the OS whose `fdatasync` has not been done yet.
 #[must_use = "the records are not durable until `wait` returns Ok"]
-pub struct PendingSync {
+pub(crate) struct PendingSync {
     file: Arc<File>,
     path: PathBuf,
     state: Arc<SyncState>,
@@ -133,7 +133,7 @@ pub struct PendingSync {
 
 impl PendingSync {
     /// Runs the `fdatasync`; on failure the log is stopped for good.
-    pub fn wait(self) -> Result<(), WalError> {
+    pub(crate) fn wait(self) -> Result<(), WalError> {
         self.state.check()?;
         self.state.syncs.fetch_add(1, Ordering::Relaxed);
         #[cfg(test)]
@@ -159,7 +159,8 @@ impl PendingSync {
 
 impl Wal {
     /// Opens (or creates) the log in `dir` and returns every record in order.
-    pub fn open(dir: &Path, options: WalOptions) -> Result<(Wal, Vec<Vec<u8>>), WalError> {
+    #[cfg(test)]
+    pub(crate) fn open(dir: &Path, options: WalOptions) -> Result<(Wal, Vec<Vec<u8>>), WalError> {
         let mut records = Vec::new();
         let wal = Self::open_with(dir, options, |payload, _| {
             records.push(payload.to_vec());
@@ -174,7 +175,7 @@ impl Wal {
     /// [`Wal::remove_segments`]) or a reason the record is unreadable, which fails the open as
     /// corruption. A torn tail of the last segment is cut off; damage anywhere else is
     /// [`WalError::Corrupt`].
-    pub fn open_with(
+    pub(crate) fn open_with(
         dir: &Path,
         options: WalOptions,
         mut replay: impl FnMut(&[u8], RecordPos) -> Result<Option<u64>, String>,
@@ -283,13 +284,13 @@ impl Wal {
     }
 
     /// Buffers a record that carries no raft index.
-    pub fn write(&mut self, payload: &[u8]) -> Result<(), WalError> {
+    pub(crate) fn write(&mut self, payload: &[u8]) -> Result<(), WalError> {
         self.write_indexed(payload, None).map(drop)
     }
 
     /// Buffers a record, noting the highest raft index it holds (if any) for segment removal;
     /// returns where the record lies, for [`Wal::read`] once it has been handed to the OS.
-    pub fn write_indexed(
+    pub(crate) fn write_indexed(
         &mut self,
         payload: &[u8],
         index: Option<u64>,
@@ -306,13 +307,13 @@ impl Wal {
 
     /// Reads back the payload of the record at `pos` in the log in `dir`. The record must have
     /// been handed to the OS (a sync began after it was written) and its segment not removed.
-    pub fn read(dir: &Path, pos: RecordPos) -> Result<Vec<u8>, WalError> {
+    pub(crate) fn read(dir: &Path, pos: RecordPos) -> Result<Vec<u8>, WalError> {
         let path = dir.join(segment::segment_name(pos.seq));
         segment::read_frame(&path, pos.offset, pos.frame_len as usize)
     }
 
     /// Makes everything written so far durable (flush plus `fdatasync`).
-    pub fn sync(&mut self) -> Result<(), WalError> {
+    pub(crate) fn sync(&mut self) -> Result<(), WalError> {
         self.begin_sync()?.wait()
     }
 
@@ -320,7 +321,7 @@ impl Wal {
     ///
     /// The handle does not borrow the log, so the caller can release its lock while the disk
     /// works and let new records accumulate for the next sync (group commit).
-    pub fn begin_sync(&mut self) -> Result<PendingSync, WalError> {
+    pub(crate) fn begin_sync(&mut self) -> Result<PendingSync, WalError> {
         self.state.check()?;
         let res = self.active.flush();
         self.fail_on_io(res)?;
@@ -333,7 +334,7 @@ impl Wal {
 
     /// Seals the active segment once it reached the segment size and starts the next one with
     /// the `seed` records (e.g. the latest checkpoint records, so they survive segment removal).
-    pub fn rotate_if_full(&mut self, seed: &[Vec<u8>]) -> Result<bool, WalError> {
+    pub(crate) fn rotate_if_full(&mut self, seed: &[Vec<u8>]) -> Result<bool, WalError> {
         if self.active.len < self.options.segment_size {
             return Ok(false);
         }
@@ -360,7 +361,7 @@ impl Wal {
     ///
     /// Only a prefix is ever removed, so replaying the remaining segments in order still yields
     /// the right state. Returns how many segments were deleted.
-    pub fn remove_segments(
+    pub(crate) fn remove_segments(
         &mut self,
         keep: impl Fn(&SegmentInfo) -> bool,
     ) -> Result<usize, WalError> {
@@ -383,7 +384,8 @@ impl Wal {
     }
 
     /// All segments, oldest first; the last one is the active segment.
-    pub fn segments(&self) -> Vec<SegmentInfo> {
+    #[cfg(test)]
+    pub(crate) fn segments(&self) -> Vec<SegmentInfo> {
         let mut all = self.sealed.clone();
         all.push(SegmentInfo {
             seq: self.active.seq,
@@ -393,8 +395,9 @@ impl Wal {
         all
     }
 
-    /// Number of `fdatasync` calls made on segments so far (for metrics and tests).
-    pub fn sync_count(&self) -> u64 {
+    /// Number of `fdatasync` calls made on segments so far (for tests).
+    #[cfg(test)]
+    pub(crate) fn sync_count(&self) -> u64 {
         self.state.syncs.load(Ordering::Relaxed)
     }
 
@@ -402,11 +405,6 @@ impl Wal {
     #[cfg(test)]
     pub(crate) fn inject_sync_failure(&self) {
         self.state.inject_failure.store(true, Ordering::Relaxed);
-    }
-
-    /// The directory holding the segments.
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 
     /// Stops the log for good if `res` is an error: a failed write may have left a partial

@@ -14,14 +14,14 @@ use crate::types::{Entry, LogId, Vote};
 
 /// One WAL record.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct WalRecord {
+pub(crate) struct WalRecord {
     #[prost(oneof = "RecordKind", tags = "1, 2, 3, 4")]
     pub kind: Option<RecordKind>,
 }
 
 /// The kinds of [`WalRecord`].
 #[derive(Clone, PartialEq, prost::Oneof)]
-pub enum RecordKind {
+pub(crate) enum RecordKind {
     /// A log entry (overwrites the entry at its index and drops everything after it).
     #[prost(message, tag = "1")]
     Entry(EntryRecord),
@@ -38,7 +38,7 @@ pub enum RecordKind {
 
 /// A log entry.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct EntryRecord {
+pub(crate) struct EntryRecord {
     #[prost(uint64, tag = "1")]
     pub term: u64,
     #[prost(uint64, tag = "2")]
@@ -51,7 +51,7 @@ pub struct EntryRecord {
 
 /// The payload of an [`EntryRecord`].
 #[derive(Clone, PartialEq, prost::Oneof)]
-pub enum EntryPayloadRecord {
+pub(crate) enum EntryPayloadRecord {
     /// A blank entry (a new leader's first entry).
     #[prost(message, tag = "4")]
     Blank(BlankRecord),
@@ -65,25 +65,25 @@ pub enum EntryPayloadRecord {
 
 /// Marker for a blank payload.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct BlankRecord {}
+pub(crate) struct BlankRecord {}
 
 /// Delete entries from `from_index` on.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct TruncateRecord {
+pub(crate) struct TruncateRecord {
     #[prost(uint64, tag = "1")]
     pub from_index: u64,
 }
 
 /// The committed log id (absent = none).
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct CommittedRecord {
+pub(crate) struct CommittedRecord {
     #[prost(message, optional, tag = "1")]
     pub log_id: Option<LogIdPb>,
 }
 
 /// Contents of the `vote` file.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct VoteRecord {
+pub(crate) struct VoteRecord {
     #[prost(uint64, tag = "1")]
     pub term: u64,
     #[prost(uint64, tag = "2")]
@@ -94,7 +94,7 @@ pub struct VoteRecord {
 
 /// A decoded WAL record in openraft's terms.
 #[derive(Debug, Clone)]
-pub enum Decoded {
+pub(crate) enum Decoded {
     Entry(Entry),
     Truncate { from_index: u64 },
     Purge(LogId),
@@ -103,7 +103,7 @@ pub enum Decoded {
 
 /// Why a record could not be decoded.
 #[derive(Debug, thiserror::Error)]
-pub enum RecordError {
+pub(crate) enum RecordError {
     #[error("protobuf decode: {0}")]
     Decode(#[from] prost::DecodeError),
     #[error("record has no {0}")]
@@ -115,7 +115,7 @@ fn encode(kind: RecordKind) -> Vec<u8> {
 }
 
 /// Encodes a log entry record.
-pub fn encode_entry(entry: &Entry) -> Vec<u8> {
+pub(crate) fn encode_entry(entry: &Entry) -> Vec<u8> {
     let payload = match &entry.payload {
         EntryPayload::Blank => EntryPayloadRecord::Blank(BlankRecord {}),
         EntryPayload::Normal(cmd) => EntryPayloadRecord::Normal(cmd.encode_to_vec()),
@@ -130,24 +130,24 @@ pub fn encode_entry(entry: &Entry) -> Vec<u8> {
 }
 
 /// Encodes a truncate record.
-pub fn encode_truncate(from_index: u64) -> Vec<u8> {
+pub(crate) fn encode_truncate(from_index: u64) -> Vec<u8> {
     encode(RecordKind::Truncate(TruncateRecord { from_index }))
 }
 
 /// Encodes a purge record.
-pub fn encode_purge(log_id: &LogId) -> Vec<u8> {
+pub(crate) fn encode_purge(log_id: &LogId) -> Vec<u8> {
     encode(RecordKind::Purge(log_id_to_pb(log_id)))
 }
 
 /// Encodes a committed record.
-pub fn encode_committed(log_id: Option<&LogId>) -> Vec<u8> {
+pub(crate) fn encode_committed(log_id: Option<&LogId>) -> Vec<u8> {
     encode(RecordKind::Committed(CommittedRecord {
         log_id: log_id.map(log_id_to_pb),
     }))
 }
 
 /// Decodes a WAL record.
-pub fn decode(bytes: &[u8]) -> Result<Decoded, RecordError> {
+pub(crate) fn decode(bytes: &[u8]) -> Result<Decoded, RecordError> {
     let kind = WalRecord::decode(bytes)?
         .kind
         .ok_or(RecordError::Missing("kind"))?;
@@ -174,7 +174,7 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, RecordError> {
 }
 
 /// Encodes a vote for the vote file.
-pub fn encode_vote(vote: &Vote) -> Vec<u8> {
+pub(crate) fn encode_vote(vote: &Vote) -> Vec<u8> {
     VoteRecord {
         term: vote.leader_id.term,
         node_id: vote.leader_id.node_id,
@@ -184,7 +184,7 @@ pub fn encode_vote(vote: &Vote) -> Vec<u8> {
 }
 
 /// Decodes the vote file's record.
-pub fn decode_vote(bytes: &[u8]) -> Result<Vote, RecordError> {
+pub(crate) fn decode_vote(bytes: &[u8]) -> Result<Vote, RecordError> {
     let r = VoteRecord::decode(bytes)?;
     let mut vote = Vote::new(r.term, r.node_id);
     vote.committed = r.committed;

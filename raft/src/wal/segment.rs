@@ -11,21 +11,21 @@ use std::sync::Arc;
 use super::WalError;
 
 /// Magic bytes at the start of every segment (the trailing digit is the format version).
-pub const MAGIC: &[u8; 8] = b"KEELWAL1";
+pub(crate) const MAGIC: &[u8; 8] = b"KEELWAL1";
 /// Bytes of frame header before each payload.
-pub const FRAME_HEADER: usize = 8;
+pub(crate) const FRAME_HEADER: usize = 8;
 /// Largest payload a frame may carry; a bigger length field is treated as garbage.
-pub const MAX_RECORD_LEN: usize = 64 << 20;
+pub(crate) const MAX_RECORD_LEN: usize = 64 << 20;
 /// Buffered bytes above which a write is pushed to the OS without waiting for a sync.
 const FLUSH_THRESHOLD: usize = 1 << 20;
 
 /// File name of segment `seq`.
-pub fn segment_name(seq: u64) -> String {
+pub(crate) fn segment_name(seq: u64) -> String {
     format!("{seq:016x}.wal")
 }
 
 /// Parses a segment file name back to its sequence number.
-pub fn parse_segment_name(name: &str) -> Option<u64> {
+pub(crate) fn parse_segment_name(name: &str) -> Option<u64> {
     let hex = name.strip_suffix(".wal")?;
     if hex.len() != 16 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
@@ -34,7 +34,7 @@ pub fn parse_segment_name(name: &str) -> Option<u64> {
 }
 
 /// Appends one frame for `payload` to `buf`.
-pub fn encode_frame(buf: &mut Vec<u8>, payload: &[u8]) {
+pub(crate) fn encode_frame(buf: &mut Vec<u8>, payload: &[u8]) {
     // Callers check the size limit first, so the length always fits in a u32.
     let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
     buf.extend_from_slice(&len.to_le_bytes());
@@ -43,7 +43,7 @@ pub fn encode_frame(buf: &mut Vec<u8>, payload: &[u8]) {
 }
 
 /// Checks the frame starting at `off`; returns the payload length or why it is invalid.
-pub fn check_frame(data: &[u8], off: usize) -> Result<usize, &'static str> {
+pub(crate) fn check_frame(data: &[u8], off: usize) -> Result<usize, &'static str> {
     let rest = data.len().saturating_sub(off);
     if rest < FRAME_HEADER {
         return Err("incomplete frame header");
@@ -69,7 +69,7 @@ pub fn check_frame(data: &[u8], off: usize) -> Result<usize, &'static str> {
 
 /// What a segment scan found after its last valid frame.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Tail {
+pub(crate) enum Tail {
     /// The segment ends exactly after its last valid frame.
     Clean,
     /// Invalid bytes from `offset` on, with no valid frame after them: an interrupted write.
@@ -80,7 +80,7 @@ pub enum Tail {
 
 /// The result of scanning one segment's bytes.
 #[derive(Debug)]
-pub struct Scan {
+pub(crate) struct Scan {
     /// `(offset of frame, payload range)` of each valid frame, in order.
     pub frames: Vec<(u64, std::ops::Range<usize>)>,
     /// Bytes up to the end of the last valid frame.
@@ -90,7 +90,7 @@ pub struct Scan {
 }
 
 /// Parses every frame of a segment and classifies whatever follows the last valid one.
-pub fn scan(data: &[u8]) -> Scan {
+pub(crate) fn scan(data: &[u8]) -> Scan {
     let mut frames = Vec::new();
     if data.len() < MAGIC.len() || &data[..MAGIC.len()] != MAGIC {
         // Segments are created under a temporary name and renamed only after their header is
@@ -163,7 +163,7 @@ fn find_valid_frame_after(data: &[u8], bad: usize) -> Option<usize> {
 
 /// The segment currently written to: a file opened for append plus a write buffer.
 #[derive(Debug)]
-pub struct ActiveSegment {
+pub(crate) struct ActiveSegment {
     pub seq: u64,
     pub path: PathBuf,
     file: Arc<File>,
@@ -176,7 +176,7 @@ pub struct ActiveSegment {
 
 impl ActiveSegment {
     /// Creates segment `seq` holding the header and `seed` records, durably, under its final name.
-    pub fn create(dir: &Path, seq: u64, seed: &[Vec<u8>]) -> Result<Self, WalError> {
+    pub(crate) fn create(dir: &Path, seq: u64, seed: &[Vec<u8>]) -> Result<Self, WalError> {
         let path = dir.join(segment_name(seq));
         let tmp = dir.join(format!("{}.tmp", segment_name(seq)));
         let mut bytes = MAGIC.to_vec();
@@ -200,7 +200,7 @@ impl ActiveSegment {
     }
 
     /// Opens an existing segment for appending at `len` (its verified length).
-    pub fn open(
+    pub(crate) fn open(
         path: PathBuf,
         seq: u64,
         len: u64,
@@ -221,7 +221,7 @@ impl ActiveSegment {
     }
 
     /// Buffers one record; returns the offset of its frame in the segment.
-    pub fn write(&mut self, payload: &[u8], index: Option<u64>) -> Result<u64, WalError> {
+    pub(crate) fn write(&mut self, payload: &[u8], index: Option<u64>) -> Result<u64, WalError> {
         check_len(payload)?;
         encode_frame(&mut self.buf, payload);
         let offset = self.len;
@@ -236,7 +236,7 @@ impl ActiveSegment {
     }
 
     /// Hands buffered bytes to the OS (not yet durable).
-    pub fn flush(&mut self) -> Result<(), WalError> {
+    pub(crate) fn flush(&mut self) -> Result<(), WalError> {
         if !self.buf.is_empty() {
             (&*self.file)
                 .write_all(&self.buf)
@@ -247,14 +247,14 @@ impl ActiveSegment {
     }
 
     /// A shared handle on the file, to `fdatasync` it without holding the segment.
-    pub fn file(&self) -> Arc<File> {
+    pub(crate) fn file(&self) -> Arc<File> {
         Arc::clone(&self.file)
     }
 }
 
 /// Reads back the payload of the frame at `offset` (`frame_len` bytes, header included) of the
 /// segment at `path`, checking its checksum.
-pub fn read_frame(path: &Path, offset: u64, frame_len: usize) -> Result<Vec<u8>, WalError> {
+pub(crate) fn read_frame(path: &Path, offset: u64, frame_len: usize) -> Result<Vec<u8>, WalError> {
     use std::os::unix::fs::FileExt;
     let file = File::open(path).map_err(WalError::io(path))?;
     let mut buf = vec![0u8; frame_len];
@@ -279,7 +279,7 @@ pub fn read_frame(path: &Path, offset: u64, frame_len: usize) -> Result<Vec<u8>,
 }
 
 /// Rejects payloads the frame format cannot carry.
-pub fn check_len(payload: &[u8]) -> Result<(), WalError> {
+pub(crate) fn check_len(payload: &[u8]) -> Result<(), WalError> {
     if payload.is_empty() || payload.len() > MAX_RECORD_LEN {
         return Err(WalError::BadRecordSize {
             len: payload.len(),
@@ -290,7 +290,7 @@ pub fn check_len(payload: &[u8]) -> Result<(), WalError> {
 }
 
 /// Makes creations, renames and removals in `dir` durable.
-pub fn sync_dir(dir: &Path) -> Result<(), WalError> {
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), WalError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(WalError::io(dir))
