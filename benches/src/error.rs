@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 /// A reason the benchmark could not run to the end.
 #[derive(Debug, thiserror::Error)]
-pub enum BenchError {
+pub(crate) enum BenchError {
     /// A server binary is missing.
     #[error("{what} not found at {path}: {hint}")]
     MissingBinary {
@@ -46,4 +46,4 @@ pub enum BenchError {
 }
 
 /// Result of a benchmark step.
-pub type Result<T> = std::result::Result<T, BenchError>;
+pub(crate) type Result<T> = std::result::Result<T, BenchError>;

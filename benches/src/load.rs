@@ -15,18 +15,18 @@ const CLIENTS_PER_CONN: usize = 8;
 const MAX_CONNS: usize = 32;
 
 /// Connections spread round-robin over a cluster's members.
-pub struct Pool {
+pub(crate) struct Pool {
     conns: Vec<Client>,
 }
 
 impl Pool {
     /// Opens enough connections for `clients` logical clients.
-    pub async fn for_clients(urls: &[String], clients: usize) -> Result<Self> {
+    pub(crate) async fn for_clients(urls: &[String], clients: usize) -> Result<Self> {
         Self::open(urls, clients.div_ceil(CLIENTS_PER_CONN).clamp(1, MAX_CONNS)).await
     }
 
     /// Opens `n` connections, connection `i` to member `i % members`.
-    pub async fn open(urls: &[String], n: usize) -> Result<Self> {
+    pub(crate) async fn open(urls: &[String], n: usize) -> Result<Self> {
         let mut conns = Vec::with_capacity(n);
         for i in 0..n {
             conns.push(Client::connect([&urls[i % urls.len()]], None).await?);
@@ -35,20 +35,20 @@ impl Pool {
     }
 
     /// The connection logical client `i` uses (a cheap handle on a shared channel).
-    pub fn client(&self, i: usize) -> Client {
+    pub(crate) fn client(&self, i: usize) -> Client {
         self.conns[i % self.conns.len()].clone()
     }
 }
 
 /// One logical client's request loop body.
-pub trait Op: Send + 'static {
+pub(crate) trait Op: Send + 'static {
     /// Issues one request; returns how many operations it counts as.
     fn call(&mut self) -> BoxFuture<'_, std::result::Result<u64, etcd_client::Error>>;
 }
 
 /// How long to warm up and then measure.
 #[derive(Clone, Copy, Debug)]
-pub struct Window {
+pub(crate) struct Window {
     /// Requests before this much time are not counted.
     pub warmup: Duration,
     /// Length of the measured part.
@@ -57,7 +57,7 @@ pub struct Window {
 
 /// What one workload measured on one system.
 #[derive(Clone, Debug)]
-pub struct Sample {
+pub(crate) struct Sample {
     /// Operations per second over the measured window.
     pub rate: f64,
     /// Median latency, microseconds.
@@ -73,9 +73,12 @@ pub struct Sample {
 }
 
 /// An empty latency histogram in microseconds.
-pub fn histogram() -> Histogram<u64> {
+pub(crate) fn histogram() -> Histogram<u64> {
     // 1 µs to 100 s at 3 significant digits; the bounds are constants, so this cannot fail.
-    Histogram::new_with_bounds(1, 100_000_000, 3).expect("constant histogram bounds are valid")
+    match Histogram::new_with_bounds(1, 100_000_000, 3) {
+        Ok(h) => h,
+        Err(e) => unreachable!("constant histogram bounds are valid: {e}"),
+    }
 }
 
 struct Outcome {
@@ -87,7 +90,7 @@ struct Outcome {
 }
 
 /// Runs every op in its own task for the window and merges the results.
-pub async fn closed_loop(
+pub(crate) async fn closed_loop(
     workload: &str,
     kind: &'static str,
     ops: Vec<Box<dyn Op>>,

@@ -5,7 +5,7 @@ use std::process::Command;
 
 /// Facts about the machine.
 #[derive(Clone, Debug)]
-pub struct Machine {
+pub(crate) struct Machine {
     /// CPUs available to this process.
     pub cpus: usize,
     /// CPU model name.
@@ -25,7 +25,7 @@ fn read(path: &str) -> String {
 }
 
 /// The 1-minute load average from /proc/loadavg.
-pub fn load() -> String {
+pub(crate) fn load() -> String {
     read("/proc/loadavg")
         .split_whitespace()
         .take(3)
@@ -34,7 +34,7 @@ pub fn load() -> String {
 }
 
 /// Describes this machine, with data under `data_root` and etcd at `etcd`.
-pub fn describe(data_root: &Path, etcd: &Path) -> Machine {
+pub(crate) fn describe(data_root: &Path, etcd: &Path) -> Machine {
     let cpuinfo = read("/proc/cpuinfo");
     let cpu_model = cpuinfo
         .lines()

@@ -8,7 +8,7 @@ use crate::workload::range::Shape;
 
 /// One measured workload, run once on each system.
 #[derive(Clone, Copy, Debug)]
-pub enum Step {
+pub(crate) enum Step {
     /// Puts of fresh keys.
     Put { clients: usize, value_len: usize },
     /// Txn compare mod_revision then put.
@@ -35,7 +35,7 @@ fn size(bytes: usize) -> String {
 
 impl Step {
     /// Row label.
-    pub fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         match *self {
             Step::Put { clients, value_len } => {
                 format!("put {}, {clients} clients", size(value_len))
@@ -69,7 +69,7 @@ impl Step {
     }
 
     /// Unit of the measured rate.
-    pub fn unit(&self) -> &'static str {
+    pub(crate) fn unit(&self) -> &'static str {
         match self {
             Step::Watch { .. } => "events/s",
             Step::Lease { .. } => "keepalives/s",
@@ -80,7 +80,7 @@ impl Step {
 
 /// A whole run.
 #[derive(Clone, Debug)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// Cluster sizes, each run with every step.
     pub topologies: Vec<usize>,
     /// The workloads.
@@ -98,7 +98,7 @@ pub(crate) const FAILOVER: &str = "failover";
 
 impl Plan {
     /// Everything the issue asks for, 5 s per workload.
-    pub fn full(secs: u64) -> Self {
+    pub(crate) fn full(secs: u64) -> Self {
         let mut steps = Vec::new();
         for value_len in [256, 4096] {
             for clients in [1, 16, 64, 256] {
@@ -146,7 +146,7 @@ impl Plan {
     }
 
     /// A subset with tiny durations that finishes well under 2 minutes.
-    pub fn quick() -> Self {
+    pub(crate) fn quick() -> Self {
         Plan {
             topologies: vec![1, 3],
             steps: vec![

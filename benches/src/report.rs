@@ -7,7 +7,7 @@ use crate::machine::Machine;
 
 /// One system's figure for a row.
 #[derive(Clone, Debug)]
-pub struct Figure {
+pub(crate) struct Figure {
     /// The measured value (a rate, or bytes for footprint rows).
     pub value: f64,
     /// Median and 99th percentile latency, µs, where they apply.
@@ -38,7 +38,7 @@ impl From<&Sample> for Figure {
 
 /// One line of the table.
 #[derive(Clone, Debug)]
-pub struct Row {
+pub(crate) struct Row {
     /// Cluster size.
     pub members: usize,
     /// What was measured.
@@ -53,7 +53,7 @@ pub struct Row {
 
 impl Row {
     /// keel's figure divided by etcd's.
-    pub fn ratio(&self) -> f64 {
+    pub(crate) fn ratio(&self) -> f64 {
         if self.etcd.value > 0.0 {
             self.keel.value / self.etcd.value
         } else {
@@ -141,7 +141,7 @@ const HEADER: [&str; 11] = [
 ];
 
 /// The table as aligned plain text.
-pub fn text(rows: &[Row]) -> String {
+pub(crate) fn text(rows: &[Row]) -> String {
     let all: Vec<[String; 11]> = std::iter::once(HEADER.map(String::from))
         .chain(rows.iter().map(cells))
         .collect();
@@ -167,7 +167,7 @@ pub fn text(rows: &[Row]) -> String {
 }
 
 /// One line per figure with failed requests, with what the last failure said; empty if none.
-pub fn failures(rows: &[Row]) -> String {
+pub(crate) fn failures(rows: &[Row]) -> String {
     let mut out = String::new();
     for r in rows {
         for (name, f) in [("keel", &r.keel), ("etcd", &r.etcd)] {
@@ -187,7 +187,7 @@ pub fn failures(rows: &[Row]) -> String {
 }
 
 /// The table as Markdown.
-pub fn markdown_table(rows: &[Row]) -> String {
+pub(crate) fn markdown_table(rows: &[Row]) -> String {
     let mut out = format!("| {} |\n", HEADER.join(" | "));
     out.push_str("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for r in rows {
@@ -197,7 +197,7 @@ pub fn markdown_table(rows: &[Row]) -> String {
 }
 
 /// Everything `docs/benchmarks.md` holds besides the hand-written analysis.
-pub struct Run<'a> {
+pub(crate) struct Run<'a> {
     /// The machine.
     pub machine: &'a Machine,
     /// The exact command line.
@@ -213,7 +213,7 @@ pub struct Run<'a> {
 }
 
 /// The generated part of `docs/benchmarks.md`.
-pub fn markdown(run: &Run<'_>) -> String {
+pub(crate) fn markdown(run: &Run<'_>) -> String {
     let m = run.machine;
     let mut out = String::new();
     let _ = writeln!(out, "## Machine\n");

@@ -8,7 +8,7 @@ use std::process::Command;
 const QUOTA_BYTES: &str = "8589934592";
 
 /// `etcd` with the benchmark's fixed flags; the member flags are added by the caller.
-pub fn command(binary: &Path) -> Command {
+pub(crate) fn command(binary: &Path) -> Command {
     let mut cmd = super::base(binary);
     cmd.args(["--quota-backend-bytes", QUOTA_BYTES])
         .args(["--log-level", "error"]);

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 
 /// `keel server` with the benchmark's fixed flags; the member flags are added by the caller.
-pub fn command(binary: &Path) -> Command {
+pub(crate) fn command(binary: &Path) -> Command {
     let mut cmd = super::base(binary);
     // The etcd API alone, as the etcd it is compared with.
     cmd.arg("server")

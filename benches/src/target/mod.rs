@@ -1,8 +1,8 @@
 //! The systems under test: real etcd and keel clusters started as separate processes on
 //! loopback, with their data in directories on the same disk.
 
-pub mod etcd;
-pub mod keel;
+pub(crate) mod etcd;
+pub(crate) mod keel;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -15,7 +15,7 @@ use crate::error::{BenchError, Result};
 
 /// Which server a cluster runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// keel's `keel server`.
     Keel,
     /// Real etcd 3.4.
@@ -24,7 +24,7 @@ pub enum Kind {
 
 impl Kind {
     /// Short lowercase name, used in tables and directory names.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Kind::Keel => "keel",
             Kind::Etcd => "etcd",
@@ -34,7 +34,7 @@ impl Kind {
 
 /// Where the two server binaries are.
 #[derive(Clone, Debug)]
-pub struct Binaries {
+pub(crate) struct Binaries {
     /// `keel` (normally `target/release/keel`).
     pub keel: PathBuf,
     /// `etcd` 3.4 (normally `/usr/bin/etcd`).
@@ -43,7 +43,7 @@ pub struct Binaries {
 
 impl Binaries {
     /// Checks that both binaries exist, with a hint on how to get each.
-    pub fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         if !self.keel.is_file() {
             return Err(BenchError::MissingBinary {
                 what: "keel",
@@ -72,7 +72,7 @@ struct Member {
 }
 
 /// A running cluster; its processes are killed when it is dropped.
-pub struct Cluster {
+pub(crate) struct Cluster {
     /// What it runs.
     pub kind: Kind,
     /// One client URL per member.
@@ -97,7 +97,12 @@ fn free_port() -> Result<u16> {
 impl Cluster {
     /// Starts `members` members of `kind` with data under `root`, and waits until every
     /// member answers a write.
-    pub async fn start(kind: Kind, members: usize, root: &Path, bins: &Binaries) -> Result<Self> {
+    pub(crate) async fn start(
+        kind: Kind,
+        members: usize,
+        root: &Path,
+        bins: &Binaries,
+    ) -> Result<Self> {
         let dir = root.join(format!("{}-{members}m", kind.name()));
         let mut plan = Vec::new();
         for i in 0..members {
@@ -252,17 +257,17 @@ impl Cluster {
     }
 
     /// Resident set size of every member, in bytes (VmRSS from /proc).
-    pub fn rss(&self) -> Vec<u64> {
+    pub(crate) fn rss(&self) -> Vec<u64> {
         self.children.iter().map(|c| rss_of(c.id())).collect()
     }
 
     /// CPU time (user + system) all members have used so far, in microseconds.
-    pub fn cpu_us(&self) -> u64 {
+    pub(crate) fn cpu_us(&self) -> u64 {
         self.children.iter().map(|c| cpu_us_of(c.id())).sum()
     }
 
     /// Disk space used by every member's data directory, in bytes (allocated blocks, as `du`).
-    pub fn disk(&self) -> Vec<u64> {
+    pub(crate) fn disk(&self) -> Vec<u64> {
         self.members.iter().map(|m| du(&m.data_dir)).collect()
     }
 }
@@ -309,7 +314,7 @@ fn rss_of(pid: u32) -> u64 {
 }
 
 /// CPU time this benchmark process (the load generator) has used, µs.
-pub fn own_cpu_us() -> u64 {
+pub(crate) fn own_cpu_us() -> u64 {
     cpu_us_of(std::process::id())
 }
 

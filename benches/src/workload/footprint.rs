@@ -9,7 +9,7 @@ use crate::target::{Binaries, Cluster, Kind};
 
 /// Footprint of one cluster at one key count.
 #[derive(Clone, Debug)]
-pub struct Footprint {
+pub(crate) struct Footprint {
     /// Keys stored.
     pub keys: usize,
     /// Largest member RSS, bytes.
@@ -24,7 +24,7 @@ const SETTLE: Duration = Duration::from_secs(3);
 const WRITERS: usize = 16;
 
 /// Loads a fresh `kind` cluster to each of `sizes` keys in turn and measures it.
-pub async fn run(
+pub(crate) async fn run(
     kind: Kind,
     members: usize,
     root: &Path,

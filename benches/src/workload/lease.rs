@@ -37,7 +37,7 @@ impl Op for KeepAlive {
 
 /// Grants `leases` leases, opens a keepalive stream for each, and has `clients` workers
 /// cycle through them.
-pub async fn run(
+pub(crate) async fn run(
     cluster: &Cluster,
     name: &str,
     leases: usize,

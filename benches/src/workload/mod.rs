@@ -1,12 +1,12 @@
 //! The workloads, each run the same way against keel and etcd.
 
 pub(crate) mod failover;
-pub mod footprint;
-pub mod lease;
-pub mod put;
-pub mod range;
-pub mod update;
-pub mod watch;
+pub(crate) mod footprint;
+pub(crate) mod lease;
+pub(crate) mod put;
+pub(crate) mod range;
+pub(crate) mod update;
+pub(crate) mod watch;
 
 use std::future::Future;
 use std::time::Duration;
@@ -23,7 +23,7 @@ const SETUP_ATTEMPTS: u32 = 50;
 
 /// Runs a setup call again after a transient failure, such as "no leader" while a loaded
 /// machine delays heartbeats into an election; measured requests are never retried.
-pub async fn retry<T, F, Fut>(mut f: F) -> std::result::Result<T, etcd_client::Error>
+pub(crate) async fn retry<T, F, Fut>(mut f: F) -> std::result::Result<T, etcd_client::Error>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
@@ -43,7 +43,7 @@ where
 
 /// Writes `count` keys `{prefix}{i:08}` (values of `value_len` bytes), starting at `first`,
 /// 100 per transaction over `conns` concurrent writers; used to preload data quickly.
-pub async fn preload(
+pub(crate) async fn preload(
     urls: &[String],
     prefix: &str,
     first: usize,

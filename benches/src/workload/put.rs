@@ -26,7 +26,7 @@ impl Op for Put {
 }
 
 /// `clients` concurrent writers putting `value_len`-byte values.
-pub async fn run(
+pub(crate) async fn run(
     cluster: &Cluster,
     name: &str,
     clients: usize,

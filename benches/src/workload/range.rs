@@ -19,7 +19,7 @@ const LIMIT: i64 = 500;
 
 /// What a range reads.
 #[derive(Clone, Copy, Debug)]
-pub enum Shape {
+pub(crate) enum Shape {
     /// One key.
     OneKey,
     /// 500 of the 1 000 keys under a prefix.
@@ -27,7 +27,7 @@ pub enum Shape {
 }
 
 /// Writes the key and the prefix that the reads use (256-byte values).
-pub async fn prepare(cluster: &Cluster) -> Result<()> {
+pub(crate) async fn prepare(cluster: &Cluster) -> Result<()> {
     let c = Client::connect([&cluster.urls[0]], None).await?;
     super::retry(|| {
         let mut c = c.clone();
@@ -64,7 +64,7 @@ impl Op for Range {
 }
 
 /// `clients` concurrent readers of `shape`.
-pub async fn run(
+pub(crate) async fn run(
     cluster: &Cluster,
     name: &str,
     clients: usize,

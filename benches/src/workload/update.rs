@@ -45,7 +45,7 @@ impl Op for Update {
 }
 
 /// `clients` concurrent updaters, each guarding its own key with `value_len`-byte values.
-pub async fn run(
+pub(crate) async fn run(
     cluster: &Cluster,
     name: &str,
     clients: usize,

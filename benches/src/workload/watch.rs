@@ -27,7 +27,7 @@ struct Seen {
 }
 
 /// `watchers` watchers on a fresh prefix, `writers` concurrent writers for the window.
-pub async fn run(
+pub(crate) async fn run(
     cluster: &Cluster,
     name: &str,
     watchers: usize,
