@@ -7,8 +7,9 @@
 //!
 //! Inside: `wal` (segmented log files) under `log_store` (openraft's log storage, group commit),
 //! `state_machine` (the store, snapshots), `proposer` (batching proposals), `read_index`
-//! (batching ReadIndex rounds), `timing` (election timeouts), `leadership` (the leadership
-//! stream), `peer` (the peer transport's server and wire format) and `network` (its clients).
+//! (batching ReadIndex rounds), `timing` (election timeouts), `quota` (the space quota's costs),
+//! `leadership` (the leadership stream), `peer` (the peer transport's server and wire format) and
+//! `network` (its clients).
 
 pub mod codec;
 pub mod error;
@@ -19,7 +20,7 @@ mod network;
 pub mod node;
 mod peer;
 mod proposer;
-pub mod quota;
+mod quota;
 mod read_index;
 mod state_machine;
 mod timing;

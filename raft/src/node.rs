@@ -407,6 +407,20 @@ impl Node {
         self.raft.metrics().borrow().state == ServerState::Leader
     }
 
+    /// Lets a write (`kind`) through if the store has room for it; otherwise raises NOSPACE for
+    /// this member through the log (as etcd, whether or not that proposal succeeds) and refuses it
+    /// with etcd's "database space exceeded". Front doors call it where a write enters the member,
+    /// as etcd's quota interceptors do.
+    pub async fn admit(&self, kind: &CommandKind) -> Result<(), ProposeError> {
+        if !crate::quota::exceeds(&self.store, kind) {
+            return Ok(());
+        }
+        if let Err(e) = self.propose(crate::quota::nospace_alarm(self.id)).await {
+            warn!(%e, "could not raise the NOSPACE alarm");
+        }
+        Err(ProposeError::Store(StoreError::NoSpace))
+    }
+
     /// Leadership as a stream: the receiver holds [`Leadership::Leader`] with the term while this
     /// member is the Raft leader and [`Leadership::NotLeader`] otherwise, and wakes only when
     /// that changes (gained, lost, or led again in a new term). It follows openraft's metrics

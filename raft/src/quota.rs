@@ -7,15 +7,12 @@
 use keel_store::alarm::{txn_cost, KV_OVERHEAD, LEASE_OVERHEAD};
 use keel_store::command::CommandKind;
 use keel_store::pb::etcdserverpb::{alarm_request::AlarmAction, AlarmRequest, AlarmType};
-use keel_store::{Command, StoreError};
+use keel_store::{Command, Store};
 use tracing::warn;
-
-use crate::error::ProposeError;
-use crate::node::Node;
 
 /// etcd's quota cost of a command, or `None` for commands the quota does not check
 /// (DeleteRange, Compaction, LeaseRevoke, Alarm). A batch costs the sum of its items.
-pub fn cost(kind: &CommandKind) -> Option<u64> {
+pub(crate) fn cost(kind: &CommandKind) -> Option<u64> {
     match kind {
         CommandKind::Put(p) => Some(KV_OVERHEAD + (p.key.len() + p.value.len()) as u64),
         CommandKind::Txn(t) => Some(txn_cost(t)),
@@ -32,19 +29,17 @@ pub fn cost(kind: &CommandKind) -> Option<u64> {
     }
 }
 
-/// Lets `kind` through if the store has room for it; otherwise raises NOSPACE for this member
-/// (as etcd, whether or not that proposal succeeds) and refuses it.
-pub async fn admit(node: &Node, kind: &CommandKind) -> Result<(), ProposeError> {
-    // As etcd: what writes nothing (a read-only Txn) passes whatever the size.
+/// Whether `kind` would take `store` past its space quota (never for what writes nothing: as
+/// etcd, a read-only Txn passes whatever the size). Logs the first time the quota is reached.
+pub(crate) fn exceeds(store: &Store, kind: &CommandKind) -> bool {
     let Some(cost) = cost(kind).filter(|c| *c > 0) else {
-        return Ok(());
+        return false;
     };
-    let store = node.store();
     let Some(quota) = store.quota_bytes() else {
-        return Ok(());
+        return false;
     };
     if store.fits_quota(cost, quota) {
-        return Ok(());
+        return false;
     }
     if !store.has_alarm(AlarmType::Nospace) {
         warn!(
@@ -52,13 +47,14 @@ pub async fn admit(node: &Node, kind: &CommandKind) -> Result<(), ProposeError> 
             quota, "the store reached its space quota; raising the NOSPACE alarm"
         );
     }
-    let raise = Command::new(CommandKind::Alarm(AlarmRequest {
+    true
+}
+
+/// The command that raises the NOSPACE alarm for `member`.
+pub(crate) fn nospace_alarm(member: u64) -> Command {
+    Command::new(CommandKind::Alarm(AlarmRequest {
         action: AlarmAction::Activate as i32,
-        member_id: node.member_id(),
+        member_id: member,
         alarm: AlarmType::Nospace as i32,
-    }));
-    if let Err(e) = node.propose(raise).await {
-        warn!(%e, "could not raise the NOSPACE alarm");
-    }
-    Err(ProposeError::Store(StoreError::NoSpace))
+    }))
 }

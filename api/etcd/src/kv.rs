@@ -45,9 +45,7 @@ impl KvService {
 
     /// The space quota (etcd's quota interceptor runs before the request is looked at).
     async fn admit(&self, kind: &CommandKind) -> Result<(), Status> {
-        keel_raft::quota::admit(&self.node, kind)
-            .await
-            .map_err(|e| propose_status(&e))
+        self.node.admit(kind).await.map_err(|e| propose_status(&e))
     }
 
     /// etcd's `hasleader` metadata (clientv3.WithRequireLeader): fail at once without a leader.

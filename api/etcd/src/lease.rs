@@ -71,7 +71,8 @@ impl Lease for LeaseService {
             g.id = self.new_lease_id();
         }
         let kind = CommandKind::LeaseGrant(g);
-        keel_raft::quota::admit(&self.node, &kind)
+        self.node
+            .admit(&kind)
             .await
             .map_err(|e| propose_status(&e))?;
         match self.node.propose(Command::new(kind)).await {

@@ -275,7 +275,8 @@ impl Storage {
         t: TxnRequest,
     ) -> Result<keel_store::pb::etcdserverpb::TxnResponse, ApiError> {
         let kind = CommandKind::Txn(t);
-        keel_raft::quota::admit(&self.node, &kind)
+        self.node
+            .admit(&kind)
             .await
             .map_err(|e| propose_error(&e))?;
         match self.node.propose(Command::new(kind)).await {
