@@ -611,9 +611,10 @@ fn client_side_apply_converges_and_patches_merge_by_key() {
         serde_json::from_str(&c.ok(0, &["get", "deploy", "app", "-o", "json"])).expect("json");
     let web = &d["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(web["image"], "nginx:1.27");
+    // As upstream's strategic merge: the patch's items first, in patch order, then the live-only ones.
     assert_eq!(
         web["env"],
-        serde_json::json!([{"name": "A", "value": "1"}, {"name": "C", "value": "3"}])
+        serde_json::json!([{"name": "C", "value": "3"}, {"name": "A", "value": "1"}])
     );
     assert_eq!(web["ports"].as_array().map(Vec::len), Some(2));
     assert_eq!(d["spec"]["replicas"], 5);
