@@ -406,14 +406,19 @@ impl Storage {
 
     /// Compacts the store's history before `revision` (every member, through the log).
     pub async fn compact(&self, revision: i64) -> Result<(), ApiError> {
-        let compact = Command::new(CommandKind::Compaction(
+        self.propose(CommandKind::Compaction(
             keel_store::pb::etcdserverpb::CompactionRequest {
                 revision,
                 physical: false,
             },
-        ));
+        ))
+        .await
+    }
+
+    /// Proposes one command whose answer carries nothing the caller needs.
+    async fn propose(&self, kind: CommandKind) -> Result<(), ApiError> {
         self.node
-            .propose(compact)
+            .propose(Command::new(kind))
             .await
             .map(|_| ())
             .map_err(|e| propose_error(&e))
@@ -421,29 +426,21 @@ impl Storage {
 
     /// Writes a raw (non-object) value at `key` unconditionally.
     pub async fn put_raw(&self, key: &str, value: Vec<u8>) -> Result<(), ApiError> {
-        let put = Command::new(CommandKind::Put(PutRequest {
+        self.propose(CommandKind::Put(PutRequest {
             key: Bytes::copy_from_slice(key.as_bytes()),
             value: Bytes::from(value),
             ..Default::default()
-        }));
-        self.node
-            .propose(put)
-            .await
-            .map(|_| ())
-            .map_err(|e| propose_error(&e))
+        }))
+        .await
     }
 
     /// Deletes one raw key unconditionally.
     pub async fn delete_raw(&self, key: &[u8]) -> Result<(), ApiError> {
-        let del = Command::new(CommandKind::DeleteRange(DeleteRangeRequest {
+        self.propose(CommandKind::DeleteRange(DeleteRangeRequest {
             key: Bytes::copy_from_slice(key),
             ..Default::default()
-        }));
-        self.node
-            .propose(del)
-            .await
-            .map(|_| ())
-            .map_err(|e| propose_error(&e))
+        }))
+        .await
     }
 
     /// The raw keys and values under `prefix` in this member's store (no barrier).

@@ -41,6 +41,7 @@ mod replicaset;
 mod secret;
 mod service;
 mod statefulset;
+mod workload;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -3,9 +3,8 @@
 
 use serde_json::{json, Value};
 
-use super::Strategy;
+use super::{workload, Strategy};
 use crate::admission::defaults::{obj_mut, set_default, template};
-use crate::admission::validate::{check_replicas, check_selector_template, immutable};
 use crate::resource::ResourceDef;
 use crate::status::Cause;
 
@@ -20,15 +19,10 @@ impl Strategy for ReplicaSet {
     }
 
     fn validate(&self, _def: &ResourceDef, obj: &Value) -> Vec<Cause> {
-        let mut causes = Vec::new();
-        check_replicas(obj, &mut causes);
-        check_selector_template(obj, &mut causes, "spec.template", true);
-        causes
+        workload::validate(obj, true)
     }
 
     fn validate_update(&self, _def: &ResourceDef, old: &Value, new: &Value) -> Vec<Cause> {
-        let mut causes = Vec::new();
-        immutable(old, new, "spec.selector", &mut causes);
-        causes
+        workload::validate_update(old, new)
     }
 }
