@@ -19,6 +19,8 @@ pub(crate) enum Command {
     Server(Box<ServerArgs>),
     /// Start a local cluster on loopback, ready for etcdctl; Ctrl-C stops it.
     Up(UpArgs),
+    /// Run the controller manager against any API server (it leads through the kube-system Lease).
+    Controllers(ControllersArgs),
     /// Save or restore etcd-format snapshots (the files `etcdctl snapshot` reads and writes).
     Snapshot(SnapshotArgs),
 }
@@ -105,6 +107,31 @@ pub(crate) struct ServerArgs {
     /// Jepsen tests (jepsen-tests/) can show their checker catches stale reads.
     #[arg(long, hide = true)]
     pub unsafe_serve_linearizable_reads_locally: bool,
+    /// Do not run the controller manager on this member when it leads (k3s's flag; run `keel controllers`
+    /// elsewhere instead).
+    #[arg(long)]
+    pub disable_controller_manager: bool,
+    /// Controllers to run, as kube-controller-manager's `--controllers`: `*` for all, `name` to add, `-name`
+    /// to leave one out.
+    #[arg(long, default_value = "*")]
+    pub controllers: String,
+}
+
+/// Flags of `keel controllers`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct ControllersArgs {
+    /// Kubeconfig of the API server to manage.
+    #[arg(long)]
+    pub kubeconfig: PathBuf,
+    /// Identity in the `kube-system/kube-controller-manager` Lease (default: host name and a random suffix).
+    #[arg(long, default_value = "")]
+    pub name: String,
+    /// Controllers to run: `*` for all, `name` to add, `-name` to leave one out.
+    #[arg(long, default_value = "*")]
+    pub controllers: String,
+    /// Log level: error, warn, info, debug, trace (or a tracing filter).
+    #[arg(long, env = "KEEL_LOG", default_value = "warn")]
+    pub log_level: String,
 }
 
 /// Flags of `keel up`.

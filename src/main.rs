@@ -2,6 +2,7 @@
 //! cluster on loopback for trying keel with etcdctl.
 
 mod cli;
+mod control;
 mod server;
 mod snapshot;
 mod up;
@@ -39,6 +40,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             cli::Command::Server(args) => server::run(*args).await,
             cli::Command::Up(args) => up::run(args).await,
+            cli::Command::Controllers(args) => control::run_controllers(args).await,
             cli::Command::Snapshot(args) => snapshot::run(args)
                 .await
                 .map_err(|e| server::ServerError::Config(e.to_string())),

@@ -176,13 +176,31 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), ServerError> {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let (kube_tx, kube_rx) = tokio::sync::oneshot::channel::<()>();
     let kube_node = node.clone();
+    let controllers = (!args.disable_controller_manager).then(|| {
+        keel_controllers::Selection::parse(&args.controllers).map_err(ServerError::Config)
+    });
+    let controllers = controllers.transpose()?;
+    let holder = args.name.clone();
     let mut kube_serving = tokio::spawn(async move {
         match kube {
             Some(opts) => {
-                keel_kube_api::serve(keel_kube_api::Storage::new(kube_node), opts, async move {
-                    let _ = kube_rx.await;
-                })
-                .await
+                let storage = keel_kube_api::Storage::new(kube_node);
+                let mut kube_rx = kube_rx;
+                let api = tokio::select! {
+                    api = keel_kube_api::ApiServer::start(storage.clone(), opts) => api?,
+                    _ = &mut kube_rx => return Ok(()),
+                };
+                let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+                if let Some(selection) = controllers {
+                    crate::control::spawn_controllers(&api, &storage, holder, selection, stop_rx);
+                }
+                let served = api
+                    .serve_https(async move {
+                        let _ = kube_rx.await;
+                    })
+                    .await;
+                let _ = stop_tx.send(true);
+                served
             }
             None => {
                 let _ = kube_rx.await;

@@ -205,3 +205,31 @@ pub async fn raw_request(
         serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
     )
 }
+
+/// The one cluster a test binary shares (see [`KubeCluster::shared`]).
+static SHARED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
+extern "C" fn drop_shared() {
+    if let Some(&ptr) = SHARED.get() {
+        // SAFETY: `ptr` came from `Box::into_raw` in `shared`, and exit handlers run once, after the test
+        // harness's threads are done with the `&'static` references it handed out.
+        drop(unsafe { Box::from_raw(ptr as *mut KubeCluster) });
+    }
+}
+
+impl KubeCluster {
+    /// The cluster every test of this binary shares, started by the first caller with `make`. It is
+    /// stopped, and its directory removed, when the test process exits (its members are killed by PID as any
+    /// kit process). Tests that share it keep to their own namespaces; a test that kills members or
+    /// partitions the network starts a cluster of its own.
+    pub fn shared(make: impl FnOnce() -> KubeCluster) -> &'static KubeCluster {
+        let ptr = *SHARED.get_or_init(|| {
+            let c = Box::new(make());
+            // SAFETY: registers a plain extern "C" function with no captured state.
+            unsafe { libc::atexit(drop_shared) };
+            Box::into_raw(c) as usize
+        });
+        // SAFETY: the box is leaked until exit; nothing takes a `&mut` to it before `drop_shared`.
+        unsafe { &*(ptr as *const KubeCluster) }
+    }
+}

@@ -56,6 +56,7 @@ pub mod kube;
 pub mod kubectl;
 pub mod netns;
 pub mod normalize;
+pub mod pods;
 pub mod process;
 pub mod server;
 

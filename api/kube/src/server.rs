@@ -173,6 +173,7 @@ pub struct ApiServer {
     opts: KubeOptions,
     acceptor: tokio_rustls::TlsAcceptor,
     kubeconfig: PathBuf,
+    ca_pem: String,
     stop: tokio::sync::watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -256,6 +257,7 @@ impl ApiServer {
             opts,
             acceptor,
             kubeconfig,
+            ca_pem: pki.ca_cert.clone(),
             stop,
             tasks,
         })
@@ -285,6 +287,11 @@ impl ApiServer {
                 }
             }))
             .layer(Extension(PeerIdentity(Some(identity))))
+    }
+
+    /// The cluster CA certificate (PEM), as published in every namespace's `kube-root-ca.crt`.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
     }
 
     /// Where `admin.kubeconfig` was written.

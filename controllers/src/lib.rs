@@ -1,0 +1,26 @@
+//! keel's controllers: the loops of the controller manager, each an ordinary Kubernetes client built on
+//! kube-runtime that compares what is asked for with what exists and writes objects to close the gap.
+//! They run in `keel server` on the member Raft elected leader (through the in-process client) or out
+//! of process with `keel controllers --kubeconfig FILE`.
+
+pub mod backoff;
+pub mod context;
+pub mod error;
+pub mod informers;
+pub mod lease;
+pub mod manager;
+pub mod root_ca;
+pub mod runner;
+pub mod serviceaccount;
+
+pub use context::Context;
+pub use error::{Error, Result};
+pub use manager::{run, run_while_leading, ControllerDef, Options, Selection};
+
+/// The identity controllers act as.
+pub const USER: &str = "system:kube-controller-manager";
+
+/// The controllers, in upstream's names. Each module adds itself here.
+fn registry() -> Vec<ControllerDef> {
+    vec![serviceaccount::def(), root_ca::def()]
+}

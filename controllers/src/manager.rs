@@ -1,0 +1,169 @@
+//! The controller manager: which controllers run, and running them only while this process leads.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use kube::Client;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::context::Context;
+use crate::lease::{self, LeaderLease, Mode};
+
+/// The Lease the controller manager's leader holds.
+pub const LEASE_NAME: &str = "kube-controller-manager";
+
+/// A controller: its upstream name and how to start it (it subscribes to informers when called and
+/// runs when the returned future is polled).
+pub struct ControllerDef {
+    /// Upstream's name (`--controllers` uses it).
+    pub name: &'static str,
+    /// Builds the controller's loop.
+    pub start: fn(&Arc<Context>) -> BoxFuture<'static, ()>,
+}
+
+/// Every controller keel has, in upstream's names.
+pub fn all() -> Vec<ControllerDef> {
+    crate::registry()
+}
+
+/// Which controllers to run, as upstream's `--controllers`: `*` for all, `name` to add, `-name` to drop.
+#[derive(Debug, Clone)]
+pub struct Selection(Vec<String>);
+
+impl Default for Selection {
+    fn default() -> Self {
+        Selection(vec!["*".into()])
+    }
+}
+
+impl Selection {
+    /// Parses a comma-separated list, refusing names keel does not have.
+    pub fn parse(list: &str) -> Result<Selection, String> {
+        let known: Vec<&str> = all().iter().map(|c| c.name).collect();
+        let items: Vec<String> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect();
+        for i in &items {
+            let name = i.trim_start_matches('-');
+            if name != "*" && !known.contains(&name) {
+                return Err(format!(
+                    "unknown controller {name:?}; known: {}",
+                    known.join(", ")
+                ));
+            }
+        }
+        Ok(Selection(items))
+    }
+
+    /// Whether controller `name` is selected.
+    pub fn enabled(&self, name: &str) -> bool {
+        if self.0.iter().any(|i| i == &format!("-{name}")) {
+            return false;
+        }
+        self.0.iter().any(|i| i == "*" || i == name)
+    }
+}
+
+/// How the controller manager runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// This member's name: the leader Lease's holderIdentity and the Events' reportingInstance.
+    pub holder: String,
+    /// Which controllers run.
+    pub selection: Selection,
+    /// The cluster CA (PEM) published as `kube-root-ca.crt` in every namespace, when known.
+    pub root_ca: Option<String>,
+}
+
+/// Runs the selected controllers until the returned future is dropped (dropping cancels in-flight
+/// work safely: every write is conditional on what the controller read).
+pub async fn run(client: Client, opts: Options) {
+    let ctx = Context::new(client, opts.holder.clone(), opts.root_ca.clone());
+    let mut loops = Vec::new();
+    for c in all() {
+        if opts.selection.enabled(c.name) {
+            loops.push((c.name, (c.start)(&ctx)));
+        }
+    }
+    let informers = ctx.start_informers();
+    info!(
+        controllers = loops.len(),
+        informers = informers.len(),
+        "controllers started"
+    );
+    let _abort = AbortOnDrop(informers);
+    let handles: Vec<_> = loops
+        .into_iter()
+        .map(|(name, f)| {
+            tokio::spawn(async move {
+                f.await;
+                warn!(controller = name, "controller loop ended");
+            })
+        })
+        .collect();
+    let _abort_loops = AbortOnDrop(handles);
+    std::future::pending::<()>().await;
+}
+
+struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for h in &self.0 {
+            h.abort();
+        }
+    }
+}
+
+/// Runs the controllers while `leading` is true (started when it turns true, cancelled when it turns
+/// false), holding the leader Lease as `holder`, until `stop` fires. With [`Mode::Follow`] leadership
+/// comes from outside (Raft) and the Lease is simply taken.
+pub async fn run_while_leading(
+    client: Client,
+    opts: Options,
+    mut leading: watch::Receiver<bool>,
+    mut stop: watch::Receiver<bool>,
+    mode: Mode,
+) {
+    let holder = opts.holder.clone();
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let lead = *leading.borrow_and_update();
+        if lead {
+            info!(holder = %holder, "leading: starting the controllers");
+            let work = run(client.clone(), opts.clone());
+            let lease_task = async {
+                if mode == Mode::Follow {
+                    lease::hold(LeaderLease::new(client.clone(), LEASE_NAME, &holder, mode)).await;
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            };
+            tokio::select! {
+                _ = work => {}
+                _ = lease_task => {}
+                _ = stop.changed() => return,
+                _ = wait_for(&mut leading, false) => {
+                    info!(holder = %holder, "no longer leading: controllers stopped");
+                }
+            }
+        } else {
+            tokio::select! {
+                _ = stop.changed() => {}
+                _ = wait_for(&mut leading, true) => {}
+            }
+        }
+    }
+}
+
+async fn wait_for(rx: &mut watch::Receiver<bool>, want: bool) {
+    if rx.wait_for(|v| *v == want).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}

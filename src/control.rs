@@ -1,0 +1,125 @@
+//! The components that run on the leader: in `keel server` the controller manager follows Raft
+//! leadership through the in-process client; `keel controllers` runs it against any API server.
+
+use keel_controllers::lease::Mode;
+use keel_controllers::Selection;
+use keel_kube_api::authn::Identity;
+use keel_kube_api::{ApiServer, Storage};
+use tokio::sync::watch;
+
+use crate::cli::ControllersArgs;
+use crate::server::{init_logging, ServerError};
+
+/// This member's Raft leadership as a flag.
+fn leading(storage: &Storage) -> watch::Receiver<bool> {
+    let mut leadership = storage.leadership();
+    let (tx, rx) = watch::channel(leadership.borrow().is_leader());
+    tokio::spawn(async move {
+        while leadership.changed().await.is_ok() {
+            let lead = leadership.borrow_and_update().is_leader();
+            tx.send_if_modified(|v| std::mem::replace(v, lead) != lead);
+            if tx.is_closed() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// Starts the controller manager on `api`: it runs while this member is the Raft leader, until `stop`.
+pub(crate) fn spawn_controllers(
+    api: &ApiServer,
+    storage: &Storage,
+    holder: String,
+    selection: Selection,
+    stop: watch::Receiver<bool>,
+) {
+    let identity = Identity {
+        user: keel_controllers::USER.to_string(),
+        groups: vec!["system:authenticated".into()],
+    };
+    let client = kube::Client::new(api.service(identity), "default");
+    let leading = leading(storage);
+    let opts = keel_controllers::Options {
+        holder,
+        selection,
+        root_ca: Some(api.ca_pem().to_string()),
+    };
+    tokio::spawn(keel_controllers::run_while_leading(
+        client,
+        opts,
+        leading,
+        stop,
+        Mode::Follow,
+    ));
+}
+
+/// `keel controllers --kubeconfig FILE`: elect through the Lease, then run the controllers while leading.
+pub(crate) async fn run_controllers(args: ControllersArgs) -> Result<(), ServerError> {
+    init_logging(&args.log_level)?;
+    let selection = Selection::parse(&args.controllers).map_err(ServerError::Config)?;
+    let kubeconfig = kube::config::Kubeconfig::read_from(&args.kubeconfig).map_err(|e| {
+        ServerError::Config(format!("--kubeconfig {}: {e}", args.kubeconfig.display()))
+    })?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .map_err(|e| {
+            ServerError::Config(format!("--kubeconfig {}: {e}", args.kubeconfig.display()))
+        })?;
+    let root_ca = config
+        .root_cert
+        .as_ref()
+        .and_then(|certs| certs.first().map(|der| pem_encode("CERTIFICATE", der)));
+    let client = kube::Client::try_from(config)
+        .map_err(|e| ServerError::Config(format!("cannot make a client: {e}")))?;
+    let holder = if args.name.is_empty() {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "keel".into());
+        format!("{host}_{}", uuid_suffix())
+    } else {
+        args.name.clone()
+    };
+    let leading = keel_controllers::lease::elect(
+        client.clone(),
+        keel_controllers::manager::LEASE_NAME,
+        &holder,
+    );
+    let (stop_tx, stop) = watch::channel(false);
+    let opts = keel_controllers::Options {
+        holder,
+        selection,
+        root_ca,
+    };
+    let run = keel_controllers::run_while_leading(client, opts, leading, stop, Mode::Elect);
+    tokio::select! {
+        _ = run => {}
+        r = crate::server::terminated() => {
+            r.map_err(ServerError::Signal)?;
+            let _ = stop_tx.send(true);
+        }
+    }
+    Ok(())
+}
+
+fn uuid_suffix() -> String {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{:08x}{:04x}", nanos, std::process::id() & 0xffff)
+}
+
+/// PEM armour around one DER block.
+fn pem_encode(label: &str, der: &[u8]) -> String {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for chunk in b64.as_bytes().chunks(64) {
+        out.push_str(&String::from_utf8_lossy(chunk));
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {label}-----\n"));
+    out
+}

@@ -1,0 +1,100 @@
+//! Acting as a kubelet where no node agent runs yet: tests that need pods Running, Ready, Succeeded or Failed
+//! patch `pods/status` exactly as a kubelet's status manager does (a strategic merge patch of `status`).
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::json;
+
+/// What a pod reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Report {
+    /// Running with every container ready.
+    Ready,
+    /// Running, not ready.
+    NotReady,
+    /// Every container exited 0.
+    Succeeded,
+    /// A container exited 1.
+    Failed,
+}
+
+/// The status body a kubelet would write for `report` at time `now` (RFC 3339).
+pub fn status(report: Report, now: &str) -> serde_json::Value {
+    let (phase, ready) = match report {
+        Report::Ready => ("Running", "True"),
+        Report::NotReady => ("Running", "False"),
+        Report::Succeeded => ("Succeeded", "False"),
+        Report::Failed => ("Failed", "False"),
+    };
+    json!({"status": {
+        "phase": phase,
+        "podIP": "10.42.0.10",
+        "podIPs": [{"ip": "10.42.0.10"}],
+        "startTime": now,
+        "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+            {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+            {"type": "ContainersReady", "status": ready, "lastTransitionTime": now},
+            {"type": "Ready", "status": ready, "lastTransitionTime": now},
+        ],
+    }})
+}
+
+/// Patches the status of pod `ns/name` as its kubelet would.
+pub async fn report(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    report: Report,
+) -> Result<Pod, kube::Error> {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Strategic(status(report, &now)),
+    )
+    .await
+}
+
+/// Reports `report` for every pod in `ns` matching `selector` that does not report it yet; returns how many
+/// it patched.
+pub async fn report_all(
+    client: &kube::Client,
+    ns: &str,
+    selector: &str,
+    want: Report,
+) -> Result<usize, kube::Error> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pods = api.list(&ListParams::default().labels(selector)).await?;
+    let mut n = 0;
+    for p in pods.items {
+        if p.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let phase = p
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default();
+        let ready = p
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+            .is_some_and(|c| c.status == "True");
+        let already = match want {
+            Report::Ready => phase == "Running" && ready,
+            Report::NotReady => phase == "Running" && !ready,
+            Report::Succeeded => phase == "Succeeded",
+            Report::Failed => phase == "Failed",
+        };
+        if !already {
+            if let Some(name) = p.metadata.name.as_deref() {
+                report(client, ns, name, want).await?;
+                n += 1;
+            }
+        }
+    }
+    Ok(n)
+}

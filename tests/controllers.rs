@@ -1,0 +1,151 @@
+//! The controller manager on a 3-member cluster, seen through the real kubectl and the `kube` crate: it runs
+//! on the Raft leader, holds `kube-system/kube-controller-manager` as that member, and its controllers act.
+//! One cluster is shared by every test of this file; each test keeps to its own namespace.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
+use std::time::Duration;
+
+use keel_testkit::keel_bin;
+use keel_testkit::kube::KubeCluster;
+
+fn cluster() -> &'static KubeCluster {
+    KubeCluster::shared(|| KubeCluster::start(keel_bin!(), 3))
+}
+
+fn leader_name(c: &KubeCluster) -> String {
+    let out = c.ok(
+        0,
+        &[
+            "get",
+            "lease",
+            "-n",
+            "kube-system",
+            "kube-controller-manager",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ],
+    );
+    out.trim().to_string()
+}
+
+#[test]
+fn the_raft_leader_holds_the_controller_manager_lease() {
+    let c = cluster();
+    c.wait_until(
+        "the kube-controller-manager Lease",
+        Duration::from_secs(30),
+        || {
+            c.kubectl(
+                0,
+                &[
+                    "get",
+                    "lease",
+                    "-n",
+                    "kube-system",
+                    "kube-controller-manager",
+                ],
+            )
+            .ok
+        },
+    );
+    let holder = leader_name(c);
+    let lease = c.ok(
+        0,
+        &[
+            "get",
+            "lease",
+            "-n",
+            "kube-system",
+            "kube-controller-manager",
+            "-o",
+            "json",
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_str(&lease).unwrap();
+    assert_eq!(v["spec"]["leaseDurationSeconds"], 15, "{lease}");
+    assert!(v["spec"]["renewTime"].is_string(), "{lease}");
+    // The holder is a member name, and it is the member Raft elected.
+    let names: Vec<String> = (0..3).map(|i| c.member(i).name.clone()).collect();
+    assert!(
+        names.contains(&holder),
+        "holder {holder:?} is not one of {names:?}"
+    );
+}
+
+#[test]
+fn every_namespace_gets_its_default_service_account_and_root_ca() {
+    let c = cluster();
+    c.ok(0, &["create", "namespace", "ctl-sa"]);
+    c.wait_until(
+        "kube-root-ca.crt in ctl-sa",
+        Duration::from_secs(30),
+        || {
+            c.kubectl(0, &["get", "configmap", "kube-root-ca.crt", "-n", "ctl-sa"])
+                .ok
+        },
+    );
+    let ca = c.ok(
+        0,
+        &[
+            "get",
+            "configmap",
+            "kube-root-ca.crt",
+            "-n",
+            "ctl-sa",
+            "-o",
+            "jsonpath={.data.ca\\.crt}",
+        ],
+    );
+    assert!(ca.starts_with("-----BEGIN CERTIFICATE-----"), "{ca}");
+    // Deleted or changed, both come back.
+    c.ok(
+        0,
+        &["delete", "configmap", "kube-root-ca.crt", "-n", "ctl-sa"],
+    );
+    c.ok(0, &["delete", "serviceaccount", "default", "-n", "ctl-sa"]);
+    c.wait_until(
+        "kube-root-ca.crt recreated",
+        Duration::from_secs(30),
+        || {
+            c.kubectl(0, &["get", "configmap", "kube-root-ca.crt", "-n", "ctl-sa"])
+                .ok
+        },
+    );
+    c.wait_until(
+        "default ServiceAccount recreated",
+        Duration::from_secs(30),
+        || {
+            c.kubectl(0, &["get", "serviceaccount", "default", "-n", "ctl-sa"])
+                .ok
+        },
+    );
+    c.ok(
+        0,
+        &[
+            "patch",
+            "configmap",
+            "kube-root-ca.crt",
+            "-n",
+            "ctl-sa",
+            "--type=merge",
+            "-p",
+            r#"{"data":{"ca.crt":"x"}}"#,
+        ],
+    );
+    c.wait_until("kube-root-ca.crt restored", Duration::from_secs(30), || {
+        c.ok(
+            0,
+            &[
+                "get",
+                "configmap",
+                "kube-root-ca.crt",
+                "-n",
+                "ctl-sa",
+                "-o",
+                "jsonpath={.data.ca\\.crt}",
+            ],
+        )
+        .starts_with("-----BEGIN CERTIFICATE-----")
+    });
+}
