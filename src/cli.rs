@@ -102,6 +102,10 @@ pub(crate) struct ServerArgs {
     /// while the Kubernetes API is served; 0 turns it off.
     #[arg(long, alias = "etcd-compaction-interval", default_value = "5m", value_parser = parse_duration)]
     pub kube_compaction_interval: std::time::Duration,
+    /// kube-apiserver's `--event-ttl`: Events expire this long after their last write (through a lease, so
+    /// controllers and agents cannot grow the store without bound); 0 keeps them forever.
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    pub event_ttl: std::time::Duration,
     /// UNSAFE, never use in production: serve linearizable reads from this member's local state without
     /// confirming leadership (ReadIndex), so a partitioned member returns stale data. Exists only so that the
     /// Jepsen tests (jepsen-tests/) can show their checker catches stale reads.

@@ -76,6 +76,7 @@ pub(crate) fn kube_options(
         extra_sans: a.kube_extra_sans.clone(),
         token_file: a.token_auth_file.clone(),
         compaction_interval: a.kube_compaction_interval,
+        event_ttl: a.event_ttl,
     }))
 }
 

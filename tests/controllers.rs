@@ -149,3 +149,43 @@ fn every_namespace_gets_its_default_service_account_and_root_ca() {
         .starts_with("-----BEGIN CERTIFICATE-----")
     });
 }
+
+/// Events expire `--event-ttl` after their last write, through an etcd lease (visible to etcdctl).
+#[test]
+fn events_expire_after_the_event_ttl() {
+    let c = KubeCluster::start_with(
+        keel_testkit::Options::new(keel_testkit::Kind::Keel, 1)
+            .keel_bin(keel_bin!())
+            .arg("--event-ttl")
+            .arg("3s"),
+    );
+    let event = r#"{"apiVersion":"v1","kind":"Event","metadata":{"name":"ttl-1","namespace":"default"},
+        "involvedObject":{"kind":"Pod","name":"p","namespace":"default"},"reason":"Test","message":"m","type":"Normal"}"#;
+    c.ok_stdin(0, &["create", "-f", "-"], Some(event));
+    let out = keel_testkit::etcdctl(
+        &c.member(0).client_url(),
+        &["get", "/registry/events/default/ttl-1", "-w", "json"],
+        None,
+    );
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let lease = v["kvs"][0]["lease"].as_i64().unwrap_or(0);
+    assert_ne!(lease, 0, "the event's key has no lease: {}", out.stdout);
+    c.wait_until("the event expires", Duration::from_secs(30), || {
+        c.kubectl(0, &["get", "event", "ttl-1"])
+            .stderr
+            .contains("NotFound")
+    });
+    // An object of another kind has no time to live.
+    c.ok(0, &["create", "configmap", "no-ttl"]);
+    let out = keel_testkit::etcdctl(
+        &c.member(0).client_url(),
+        &["get", "/registry/configmaps/default/no-ttl", "-w", "json"],
+        None,
+    );
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert!(
+        v["kvs"][0].get("lease").is_none_or(|l| l == 0),
+        "{}",
+        out.stdout
+    );
+}

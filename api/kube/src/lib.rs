@@ -41,5 +41,7 @@ pub mod strategy;
 pub mod table;
 pub mod types;
 
-pub use server::{serve, ApiServer, InProcessService, KubeOptions, KubeServeError};
+pub use server::{
+    serve, ApiServer, InProcessService, KubeOptions, KubeServeError, DEFAULT_EVENT_TTL,
+};
 pub use storage::Storage;

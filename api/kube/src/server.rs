@@ -44,7 +44,12 @@ pub struct KubeOptions {
     pub token_file: Option<PathBuf>,
     /// kube-apiserver's `--etcd-compaction-interval` (zero: no compaction by the API server).
     pub compaction_interval: Duration,
+    /// kube-apiserver's `--event-ttl`: how long an Event lives after its last write.
+    pub event_ttl: Duration,
 }
+
+/// kube-apiserver's default `--event-ttl`.
+pub const DEFAULT_EVENT_TTL: Duration = Duration::from_secs(3600);
 
 /// Why the API could not be served.
 #[derive(Debug, thiserror::Error)]
@@ -210,6 +215,7 @@ impl ApiServer {
             registry: registry.clone(),
             server_address: opts.advertise_url.clone(),
             shutdown: stop_rx.clone(),
+            event_ttl: opts.event_ttl,
         });
         let app = Arc::new(App { state, tokens });
         let router = Router::new().fallback(route).with_state(app);

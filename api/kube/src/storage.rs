@@ -62,7 +62,22 @@ pub struct Page {
 #[derive(Clone)]
 pub struct Storage {
     node: Arc<Node>,
+    ttl_leases: Arc<tokio::sync::Mutex<Option<TtlLease>>>,
 }
+
+/// The lease objects written with a time to live (Events) are attached to. As kube-apiserver's lease
+/// manager does, one lease serves every such write for a while (5 % of the TTL, at most 1 000 objects),
+/// granted for the TTL plus that window, so a burst of Events costs one lease rather than one each.
+#[derive(Debug, Clone, Copy)]
+struct TtlLease {
+    id: i64,
+    ttl: i64,
+    granted: std::time::Instant,
+    attached: u32,
+}
+
+/// Objects one reused TTL lease carries at most.
+const TTL_LEASE_MAX_OBJECTS: u32 = 1000;
 
 /// Maps store and Raft errors to API errors (one place).
 pub fn propose_error(e: &ProposeError) -> ApiError {
@@ -151,7 +166,50 @@ fn get_op(key: &str) -> RequestOp {
 impl Storage {
     /// Storage over a member.
     pub fn new(node: Arc<Node>) -> Self {
-        Storage { node }
+        Storage {
+            node,
+            ttl_leases: Arc::default(),
+        }
+    }
+
+    /// A lease that expires `ttl_secs` (or up to 5 % more) from now, for an object with a time to live.
+    pub async fn ttl_lease(&self, ttl_secs: i64) -> Result<i64, ApiError> {
+        let reuse =
+            std::time::Duration::from_secs(u64::try_from(ttl_secs / 20).unwrap_or(0).max(1));
+        let mut cur = self.ttl_leases.lock().await;
+        if let Some(l) = cur.as_mut() {
+            if l.ttl == ttl_secs
+                && l.granted.elapsed() < reuse
+                && l.attached < TTL_LEASE_MAX_OBJECTS
+                && self.node.store().lease_exists(keel_store::LeaseId(l.id))
+            {
+                l.attached += 1;
+                return Ok(l.id);
+            }
+        }
+        let id = loop {
+            let id = rand::random::<i64>() & i64::MAX;
+            if id != 0 && !self.node.store().lease_exists(keel_store::LeaseId(id)) {
+                break id;
+            }
+        };
+        let grant = keel_store::pb::etcdserverpb::LeaseGrantRequest {
+            ttl: ttl_secs.saturating_add(i64::try_from(reuse.as_secs()).unwrap_or(0)),
+            id,
+        };
+        let kind = CommandKind::LeaseGrant(grant);
+        self.node
+            .admit(&kind)
+            .await
+            .map_err(|e| propose_error(&e))?;
+        self.propose(kind).await?;
+        *cur = Some(TtlLease {
+            id,
+            ttl: ttl_secs,
+            granted: std::time::Instant::now(),
+            attached: 1,
+        });
+        Ok(id)
     }
 
     /// The store's current revision.
@@ -306,7 +364,18 @@ impl Storage {
         object: &Value,
         expected: i64,
     ) -> Result<WriteOutcome, ApiError> {
-        self.put_claiming(key, object, expected, &[]).await
+        self.put_full(key, object, expected, &[], 0).await
+    }
+
+    /// Like [`Storage::put_if`], with the key attached to `lease` (0 = none), so it expires with it.
+    pub async fn put_if_leased(
+        &self,
+        key: &str,
+        object: &Value,
+        expected: i64,
+        lease: i64,
+    ) -> Result<WriteOutcome, ApiError> {
+        self.put_full(key, object, expected, &[], lease).await
     }
 
     /// Like [`Storage::put_if`], and in the same Txn claims each of `claims` (keys that must not exist yet,
@@ -318,12 +387,24 @@ impl Storage {
         expected: i64,
         claims: &[String],
     ) -> Result<WriteOutcome, ApiError> {
+        self.put_full(key, object, expected, claims, 0).await
+    }
+
+    async fn put_full(
+        &self,
+        key: &str,
+        object: &Value,
+        expected: i64,
+        claims: &[String],
+        lease: i64,
+    ) -> Result<WriteOutcome, ApiError> {
         let value = encode(object)?;
         let mut compares = vec![cmp_mod(key, expected)];
         let mut ops = vec![RequestOp {
             request: Some(request_op::Request::RequestPut(PutRequest {
                 key: Bytes::copy_from_slice(key.as_bytes()),
                 value: Bytes::from(value),
+                lease,
                 ..Default::default()
             })),
         }];

@@ -35,6 +35,7 @@ async fn start() -> (tempfile::TempDir, std::sync::Arc<Node>, ApiServer) {
         extra_sans: Vec::new(),
         token_file: None,
         compaction_interval: keel_kube_api::compaction::DEFAULT_INTERVAL,
+        event_ttl: keel_kube_api::DEFAULT_EVENT_TTL,
     };
     let api = tokio::time::timeout(
         Duration::from_secs(30),

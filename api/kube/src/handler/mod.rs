@@ -31,6 +31,22 @@ pub struct KubeState {
     pub server_address: String,
     /// Ends long-running requests (watches) when the server stops.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
+    /// How long Events live after their last write (their keys are attached to a lease).
+    pub event_ttl: std::time::Duration,
+}
+
+impl KubeState {
+    /// The lease a write of an object of storage `storage` attaches its key to (0: none; only Events
+    /// have a time to live, through both `v1` and `events.k8s.io`).
+    pub async fn ttl_lease(&self, storage: &str) -> Result<i64, ApiError> {
+        if storage != "events" || self.event_ttl.is_zero() {
+            return Ok(0);
+        }
+        let secs = i64::try_from(self.event_ttl.as_secs())
+            .unwrap_or(i64::MAX)
+            .max(1);
+        self.storage.ttl_lease(secs).await
+    }
 }
 
 /// One resource request, parsed.

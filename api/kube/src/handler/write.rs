@@ -306,12 +306,19 @@ pub async fn create_object(
             return respond_created(call, out).map(|r| with_warnings(r, warnings));
         }
         let key = sdef.key(call.ns(), object::name(&obj));
-        match call
-            .state
-            .storage
-            .put_claiming(&key, &obj, 0, &claims)
-            .await?
-        {
+        let lease = call.state.ttl_lease(&sdef.storage).await?;
+        let written = if lease != 0 {
+            call.state
+                .storage
+                .put_if_leased(&key, &obj, 0, lease)
+                .await?
+        } else {
+            call.state
+                .storage
+                .put_claiming(&key, &obj, 0, &claims)
+                .await?
+        };
+        match written {
             WriteOutcome::Done(rev) => {
                 object::set_resource_version(&mut obj, rev);
                 let out = convert::from_storage(def, obj);
@@ -503,10 +510,11 @@ where
                 }
             }
         }
+        let lease = call.state.ttl_lease(&def.storage).await?;
         match call
             .state
             .storage
-            .put_if(&key, &new, cur.mod_revision)
+            .put_if_leased(&key, &new, cur.mod_revision, lease)
             .await?
         {
             WriteOutcome::Done(rev) => {
