@@ -189,3 +189,124 @@ fn events_expire_after_the_event_ttl() {
         out.stdout
     );
 }
+
+/// `keel controllers --kubeconfig` runs the same controllers out of process against a member started with
+/// `--disable-controller-manager`, leading through the Lease.
+#[test]
+fn the_controllers_run_out_of_process_and_lead_through_the_lease() {
+    let c = KubeCluster::start_with(
+        keel_testkit::Options::new(keel_testkit::Kind::Keel, 1)
+            .keel_bin(keel_bin!())
+            .arg("--disable-controller-manager"),
+    );
+    c.ok(0, &["create", "namespace", "ctl-oop"]);
+    std::thread::sleep(Duration::from_secs(2));
+    // Nothing publishes the root CA while no controller manager runs.
+    assert!(
+        !c.kubectl(
+            0,
+            &["get", "configmap", "kube-root-ca.crt", "-n", "ctl-oop"]
+        )
+        .ok
+    );
+    let kubeconfig = c.member(0).kubeconfig();
+    let mut cmd = std::process::Command::new(keel_bin!());
+    cmd.args([
+        "controllers",
+        "--name",
+        "outside-1",
+        "--log-level",
+        "info",
+        "--kubeconfig",
+    ])
+    .arg(&kubeconfig);
+    let _ctl = keel_testkit::Process::start(
+        &mut cmd,
+        keel_testkit::Capture::Log(c.dir().join("controllers.log")),
+        None,
+    )
+    .unwrap();
+    c.wait_until(
+        "kube-root-ca.crt from the outside controllers",
+        Duration::from_secs(30),
+        || {
+            c.kubectl(
+                0,
+                &["get", "configmap", "kube-root-ca.crt", "-n", "ctl-oop"],
+            )
+            .ok
+        },
+    );
+    let holder = c.ok(
+        0,
+        &[
+            "get",
+            "lease",
+            "-n",
+            "kube-system",
+            "kube-controller-manager",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ],
+    );
+    assert_eq!(holder.trim(), "outside-1");
+    // A second candidate waits while the first holds the Lease.
+    let mut cmd = std::process::Command::new(keel_bin!());
+    cmd.args(["controllers", "--name", "outside-2", "--kubeconfig"])
+        .arg(&kubeconfig);
+    let _second = keel_testkit::Process::start(
+        &mut cmd,
+        keel_testkit::Capture::Log(c.dir().join("controllers-2.log")),
+        None,
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_secs(5));
+    let holder = c.ok(
+        0,
+        &[
+            "get",
+            "lease",
+            "-n",
+            "kube-system",
+            "kube-controller-manager",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ],
+    );
+    assert_eq!(
+        holder.trim(),
+        "outside-1",
+        "the second candidate took a held Lease"
+    );
+    // The first one stops (killed: no release); the second takes over once the Lease expires.
+    drop(_ctl);
+    c.wait_until("outside-2 takes the Lease", Duration::from_secs(40), || {
+        c.ok(
+            0,
+            &[
+                "get",
+                "lease",
+                "-n",
+                "kube-system",
+                "kube-controller-manager",
+                "-o",
+                "jsonpath={.spec.holderIdentity}",
+            ],
+        )
+        .trim()
+            == "outside-2"
+    });
+    let transitions = c.ok(
+        0,
+        &[
+            "get",
+            "lease",
+            "-n",
+            "kube-system",
+            "kube-controller-manager",
+            "-o",
+            "jsonpath={.spec.leaseTransitions}",
+        ],
+    );
+    assert_eq!(transitions.trim(), "1");
+}
