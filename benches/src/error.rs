@@ -37,6 +37,9 @@ pub(crate) enum BenchError {
         errors: u64,
         last: String,
     },
+    /// A Kubernetes API call or client setup failed.
+    #[error("Kubernetes API: {0}")]
+    Kube(String),
     /// Reading or writing a local file failed.
     #[error("{what}: {source}")]
     Io {

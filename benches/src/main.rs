@@ -85,6 +85,19 @@ struct Args {
     /// Do not write the report.
     #[arg(long)]
     no_doc: bool,
+    /// Run only the controller step (Kubernetes API on): one Deployment of this many replicas
+    /// [--quick: 200; else 1000], then more until --controller-pods pods exist.
+    #[arg(long)]
+    controllers: bool,
+    /// Replicas of the measured Deployment in the controller step.
+    #[arg(long)]
+    controller_replicas: Option<usize>,
+    /// Pods in the cluster when the controller step reads the leader's memory [--quick: 1000; else 30000].
+    #[arg(long)]
+    controller_pods: Option<usize>,
+    /// Skip the controller step of a full or quick run.
+    #[arg(long)]
+    no_controllers: bool,
 }
 
 /// `target/release` (or wherever this binary lives).
@@ -118,6 +131,9 @@ fn main() {
 }
 
 async fn run(args: Args) -> Result<()> {
+    if args.controllers {
+        return controllers(&args).await;
+    }
     let bins = Binaries {
         keel: args.keel.clone().unwrap_or_else(|| own_dir().join("keel")),
         etcd: args.etcd.clone(),
@@ -208,6 +224,10 @@ async fn run(args: Args) -> Result<()> {
             .join("; ")
     );
     println!("wall time: {secs:.0} s");
+    if !args.no_controllers && args.only.is_none() {
+        let root_path = root.path().to_path_buf();
+        controller_step(&args, &root_path, &bins).await?;
+    }
 
     if !args.quick && !args.no_doc {
         let doc = args
@@ -451,4 +471,53 @@ fn write_doc(path: &Path, generated: &str) -> Result<()> {
         what: format!("write {}", path.display()),
         source,
     })
+}
+
+/// `--controllers`: the controller step alone.
+async fn controllers(args: &Args) -> Result<()> {
+    let bins = Binaries {
+        keel: args.keel.clone().unwrap_or_else(|| own_dir().join("keel")),
+        etcd: args.etcd.clone(),
+    };
+    bins.check()?;
+    let parent = args
+        .data_root
+        .clone()
+        .unwrap_or_else(|| own_dir().join("..").join("bench-data"));
+    std::fs::create_dir_all(&parent).map_err(|source| BenchError::Io {
+        what: format!("create {}", parent.display()),
+        source,
+    })?;
+    let root = tempfile::Builder::new()
+        .prefix("run-")
+        .tempdir_in(&parent)
+        .map_err(|source| BenchError::Io {
+            what: format!("temp dir in {}", parent.display()),
+            source,
+        })?;
+    controller_step(args, root.path(), &bins).await
+}
+
+/// The controller step on 3 members (or the first of --members), printed beside upstream's limit.
+async fn controller_step(args: &Args, root: &Path, bins: &Binaries) -> Result<()> {
+    let members = args.members.first().copied().unwrap_or(3);
+    let replicas = args
+        .controller_replicas
+        .unwrap_or(if args.quick { 200 } else { 1000 });
+    let pods = args
+        .controller_pods
+        .unwrap_or(if args.quick { 1000 } else { 30_000 })
+        .max(replicas);
+    eprintln!("controllers: {members} members, a Deployment of {replicas} replicas, memory at {pods} pods");
+    let bar = ProgressBar::new_spinner();
+    let dir = root.join("controllers");
+    let f = workload::controllers::run(&dir, bins, members, replicas, pods, &|m| {
+        if !bar.is_hidden() {
+            bar.set_message(m);
+        }
+    })
+    .await?;
+    bar.finish_and_clear();
+    println!("{}", workload::controllers::text(&f));
+    Ok(())
 }

@@ -5,10 +5,15 @@ use std::path::Path;
 use std::process::Command;
 
 /// `keel server` with the benchmark's fixed flags; the member flags are added by the caller.
-pub(crate) fn command(binary: &Path) -> Command {
+/// With `kube_url` the member also serves the Kubernetes API there (and leads the controllers);
+/// without, the etcd API alone, as the etcd it is compared with.
+pub(crate) fn command(binary: &Path, kube_url: Option<&str>) -> Command {
     let mut cmd = super::base(binary);
-    // The etcd API alone, as the etcd it is compared with.
-    cmd.arg("server")
-        .args(["--kube-listen", "", "--log-level", "error"]);
+    cmd.arg("server").args([
+        "--kube-listen",
+        kube_url.unwrap_or(""),
+        "--log-level",
+        "error",
+    ]);
     cmd
 }

@@ -66,6 +66,8 @@ impl Binaries {
 struct Member {
     name: String,
     client_url: String,
+    /// `https://127.0.0.1:<port>` when the Kubernetes API is served.
+    kube_url: Option<String>,
     peer_url: String,
     data_dir: PathBuf,
     log: PathBuf,
@@ -82,6 +84,15 @@ pub(crate) struct Cluster {
     initial: String,
     binary: PathBuf,
     children: Vec<Child>,
+}
+
+/// Whether keel members also serve the Kubernetes API (and run the controllers on the leader).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Api {
+    /// The etcd API alone, as the etcd it is compared with.
+    EtcdOnly,
+    /// The Kubernetes API too, on a port of its own per member.
+    Kube,
 }
 
 fn free_port() -> Result<u16> {
@@ -103,12 +114,27 @@ impl Cluster {
         root: &Path,
         bins: &Binaries,
     ) -> Result<Self> {
+        Self::start_with(kind, members, root, bins, Api::EtcdOnly).await
+    }
+
+    /// Like [`Cluster::start`], keel members serving `api`.
+    pub(crate) async fn start_with(
+        kind: Kind,
+        members: usize,
+        root: &Path,
+        bins: &Binaries,
+        api: Api,
+    ) -> Result<Self> {
         let dir = root.join(format!("{}-{members}m", kind.name()));
         let mut plan = Vec::new();
         for i in 0..members {
             plan.push(Member {
                 name: format!("m{i}"),
                 client_url: format!("http://127.0.0.1:{}", free_port()?),
+                kube_url: match api {
+                    Api::Kube => Some(format!("https://127.0.0.1:{}", free_port()?)),
+                    Api::EtcdOnly => None,
+                },
                 peer_url: format!("http://127.0.0.1:{}", free_port()?),
                 data_dir: dir.join(format!("m{i}")),
                 log: dir.join(format!("m{i}.log")),
@@ -148,7 +174,7 @@ impl Cluster {
     fn spawn(&self, i: usize) -> Result<Child> {
         let m = &self.members[i];
         let mut cmd = match self.kind {
-            Kind::Keel => keel::command(&self.binary),
+            Kind::Keel => keel::command(&self.binary, m.kube_url.as_deref()),
             Kind::Etcd => etcd::command(&self.binary),
         };
         // The flags both servers share (keel takes etcd's names on purpose). On a restart both
@@ -254,6 +280,21 @@ impl Cluster {
             out.push((s.header().map_or(0, |h| h.member_id()), s.leader()));
         }
         Ok(out)
+    }
+
+    /// Member `i`'s admin kubeconfig (written at its first start when the Kubernetes API is served).
+    pub(crate) fn kubeconfig(&self, i: usize) -> PathBuf {
+        self.members[i].data_dir.join("admin.kubeconfig")
+    }
+
+    /// Resident set size of member `i`, in bytes.
+    pub(crate) fn rss_of(&self, i: usize) -> u64 {
+        self.children.get(i).map_or(0, |c| rss_of(c.id()))
+    }
+
+    /// CPU time (user + system) member `i` has used so far, in microseconds.
+    pub(crate) fn cpu_us_of(&self, i: usize) -> u64 {
+        self.children.get(i).map_or(0, |c| cpu_us_of(c.id()))
     }
 
     /// Resident set size of every member, in bytes (VmRSS from /proc).

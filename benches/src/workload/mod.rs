@@ -1,5 +1,6 @@
 //! The workloads, each run the same way against keel and etcd.
 
+pub(crate) mod controllers;
 pub(crate) mod failover;
 pub(crate) mod footprint;
 pub(crate) mod lease;
