@@ -290,6 +290,17 @@ async fn storage_semantics_protobuf_values_compaction_and_graceful_pods() {
     assert_eq!(shown, "kubeadm");
 
     // Paging: every page at the first page's revision; a compacted continue token is 410 Expired.
+    // The namespace also holds the root-ca publisher's `kube-root-ca.crt`, as every namespace does.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while api
+        .get_opt("kube-root-ca.crt")
+        .await
+        .expect("get")
+        .is_none()
+    {
+        assert!(std::time::Instant::now() < deadline, "no kube-root-ca.crt");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     for i in 0..5 {
         api.create(&PostParams::default(), &cm(&format!("page-{i}"), "x"))
             .await
@@ -300,7 +311,7 @@ async fn storage_semantics_protobuf_values_compaction_and_graceful_pods() {
         .await
         .expect("page 1");
     assert_eq!(first.items.len(), 2);
-    assert_eq!(first.metadata.remaining_item_count, Some(4));
+    assert_eq!(first.metadata.remaining_item_count, Some(5));
     let token = first.metadata.continue_.clone().expect("continue token");
     let second = api
         .list(&ListParams::default().limit(2).continue_token(&token))

@@ -69,6 +69,15 @@ fn discovery_version_and_explain() {
 fn create_get_describe_label_delete() {
     let c = KubeCluster::start(keel_bin!(), 1);
     c.ok(0, &["create", "namespace", "demo"]);
+    // Every namespace gets the root-ca publisher's ConfigMap; the listings below include it.
+    c.wait_until(
+        "kube-root-ca.crt in demo",
+        std::time::Duration::from_secs(30),
+        || {
+            c.kubectl(0, &["-n", "demo", "get", "cm", "kube-root-ca.crt"])
+                .ok
+        },
+    );
     c.ok(
         0,
         &[
@@ -145,8 +154,8 @@ fn create_get_describe_label_delete() {
     assert_eq!(json["kind"], "List");
     assert_eq!(
         json["items"].as_array().map(Vec::len),
-        Some(2),
-        "c1 and c2: {json}"
+        Some(3),
+        "c1, c2 and kube-root-ca.crt: {json}"
     );
     let jp = c.ok(
         0,
@@ -227,13 +236,13 @@ fn create_get_describe_label_delete() {
     );
     assert_eq!(
         sorted.lines().collect::<Vec<_>>(),
-        vec!["configmap/c1", "configmap/c2"]
+        vec!["configmap/c1", "configmap/c2", "configmap/kube-root-ca.crt"]
     );
     let chunked = c.ok(
         0,
         &["-n", "demo", "get", "cm", "--chunk-size=1", "-o", "name"],
     );
-    assert_eq!(chunked.lines().count(), 2, "{chunked}");
+    assert_eq!(chunked.lines().count(), 3, "{chunked}");
 
     let described = c.ok(0, &["-n", "demo", "describe", "deployment", "web"]);
     assert!(
