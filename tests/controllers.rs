@@ -310,3 +310,49 @@ fn the_controllers_run_out_of_process_and_lead_through_the_lease() {
     );
     assert_eq!(transitions.trim(), "1");
 }
+
+/// What the controllers' Event recorder writes (events.k8s.io/v1, a series for repeats) is what kubectl
+/// shows through core v1: reason, message, the object, and the repeat count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recorded_events_show_in_kubectl_with_their_count() {
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    let c = cluster();
+    c.ok(0, &["create", "namespace", "ctl-events"]);
+    c.ok(0, &["-n", "ctl-events", "create", "configmap", "subject"]);
+    let client = c.client(0).await;
+    let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(client.clone(), "ctl-events");
+    let subject = cms.get("subject").await.unwrap();
+    let recorder = Recorder::new(
+        client,
+        Reporter {
+            controller: "test-controller".into(),
+            instance: Some("m1".into()),
+        },
+    );
+    let reference = kube::Resource::object_ref(&subject, &());
+    let ev = Event {
+        type_: EventType::Normal,
+        reason: "Tested".into(),
+        note: Some("tested twice".into()),
+        action: "Test".into(),
+        secondary: None,
+    };
+    recorder.publish(&ev, &reference).await.unwrap();
+    recorder.publish(&ev, &reference).await.unwrap();
+    let listed = c.ok(0, &["-n", "ctl-events", "get", "events", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    let items = v["items"].as_array().cloned().unwrap_or_default();
+    assert_eq!(items.len(), 1, "one Event for two reports: {listed}");
+    let e = &items[0];
+    assert_eq!(e["reason"], "Tested", "{e}");
+    assert_eq!(e["message"], "tested twice", "{e}");
+    assert_eq!(e["involvedObject"]["name"], "subject", "{e}");
+    assert_eq!(e["series"]["count"], 2, "{e}");
+    assert_eq!(e["reportingComponent"], "test-controller", "{e}");
+    let shown = c.ok(0, &["-n", "ctl-events", "get", "events"]);
+    assert!(
+        shown.contains("Tested") && shown.contains("configmap/subject"),
+        "{shown}"
+    );
+}

@@ -66,6 +66,7 @@ pub struct Context {
     /// The cluster CA certificate (PEM), when known.
     pub root_ca: Option<String>,
     informers: Informers,
+    recorders: Mutex<HashMap<String, Recorder>>,
 }
 
 impl Context {
@@ -76,6 +77,7 @@ impl Context {
             holder: holder.into(),
             root_ca,
             informers: Informers::default(),
+            recorders: Mutex::default(),
         })
     }
 
@@ -101,15 +103,23 @@ impl Context {
         self.informers.start()
     }
 
-    /// An Event recorder reporting as `controller` (e.g. `deployment-controller`) from this member.
+    /// The Event recorder reporting as `controller` (e.g. `deployment-controller`) from this member. One
+    /// per controller for the manager's life, so a repeated Event is counted in its series rather than
+    /// written again.
     pub fn recorder(&self, controller: &str) -> Recorder {
-        Recorder::new(
-            self.client.clone(),
-            Reporter {
-                controller: controller.to_string(),
-                instance: Some(self.holder.clone()),
-            },
-        )
+        let make = || {
+            Recorder::new(
+                self.client.clone(),
+                Reporter {
+                    controller: controller.to_string(),
+                    instance: Some(self.holder.clone()),
+                },
+            )
+        };
+        match self.recorders.lock() {
+            Ok(mut m) => m.entry(controller.to_string()).or_insert_with(make).clone(),
+            Err(_) => make(),
+        }
     }
 
     /// A typed client for the namespaced kind `K` in `ns`.
