@@ -5,6 +5,8 @@
 
 pub mod backoff;
 pub mod context;
+pub mod endpoints;
+pub mod endpointslice;
 pub mod error;
 pub mod informers;
 pub mod lease;
@@ -22,5 +24,10 @@ pub const USER: &str = "system:kube-controller-manager";
 
 /// The controllers, in upstream's names. Each module adds itself here.
 fn registry() -> Vec<ControllerDef> {
-    vec![serviceaccount::def(), root_ca::def()]
+    vec![
+        serviceaccount::def(),
+        root_ca::def(),
+        endpointslice::def(),
+        endpoints::def(),
+    ]
 }
