@@ -11,6 +11,7 @@ pub mod error;
 pub mod informers;
 pub mod lease;
 pub mod manager;
+pub mod node_lifecycle;
 pub mod root_ca;
 pub mod runner;
 pub mod serviceaccount;
@@ -29,5 +30,7 @@ fn registry() -> Vec<ControllerDef> {
         root_ca::def(),
         endpointslice::def(),
         endpoints::def(),
+        node_lifecycle::def(),
+        node_lifecycle::taint_eviction::def(),
     ]
 }
