@@ -12,6 +12,7 @@ pub mod informers;
 pub mod lease;
 pub mod manager;
 pub mod node_lifecycle;
+pub mod podgc;
 pub mod root_ca;
 pub mod runner;
 pub mod serviceaccount;
@@ -32,5 +33,6 @@ fn registry() -> Vec<ControllerDef> {
         endpoints::def(),
         node_lifecycle::def(),
         node_lifecycle::taint_eviction::def(),
+        podgc::def(),
     ]
 }
