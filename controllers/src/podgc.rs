@@ -79,12 +79,22 @@ impl Collector {
         if terminated.len() > TERMINATED_POD_GC_THRESHOLD {
             terminated.sort_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0));
             let excess = terminated.len() - TERMINATED_POD_GC_THRESHOLD;
-            doomed.extend(terminated.into_iter().take(excess).map(|p| (p.clone(), Why::Other)));
+            doomed.extend(
+                terminated
+                    .into_iter()
+                    .take(excess)
+                    .map(|p| (p.clone(), Why::Other)),
+            );
         }
         // Pods bound to nodes that are gone, after the quarantine and a live look.
         let mut absent: HashSet<String> = HashSet::new();
         for p in &pods {
-            let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty()) else {
+            let Some(node) = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .filter(|n| !n.is_empty())
+            else {
                 continue;
             };
             if nodes.get(&ObjectRef::new(&node)).is_none() {
@@ -109,7 +119,11 @@ impl Collector {
             }
         }
         for p in &pods {
-            let node = p.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or("");
+            let node = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .unwrap_or("");
             if gone.contains(node) {
                 doomed.push((p.clone(), Why::NodeGone));
                 continue;
@@ -150,7 +164,11 @@ async fn force_delete(ctx: &Arc<Context>, pod: &Pod, why: Why) {
             }]);
         }
         match api
-            .patch_status(&name, &PatchParams::default(), &Patch::Strategic(json!({"status": status})))
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Strategic(json!({"status": status})),
+            )
             .await
         {
             Ok(_) => {}

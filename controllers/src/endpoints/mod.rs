@@ -98,10 +98,19 @@ async fn cleanup(
         match api.delete(&svc.name_any(), &DeleteParams::default()).await {
             Ok(_) => {}
             Err(e) if is_not_found(&e) => {}
-            Err(e) => debug!(service = %svc.name_any(), error = %e, "deleting the Endpoints of a deleted Service"),
+            Err(e) => {
+                debug!(service = %svc.name_any(), error = %e, "deleting the Endpoints of a deleted Service")
+            }
         }
     }
 }
+
+/// One subset being built: its ports, ready and not-ready addresses.
+type Subset = (
+    Vec<EndpointPort>,
+    Vec<EndpointAddress>,
+    Vec<EndpointAddress>,
+);
 
 /// The subsets of `svc` from the pods in the cache, and whether they were truncated.
 pub fn subsets(svc: &Service, pods: &Store<Pod>) -> (Vec<EndpointSubset>, bool) {
@@ -113,8 +122,7 @@ pub fn subsets(svc: &Service, pods: &Store<Pod>) -> (Vec<EndpointSubset>, bool) 
         .and_then(|s| s.ports.clone())
         .unwrap_or_default();
     // Keyed by the ports' JSON so that pods resolving ports alike share a subset.
-    let mut by_ports: BTreeMap<String, (Vec<EndpointPort>, Vec<EndpointAddress>, Vec<EndpointAddress>)> =
-        BTreeMap::new();
+    let mut by_ports: BTreeMap<String, Subset> = BTreeMap::new();
     for pod in pods::selected(svc, pods) {
         if !pods::eligible(&pod, publish) {
             continue;
@@ -213,7 +221,10 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action> {
     }
     annotations.insert(
         LAST_CHANGE_TRIGGER_TIME.into(),
-        jiff::Timestamp::now().round(jiff::Unit::Second).unwrap_or_else(|_| jiff::Timestamp::now()).to_string(),
+        jiff::Timestamp::now()
+            .round(jiff::Unit::Second)
+            .unwrap_or_else(|_| jiff::Timestamp::now())
+            .to_string(),
     );
     let api = ctx.api::<Endpoints>(&ns);
     let result = match cached {
@@ -222,7 +233,9 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action> {
             ep.subsets = subsets;
             ep.metadata.labels = Some(labels);
             ep.metadata.annotations = Some(annotations);
-            api.replace(&name, &PostParams::default(), &ep).await.map(|_| ())
+            api.replace(&name, &PostParams::default(), &ep)
+                .await
+                .map(|_| ())
         }
         None => {
             let ep = Endpoints {
@@ -241,7 +254,9 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action> {
     match result {
         Ok(()) => Ok(Action::await_change()),
         // The cache was behind: the watch brings the current object and another pass.
-        Err(e) if is_conflict(&e) || is_not_found(&e) => Ok(Action::requeue(Duration::from_millis(500))),
+        Err(e) if is_conflict(&e) || is_not_found(&e) => {
+            Ok(Action::requeue(Duration::from_millis(500)))
+        }
         Err(kube::Error::Api(s)) if s.code == 403 => Ok(Action::requeue(Duration::from_secs(30))),
         Err(e) => Err(e.into()),
     }

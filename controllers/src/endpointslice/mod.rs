@@ -103,9 +103,7 @@ fn managed_slices(store: &Store<EndpointSlice>, ns: &str, name: &str) -> Vec<Arc
         .state()
         .into_iter()
         .filter(|s| s.namespace().as_deref() == Some(ns))
-        .filter(|s| {
-            managed_service(s).is_some_and(|r| r.name == name)
-        })
+        .filter(|s| managed_service(s).is_some_and(|r| r.name == name))
         .collect()
 }
 
@@ -127,7 +125,10 @@ async fn cleanup(
         );
         let api = ctx.api::<EndpointSlice>(&ns);
         if let Err(e) = api
-            .delete_collection(&DeleteParams::default(), &ListParams::default().labels(&selector))
+            .delete_collection(
+                &DeleteParams::default(),
+                &ListParams::default().labels(&selector),
+            )
             .await
         {
             debug!(service = %svc.name_any(), error = %e, "deleting the slices of a deleted Service");
@@ -233,7 +234,13 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>, tracker: Arc<Tracker>) 
     };
     let groups = groups(&svc, &ctx.store::<Pod>(), &ctx.store::<Node>());
     let primary = pods::families(&svc).first().copied().unwrap_or("IPv4");
-    let plan = reconciler::plan(groups, &existing, &template, MAX_ENDPOINTS_PER_SLICE, primary);
+    let plan = reconciler::plan(
+        groups,
+        &existing,
+        &template,
+        MAX_ENDPOINTS_PER_SLICE,
+        primary,
+    );
     let api = ctx.api::<EndpointSlice>(&ns);
     let mut retry = false;
     for s in &plan.delete {

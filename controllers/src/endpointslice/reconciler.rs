@@ -31,7 +31,10 @@ pub struct Plan {
 }
 
 fn key(family: &str, ports: &[EndpointPort]) -> String {
-    format!("{family}/{}", serde_json::to_string(ports).unwrap_or_default())
+    format!(
+        "{family}/{}",
+        serde_json::to_string(ports).unwrap_or_default()
+    )
 }
 
 fn address(e: &Endpoint) -> String {
@@ -93,8 +96,11 @@ pub fn plan(
     for g in groups {
         let k = key(&g.family, &g.ports);
         let slices = by_group.remove(&k).unwrap_or_default();
-        let mut desired: BTreeMap<String, Endpoint> =
-            g.endpoints.iter().map(|e| (address(e), e.clone())).collect();
+        let mut desired: BTreeMap<String, Endpoint> = g
+            .endpoints
+            .iter()
+            .map(|e| (address(e), e.clone()))
+            .collect();
         // Pass 1: each existing slice keeps the endpoints still wanted, in their current form.
         let mut kept: Vec<(Arc<EndpointSlice>, EndpointSlice)> = Vec::new();
         for old in slices {
@@ -168,7 +174,9 @@ mod tests {
                 port: Some(80),
                 ..Default::default()
             }],
-            endpoints: (0..n).map(|i| ep(&format!("10.0.{}.{}", i / 250, i % 250))).collect(),
+            endpoints: (0..n)
+                .map(|i| ep(&format!("10.0.{}.{}", i / 250, i % 250)))
+                .collect(),
         }
     }
 
@@ -186,7 +194,13 @@ mod tests {
 
     #[test]
     fn new_endpoints_are_cut_into_slices_of_max() {
-        let p = plan(vec![group(250)], &[], &EndpointSlice::default(), 100, "IPv4");
+        let p = plan(
+            vec![group(250)],
+            &[],
+            &EndpointSlice::default(),
+            100,
+            "IPv4",
+        );
         let sizes: Vec<usize> = p.create.iter().map(|s| s.endpoints.len()).collect();
         assert_eq!(sizes, vec![100, 100, 50]);
         assert!(p.update.is_empty() && p.delete.is_empty());
@@ -215,7 +229,13 @@ mod tests {
         let b = existing("b", &g, 5..10);
         let mut smaller = g.clone();
         smaller.endpoints.truncate(5);
-        let p = plan(vec![smaller], &[a, b], &EndpointSlice::default(), 100, "IPv4");
+        let p = plan(
+            vec![smaller],
+            &[a, b],
+            &EndpointSlice::default(),
+            100,
+            "IPv4",
+        );
         assert!(p.create.is_empty() && p.update.is_empty());
         assert_eq!(p.delete.len(), 1);
         assert_eq!(p.delete[0].metadata.name.as_deref(), Some("b"));

@@ -11,10 +11,13 @@ use kube::ResourceExt;
 /// How long an unconfirmed write is waited for; after that someone else changed the slice meanwhile.
 const PATIENCE: Duration = Duration::from_secs(30);
 
+/// One Service's unconfirmed writes: slice name → (resourceVersion written or none for a delete, when).
+type Writes = HashMap<String, (Option<u64>, Instant)>;
+
 /// Writes per Service (`ns/name`), each slice by name: the resourceVersion written, or none for a delete.
 #[derive(Default)]
 pub struct Tracker {
-    writes: Mutex<HashMap<String, HashMap<String, (Option<u64>, Instant)>>>,
+    writes: Mutex<HashMap<String, Writes>>,
 }
 
 fn rv(slice: &EndpointSlice) -> Option<u64> {
@@ -25,9 +28,10 @@ impl Tracker {
     /// Records that `slice` was created or updated for `service`.
     pub fn wrote(&self, service: &str, slice: &EndpointSlice) {
         if let Ok(mut w) = self.writes.lock() {
-            w.entry(service.to_string())
-                .or_default()
-                .insert(slice.name_any(), (Some(rv(slice).unwrap_or(0)), Instant::now()));
+            w.entry(service.to_string()).or_default().insert(
+                slice.name_any(),
+                (Some(rv(slice).unwrap_or(0)), Instant::now()),
+            );
         }
     }
 

@@ -54,7 +54,9 @@ impl Health {
             heartbeat,
             renewed,
         });
-        if heartbeat != seen.heartbeat || renewed.is_some_and(|r| seen.renewed.is_none_or(|s| r > s)) {
+        if heartbeat != seen.heartbeat
+            || renewed.is_some_and(|r| seen.renewed.is_none_or(|s| r > s))
+        {
             seen.probe = now;
         }
         seen.heartbeat = heartbeat;

@@ -130,7 +130,8 @@ impl Monitor {
                 mark_pods_not_ready(ctx, &name).await;
             }
         }
-        self.ready.retain(|n, _| nodes.iter().any(|x| x.name_any() == *n));
+        self.ready
+            .retain(|n, _| nodes.iter().any(|x| x.name_any() == *n));
         // 2. Zones: how disrupted each is, and so how fast NoExecute taints may come.
         let mut counts: HashMap<String, (usize, usize)> = HashMap::new();
         for node in &nodes {
@@ -147,7 +148,9 @@ impl Monitor {
             .collect();
         let all_fully = !states.is_empty() && states.values().all(|s| *s == State::FullDisruption);
         if all_fully && !self.all_fully_disrupted {
-            info!("every node is not ready: evictions stop (this controller may be the one cut off)");
+            info!(
+                "every node is not ready: evictions stop (this controller may be the one cut off)"
+            );
         }
         self.all_fully_disrupted = all_fully;
         // 3. Taints.
@@ -266,7 +269,10 @@ mod tests {
     }
 
     fn keys(t: &[Taint]) -> Vec<String> {
-        let mut k: Vec<String> = t.iter().map(|t| format!("{}:{}", t.key, t.effect)).collect();
+        let mut k: Vec<String> = t
+            .iter()
+            .map(|t| format!("{}:{}", t.key, t.effect))
+            .collect();
         k.sort();
         k
     }
@@ -276,26 +282,50 @@ mod tests {
         let n = node("Unknown", vec![]);
         assert_eq!(
             keys(&desired_taints(&n, false, || true)),
-            vec![format!("{UNREACHABLE}:NoExecute"), format!("{UNREACHABLE}:NoSchedule")]
+            vec![
+                format!("{UNREACHABLE}:NoExecute"),
+                format!("{UNREACHABLE}:NoSchedule")
+            ]
         );
         // Without a token only the NoSchedule taint comes.
-        assert_eq!(keys(&desired_taints(&n, false, || false)), vec![format!("{UNREACHABLE}:NoSchedule")]);
+        assert_eq!(
+            keys(&desired_taints(&n, false, || false)),
+            vec![format!("{UNREACHABLE}:NoSchedule")]
+        );
         // Every zone down: no NoExecute.
-        assert_eq!(keys(&desired_taints(&n, true, || true)), vec![format!("{UNREACHABLE}:NoSchedule")]);
+        assert_eq!(
+            keys(&desired_taints(&n, true, || true)),
+            vec![format!("{UNREACHABLE}:NoSchedule")]
+        );
     }
 
     #[test]
     fn not_ready_swaps_to_unreachable_without_a_token_and_ready_clears() {
         let n = node(
             "Unknown",
-            vec![taints::taint(NOT_READY, NO_EXECUTE, None), taints::taint(NOT_READY, "NoSchedule", None)],
+            vec![
+                taints::taint(NOT_READY, NO_EXECUTE, None),
+                taints::taint(NOT_READY, "NoSchedule", None),
+            ],
         );
         assert_eq!(
             keys(&desired_taints(&n, false, || false)),
-            vec![format!("{UNREACHABLE}:NoExecute"), format!("{UNREACHABLE}:NoSchedule")]
+            vec![
+                format!("{UNREACHABLE}:NoExecute"),
+                format!("{UNREACHABLE}:NoSchedule")
+            ]
         );
-        let mut back = node("True", vec![taints::taint(UNREACHABLE, NO_EXECUTE, None), taints::taint("x", NO_EXECUTE, None)]);
-        assert_eq!(keys(&desired_taints(&back, false, || false)), vec!["x:NoExecute".to_string()]);
+        let mut back = node(
+            "True",
+            vec![
+                taints::taint(UNREACHABLE, NO_EXECUTE, None),
+                taints::taint("x", NO_EXECUTE, None),
+            ],
+        );
+        assert_eq!(
+            keys(&desired_taints(&back, false, || false)),
+            vec!["x:NoExecute".to_string()]
+        );
         back.spec = None;
         assert!(desired_taints(&back, false, || false).is_empty());
     }

@@ -20,10 +20,18 @@ pub const NO_EXECUTE: &str = "NoExecute";
 const CONDITION_TAINTS: &[(&str, &str, &str)] = &[
     ("Ready", "False", NOT_READY),
     ("Ready", "Unknown", UNREACHABLE),
-    ("MemoryPressure", "True", "node.kubernetes.io/memory-pressure"),
+    (
+        "MemoryPressure",
+        "True",
+        "node.kubernetes.io/memory-pressure",
+    ),
     ("DiskPressure", "True", "node.kubernetes.io/disk-pressure"),
     ("PIDPressure", "True", "node.kubernetes.io/pid-pressure"),
-    ("NetworkUnavailable", "True", "node.kubernetes.io/network-unavailable"),
+    (
+        "NetworkUnavailable",
+        "True",
+        "node.kubernetes.io/network-unavailable",
+    ),
 ];
 
 /// The node's condition of `type_`.
@@ -51,7 +59,9 @@ pub fn taints(node: &Node) -> &[Taint] {
 
 /// Whether the node has taint `key` with `effect`.
 pub fn has(node: &Node, key: &str, effect: &str) -> bool {
-    taints(node).iter().any(|t| t.key == key && t.effect == effect)
+    taints(node)
+        .iter()
+        .any(|t| t.key == key && t.effect == effect)
 }
 
 /// A taint without a value.
@@ -88,7 +98,10 @@ pub fn with_condition_taints(node: &Node, mut current: Vec<Taint>) -> Vec<Taint>
     // Keep existing entries that are still wanted as they are; drop the rest of ours; add the new.
     current.retain(|t| !owned(t) || want.iter().any(|w| w.key == t.key));
     for w in want {
-        if !current.iter().any(|t| t.key == w.key && t.effect == w.effect) {
+        if !current
+            .iter()
+            .any(|t| t.key == w.key && t.effect == w.effect)
+        {
             current.push(w);
         }
     }
@@ -152,9 +165,15 @@ mod tests {
     #[test]
     fn tolerations_match_taints_as_upstream() {
         let t = taint(UNREACHABLE, NO_EXECUTE, None);
-        assert!(tolerates(&tol(UNREACHABLE, "Exists", "NoExecute", None), &t));
+        assert!(tolerates(
+            &tol(UNREACHABLE, "Exists", "NoExecute", None),
+            &t
+        ));
         assert!(tolerates(&tol(UNREACHABLE, "Exists", "", None), &t));
-        assert!(!tolerates(&tol(UNREACHABLE, "Exists", "NoSchedule", None), &t));
+        assert!(!tolerates(
+            &tol(UNREACHABLE, "Exists", "NoSchedule", None),
+            &t
+        ));
         assert!(!tolerates(&tol(NOT_READY, "Exists", "NoExecute", None), &t));
         assert!(tolerates(&tol("", "Exists", "", None), &t));
         assert!(!tolerates(&tol("", "Equal", "", None), &t));

@@ -29,8 +29,12 @@ pub enum State {
 /// The zone key of a node: region and zone labels (empty for a node without them).
 pub fn key(node: &Node) -> String {
     let l = node.labels();
-    let region = l.get("topology.kubernetes.io/region").map_or("", String::as_str);
-    let zone = l.get("topology.kubernetes.io/zone").map_or("", String::as_str);
+    let region = l
+        .get("topology.kubernetes.io/region")
+        .map_or("", String::as_str);
+    let zone = l
+        .get("topology.kubernetes.io/zone")
+        .map_or("", String::as_str);
     if region.is_empty() && zone.is_empty() {
         String::new()
     } else {
@@ -42,7 +46,9 @@ pub fn key(node: &Node) -> String {
 pub fn state(ready: usize, not_ready: usize) -> State {
     if ready == 0 && not_ready > 0 {
         State::FullDisruption
-    } else if not_ready > 2 && not_ready as f64 / (ready + not_ready) as f64 >= UNHEALTHY_ZONE_THRESHOLD {
+    } else if not_ready > 2
+        && not_ready as f64 / (ready + not_ready) as f64 >= UNHEALTHY_ZONE_THRESHOLD
+    {
         State::PartialDisruption
     } else {
         State::Normal
@@ -104,7 +110,10 @@ mod tests {
         assert_eq!(state(2, 3), State::PartialDisruption);
         assert_eq!(state(3, 3), State::Normal);
         assert_eq!(rate(State::PartialDisruption, 10, false), 0.0);
-        assert_eq!(rate(State::PartialDisruption, 60, false), SECONDARY_EVICTION_RATE);
+        assert_eq!(
+            rate(State::PartialDisruption, 60, false),
+            SECONDARY_EVICTION_RATE
+        );
         assert_eq!(rate(State::FullDisruption, 1, true), 0.0);
         assert_eq!(rate(State::FullDisruption, 1, false), EVICTION_RATE);
     }

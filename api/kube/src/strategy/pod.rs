@@ -73,7 +73,10 @@ fn default_toleration_seconds(spec: &mut Value) {
     let Some(list) = list.as_array_mut() else {
         return;
     };
-    for key in ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"] {
+    for key in [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    ] {
         let tolerated = list.iter().any(|t| {
             let k = t.get("key").and_then(Value::as_str).unwrap_or("");
             let e = t.get("effect").and_then(Value::as_str).unwrap_or("");
