@@ -740,3 +740,50 @@ fn a_silent_node_is_tainted_its_pods_evicted_and_a_deleted_nodes_pods_collected(
     alive.stop();
     drain.stop();
 }
+
+#[test]
+fn terminating_pods_of_an_out_of_service_node_are_force_deleted() {
+    let c = cluster();
+    let ns = "oos";
+    c.ok(0, &["create", "namespace", ns]);
+    create_node(c, "oos-1", "zone-c");
+    let kubelet = Kubelet::start(c, "oos-1");
+    let long_grace = "  terminationGracePeriodSeconds: 600\n";
+    c.ok_stdin(
+        0,
+        &["apply", "-f", "-"],
+        Some(&pod_yaml(
+            ns,
+            "stuck",
+            "s",
+            Some("oos-1"),
+            ("http", 80),
+            long_grace,
+        )),
+    );
+    c.ok(0, &["delete", "pod", "-n", ns, "stuck", "--wait=false"]);
+    kubelet.stop();
+    c.wait_until("oos-1 not ready", Duration::from_secs(60), || {
+        condition(&node_json(c, "oos-1"), "Ready")["status"] == "Unknown"
+    });
+    // Terminating on a silent node, the pod waits for a kubelet that will not come.
+    let p = pod_json(c, ns, "stuck").expect("still terminating");
+    assert!(!p["metadata"]["deletionTimestamp"].is_null(), "{p}");
+    let t0 = Instant::now();
+    c.ok(
+        0,
+        &[
+            "taint",
+            "node",
+            "oos-1",
+            "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute",
+        ],
+    );
+    c.wait_until("the pod is force-deleted", Duration::from_secs(60), || {
+        pod_json(c, ns, "stuck").is_none()
+    });
+    println!(
+        "terminating pod on an out-of-service node collected {:?} after the taint",
+        t0.elapsed()
+    );
+}

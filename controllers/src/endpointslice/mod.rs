@@ -50,8 +50,9 @@ fn start(ctx: &Arc<Context>) -> BoxFuture<'static, ()> {
     let services = ctx.shared::<Service>();
     let pods = ctx.shared::<Pod>();
     let slices = ctx.shared::<EndpointSlice>();
-    ctx.shared::<Node>();
+    let nodes = ctx.shared::<Node>();
     let (svc_store, slice_store) = (services.store(), slices.store());
+    let (node_svcs, node_pods) = (services.store(), pods.store());
     let controller = Controller::for_shared_stream(services.subscribe(), services.store())
         .watches_shared_stream(pods.subscribe(), move |pod: Arc<Pod>| {
             let mut refs = pods::services_of(&pod, &svc_store);
@@ -60,6 +61,10 @@ fn start(ctx: &Arc<Context>) -> BoxFuture<'static, ()> {
         })
         .watches_shared_stream(slices.subscribe(), |s: Arc<EndpointSlice>| {
             managed_service(&s)
+        })
+        // A node's zone is its endpoints' zone.
+        .watches_shared_stream(nodes.subscribe(), move |n: Arc<Node>| {
+            services_on(&n.name_any(), &node_pods, &node_svcs)
         });
     let tracker = Arc::new(Tracker::default());
     let work = runner::run("endpointslice", controller, ctx, move |svc, ctx| {
@@ -95,6 +100,23 @@ fn services_listing(pod: &Pod, slices: &Store<EndpointSlice>) -> Vec<ObjectRef<S
         })
         .filter_map(|s| managed_service(&s))
         .collect()
+}
+
+/// The Services selecting pods bound to `node`.
+fn services_on(
+    node: &str,
+    pods: &Store<Pod>,
+    services: &Store<Service>,
+) -> Vec<ObjectRef<Service>> {
+    let mut refs: Vec<ObjectRef<Service>> = pods
+        .state()
+        .iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .flat_map(|p| pods::services_of(p, services))
+        .collect();
+    refs.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    refs.dedup();
+    refs
 }
 
 /// The managed slices of Service `ns/name` in the cache.
