@@ -80,6 +80,12 @@ impl Monitor {
         self.health
             .retain(&nodes.iter().map(|n| n.name_any()).collect::<Vec<_>>());
         let recorder = ctx.recorder("node-controller");
+        let mut pods_by_node: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
+        for p in ctx.store::<Pod>().state() {
+            if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
+                pods_by_node.entry(n).or_default().push(p);
+            }
+        }
         // 1. Health: silent nodes' conditions turn Unknown.
         for node in nodes.iter_mut() {
             let name = node.name_any();
@@ -127,7 +133,8 @@ impl Monitor {
                     .await;
             }
             if !ready {
-                mark_pods_not_ready(ctx, &name).await;
+                let on_node = pods_by_node.get(&name).map(Vec::as_slice).unwrap_or(&[]);
+                mark_pods_not_ready(ctx, &name, on_node).await;
             }
         }
         self.ready
@@ -214,15 +221,12 @@ fn desired_taints(
 
 /// Sets the Ready condition of the pods bound to `node` False (upstream's MarkPodsNotReady), so that
 /// Services stop sending them traffic.
-async fn mark_pods_not_ready(ctx: &Arc<Context>, node: &str) {
-    for pod in ctx.store::<Pod>().state() {
-        if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(node)
-            || !podutil::ready(&pod)
-            || podutil::terminal(&pod)
-        {
+async fn mark_pods_not_ready(ctx: &Arc<Context>, node: &str, pods: &[Arc<Pod>]) {
+    for pod in pods {
+        if !podutil::ready(pod) || podutil::terminal(pod) {
             continue;
         }
-        let mut updated = (*pod).clone();
+        let mut updated = (**pod).clone();
         let now = Time(jiff::Timestamp::now());
         if let Some(conds) = updated.status.as_mut().and_then(|s| s.conditions.as_mut()) {
             for c in conds.iter_mut().filter(|c| c.type_ == "Ready") {
