@@ -261,3 +261,88 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>) -> Result<Action> {
         Err(e) => Err(e.into()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodCondition, PodIP, PodStatus, ServicePort, ServiceSpec};
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::Event as WatchEvent;
+
+    fn pod(i: usize, ready: bool) -> Pod {
+        let ip = format!("10.1.{}.{}", i / 250, i % 250);
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(format!("p{i}")),
+                namespace: Some("ns".into()),
+                labels: Some([("app".to_string(), "a".to_string())].into()),
+                ..Default::default()
+            },
+            spec: Some(Default::default()),
+            status: Some(PodStatus {
+                pod_ips: Some(vec![PodIP { ip: ip.clone() }]),
+                pod_ip: Some(ip),
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: if ready { "True" } else { "False" }.into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn service() -> Service {
+        Service {
+            metadata: ObjectMeta {
+                name: Some("s".into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            spec: Some(ServiceSpec {
+                selector: Some([("app".to_string(), "a".to_string())].into()),
+                ports: Some(vec![ServicePort {
+                    port: 80,
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn more_than_1000_addresses_are_truncated_keeping_ready_ones() {
+        let (store, mut writer) = reflector::store();
+        for i in 0..1100 {
+            writer.apply_watcher_event(&WatchEvent::Apply(pod(i, i >= 100)));
+        }
+        let (subsets, truncated) = subsets(&service(), &store);
+        assert!(truncated);
+        let ready: usize = subsets
+            .iter()
+            .map(|s| s.addresses.as_ref().map_or(0, Vec::len))
+            .sum();
+        let not_ready: usize = subsets
+            .iter()
+            .map(|s| s.not_ready_addresses.as_ref().map_or(0, Vec::len))
+            .sum();
+        assert_eq!((ready, not_ready), (1000, 0));
+    }
+
+    #[test]
+    fn ready_and_not_ready_pods_share_a_subset() {
+        let (store, mut writer) = reflector::store();
+        writer.apply_watcher_event(&WatchEvent::Apply(pod(1, true)));
+        writer.apply_watcher_event(&WatchEvent::Apply(pod(2, false)));
+        let (subsets, truncated) = subsets(&service(), &store);
+        assert!(!truncated);
+        assert_eq!(subsets.len(), 1);
+        assert_eq!(subsets[0].addresses.as_ref().map(Vec::len), Some(1));
+        assert_eq!(
+            subsets[0].not_ready_addresses.as_ref().map(Vec::len),
+            Some(1)
+        );
+        assert_eq!(subsets[0].ports.as_ref().map(|p| p[0].port), Some(80));
+    }
+}
