@@ -119,6 +119,10 @@ pub(crate) struct ServerArgs {
     /// to leave one out.
     #[arg(long, default_value = "*")]
     pub controllers: String,
+    /// How long a node may go without a heartbeat (Lease or status) before the node-lifecycle controller
+    /// marks its conditions Unknown (kube-controller-manager's `--node-monitor-grace-period`).
+    #[arg(long, default_value = "50s", value_parser = parse_duration)]
+    pub node_monitor_grace_period: std::time::Duration,
 }
 
 /// Flags of `keel controllers`.
@@ -133,6 +137,10 @@ pub(crate) struct ControllersArgs {
     /// Controllers to run: `*` for all, `name` to add, `-name` to leave one out.
     #[arg(long, default_value = "*")]
     pub controllers: String,
+    /// How long a node may go without a heartbeat (Lease or status) before the node-lifecycle controller
+    /// marks its conditions Unknown (kube-controller-manager's `--node-monitor-grace-period`).
+    #[arg(long, default_value = "50s", value_parser = parse_duration)]
+    pub node_monitor_grace_period: std::time::Duration,
     /// Log level: error, warn, info, debug, trace (or a tracing filter).
     #[arg(long, env = "KEEL_LOG", default_value = "warn")]
     pub log_level: String,

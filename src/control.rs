@@ -32,6 +32,7 @@ pub(crate) fn spawn_controllers(
     storage: &Storage,
     holder: String,
     selection: Selection,
+    node_monitor_grace_period: std::time::Duration,
     stop: watch::Receiver<bool>,
 ) {
     let identity = Identity {
@@ -44,6 +45,7 @@ pub(crate) fn spawn_controllers(
         holder,
         selection,
         root_ca: Some(api.ca_pem().to_string()),
+        node_monitor_grace_period,
     };
     tokio::spawn(keel_controllers::run_while_leading(
         client,
@@ -90,6 +92,7 @@ pub(crate) async fn run_controllers(args: ControllersArgs) -> Result<(), ServerE
         holder,
         selection,
         root_ca,
+        node_monitor_grace_period: args.node_monitor_grace_period,
     };
     let run = keel_controllers::run_while_leading(client, opts, leading, stop, Mode::Elect);
     tokio::select! {

@@ -182,6 +182,7 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), ServerError> {
     });
     let controllers = controllers.transpose()?;
     let holder = args.name.clone();
+    let node_grace = args.node_monitor_grace_period;
     let mut kube_serving = tokio::spawn(async move {
         match kube {
             Some(opts) => {
@@ -193,7 +194,9 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), ServerError> {
                 };
                 let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
                 if let Some(selection) = controllers {
-                    crate::control::spawn_controllers(&api, &storage, holder, selection, stop_rx);
+                    crate::control::spawn_controllers(
+                        &api, &storage, holder, selection, node_grace, stop_rx,
+                    );
                 }
                 let served = api
                     .serve_https(async move {

@@ -4,6 +4,7 @@ use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use kube::api::Api;
 use kube::runtime::events::{Recorder, Reporter};
@@ -65,6 +66,8 @@ pub struct Context {
     pub holder: String,
     /// The cluster CA certificate (PEM), when known.
     pub root_ca: Option<String>,
+    /// How long a node may stay silent before the node-lifecycle controller calls it Unknown.
+    pub node_monitor_grace_period: Duration,
     informers: Informers,
     recorders: Mutex<HashMap<String, Recorder>>,
 }
@@ -76,6 +79,18 @@ impl Context {
             client,
             holder: holder.into(),
             root_ca,
+            node_monitor_grace_period: crate::manager::DEFAULT_NODE_MONITOR_GRACE_PERIOD,
+            informers: Informers::default(),
+        })
+    }
+
+    /// A context carrying the manager's `opts`.
+    pub fn with_options(client: Client, opts: &crate::manager::Options) -> Arc<Context> {
+        Arc::new(Context {
+            client,
+            holder: opts.holder.clone(),
+            root_ca: opts.root_ca.clone(),
+            node_monitor_grace_period: opts.node_monitor_grace_period,
             informers: Informers::default(),
             recorders: Mutex::default(),
         })

@@ -5,10 +5,14 @@
 
 pub mod backoff;
 pub mod context;
+pub mod endpoints;
+pub mod endpointslice;
 pub mod error;
 pub mod informers;
 pub mod lease;
 pub mod manager;
+pub mod node_lifecycle;
+pub mod podgc;
 pub mod root_ca;
 pub mod runner;
 pub mod serviceaccount;
@@ -22,5 +26,13 @@ pub const USER: &str = "system:kube-controller-manager";
 
 /// The controllers, in upstream's names. Each module adds itself here.
 fn registry() -> Vec<ControllerDef> {
-    vec![serviceaccount::def(), root_ca::def()]
+    vec![
+        serviceaccount::def(),
+        root_ca::def(),
+        endpointslice::def(),
+        endpoints::def(),
+        node_lifecycle::def(),
+        node_lifecycle::taint_eviction::def(),
+        podgc::def(),
+    ]
 }

@@ -1,6 +1,7 @@
 //! The controller manager: which controllers run, and running them only while this process leads.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use kube::Client;
@@ -77,12 +78,18 @@ pub struct Options {
     pub selection: Selection,
     /// The cluster CA (PEM) published as `kube-root-ca.crt` in every namespace, when known.
     pub root_ca: Option<String>,
+    /// How long a node may stay silent before its conditions turn Unknown (upstream's
+    /// `--node-monitor-grace-period`, [`DEFAULT_NODE_MONITOR_GRACE_PERIOD`]).
+    pub node_monitor_grace_period: Duration,
 }
+
+/// Upstream's `--node-monitor-grace-period` default (50 s since 1.32).
+pub const DEFAULT_NODE_MONITOR_GRACE_PERIOD: Duration = Duration::from_secs(50);
 
 /// Runs the selected controllers until the returned future is dropped (dropping cancels in-flight
 /// work safely: every write is conditional on what the controller read).
 pub async fn run(client: Client, opts: Options) {
-    let ctx = Context::new(client, opts.holder.clone(), opts.root_ca.clone());
+    let ctx = Context::with_options(client, &opts);
     let mut loops = Vec::new();
     for c in all() {
         if opts.selection.enabled(c.name) {

@@ -18,8 +18,16 @@ pub enum Report {
     Failed,
 }
 
+/// The pod IP [`status`] and [`report`] give every pod.
+pub const DEFAULT_IP: &str = "10.42.0.10";
+
 /// The status body a kubelet would write for `report` at time `now` (RFC 3339).
 pub fn status(report: Report, now: &str) -> serde_json::Value {
+    status_with_ip(report, now, DEFAULT_IP)
+}
+
+/// [`status`] with the pod IP `ip`.
+pub fn status_with_ip(report: Report, now: &str, ip: &str) -> serde_json::Value {
     let (phase, ready) = match report {
         Report::Ready => ("Running", "True"),
         Report::NotReady => ("Running", "False"),
@@ -28,8 +36,8 @@ pub fn status(report: Report, now: &str) -> serde_json::Value {
     };
     json!({"status": {
         "phase": phase,
-        "podIP": "10.42.0.10",
-        "podIPs": [{"ip": "10.42.0.10"}],
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
         "startTime": now,
         "conditions": [
             {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
@@ -47,12 +55,23 @@ pub async fn report(
     name: &str,
     report: Report,
 ) -> Result<Pod, kube::Error> {
+    report_with_ip(client, ns, name, report, DEFAULT_IP).await
+}
+
+/// [`report`] with the pod IP `ip` (for tests that need pods told apart by address).
+pub async fn report_with_ip(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    report: Report,
+    ip: &str,
+) -> Result<Pod, kube::Error> {
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     api.patch_status(
         name,
         &PatchParams::default(),
-        &Patch::Strategic(status(report, &now)),
+        &Patch::Strategic(status_with_ip(report, &now, ip)),
     )
     .await
 }

@@ -27,6 +27,9 @@ impl Strategy for Pod {
 
     fn prepare_for_create(&self, def: &ResourceDef, obj: &mut Value) {
         start_generation(def, obj);
+        if let Some(spec) = obj.get_mut("spec") {
+            default_toleration_seconds(spec);
+        }
         let qos = qos_class(obj);
         set_status(obj, json!({"phase": "Pending", "qosClass": qos}));
     }
@@ -52,6 +55,44 @@ impl Strategy for Pod {
 
     fn returns_deleted_object(&self) -> bool {
         true
+    }
+}
+
+/// The seconds a pod stays on a not-ready or unreachable node before taint eviction (the
+/// DefaultTolerationSeconds admission plugin's default).
+const DEFAULT_TOLERATION_SECONDS: i64 = 300;
+
+/// The DefaultTolerationSeconds admission plugin: a new pod that does not tolerate the
+/// `node.kubernetes.io/not-ready` or `node.kubernetes.io/unreachable` NoExecute taint gets a toleration
+/// of it for 300 s.
+fn default_toleration_seconds(spec: &mut Value) {
+    let Some(m) = spec.as_object_mut() else {
+        return;
+    };
+    let list = m.entry("tolerations").or_insert_with(|| json!([]));
+    let Some(list) = list.as_array_mut() else {
+        return;
+    };
+    for key in [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    ] {
+        let tolerated = list.iter().any(|t| {
+            let k = t.get("key").and_then(Value::as_str).unwrap_or("");
+            let e = t.get("effect").and_then(Value::as_str).unwrap_or("");
+            (k == key || k.is_empty()) && (e == "NoExecute" || e.is_empty())
+        });
+        if !tolerated {
+            list.push(json!({
+                "key": key,
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": DEFAULT_TOLERATION_SECONDS,
+            }));
+        }
+    }
+    if list.is_empty() {
+        m.remove("tolerations");
     }
 }
 
@@ -153,6 +194,27 @@ fn pod_grace(obj: &Value, requested: Option<i64>) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pods_tolerate_not_ready_and_unreachable_for_300s_unless_they_say_otherwise() {
+        let mut spec = json!({"containers": []});
+        default_toleration_seconds(&mut spec);
+        let t = spec["tolerations"].as_array().cloned().unwrap_or_default();
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0]["key"], "node.kubernetes.io/not-ready");
+        assert_eq!(t[1]["tolerationSeconds"], 300);
+        let mut own = json!({"tolerations": [
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5}
+        ]});
+        default_toleration_seconds(&mut own);
+        let t = own["tolerations"].as_array().cloned().unwrap_or_default();
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0]["tolerationSeconds"], 5);
+        assert_eq!(t[1]["key"], "node.kubernetes.io/not-ready");
+        let mut all = json!({"tolerations": [{"operator": "Exists"}]});
+        default_toleration_seconds(&mut all);
+        assert_eq!(all["tolerations"].as_array().map(Vec::len), Some(1));
+    }
 
     #[test]
     fn unscheduled_pods_go_at_once() {
