@@ -81,6 +81,7 @@ impl Context {
             root_ca,
             node_monitor_grace_period: crate::manager::DEFAULT_NODE_MONITOR_GRACE_PERIOD,
             informers: Informers::default(),
+            recorders: Mutex::default(),
         })
     }
 
