@@ -5,6 +5,7 @@
 
 pub mod backoff;
 pub mod context;
+pub mod deployment;
 pub mod error;
 pub mod informers;
 pub mod lease;
@@ -30,5 +31,6 @@ fn registry() -> Vec<ControllerDef> {
         serviceaccount::def(),
         root_ca::def(),
         replicaset::def(),
+        deployment::def(),
     ]
 }
