@@ -169,3 +169,187 @@ spec:
         jsonpath(c, ns, "rs/cache", "{.status.replicas}/{.status.readyReplicas}/{.status.availableReplicas}/{.status.fullyLabeledReplicas}") == "2/2/2/2"
     });
 }
+
+fn create_web(c: &KubeCluster, ns: &str, replicas: u32) {
+    namespace(c, ns);
+    c.ok(
+        0,
+        &[
+            "create",
+            "deployment",
+            "web",
+            "-n",
+            ns,
+            "--image=registry.k8s.io/pause:3.9",
+            &format!("--replicas={replicas}"),
+        ],
+    );
+    c.wait_until("the pods", WAIT, || pods(c, ns, "app=web").len() == replicas as usize);
+    rollout_status(c, ns, "deployment/web", "app=web");
+}
+
+/// `name=replicas` of every ReplicaSet in `ns`, sorted.
+fn replica_sets(c: &KubeCluster, ns: &str) -> Vec<String> {
+    let out = jsonpath(c, ns, "rs", "{range .items[*]}{.metadata.name}={.spec.replicas}{\"\\n\"}{end}");
+    let mut v: Vec<String> = out.lines().filter(|l| !l.is_empty()).map(String::from).collect();
+    v.sort();
+    v
+}
+
+fn images(c: &KubeCluster, ns: &str) -> Vec<String> {
+    let out = c.ok(0, &["get", "pods", "-n", ns, "-l", "app=web", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let mut imgs: Vec<String> = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .map(|p| p["spec"]["containers"][0]["image"].as_str().unwrap().to_string())
+        .collect();
+    imgs.sort();
+    imgs
+}
+
+#[test]
+fn scale_set_image_history_and_undo() {
+    let c = cluster();
+    let ns = "dep-roll";
+    create_web(c, ns, 3);
+    c.ok(0, &["scale", "-n", ns, "deployment/web", "--replicas=5"]);
+    c.wait_until("5 pods", WAIT, || pods(c, ns, "app=web").len() == 5);
+    rollout_status(c, ns, "deployment/web", "app=web");
+    assert_eq!(replica_sets(c, ns).len(), 1);
+
+    c.ok(0, &["set", "image", "-n", ns, "deployment/web", "pause=registry.k8s.io/pause:3.10"]);
+    let out = rollout_status(c, ns, "deployment/web", "app=web");
+    assert!(out.contains("successfully rolled out"), "{out}");
+    assert_eq!(images(c, ns), vec!["registry.k8s.io/pause:3.10".to_string(); 5]);
+    let sets = replica_sets(c, ns);
+    assert_eq!(sets.len(), 2, "{sets:?}");
+    assert!(sets.iter().any(|s| s.ends_with("=0")), "{sets:?}");
+    let events = c.ok(0, &["get", "events", "-n", ns]);
+    assert!(events.contains("Scaled down replica set"), "{events}");
+    let conds = jsonpath(c, ns, "deployment/web", "{range .status.conditions[*]}{.type}={.status}/{.reason};{end}");
+    assert!(conds.contains("Available=True/MinimumReplicasAvailable"), "{conds}");
+    assert!(conds.contains("Progressing=True/NewReplicaSetAvailable"), "{conds}");
+
+    c.ok(0, &["set", "image", "-n", ns, "deployment/web", "pause=registry.k8s.io/pause:3.8"]);
+    rollout_status(c, ns, "deployment/web", "app=web");
+    let history = c.ok(0, &["rollout", "history", "-n", ns, "deployment/web"]);
+    for rev in ["1", "2", "3"] {
+        assert!(history.lines().any(|l| l.trim_start().starts_with(rev)), "{history}");
+    }
+    // Undo goes back to revision 2's template, which becomes revision 4.
+    c.ok(0, &["rollout", "undo", "-n", ns, "deployment/web"]);
+    rollout_status(c, ns, "deployment/web", "app=web");
+    assert_eq!(images(c, ns), vec!["registry.k8s.io/pause:3.10".to_string(); 5]);
+    assert_eq!(jsonpath(c, ns, "deployment/web", "{.metadata.annotations.deployment\\.kubernetes\\.io/revision}"), "4");
+    // --to-revision=1: the first template back, still one ReplicaSet per template.
+    c.ok(0, &["rollout", "undo", "-n", ns, "deployment/web", "--to-revision=1"]);
+    rollout_status(c, ns, "deployment/web", "app=web");
+    assert_eq!(images(c, ns), vec!["registry.k8s.io/pause:3.9".to_string(); 5]);
+    let sets = replica_sets(c, ns);
+    assert_eq!(sets.len(), 3, "{sets:?}");
+    let history = c.ok(0, &["rollout", "history", "-n", ns, "deployment/web"]);
+    let revs: Vec<&str> = history.lines().filter_map(|l| l.split_whitespace().next()).filter(|w| w.parse::<u32>().is_ok()).collect();
+    assert_eq!(revs, ["3", "4", "5"], "{history}");
+    let status = jsonpath(c, ns, "deployment/web", "{.status.replicas}/{.status.updatedReplicas}/{.status.availableReplicas}/{.status.unavailableReplicas}");
+    assert!(status == "5/5/5/0" || status == "5/5/5/", "{status}");
+}
+
+#[test]
+fn pause_resume_and_restart() {
+    let c = cluster();
+    let ns = "dep-pause";
+    create_web(c, ns, 2);
+    c.ok(0, &["rollout", "pause", "-n", ns, "deployment/web"]);
+    c.wait_until("Progressing says paused", WAIT, || {
+        jsonpath(c, ns, "deployment/web", "{.status.conditions[?(@.type==\"Progressing\")].reason}") == "DeploymentPaused"
+    });
+    c.ok(0, &["set", "image", "-n", ns, "deployment/web", "pause=registry.k8s.io/pause:3.10"]);
+    // Paused: scaling still happens, the rollout does not.
+    c.ok(0, &["scale", "-n", ns, "deployment/web", "--replicas=3"]);
+    c.wait_until("3 pods while paused", WAIT, || pods(c, ns, "app=web").len() == 3);
+    ready(c, ns, "app=web");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(replica_sets(c, ns).len(), 1, "a paused deployment rolled out");
+    assert_eq!(images(c, ns), vec!["registry.k8s.io/pause:3.9".to_string(); 3]);
+    c.ok(0, &["rollout", "resume", "-n", ns, "deployment/web"]);
+    rollout_status(c, ns, "deployment/web", "app=web");
+    assert_eq!(images(c, ns), vec!["registry.k8s.io/pause:3.10".to_string(); 3]);
+    // Restart: a new template (restartedAt), every pod replaced.
+    let before = pods(c, ns, "app=web");
+    c.ok(0, &["rollout", "restart", "-n", ns, "deployment/web"]);
+    rollout_status(c, ns, "deployment/web", "app=web");
+    let after = pods(c, ns, "app=web");
+    assert_eq!(after.len(), 3);
+    assert!(after.iter().all(|p| !before.contains(p)), "{before:?} {after:?}");
+    assert_eq!(replica_sets(c, ns).len(), 3);
+}
+
+#[test]
+fn recreate_removes_every_old_pod_before_making_new_ones() {
+    let c = cluster();
+    let ns = "dep-recreate";
+    namespace(c, ns);
+    let yaml = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 3
+  strategy: {type: Recreate}
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: pause, image: registry.k8s.io/pause:3.9}]}
+"#;
+    c.ok_stdin(0, &["apply", "-n", ns, "-f", "-"], Some(yaml));
+    c.wait_until("3 pods", WAIT, || pods(c, ns, "app=web").len() == 3);
+    rollout_status(c, ns, "deployment/web", "app=web");
+    let mut watch = Background::start(
+        c,
+        0,
+        &["get", "pods", "-n", ns, "-l", "app=web", "--watch", "--output-watch-events", "-o", "custom-columns=EVENT:.type,IMAGE:.object.spec.containers[0].image,DELETED:.object.metadata.deletionTimestamp", "--no-headers"],
+        "recreate-watch",
+    );
+    c.wait_until("the watch starts", WAIT, || watch.output().lines().count() >= 3);
+    c.ok(0, &["set", "image", "-n", ns, "deployment/web", "pause=registry.k8s.io/pause:3.10"]);
+    rollout_status(c, ns, "deployment/web", "app=web");
+    assert_eq!(images(c, ns), vec!["registry.k8s.io/pause:3.10".to_string(); 3]);
+    c.wait_until("the watch saw the new pods", WAIT, || watch.output().matches("pause:3.10").count() >= 3);
+    assert!(watch.exited().is_none());
+    // Every old pod's DELETED event comes before the first new pod's ADDED.
+    let out = watch.output();
+    let lines: Vec<&str> = out.lines().collect();
+    let first_new = lines.iter().position(|l| l.starts_with("ADDED") && l.contains("pause:3.10")).unwrap();
+    let last_old_gone = lines.iter().rposition(|l| l.starts_with("DELETED") && l.contains("pause:3.9")).unwrap();
+    assert!(last_old_gone < first_new, "{out}");
+    assert_eq!(lines.iter().filter(|l| l.starts_with("DELETED") && l.contains("pause:3.9")).count(), 3, "{out}");
+}
+
+#[test]
+fn scaling_down_deletes_unready_pods_first() {
+    let c = cluster();
+    let ns = "dep-rank";
+    create_web(c, ns, 4);
+    let all = pods(c, ns, "app=web");
+    let unready = [all[1].clone(), all[3].clone()];
+    rt().block_on(async {
+        let client = c.client(0).await;
+        for p in &unready {
+            keel_testkit::pods::report(&client, ns, p, Report::NotReady).await.unwrap();
+        }
+    });
+    c.wait_until("the status sees 2 ready", WAIT, || {
+        jsonpath(c, ns, "rs", "{.items[0].status.readyReplicas}") == "2"
+    });
+    c.ok(0, &["scale", "-n", ns, "deployment/web", "--replicas=2"]);
+    c.wait_until("2 pods", WAIT, || pods(c, ns, "app=web").len() == 2);
+    let left = pods(c, ns, "app=web");
+    assert!(left.iter().all(|p| !unready.contains(p)), "kept {left:?}, unready were {unready:?}");
+    let events = c.ok(0, &["get", "events", "-n", ns]);
+    for p in &unready {
+        assert!(events.contains(&format!("Deleted pod: {p}")), "{events}");
+    }
+}

@@ -124,7 +124,8 @@ impl Sync<'_> {
         self.d.namespace().unwrap_or_default()
     }
 
-    /// Records an Event about the Deployment.
+    /// Records an Event about the Deployment. Normal ones each say something new ("Scaled up … from 0 to
+    /// 3"), so each gets a recorder of its own rather than being folded into the first one's series.
     pub async fn event(&self, type_: EventType, reason: &str, note: String) {
         let ev = Event {
             type_,
@@ -133,7 +134,14 @@ impl Sync<'_> {
             action: reason.into(),
             secondary: None,
         };
-        if let Err(e) = self.state.recorder.publish(&ev, &self.d.object_ref(&())).await {
+        let fresh;
+        let recorder = if type_ == EventType::Normal {
+            fresh = self.ctx.recorder("deployment-controller");
+            &fresh
+        } else {
+            &self.state.recorder
+        };
+        if let Err(e) = recorder.publish(&ev, &self.d.object_ref(&())).await {
             debug!(error = %e, "event not recorded");
         }
     }

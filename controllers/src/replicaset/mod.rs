@@ -219,7 +219,9 @@ async fn claim(rs: &ReplicaSet, ctx: &Context, state: &State) -> Result<Vec<Arc<
     Ok(owned)
 }
 
-async fn event(state: &State, rs: &ReplicaSet, type_: EventType, reason: &str, action: &str, note: String) {
+/// Records an Event about `rs`. Each Normal one names its own pod, so it gets a recorder of its own (the
+/// shared one would fold them into one series, hiding all names but the first); repeated warnings count up.
+async fn event(ctx: &Context, state: &State, rs: &ReplicaSet, type_: EventType, reason: &str, action: &str, note: String) {
     let ev = Event {
         type_,
         reason: reason.into(),
@@ -227,7 +229,14 @@ async fn event(state: &State, rs: &ReplicaSet, type_: EventType, reason: &str, a
         action: action.into(),
         secondary: None,
     };
-    if let Err(e) = state.recorder.publish(&ev, &rs.object_ref(&())).await {
+    let fresh;
+    let recorder = if type_ == EventType::Normal {
+        fresh = ctx.recorder("replicaset-controller");
+        &fresh
+    } else {
+        &state.recorder
+    };
+    if let Err(e) = recorder.publish(&ev, &rs.object_ref(&())).await {
         debug!(error = %e, "event not recorded");
     }
 }
@@ -278,13 +287,13 @@ async fn manage(
                     Ok(p) => {
                         let name = p.name_any();
                         state.expectations.created(&k, Some(name.clone()));
-                        event(state, rs, EventType::Normal, "SuccessfulCreate", "Create", format!("Created pod: {name}")).await;
+                        event(ctx, state, rs, EventType::Normal, "SuccessfulCreate", "Create", format!("Created pod: {name}")).await;
                     }
                     Err(e) => {
                         state.expectations.created(&k, None);
                         let msg = format!("Error creating: {}", api_message(&e));
                         if failed.is_none() {
-                            event(state, rs, EventType::Warning, "FailedCreate", "Create", msg.clone()).await;
+                            event(ctx, state, rs, EventType::Warning, "FailedCreate", "Create", msg.clone()).await;
                         }
                         failed = Some(msg);
                     }
@@ -312,13 +321,13 @@ async fn manage(
         for (v, r) in victims.iter().zip(results) {
             match r {
                 Ok(_) => {
-                    event(state, rs, EventType::Normal, "SuccessfulDelete", "Delete", format!("Deleted pod: {v}")).await;
+                    event(ctx, state, rs, EventType::Normal, "SuccessfulDelete", "Delete", format!("Deleted pod: {v}")).await;
                 }
                 Err(e) if is_not_found(&e) => state.expectations.observed(&k, v, false),
                 Err(e) => {
                     state.expectations.delete_failed(&k, v);
                     let msg = format!("Error deleting: {}", api_message(&e));
-                    event(state, rs, EventType::Warning, "FailedDelete", "Delete", msg.clone()).await;
+                    event(ctx, state, rs, EventType::Warning, "FailedDelete", "Delete", msg.clone()).await;
                     failed = Some(msg);
                 }
             }
