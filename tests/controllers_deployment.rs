@@ -37,7 +37,10 @@ fn pods(c: &KubeCluster, ns: &str, selector: &str) -> Vec<String> {
 }
 
 fn jsonpath(c: &KubeCluster, ns: &str, what: &str, path: &str) -> String {
-    c.ok(0, &["get", what, "-n", ns, "-o", &format!("jsonpath={path}")])
+    c.ok(
+        0,
+        &["get", what, "-n", ns, "-o", &format!("jsonpath={path}")],
+    )
 }
 
 fn namespace(c: &KubeCluster, ns: &str) {
@@ -48,7 +51,9 @@ fn namespace(c: &KubeCluster, ns: &str) {
 fn ready(c: &KubeCluster, ns: &str, selector: &str) -> usize {
     rt().block_on(async {
         let client = c.client(0).await;
-        report_all(&client, ns, selector, Report::Ready).await.unwrap()
+        report_all(&client, ns, selector, Report::Ready)
+            .await
+            .unwrap()
     })
 }
 
@@ -93,7 +98,12 @@ fn the_demo_deployment_keeps_three_pods() {
         ],
     );
     c.wait_until("3 web pods", WAIT, || pods(c, ns, "app=web").len() == 3);
-    let mut watch = Background::start(c, 0, &["get", "pods", "-n", ns, "-l", "app=web", "--watch"], "demo-watch");
+    let mut watch = Background::start(
+        c,
+        0,
+        &["get", "pods", "-n", ns, "-l", "app=web", "--watch"],
+        "demo-watch",
+    );
     let before = pods(c, ns, "app=web");
     c.wait_until("the watch lists the pods", WAIT, || {
         before.iter().all(|p| watch.output().contains(p.as_str()))
@@ -106,8 +116,14 @@ fn the_demo_deployment_keeps_three_pods() {
     let now = pods(c, ns, "app=web");
     let new: Vec<&String> = now.iter().filter(|p| !before.contains(p)).collect();
     assert_eq!(new.len(), 1, "{before:?} -> {now:?}");
-    c.wait_until("the watch shows the replacement", WAIT, || watch.output().contains(new[0].as_str()));
-    assert!(watch.exited().is_none(), "the watch ended: {}", watch.output());
+    c.wait_until("the watch shows the replacement", WAIT, || {
+        watch.output().contains(new[0].as_str())
+    });
+    assert!(
+        watch.exited().is_none(),
+        "the watch ended: {}",
+        watch.output()
+    );
     // One ReplicaSet, named <deploy>-<pod-template-hash>, owning the pods.
     let rs = jsonpath(c, ns, "rs", "{.items[*].metadata.name}");
     let hash = jsonpath(c, ns, "rs", "{.items[0].metadata.labels.pod-template-hash}");
@@ -116,7 +132,10 @@ fn the_demo_deployment_keeps_three_pods() {
     assert_eq!(owner, format!("ReplicaSet/{rs}/true"));
     let events = c.ok(0, &["get", "events", "-n", ns]);
     assert!(events.contains("SuccessfulCreate"), "{events}");
-    assert!(events.contains(&format!("Scaled up replica set {rs} from 0 to 3")), "{events}");
+    assert!(
+        events.contains(&format!("Scaled up replica set {rs} from 0 to 3")),
+        "{events}"
+    );
     // Ready pods make the Deployment available.
     rollout_status(c, ns, "deployment/web", "app=web");
     let status = jsonpath(c, ns, "deployment/web", "{.status.replicas}/{.status.updatedReplicas}/{.status.readyReplicas}/{.status.availableReplicas}");
@@ -155,15 +174,33 @@ spec:
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(pods(c, ns, "app=cache").len(), 2);
     let rs_uid = jsonpath(c, ns, "rs/cache", "{.metadata.uid}");
-    let owner = jsonpath(c, ns, "pod/orphan", "{.metadata.ownerReferences[0].uid}/{.metadata.ownerReferences[0].blockOwnerDeletion}");
+    let owner = jsonpath(
+        c,
+        ns,
+        "pod/orphan",
+        "{.metadata.ownerReferences[0].uid}/{.metadata.ownerReferences[0].blockOwnerDeletion}",
+    );
     assert_eq!(owner, format!("{rs_uid}/true"));
     // Relabelled, it is released and replaced.
-    c.ok(0, &["label", "pod", "-n", ns, "orphan", "app=other", "--overwrite"]);
+    c.ok(
+        0,
+        &[
+            "label",
+            "pod",
+            "-n",
+            ns,
+            "orphan",
+            "app=other",
+            "--overwrite",
+        ],
+    );
     c.wait_until("the pod released", WAIT, || {
         let refs = jsonpath(c, ns, "pod/orphan", "{.metadata.ownerReferences[*].uid}");
         !refs.contains(&rs_uid)
     });
-    c.wait_until("a replacement", WAIT, || pods(c, ns, "app=cache").len() == 2);
+    c.wait_until("a replacement", WAIT, || {
+        pods(c, ns, "app=cache").len() == 2
+    });
     ready(c, ns, "app=cache");
     c.wait_until("status counts the ready pods", WAIT, || {
         jsonpath(c, ns, "rs/cache", "{.status.replicas}/{.status.readyReplicas}/{.status.availableReplicas}/{.status.fullyLabeledReplicas}") == "2/2/2/2"
@@ -184,14 +221,25 @@ fn create_web(c: &KubeCluster, ns: &str, replicas: u32) {
             &format!("--replicas={replicas}"),
         ],
     );
-    c.wait_until("the pods", WAIT, || pods(c, ns, "app=web").len() == replicas as usize);
+    c.wait_until("the pods", WAIT, || {
+        pods(c, ns, "app=web").len() == replicas as usize
+    });
     rollout_status(c, ns, "deployment/web", "app=web");
 }
 
 /// `name=replicas` of every ReplicaSet in `ns`, sorted.
 fn replica_sets(c: &KubeCluster, ns: &str) -> Vec<String> {
-    let out = jsonpath(c, ns, "rs", "{range .items[*]}{.metadata.name}={.spec.replicas}{\"\\n\"}{end}");
-    let mut v: Vec<String> = out.lines().filter(|l| !l.is_empty()).map(String::from).collect();
+    let out = jsonpath(
+        c,
+        ns,
+        "rs",
+        "{range .items[*]}{.metadata.name}={.spec.replicas}{\"\\n\"}{end}",
+    );
+    let mut v: Vec<String> = out
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect();
     v.sort();
     v
 }
@@ -204,7 +252,12 @@ fn images(c: &KubeCluster, ns: &str) -> Vec<String> {
         .unwrap()
         .iter()
         .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
-        .map(|p| p["spec"]["containers"][0]["image"].as_str().unwrap().to_string())
+        .map(|p| {
+            p["spec"]["containers"][0]["image"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
         .collect();
     imgs.sort();
     imgs
@@ -220,38 +273,103 @@ fn scale_set_image_history_and_undo() {
     rollout_status(c, ns, "deployment/web", "app=web");
     assert_eq!(replica_sets(c, ns).len(), 1);
 
-    c.ok(0, &["set", "image", "-n", ns, "deployment/web", "pause=registry.k8s.io/pause:3.10"]);
+    c.ok(
+        0,
+        &[
+            "set",
+            "image",
+            "-n",
+            ns,
+            "deployment/web",
+            "pause=registry.k8s.io/pause:3.10",
+        ],
+    );
     let out = rollout_status(c, ns, "deployment/web", "app=web");
     assert!(out.contains("successfully rolled out"), "{out}");
-    assert_eq!(images(c, ns), vec!["registry.k8s.io/pause:3.10".to_string(); 5]);
+    assert_eq!(
+        images(c, ns),
+        vec!["registry.k8s.io/pause:3.10".to_string(); 5]
+    );
     let sets = replica_sets(c, ns);
     assert_eq!(sets.len(), 2, "{sets:?}");
     assert!(sets.iter().any(|s| s.ends_with("=0")), "{sets:?}");
     let events = c.ok(0, &["get", "events", "-n", ns]);
     assert!(events.contains("Scaled down replica set"), "{events}");
-    let conds = jsonpath(c, ns, "deployment/web", "{range .status.conditions[*]}{.type}={.status}/{.reason};{end}");
-    assert!(conds.contains("Available=True/MinimumReplicasAvailable"), "{conds}");
-    assert!(conds.contains("Progressing=True/NewReplicaSetAvailable"), "{conds}");
+    let conds = jsonpath(
+        c,
+        ns,
+        "deployment/web",
+        "{range .status.conditions[*]}{.type}={.status}/{.reason};{end}",
+    );
+    assert!(
+        conds.contains("Available=True/MinimumReplicasAvailable"),
+        "{conds}"
+    );
+    assert!(
+        conds.contains("Progressing=True/NewReplicaSetAvailable"),
+        "{conds}"
+    );
 
-    c.ok(0, &["set", "image", "-n", ns, "deployment/web", "pause=registry.k8s.io/pause:3.8"]);
+    c.ok(
+        0,
+        &[
+            "set",
+            "image",
+            "-n",
+            ns,
+            "deployment/web",
+            "pause=registry.k8s.io/pause:3.8",
+        ],
+    );
     rollout_status(c, ns, "deployment/web", "app=web");
     let history = c.ok(0, &["rollout", "history", "-n", ns, "deployment/web"]);
     for rev in ["1", "2", "3"] {
-        assert!(history.lines().any(|l| l.trim_start().starts_with(rev)), "{history}");
+        assert!(
+            history.lines().any(|l| l.trim_start().starts_with(rev)),
+            "{history}"
+        );
     }
     // Undo goes back to revision 2's template, which becomes revision 4.
     c.ok(0, &["rollout", "undo", "-n", ns, "deployment/web"]);
     rollout_status(c, ns, "deployment/web", "app=web");
-    assert_eq!(images(c, ns), vec!["registry.k8s.io/pause:3.10".to_string(); 5]);
-    assert_eq!(jsonpath(c, ns, "deployment/web", "{.metadata.annotations.deployment\\.kubernetes\\.io/revision}"), "4");
+    assert_eq!(
+        images(c, ns),
+        vec!["registry.k8s.io/pause:3.10".to_string(); 5]
+    );
+    assert_eq!(
+        jsonpath(
+            c,
+            ns,
+            "deployment/web",
+            "{.metadata.annotations.deployment\\.kubernetes\\.io/revision}"
+        ),
+        "4"
+    );
     // --to-revision=1: the first template back, still one ReplicaSet per template.
-    c.ok(0, &["rollout", "undo", "-n", ns, "deployment/web", "--to-revision=1"]);
+    c.ok(
+        0,
+        &[
+            "rollout",
+            "undo",
+            "-n",
+            ns,
+            "deployment/web",
+            "--to-revision=1",
+        ],
+    );
     rollout_status(c, ns, "deployment/web", "app=web");
-    assert_eq!(images(c, ns), vec!["registry.k8s.io/pause:3.9".to_string(); 5]);
+    assert_eq!(
+        images(c, ns),
+        vec!["registry.k8s.io/pause:3.9".to_string(); 5]
+    );
     let sets = replica_sets(c, ns);
     assert_eq!(sets.len(), 3, "{sets:?}");
     let history = c.ok(0, &["rollout", "history", "-n", ns, "deployment/web"]);
-    let revs: Vec<&str> = history.lines().filter_map(|l| l.split_whitespace().next()).filter(|w| w.parse::<u32>().is_ok()).collect();
+    let revs: Vec<&str> = history
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|w| w.parse::<u32>().is_ok())
+        .collect();
     assert_eq!(revs, ["3", "4", "5"], "{history}");
     let status = jsonpath(c, ns, "deployment/web", "{.status.replicas}/{.status.updatedReplicas}/{.status.availableReplicas}/{.status.unavailableReplicas}");
     assert!(status == "5/5/5/0" || status == "5/5/5/", "{status}");
@@ -264,26 +382,56 @@ fn pause_resume_and_restart() {
     create_web(c, ns, 2);
     c.ok(0, &["rollout", "pause", "-n", ns, "deployment/web"]);
     c.wait_until("Progressing says paused", WAIT, || {
-        jsonpath(c, ns, "deployment/web", "{.status.conditions[?(@.type==\"Progressing\")].reason}") == "DeploymentPaused"
+        jsonpath(
+            c,
+            ns,
+            "deployment/web",
+            "{.status.conditions[?(@.type==\"Progressing\")].reason}",
+        ) == "DeploymentPaused"
     });
-    c.ok(0, &["set", "image", "-n", ns, "deployment/web", "pause=registry.k8s.io/pause:3.10"]);
+    c.ok(
+        0,
+        &[
+            "set",
+            "image",
+            "-n",
+            ns,
+            "deployment/web",
+            "pause=registry.k8s.io/pause:3.10",
+        ],
+    );
     // Paused: scaling still happens, the rollout does not.
     c.ok(0, &["scale", "-n", ns, "deployment/web", "--replicas=3"]);
-    c.wait_until("3 pods while paused", WAIT, || pods(c, ns, "app=web").len() == 3);
+    c.wait_until("3 pods while paused", WAIT, || {
+        pods(c, ns, "app=web").len() == 3
+    });
     ready(c, ns, "app=web");
     std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(replica_sets(c, ns).len(), 1, "a paused deployment rolled out");
-    assert_eq!(images(c, ns), vec!["registry.k8s.io/pause:3.9".to_string(); 3]);
+    assert_eq!(
+        replica_sets(c, ns).len(),
+        1,
+        "a paused deployment rolled out"
+    );
+    assert_eq!(
+        images(c, ns),
+        vec!["registry.k8s.io/pause:3.9".to_string(); 3]
+    );
     c.ok(0, &["rollout", "resume", "-n", ns, "deployment/web"]);
     rollout_status(c, ns, "deployment/web", "app=web");
-    assert_eq!(images(c, ns), vec!["registry.k8s.io/pause:3.10".to_string(); 3]);
+    assert_eq!(
+        images(c, ns),
+        vec!["registry.k8s.io/pause:3.10".to_string(); 3]
+    );
     // Restart: a new template (restartedAt), every pod replaced.
     let before = pods(c, ns, "app=web");
     c.ok(0, &["rollout", "restart", "-n", ns, "deployment/web"]);
     rollout_status(c, ns, "deployment/web", "app=web");
     let after = pods(c, ns, "app=web");
     assert_eq!(after.len(), 3);
-    assert!(after.iter().all(|p| !before.contains(p)), "{before:?} {after:?}");
+    assert!(
+        after.iter().all(|p| !before.contains(p)),
+        "{before:?} {after:?}"
+    );
     assert_eq!(replica_sets(c, ns).len(), 3);
 }
 
@@ -313,19 +461,49 @@ spec:
         &["get", "pods", "-n", ns, "-l", "app=web", "--watch", "--output-watch-events", "-o", "custom-columns=EVENT:.type,IMAGE:.object.spec.containers[0].image,DELETED:.object.metadata.deletionTimestamp", "--no-headers"],
         "recreate-watch",
     );
-    c.wait_until("the watch starts", WAIT, || watch.output().lines().count() >= 3);
-    c.ok(0, &["set", "image", "-n", ns, "deployment/web", "pause=registry.k8s.io/pause:3.10"]);
+    c.wait_until("the watch starts", WAIT, || {
+        watch.output().lines().count() >= 3
+    });
+    c.ok(
+        0,
+        &[
+            "set",
+            "image",
+            "-n",
+            ns,
+            "deployment/web",
+            "pause=registry.k8s.io/pause:3.10",
+        ],
+    );
     rollout_status(c, ns, "deployment/web", "app=web");
-    assert_eq!(images(c, ns), vec!["registry.k8s.io/pause:3.10".to_string(); 3]);
-    c.wait_until("the watch saw the new pods", WAIT, || watch.output().matches("pause:3.10").count() >= 3);
+    assert_eq!(
+        images(c, ns),
+        vec!["registry.k8s.io/pause:3.10".to_string(); 3]
+    );
+    c.wait_until("the watch saw the new pods", WAIT, || {
+        watch.output().matches("pause:3.10").count() >= 3
+    });
     assert!(watch.exited().is_none());
     // Every old pod's DELETED event comes before the first new pod's ADDED.
     let out = watch.output();
     let lines: Vec<&str> = out.lines().collect();
-    let first_new = lines.iter().position(|l| l.starts_with("ADDED") && l.contains("pause:3.10")).unwrap();
-    let last_old_gone = lines.iter().rposition(|l| l.starts_with("DELETED") && l.contains("pause:3.9")).unwrap();
+    let first_new = lines
+        .iter()
+        .position(|l| l.starts_with("ADDED") && l.contains("pause:3.10"))
+        .unwrap();
+    let last_old_gone = lines
+        .iter()
+        .rposition(|l| l.starts_with("DELETED") && l.contains("pause:3.9"))
+        .unwrap();
     assert!(last_old_gone < first_new, "{out}");
-    assert_eq!(lines.iter().filter(|l| l.starts_with("DELETED") && l.contains("pause:3.9")).count(), 3, "{out}");
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.starts_with("DELETED") && l.contains("pause:3.9"))
+            .count(),
+        3,
+        "{out}"
+    );
 }
 
 #[test]
@@ -338,7 +516,9 @@ fn scaling_down_deletes_unready_pods_first() {
     rt().block_on(async {
         let client = c.client(0).await;
         for p in &unready {
-            keel_testkit::pods::report(&client, ns, p, Report::NotReady).await.unwrap();
+            keel_testkit::pods::report(&client, ns, p, Report::NotReady)
+                .await
+                .unwrap();
         }
     });
     c.wait_until("the status sees 2 ready", WAIT, || {
@@ -347,9 +527,87 @@ fn scaling_down_deletes_unready_pods_first() {
     c.ok(0, &["scale", "-n", ns, "deployment/web", "--replicas=2"]);
     c.wait_until("2 pods", WAIT, || pods(c, ns, "app=web").len() == 2);
     let left = pods(c, ns, "app=web");
-    assert!(left.iter().all(|p| !unready.contains(p)), "kept {left:?}, unready were {unready:?}");
+    assert!(
+        left.iter().all(|p| !unready.contains(p)),
+        "kept {left:?}, unready were {unready:?}"
+    );
     let events = c.ok(0, &["get", "events", "-n", ns]);
     for p in &unready {
         assert!(events.contains(&format!("Deleted pod: {p}")), "{events}");
     }
+}
+
+/// Churn: 12 Deployments created at once, then scaled twice at once (up and down), converge on exactly the
+/// pods asked for. Counts extras and gaps over all of them; prints how long convergence took.
+#[test]
+fn many_deployments_created_and_scaled_at_once_converge_exactly() {
+    let c = cluster();
+    let ns = "dep-churn";
+    namespace(c, ns);
+    const N: usize = 12;
+    let sizes = |round: usize| -> Vec<usize> { (0..N).map(|i| (i * 7 + round * 3) % 6).collect() };
+    let check = |want: &[usize]| -> (usize, usize) {
+        let out = c.ok(0, &["get", "pods", "-n", ns, "-o", "json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let mut have = vec![0usize; N];
+        for p in v["items"].as_array().unwrap() {
+            if !p["metadata"]["deletionTimestamp"].is_null() {
+                continue;
+            }
+            let app = p["metadata"]["labels"]["app"].as_str().unwrap_or("");
+            if let Some(i) = app.strip_prefix("churn").and_then(|i| i.parse::<usize>().ok()) {
+                have[i] += 1;
+            }
+        }
+        let extras = have.iter().zip(want).map(|(h, w)| h.saturating_sub(*w)).sum();
+        let gaps = have.iter().zip(want).map(|(h, w)| w.saturating_sub(*h)).sum();
+        (extras, gaps)
+    };
+    let started = std::time::Instant::now();
+    let first = sizes(0);
+    std::thread::scope(|s| {
+        for (i, n) in first.iter().enumerate() {
+            s.spawn(move || {
+                c.ok(
+                    i % 3,
+                    &[
+                        "create",
+                        "deployment",
+                        &format!("churn{i}"),
+                        "-n",
+                        ns,
+                        "--image=registry.k8s.io/pause:3.9",
+                        &format!("--replicas={n}"),
+                    ],
+                );
+            });
+        }
+    });
+    for round in 1..3 {
+        let want = sizes(round);
+        std::thread::scope(|s| {
+            for (i, n) in want.iter().enumerate() {
+                s.spawn(move || {
+                    c.ok(
+                        (i + round) % 3,
+                        &["scale", "-n", ns, &format!("deployment/churn{i}"), &format!("--replicas={n}")],
+                    );
+                });
+            }
+        });
+    }
+    let want = sizes(2);
+    c.wait_until("the churned deployments converge", WAIT, || check(&want) == (0, 0));
+    let converged = started.elapsed();
+    // Settled: still exact a moment later, and one ReplicaSet each.
+    std::thread::sleep(Duration::from_secs(2));
+    let (extras, gaps) = check(&want);
+    println!(
+        "churn: {N} deployments, {} pods wanted at the end ({} at the start); converged {converged:?} after the first create; extras {extras}, gaps {gaps}",
+        want.iter().sum::<usize>(),
+        first.iter().sum::<usize>()
+    );
+    assert_eq!((extras, gaps), (0, 0));
+    let sets = replica_sets(c, ns);
+    assert_eq!(sets.len(), N, "{sets:?}");
 }

@@ -37,18 +37,35 @@ fn pods(c: &KubeCluster, i: usize) -> Vec<(String, String, String)> {
         .map(|p| {
             (
                 p["metadata"]["name"].as_str().unwrap().to_string(),
-                p["spec"]["containers"][0]["image"].as_str().unwrap().to_string(),
-                p["metadata"]["ownerReferences"][0]["name"].as_str().unwrap_or("").to_string(),
+                p["spec"]["containers"][0]["image"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+                p["metadata"]["ownerReferences"][0]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
             )
         })
         .collect()
 }
 
 fn holder(c: &KubeCluster, i: usize) -> String {
-    c.kubectl(i, &["get", "lease", "-n", "kube-system", "kube-controller-manager", "-o", "jsonpath={.spec.holderIdentity}"])
-        .stdout
-        .trim()
-        .to_string()
+    c.kubectl(
+        i,
+        &[
+            "get",
+            "lease",
+            "-n",
+            "kube-system",
+            "kube-controller-manager",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ],
+    )
+    .stdout
+    .trim()
+    .to_string()
 }
 
 fn ready(c: &KubeCluster, i: usize) {
@@ -60,7 +77,19 @@ fn ready(c: &KubeCluster, i: usize) {
 }
 
 fn rollout_status(c: &KubeCluster, i: usize) {
-    let mut bg = Background::start(c, i, &["rollout", "status", "-n", NS, "deployment/web", "--timeout=90s"], &format!("rollout-{i}"));
+    let mut bg = Background::start(
+        c,
+        i,
+        &[
+            "rollout",
+            "status",
+            "-n",
+            NS,
+            "deployment/web",
+            "--timeout=90s",
+        ],
+        &format!("rollout-{i}"),
+    );
     let deadline = Instant::now() + WAIT;
     loop {
         ready(c, i);
@@ -80,14 +109,37 @@ fn a_rollout_survives_the_leader_being_killed() {
     let mut c = KubeCluster::start(keel_bin!(), 3);
     let leader = c.cluster_mut().leader().expect("a leader");
     let s = (leader + 1) % 3; // a survivor to talk to
-    c.wait_until("the controllers' Lease on the leader", WAIT, || holder(&c, s) == c.member(leader).name);
+    c.wait_until("the controllers' Lease on the leader", WAIT, || {
+        holder(&c, s) == c.member(leader).name
+    });
     c.ok(s, &["create", "namespace", NS]);
-    c.ok(s, &["create", "deployment", "web", "-n", NS, "--image=registry.k8s.io/pause:3.9", "--replicas=6"]);
+    c.ok(
+        s,
+        &[
+            "create",
+            "deployment",
+            "web",
+            "-n",
+            NS,
+            "--image=registry.k8s.io/pause:3.9",
+            "--replicas=6",
+        ],
+    );
     c.wait_until("6 pods", WAIT, || pods(&c, s).len() == 6);
     rollout_status(&c, s);
 
     // Start a rollout and leave the new pods unready, so it stops halfway: surge 2, unavailable 1.
-    c.ok(s, &["set", "image", "-n", NS, "deployment/web", "pause=registry.k8s.io/pause:3.10"]);
+    c.ok(
+        s,
+        &[
+            "set",
+            "image",
+            "-n",
+            NS,
+            "deployment/web",
+            "pause=registry.k8s.io/pause:3.10",
+        ],
+    );
     c.wait_until("the rollout under way", WAIT, || {
         let p = pods(&c, s);
         p.iter().filter(|(_, img, _)| img.ends_with("3.10")).count() >= 2
@@ -105,7 +157,9 @@ fn a_rollout_survives_the_leader_being_killed() {
     let deadline = Instant::now() + WAIT;
     while lease_moved.is_none() || acted.is_none() {
         if Instant::now() > deadline {
-            c.fail(format!("controllers idle after the kill: lease moved {lease_moved:?}, acted {acted:?}"));
+            c.fail(format!(
+                "controllers idle after the kill: lease moved {lease_moved:?}, acted {acted:?}"
+            ));
         }
         if lease_moved.is_none() {
             let h = holder(&c, s);
@@ -114,7 +168,19 @@ fn a_rollout_survives_the_leader_being_killed() {
             }
         }
         if acted.is_none() {
-            let now = c.kubectl(s, &["get", "pods", "-n", NS, "-l", "app=web", "-o", "jsonpath={.items[*].metadata.name}"]);
+            let now = c.kubectl(
+                s,
+                &[
+                    "get",
+                    "pods",
+                    "-n",
+                    NS,
+                    "-l",
+                    "app=web",
+                    "-o",
+                    "jsonpath={.items[*].metadata.name}",
+                ],
+            );
             if now.ok && now.stdout.split_whitespace().any(|p| !before.contains(p)) {
                 acted = Some(killed.elapsed());
             }
@@ -139,19 +205,42 @@ fn a_rollout_survives_the_leader_being_killed() {
             (
                 r["metadata"]["name"].as_str().unwrap().to_string(),
                 r["spec"]["replicas"].as_i64().unwrap(),
-                r["spec"]["template"]["spec"]["containers"][0]["image"].as_str().unwrap().to_string(),
+                r["spec"]["template"]["spec"]["containers"][0]["image"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
             )
         })
         .collect();
     assert_eq!(sets.len(), 2, "{sets:?}");
-    let new = sets.iter().find(|r| r.2.ends_with("3.10")).expect("the new ReplicaSet");
-    let old = sets.iter().find(|r| r.2.ends_with("3.9")).expect("the old ReplicaSet");
+    let new = sets
+        .iter()
+        .find(|r| r.2.ends_with("3.10"))
+        .expect("the new ReplicaSet");
+    let old = sets
+        .iter()
+        .find(|r| r.2.ends_with("3.9"))
+        .expect("the old ReplicaSet");
     assert_eq!((new.1, old.1), (6, 0), "{sets:?}");
     // Settled: nothing more is created or deleted.
     std::thread::sleep(Duration::from_secs(2));
     let p = pods(&c, s);
     assert_eq!(p.len(), 6, "{p:?}");
-    assert!(p.iter().all(|(_, img, owner)| img.ends_with("3.10") && owner == &new.0), "{p:?}");
-    let status = c.ok(s, &["get", "deployment/web", "-n", NS, "-o", "jsonpath={.status.replicas}/{.status.updatedReplicas}/{.status.availableReplicas}"]);
+    assert!(
+        p.iter()
+            .all(|(_, img, owner)| img.ends_with("3.10") && owner == &new.0),
+        "{p:?}"
+    );
+    let status = c.ok(
+        s,
+        &[
+            "get",
+            "deployment/web",
+            "-n",
+            NS,
+            "-o",
+            "jsonpath={.status.replicas}/{.status.updatedReplicas}/{.status.availableReplicas}",
+        ],
+    );
     assert_eq!(status, "6/6/6");
 }

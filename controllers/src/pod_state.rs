@@ -36,7 +36,11 @@ pub fn is_ready(pod: &Pod) -> bool {
 
 /// Whether the pod has been Ready for `min_ready_seconds` at `now`; if it is Ready but not for long enough,
 /// how long until it is (`Err`).
-pub fn available(pod: &Pod, min_ready_seconds: i32, now: Timestamp) -> Result<bool, std::time::Duration> {
+pub fn available(
+    pod: &Pod,
+    min_ready_seconds: i32,
+    now: Timestamp,
+) -> Result<bool, std::time::Duration> {
     let Some(since) = ready_since(pod) else {
         return Ok(false);
     };

@@ -56,15 +56,19 @@ pub fn set_replicas_annotations(rs: &mut ReplicaSet, desired: i32, max: i32) -> 
 /// Brings the new ReplicaSet's annotations up to date: the Deployment's own (e.g. change-cause), the
 /// revision `new_revision` if it is higher (recording the one it had in revision-history), and for a new
 /// ReplicaSet the replicas annotations. Returns whether anything changed.
-pub fn set_new_annotations(s: &Sync<'_>, rs: &mut ReplicaSet, new_revision: &str, exists: bool) -> bool {
+pub fn set_new_annotations(
+    s: &Sync<'_>,
+    rs: &mut ReplicaSet,
+    new_revision: &str,
+    exists: bool,
+) -> bool {
     let mut changed = false;
-    let from_deploy: Vec<(String, String)> = s
-        .d
-        .annotations()
-        .iter()
-        .filter(|(k, _)| !SKIPPED.contains(&k.as_str()))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    let from_deploy: Vec<(String, String)> =
+        s.d.annotations()
+            .iter()
+            .filter(|(k, _)| !SKIPPED.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
     let a = rs.annotations_mut();
     for (k, v) in from_deploy {
         if a.get(&k) != Some(&v) {
@@ -82,7 +86,12 @@ pub fn set_new_annotations(s: &Sync<'_>, rs: &mut ReplicaSet, new_revision: &str
             // A template that comes back: its ReplicaSet keeps the numbers it had.
             let mut list: Vec<String> = a
                 .get(REVISION_HISTORY)
-                .map(|h| h.split(',').filter(|x| !x.is_empty()).map(String::from).collect())
+                .map(|h| {
+                    h.split(',')
+                        .filter(|x| !x.is_empty())
+                        .map(String::from)
+                        .collect()
+                })
                 .unwrap_or_default();
             list.push(old);
             while list.len() > 1 && list.join(",").len() > MAX_HISTORY_CHARS {
@@ -107,14 +116,22 @@ pub async fn cleanup(s: &Sync<'_>, old: &[ReplicaSet]) -> Result<()> {
         .iter()
         .filter(|rs| rs.metadata.deletion_timestamp.is_none())
         .collect();
-    let excess = alive.len().saturating_sub(usize::try_from(limit).unwrap_or(0));
+    let excess = alive
+        .len()
+        .saturating_sub(usize::try_from(limit).unwrap_or(0));
     if excess == 0 {
         return Ok(());
     }
-    alive.sort_by_key(|rs| (revision(rs), rs.metadata.creation_timestamp.as_ref().map(|t| t.0)));
+    alive.sort_by_key(|rs| {
+        (
+            revision(rs),
+            rs.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        )
+    });
     let api = s.ctx.api::<ReplicaSet>(&s.ns());
     for rs in alive.into_iter().take(excess) {
-        let settled = rs.metadata.generation <= rs.status.as_ref().and_then(|x| x.observed_generation);
+        let settled =
+            rs.metadata.generation <= rs.status.as_ref().and_then(|x| x.observed_generation);
         if actual(rs) != 0 || size(rs) != 0 || !settled {
             continue;
         }

@@ -169,8 +169,15 @@ impl Sync<'_> {
 
     /// Sets the Deployment's revision annotation (as upstream does, for `kubectl rollout history`).
     pub async fn set_revision(&mut self, revision: &str) -> Result<()> {
-        let current = self.d.annotations().get(history::REVISION).map(String::as_str);
-        let newer = match (current.and_then(|c| c.parse::<i64>().ok()), revision.parse::<i64>()) {
+        let current = self
+            .d
+            .annotations()
+            .get(history::REVISION)
+            .map(String::as_str);
+        let newer = match (
+            current.and_then(|c| c.parse::<i64>().ok()),
+            revision.parse::<i64>(),
+        ) {
             (Some(c), Ok(r)) => c < r,
             _ => current != Some(revision),
         };
@@ -184,7 +191,11 @@ impl Sync<'_> {
         let written = self
             .ctx
             .api::<Deployment>(&self.ns())
-            .patch(&self.d.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(
+                &self.d.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
             .await?;
         self.d = written;
         Ok(())
@@ -233,13 +244,12 @@ async fn run(s: &mut Sync<'_>) -> Result<()> {
     if paused || scale::is_scaling_event(s, &sets) {
         return scale::sync(s, sets).await;
     }
-    let recreate = s
-        .d
-        .spec
-        .as_ref()
-        .and_then(|x| x.strategy.as_ref())
-        .and_then(|x| x.type_.as_deref())
-        == Some("Recreate");
+    let recreate =
+        s.d.spec
+            .as_ref()
+            .and_then(|x| x.strategy.as_ref())
+            .and_then(|x| x.type_.as_deref())
+            == Some("Recreate");
     if recreate {
         recreate::rollout(s, sets).await
     } else {

@@ -24,7 +24,7 @@ pub async fn rollout(s: &mut Sync<'_>, sets: Vec<ReplicaSet>) -> Result<()> {
     let mut new = match new {
         Some(n) => n,
         None => {
-            let all: Vec<ReplicaSet> = old.iter().cloned().collect();
+            let all: Vec<ReplicaSet> = old.to_vec();
             let (n, o) = new_and_old(s, all, true).await?;
             old = o;
             match n {

@@ -22,7 +22,10 @@ pub fn size(rs: &ReplicaSet) -> i32 {
 
 /// `status.availableReplicas` of a ReplicaSet.
 pub fn available(rs: &ReplicaSet) -> i32 {
-    rs.status.as_ref().and_then(|s| s.available_replicas).unwrap_or(0)
+    rs.status
+        .as_ref()
+        .and_then(|s| s.available_replicas)
+        .unwrap_or(0)
 }
 
 /// `status.replicas` of a ReplicaSet.
@@ -58,18 +61,30 @@ pub async fn claim(s: &Sync<'_>) -> Result<Vec<ReplicaSet>> {
                 .cloned()
                 .collect();
             let patch = json!({"metadata": {"ownerReferences": refs, "resourceVersion": rs.metadata.resource_version}});
-            api.patch(&rs.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
+            api.patch(
+                &rs.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
         } else if matches
             && owner::controller_of(&rs.metadata).is_none()
             && rs.metadata.deletion_timestamp.is_none()
             && s.d.metadata.deletion_timestamp.is_none()
         {
             let mut refs = rs.metadata.owner_references.clone().unwrap_or_default();
-            refs.push(owner::controller_ref(&s.d.metadata, "apps/v1", "Deployment"));
+            refs.push(owner::controller_ref(
+                &s.d.metadata,
+                "apps/v1",
+                "Deployment",
+            ));
             let patch = json!({"metadata": {"ownerReferences": refs, "resourceVersion": rs.metadata.resource_version}});
             let adopted = api
-                .patch(&rs.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(
+                    &rs.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
                 .await?;
             out.push(adopted);
         }
@@ -110,7 +125,11 @@ pub fn by_creation(sets: &mut [ReplicaSet]) {
 /// Splits `sets` into the new ReplicaSet (the oldest whose template is the Deployment's) and the others.
 pub fn split(s: &Sync<'_>, mut sets: Vec<ReplicaSet>) -> (Option<ReplicaSet>, Vec<ReplicaSet>) {
     by_creation(&mut sets);
-    let template = s.d.spec.as_ref().map(|x| x.template.clone()).unwrap_or_default();
+    let template =
+        s.d.spec
+            .as_ref()
+            .map(|x| x.template.clone())
+            .unwrap_or_default();
     let i = sets.iter().position(|rs| {
         rs.spec
             .as_ref()
@@ -185,7 +204,10 @@ async fn create_new(s: &mut Sync<'_>, old: &[ReplicaSet], revision: &str) -> Res
         .and_then(|m| m.labels.clone())
         .unwrap_or_default();
     labels.insert(POD_TEMPLATE_HASH.into(), hash.clone());
-    template.metadata.get_or_insert_with(Default::default).labels = Some(labels.clone());
+    template
+        .metadata
+        .get_or_insert_with(Default::default)
+        .labels = Some(labels.clone());
     let mut sel = spec.selector.clone();
     sel.match_labels
         .get_or_insert_with(Default::default)
@@ -196,7 +218,11 @@ async fn create_new(s: &mut Sync<'_>, old: &[ReplicaSet], revision: &str) -> Res
             name: Some(name.clone()),
             namespace: Some(ns.clone()),
             labels: Some(labels),
-            owner_references: Some(vec![owner::controller_ref(&s.d.metadata, "apps/v1", "Deployment")]),
+            owner_references: Some(vec![owner::controller_ref(
+                &s.d.metadata,
+                "apps/v1",
+                "Deployment",
+            )]),
             ..Default::default()
         },
         spec: Some(ReplicaSetSpec {
@@ -220,28 +246,37 @@ async fn create_new(s: &mut Sync<'_>, old: &[ReplicaSet], revision: &str) -> Res
         Err(e) if is_conflict(&e) => {
             // The name is taken: ours already (a cache behind), or a hash collision.
             let found = api.get(&name).await?;
-            let same = owner::controlled_by(&found.metadata, s.d.metadata.uid.as_deref().unwrap_or(""))
-                && found
-                    .spec
-                    .as_ref()
-                    .and_then(|x| x.template.as_ref())
-                    .is_some_and(|t| equal_ignore_hash(t, &spec.template));
+            let same =
+                owner::controlled_by(&found.metadata, s.d.metadata.uid.as_deref().unwrap_or(""))
+                    && found
+                        .spec
+                        .as_ref()
+                        .and_then(|x| x.template.as_ref())
+                        .is_some_and(|t| equal_ignore_hash(t, &spec.template));
             if same {
                 return Ok(found);
             }
             let mut st = s.d.status.clone().unwrap_or_default();
             st.collision_count = Some(collisions.unwrap_or(0).saturating_add(1));
             s.write_status(st).await?;
-            return Err(Error::Invalid(format!("hash collision on replica set {name}; collisionCount raised")));
+            return Err(Error::Invalid(format!(
+                "hash collision on replica set {name}; collisionCount raised"
+            )));
         }
         Err(e) => {
             let msg = format!("Failed to create new replica set {name:?}: {e}");
-            s.event(EventType::Warning, "FailedCreate", msg.clone()).await;
+            s.event(EventType::Warning, "FailedCreate", msg.clone())
+                .await;
             if status::has_progress_deadline(s) {
                 let mut st = s.d.status.clone().unwrap_or_default();
                 status::set_condition(
                     &mut st,
-                    status::new_condition(status::PROGRESSING, "False", "ReplicaSetCreateError", msg),
+                    status::new_condition(
+                        status::PROGRESSING,
+                        "False",
+                        "ReplicaSetCreateError",
+                        msg,
+                    ),
                 );
                 s.write_status(st).await?;
             }
@@ -295,7 +330,10 @@ pub async fn scale_to(s: &Sync<'_>, rs: &mut ReplicaSet, to: i32) -> Result<bool
         s.event(
             EventType::Normal,
             "ScalingReplicaSet",
-            format!("Scaled {dir} replica set {} from {from} to {to}", rs.name_any()),
+            format!(
+                "Scaled {dir} replica set {} from {from} to {to}",
+                rs.name_any()
+            ),
         )
         .await;
     }

@@ -10,7 +10,9 @@ use crate::error::{Error, Result};
 
 /// Resolves an int-or-percent against `total`, rounding a percentage up or down.
 pub fn scaled(v: Option<&IntOrString>, default: &str, total: i32, round_up: bool) -> Result<i32> {
-    let v = v.cloned().unwrap_or_else(|| IntOrString::String(default.into()));
+    let v = v
+        .cloned()
+        .unwrap_or_else(|| IntOrString::String(default.into()));
     match v {
         IntOrString::Int(i) => Ok(i),
         IntOrString::String(s) => {
@@ -19,7 +21,11 @@ pub fn scaled(v: Option<&IntOrString>, default: &str, total: i32, round_up: bool
                 .and_then(|p| p.parse().ok())
                 .ok_or_else(|| Error::Invalid(format!("invalid value for IntOrString: {s:?}")))?;
             let x = pct * i64::from(total);
-            let r = if round_up { (x + 99).div_euclid(100) } else { x.div_euclid(100) };
+            let r = if round_up {
+                (x + 99).div_euclid(100)
+            } else {
+                x.div_euclid(100)
+            };
             Ok(i32::try_from(r).unwrap_or(i32::MAX))
         }
     }
@@ -170,7 +176,10 @@ mod tests {
         assert_eq!(scaled(Some(&p("25%")), "", 3, false).ok(), Some(0));
         assert_eq!(scaled(Some(&p("25%")), "", 10, true).ok(), Some(3));
         assert_eq!(scaled(Some(&p("25%")), "", 10, false).ok(), Some(2));
-        assert_eq!(scaled(Some(&IntOrString::Int(2)), "", 10, false).ok(), Some(2));
+        assert_eq!(
+            scaled(Some(&IntOrString::Int(2)), "", 10, false).ok(),
+            Some(2)
+        );
         assert!(scaled(Some(&p("x")), "", 10, false).is_err());
     }
 }

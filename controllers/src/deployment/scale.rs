@@ -39,7 +39,11 @@ fn saturated(s: &Sync<'_>, rs: &ReplicaSet) -> bool {
         && available(rs) == s.replicas()
 }
 
-async fn scale(s: &Sync<'_>, mut new: Option<&mut ReplicaSet>, old: &mut [ReplicaSet]) -> Result<()> {
+async fn scale(
+    s: &Sync<'_>,
+    mut new: Option<&mut ReplicaSet>,
+    old: &mut [ReplicaSet],
+) -> Result<()> {
     // Only one active ReplicaSet (or none): it takes all the replicas.
     old.sort_by_key(|rs| std::cmp::Reverse(rs.metadata.creation_timestamp.as_ref().map(|t| t.0)));
     let active_old = old.iter().filter(|rs| size(rs) > 0).count();
@@ -88,7 +92,11 @@ async fn scale(s: &Sync<'_>, mut new: Option<&mut ReplicaSet>, old: &mut [Replic
         }
     }
     let current: i32 = all.iter().map(|rs| size(rs)).sum();
-    let allowed = if s.replicas() > 0 { s.replicas() + surge } else { 0 };
+    let allowed = if s.replicas() > 0 {
+        s.replicas() + surge
+    } else {
+        0
+    };
     let to_add = allowed - current;
     let newer = |rs: &ReplicaSet| rs.metadata.creation_timestamp.as_ref().map(|t| t.0);
     if to_add > 0 {
@@ -101,7 +109,11 @@ async fn scale(s: &Sync<'_>, mut new: Option<&mut ReplicaSet>, old: &mut [Replic
     let mut added = 0;
     let mut sizes: Vec<i32> = Vec::with_capacity(all.len());
     for rs in all.iter() {
-        let p = if to_add != 0 { proportion(s, rs, to_add, added, surge) } else { 0 };
+        let p = if to_add != 0 {
+            proportion(s, rs, to_add, added, surge)
+        } else {
+            0
+        };
         sizes.push(size(rs) + p);
         added += p;
     }

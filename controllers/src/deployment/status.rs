@@ -28,7 +28,12 @@ pub const PAUSED: &str = "DeploymentPaused";
 pub const RESUMED: &str = "DeploymentResumed";
 
 /// A condition stamped now.
-pub fn new_condition(type_: &str, status: &str, reason: &str, message: String) -> DeploymentCondition {
+pub fn new_condition(
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: String,
+) -> DeploymentCondition {
     let now = Some(Time(Timestamp::now()));
     DeploymentCondition {
         type_: type_.into(),
@@ -82,18 +87,31 @@ pub fn has_progress_deadline(s: &Sync<'_>) -> bool {
 }
 
 fn deadline(s: &Sync<'_>) -> Duration {
-    let secs = s.d.spec.as_ref().and_then(|x| x.progress_deadline_seconds).unwrap_or(600);
+    let secs =
+        s.d.spec
+            .as_ref()
+            .and_then(|x| x.progress_deadline_seconds)
+            .unwrap_or(600);
     Duration::from_secs(u64::try_from(secs).unwrap_or(0))
 }
 
 /// The status the ReplicaSets add up to.
-pub fn calculate(s: &Sync<'_>, new: Option<&ReplicaSet>, old: &[ReplicaSet]) -> Result<DeploymentStatus> {
+pub fn calculate(
+    s: &Sync<'_>,
+    new: Option<&ReplicaSet>,
+    old: &[ReplicaSet],
+) -> Result<DeploymentStatus> {
     let all: Vec<&ReplicaSet> = old.iter().chain(new).collect();
     let avail: i32 = all.iter().map(|rs| available(rs)).sum();
     let total: i32 = all.iter().map(|rs| actual(rs)).sum();
     let ready: i32 = all
         .iter()
-        .map(|rs| rs.status.as_ref().and_then(|x| x.ready_replicas).unwrap_or(0))
+        .map(|rs| {
+            rs.status
+                .as_ref()
+                .and_then(|x| x.ready_replicas)
+                .unwrap_or(0)
+        })
         .sum();
     let old_status = s.d.status.clone().unwrap_or_default();
     let mut st = DeploymentStatus {
@@ -104,18 +122,27 @@ pub fn calculate(s: &Sync<'_>, new: Option<&ReplicaSet>, old: &[ReplicaSet]) -> 
         available_replicas: Some(avail),
         unavailable_replicas: Some((total - avail).max(0)),
         collision_count: old_status.collision_count,
-        conditions: old_status.conditions.clone(),
-        ..old_status
+        conditions: old_status.conditions,
     };
     if avail >= s.replicas() - rollout::max_unavailable(s)? {
         set_condition(
             &mut st,
-            new_condition(AVAILABLE, "True", "MinimumReplicasAvailable", "Deployment has minimum availability.".into()),
+            new_condition(
+                AVAILABLE,
+                "True",
+                "MinimumReplicasAvailable",
+                "Deployment has minimum availability.".into(),
+            ),
         );
     } else {
         set_condition(
             &mut st,
-            new_condition(AVAILABLE, "False", "MinimumReplicasUnavailable", "Deployment does not have minimum availability.".into()),
+            new_condition(
+                AVAILABLE,
+                "False",
+                "MinimumReplicasUnavailable",
+                "Deployment does not have minimum availability.".into(),
+            ),
         );
     }
     Ok(st)
@@ -143,7 +170,11 @@ fn progressing(s: &Sync<'_>, new: &DeploymentStatus) -> bool {
 }
 
 /// Status after a rollout step: counts, Available, and Progressing (done, progressing, or timed out).
-pub async fn sync_rollout(s: &mut Sync<'_>, new: Option<&ReplicaSet>, old: &[ReplicaSet]) -> Result<()> {
+pub async fn sync_rollout(
+    s: &mut Sync<'_>,
+    new: Option<&ReplicaSet>,
+    old: &[ReplicaSet],
+) -> Result<()> {
     let mut st = calculate(s, new, old)?;
     if !has_progress_deadline(s) {
         remove_condition(&mut st, PROGRESSING);
@@ -156,10 +187,20 @@ pub async fn sync_rollout(s: &mut Sync<'_>, new: Option<&ReplicaSet>, old: &[Rep
         if complete(s, Some(&st)) {
             set_condition(
                 &mut st,
-                new_condition(PROGRESSING, "True", NEW_RS_AVAILABLE, format!("ReplicaSet {rs_name:?} has successfully progressed.")),
+                new_condition(
+                    PROGRESSING,
+                    "True",
+                    NEW_RS_AVAILABLE,
+                    format!("ReplicaSet {rs_name:?} has successfully progressed."),
+                ),
             );
         } else if progressing(s, &st) {
-            let mut c = new_condition(PROGRESSING, "True", "ReplicaSetUpdated", format!("ReplicaSet {rs_name:?} is progressing."));
+            let mut c = new_condition(
+                PROGRESSING,
+                "True",
+                "ReplicaSetUpdated",
+                format!("ReplicaSet {rs_name:?} is progressing."),
+            );
             if let Some(cur) = current.as_ref().filter(|c| c.status == "True") {
                 c.last_transition_time = cur.last_transition_time.clone();
             }
@@ -169,18 +210,35 @@ pub async fn sync_rollout(s: &mut Sync<'_>, new: Option<&ReplicaSet>, old: &[Rep
         } else if timed_out(s, current.as_ref()) {
             set_condition(
                 &mut st,
-                new_condition(PROGRESSING, "False", TIMED_OUT, format!("ReplicaSet {rs_name:?} has timed out progressing.")),
+                new_condition(
+                    PROGRESSING,
+                    "False",
+                    TIMED_OUT,
+                    format!("ReplicaSet {rs_name:?} has timed out progressing."),
+                ),
             );
         }
     }
     let failure = old
         .iter()
         .chain(new)
-        .filter_map(|rs| rs.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == REPLICA_FAILURE && c.status == "True"))
+        .filter_map(|rs| {
+            rs.status
+                .as_ref()?
+                .conditions
+                .as_ref()?
+                .iter()
+                .find(|c| c.type_ == REPLICA_FAILURE && c.status == "True")
+        })
         .next();
     match failure {
         Some(f) => {
-            let mut c = new_condition(REPLICA_FAILURE, &f.status, f.reason.as_deref().unwrap_or(""), f.message.clone().unwrap_or_default());
+            let mut c = new_condition(
+                REPLICA_FAILURE,
+                &f.status,
+                f.reason.as_deref().unwrap_or(""),
+                f.message.clone().unwrap_or_default(),
+            );
             c.last_transition_time = f.last_transition_time.clone();
             set_condition(&mut st, c);
         }
@@ -189,8 +247,13 @@ pub async fn sync_rollout(s: &mut Sync<'_>, new: Option<&ReplicaSet>, old: &[Rep
     // Not done yet: look again when the deadline would pass, as nothing else may wake us.
     if has_progress_deadline(s) && !complete(s, Some(&st)) {
         if let Some(c) = get(&st, PROGRESSING) {
-            if c.reason.as_deref() != Some(TIMED_OUT) && c.reason.as_deref() != Some(NEW_RS_AVAILABLE) {
-                let from = c.last_update_time.as_ref().map_or_else(Timestamp::now, |t| t.0);
+            if c.reason.as_deref() != Some(TIMED_OUT)
+                && c.reason.as_deref() != Some(NEW_RS_AVAILABLE)
+            {
+                let from = c
+                    .last_update_time
+                    .as_ref()
+                    .map_or_else(Timestamp::now, |t| t.0);
                 let since = Timestamp::now().duration_since(from).unsigned_abs();
                 let left = deadline(s).saturating_sub(since);
                 s.requeue_within(left + Duration::from_secs(1));
@@ -212,13 +275,19 @@ fn timed_out(s: &Sync<'_>, current: Option<&DeploymentCondition>) -> bool {
             let Ok(limit) = k8s_openapi::jiff::SignedDuration::try_from(deadline(s)) else {
                 return false;
             };
-            from.0.checked_add(limit).is_ok_and(|t| t < Timestamp::now())
+            from.0
+                .checked_add(limit)
+                .is_ok_and(|t| t < Timestamp::now())
         }
     }
 }
 
 /// Status with only the counts and Available refreshed (scaling, paused, being deleted).
-pub async fn sync_status_only(s: &mut Sync<'_>, new: Option<&ReplicaSet>, old: &[ReplicaSet]) -> Result<()> {
+pub async fn sync_status_only(
+    s: &mut Sync<'_>,
+    new: Option<&ReplicaSet>,
+    old: &[ReplicaSet],
+) -> Result<()> {
     let st = calculate(s, new, old)?;
     s.write_status(st).await
 }
@@ -232,9 +301,25 @@ pub async fn check_paused(s: &mut Sync<'_>) -> Result<()> {
     let cond_paused = condition(s, PROGRESSING).and_then(|c| c.reason).as_deref() == Some(PAUSED);
     let mut st = s.d.status.clone().unwrap_or_default();
     if paused && !cond_paused {
-        set_condition(&mut st, new_condition(PROGRESSING, "Unknown", PAUSED, "Deployment is paused".into()));
+        set_condition(
+            &mut st,
+            new_condition(
+                PROGRESSING,
+                "Unknown",
+                PAUSED,
+                "Deployment is paused".into(),
+            ),
+        );
     } else if !paused && cond_paused {
-        set_condition(&mut st, new_condition(PROGRESSING, "Unknown", RESUMED, "Deployment is resumed".into()));
+        set_condition(
+            &mut st,
+            new_condition(
+                PROGRESSING,
+                "Unknown",
+                RESUMED,
+                "Deployment is resumed".into(),
+            ),
+        );
     } else {
         return Ok(());
     }

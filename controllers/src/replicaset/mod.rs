@@ -102,7 +102,11 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Context>, state: Arc<State>) ->
         return Ok(Action::await_change());
     };
     let owned = claim(&rs, &ctx, &state).await?;
-    let active: Vec<&Pod> = owned.iter().map(|p| p.as_ref()).filter(|p| pod_state::is_active(p)).collect();
+    let active: Vec<&Pod> = owned
+        .iter()
+        .map(|p| p.as_ref())
+        .filter(|p| pod_state::is_active(p))
+        .collect();
     let ready_to_manage = state
         .expectations
         .satisfied(&k, |n| live(&state.pods, &ns, n));
@@ -131,6 +135,10 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Context>, state: Arc<State>) ->
         // The pods' own events bring the next pass; this is the safety net if one is missed.
         return Ok(Action::requeue(Duration::from_secs(30)));
     }
+    if !ready_to_manage {
+        // Waiting for the cache to show our own writes: look again soon even if an event was missed.
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
     Ok(match wait {
         Some(w) => Action::requeue(w + Duration::from_millis(100)),
         None => Action::await_change(),
@@ -152,7 +160,8 @@ async fn claim(rs: &ReplicaSet, ctx: &Context, state: &State) -> Result<Vec<Arc<
         if pod.metadata.namespace.as_deref() != Some(ns.as_str()) {
             continue;
         }
-        let matches = !selector::is_empty(sel) && selector::matches(sel, pod.metadata.labels.as_ref());
+        let matches =
+            !selector::is_empty(sel) && selector::matches(sel, pod.metadata.labels.as_ref());
         let ours = owner::controlled_by(&pod.metadata, &uid);
         if ours && matches {
             owned.push(pod);
@@ -173,7 +182,11 @@ async fn claim(rs: &ReplicaSet, ctx: &Context, state: &State) -> Result<Vec<Arc<
                 "resourceVersion": pod.metadata.resource_version,
             }});
             match api
-                .patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(
+                    &pod.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
                 .await
             {
                 Ok(_) => debug!(pod = %pod.name_any(), rs = %rs.name_any(), "released"),
@@ -204,7 +217,11 @@ async fn claim(rs: &ReplicaSet, ctx: &Context, state: &State) -> Result<Vec<Arc<
                 "resourceVersion": pod.metadata.resource_version,
             }});
             match api
-                .patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(
+                    &pod.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
                 .await
             {
                 Ok(p) => {
@@ -221,7 +238,15 @@ async fn claim(rs: &ReplicaSet, ctx: &Context, state: &State) -> Result<Vec<Arc<
 
 /// Records an Event about `rs`. Each Normal one names its own pod, so it gets a recorder of its own (the
 /// shared one would fold them into one series, hiding all names but the first); repeated warnings count up.
-async fn event(ctx: &Context, state: &State, rs: &ReplicaSet, type_: EventType, reason: &str, action: &str, note: String) {
+async fn event(
+    ctx: &Context,
+    state: &State,
+    rs: &ReplicaSet,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
     let ev = Event {
         type_,
         reason: reason.into(),
@@ -242,7 +267,11 @@ async fn event(ctx: &Context, state: &State, rs: &ReplicaSet, type_: EventType, 
 }
 
 fn new_pod(rs: &ReplicaSet) -> Pod {
-    let template = rs.spec.as_ref().and_then(|s| s.template.clone()).unwrap_or_default();
+    let template = rs
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.clone())
+        .unwrap_or_default();
     let meta = template.metadata.unwrap_or_default();
     Pod {
         metadata: ObjectMeta {
@@ -251,7 +280,11 @@ fn new_pod(rs: &ReplicaSet) -> Pod {
             labels: meta.labels,
             annotations: meta.annotations,
             finalizers: meta.finalizers,
-            owner_references: Some(vec![owner::controller_ref(&rs.metadata, "apps/v1", "ReplicaSet")]),
+            owner_references: Some(vec![owner::controller_ref(
+                &rs.metadata,
+                "apps/v1",
+                "ReplicaSet",
+            )]),
             ..Default::default()
         },
         spec: template.spec,
@@ -287,13 +320,31 @@ async fn manage(
                     Ok(p) => {
                         let name = p.name_any();
                         state.expectations.created(&k, Some(name.clone()));
-                        event(ctx, state, rs, EventType::Normal, "SuccessfulCreate", "Create", format!("Created pod: {name}")).await;
+                        event(
+                            ctx,
+                            state,
+                            rs,
+                            EventType::Normal,
+                            "SuccessfulCreate",
+                            "Create",
+                            format!("Created pod: {name}"),
+                        )
+                        .await;
                     }
                     Err(e) => {
                         state.expectations.created(&k, None);
                         let msg = format!("Error creating: {}", api_message(&e));
                         if failed.is_none() {
-                            event(ctx, state, rs, EventType::Warning, "FailedCreate", "Create", msg.clone()).await;
+                            event(
+                                ctx,
+                                state,
+                                rs,
+                                EventType::Warning,
+                                "FailedCreate",
+                                "Create",
+                                msg.clone(),
+                            )
+                            .await;
                         }
                         failed = Some(msg);
                     }
@@ -321,13 +372,31 @@ async fn manage(
         for (v, r) in victims.iter().zip(results) {
             match r {
                 Ok(_) => {
-                    event(ctx, state, rs, EventType::Normal, "SuccessfulDelete", "Delete", format!("Deleted pod: {v}")).await;
+                    event(
+                        ctx,
+                        state,
+                        rs,
+                        EventType::Normal,
+                        "SuccessfulDelete",
+                        "Delete",
+                        format!("Deleted pod: {v}"),
+                    )
+                    .await;
                 }
                 Err(e) if is_not_found(&e) => state.expectations.observed(&k, v, false),
                 Err(e) => {
                     state.expectations.delete_failed(&k, v);
                     let msg = format!("Error deleting: {}", api_message(&e));
-                    event(ctx, state, rs, EventType::Warning, "FailedDelete", "Delete", msg.clone()).await;
+                    event(
+                        ctx,
+                        state,
+                        rs,
+                        EventType::Warning,
+                        "FailedDelete",
+                        "Delete",
+                        msg.clone(),
+                    )
+                    .await;
                     failed = Some(msg);
                 }
             }

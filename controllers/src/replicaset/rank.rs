@@ -57,7 +57,10 @@ pub fn sort_for_deletion(pods: &mut [&Pod]) {
             .then_with(|| colocated(b).cmp(&colocated(a)))
             .then_with(|| {
                 // Both ready: the more recently ready goes first.
-                match (pod_state::ready_since(a).flatten(), pod_state::ready_since(b).flatten()) {
+                match (
+                    pod_state::ready_since(a).flatten(),
+                    pod_state::ready_since(b).flatten(),
+                ) {
                     (Some(x), Some(y)) => y.cmp(&x),
                     _ => Ordering::Equal,
                 }
@@ -108,10 +111,19 @@ mod tests {
         let e = pod("ready-cheap", "n1", "Running", true, Some("-5"));
         let mut all = vec![&a, &b, &c, &d, &e];
         sort_for_deletion(&mut all);
-        let names: Vec<_> = all.iter().map(|p| p.metadata.name.clone().unwrap_or_default()).collect();
+        let names: Vec<_> = all
+            .iter()
+            .map(|p| p.metadata.name.clone().unwrap_or_default())
+            .collect();
         assert_eq!(
             names,
-            ["unassigned", "pending", "running-unready", "ready-cheap", "running-ready"]
+            [
+                "unassigned",
+                "pending",
+                "running-unready",
+                "ready-cheap",
+                "running-ready"
+            ]
         );
     }
 }

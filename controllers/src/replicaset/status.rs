@@ -46,8 +46,11 @@ pub fn calculate(
             Err(left) => wait = Some(wait.map_or(left, |w| w.min(left))),
         }
     }
-    let old = rs.status.clone().unwrap_or_default();
-    let mut conditions: Vec<ReplicaSetCondition> = old.conditions.clone().unwrap_or_default();
+    let mut conditions: Vec<ReplicaSetCondition> = rs
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
     match failure {
         Some((reason, message)) => {
             let existing = conditions.iter().position(|c| c.type_ == REPLICA_FAILURE);
@@ -59,7 +62,9 @@ pub fn calculate(
                 last_transition_time: Some(Time(now)),
             };
             match existing {
-                Some(i) if conditions[i].reason == cond.reason && conditions[i].message == cond.message => {}
+                Some(i)
+                    if conditions[i].reason == cond.reason
+                        && conditions[i].message == cond.message => {}
                 Some(i) => conditions[i] = cond,
                 None => conditions.push(cond),
             }
@@ -74,7 +79,6 @@ pub fn calculate(
         available_replicas: Some(count(available)),
         observed_generation: rs.metadata.generation,
         conditions: (!conditions.is_empty()).then_some(conditions),
-        ..old
     };
     (status, wait)
 }
