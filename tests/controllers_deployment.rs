@@ -611,3 +611,98 @@ fn many_deployments_created_and_scaled_at_once_converge_exactly() {
     let sets = replica_sets(c, ns);
     assert_eq!(sets.len(), N, "{sets:?}");
 }
+
+fn rs_sizes_by_image(c: &KubeCluster, ns: &str) -> Vec<(String, i64)> {
+    let out = c.ok(0, &["get", "rs", "-n", ns, "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let mut sets: Vec<(String, i64)> = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["spec"]["template"]["spec"]["containers"][0]["image"].as_str().unwrap().to_string(),
+                r["spec"]["replicas"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    sets.sort();
+    sets
+}
+
+/// A rollout stuck on unready new pods: scaling it spreads the new replicas over both ReplicaSets in
+/// proportion, and the progress deadline marks it failed.
+#[test]
+fn a_stuck_rollout_scales_proportionally_and_exceeds_its_deadline() {
+    let c = cluster();
+    let ns = "dep-stuck";
+    create_web(c, ns, 10);
+    c.ok(0, &["patch", "-n", ns, "deployment/web", "-p", r#"{"spec":{"progressDeadlineSeconds":5}}"#]);
+    c.ok(0, &["set", "image", "-n", ns, "deployment/web", "pause=registry.k8s.io/pause:3.10"]);
+    // maxSurge 3 (25% of 10, up), maxUnavailable 2 (down): old 10 -> 8, new 0 -> 5, then no new pod is
+    // ready so nothing moves.
+    let stuck = vec![
+        ("registry.k8s.io/pause:3.10".to_string(), 5),
+        ("registry.k8s.io/pause:3.9".to_string(), 8),
+    ];
+    c.wait_until("the rollout stuck at 8 old / 5 new", WAIT, || rs_sizes_by_image(c, ns) == stuck);
+    c.wait_until("13 pods", WAIT, || pods(c, ns, "app=web").len() == 13);
+    // 20 replicas: 25 allowed with surge; old 8 * 25/13 -> 15, new 5 * 25/13 -> 10.
+    c.ok(0, &["scale", "-n", ns, "deployment/web", "--replicas=20"]);
+    let spread = vec![
+        ("registry.k8s.io/pause:3.10".to_string(), 10),
+        ("registry.k8s.io/pause:3.9".to_string(), 15),
+    ];
+    c.wait_until("the new replicas spread in proportion", WAIT, || rs_sizes_by_image(c, ns) == spread);
+    c.wait_until("ProgressDeadlineExceeded", WAIT, || {
+        jsonpath(c, ns, "deployment/web", "{.status.conditions[?(@.type==\"Progressing\")].status}/{.status.conditions[?(@.type==\"Progressing\")].reason}")
+            == "False/ProgressDeadlineExceeded"
+    });
+    let r = c.kubectl(0, &["rollout", "status", "-n", ns, "deployment/web", "--timeout=30s"]);
+    assert!(!r.ok, "{}", r.stdout);
+    assert!(r.stderr.contains("exceeded its progress deadline"), "{}", r.stderr);
+    // Once the new pods are ready it completes after all.
+    rollout_status(c, ns, "deployment/web", "app=web");
+    assert_eq!(images(c, ns), vec!["registry.k8s.io/pause:3.10".to_string(); 20]);
+}
+
+/// minReadySeconds holds availability back (and reaches the ReplicaSet), and revisionHistoryLimit prunes
+/// old ReplicaSets.
+#[test]
+fn min_ready_seconds_and_revision_history_limit() {
+    let c = cluster();
+    let ns = "dep-limits";
+    namespace(c, ns);
+    let yaml = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 2
+  minReadySeconds: 3600
+  revisionHistoryLimit: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: pause, image: registry.k8s.io/pause:3.9}]}
+"#;
+    c.ok_stdin(0, &["apply", "-n", ns, "-f", "-"], Some(yaml));
+    c.wait_until("2 pods", WAIT, || pods(c, ns, "app=web").len() == 2);
+    ready(c, ns, "app=web");
+    c.wait_until("2 ready", WAIT, || jsonpath(c, ns, "deployment/web", "{.status.readyReplicas}") == "2");
+    assert_eq!(jsonpath(c, ns, "rs", "{.items[0].spec.minReadySeconds}"), "3600");
+    let st = jsonpath(c, ns, "deployment/web", "{.status.availableReplicas}/{.status.unavailableReplicas}/{.status.conditions[?(@.type==\"Available\")].status}");
+    assert!(st == "0/2/False" || st == "/2/False", "{st}");
+    c.ok(0, &["patch", "-n", ns, "deployment/web", "-p", r#"{"spec":{"minReadySeconds":0}}"#]);
+    c.wait_until("available once minReadySeconds is 0", WAIT, || {
+        jsonpath(c, ns, "deployment/web", "{.status.availableReplicas}/{.status.conditions[?(@.type==\"Available\")].status}") == "2/True"
+    });
+    for img in ["3.10", "3.8", "3.7"] {
+        c.ok(0, &["set", "image", "-n", ns, "deployment/web", &format!("pause=registry.k8s.io/pause:{img}")]);
+        rollout_status(c, ns, "deployment/web", "app=web");
+    }
+    c.wait_until("one old ReplicaSet kept", WAIT, || replica_sets(c, ns).len() == 2);
+    let history = c.ok(0, &["rollout", "history", "-n", ns, "deployment/web"]);
+    let revs: Vec<&str> = history.lines().filter_map(|l| l.split_whitespace().next()).filter(|w| w.parse::<u32>().is_ok()).collect();
+    assert_eq!(revs, ["3", "4"], "{history}");
+}
