@@ -36,6 +36,23 @@ fn pods(c: &KubeCluster, ns: &str, selector: &str) -> Vec<String> {
         .collect()
 }
 
+/// `kubectl args` on member `i`, retried while the cluster answers that it is between leaders (a
+/// loaded machine can trigger an election; clients are expected to retry that answer).
+fn ok_retrying(c: &KubeCluster, i: usize, args: &[&str]) -> String {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let r = c.kubectl(i, args);
+        if r.ok {
+            return r.stdout;
+        }
+        let transient = r.stderr.contains("cluster is unavailable") || r.stderr.contains("leader");
+        if !transient || std::time::Instant::now() > deadline {
+            c.fail(format!("kubectl {args:?} failed: {}", r.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 fn jsonpath(c: &KubeCluster, ns: &str, what: &str, path: &str) -> String {
     c.ok(
         0,
@@ -47,13 +64,19 @@ fn namespace(c: &KubeCluster, ns: &str) {
     c.ok(0, &["create", "namespace", ns]);
 }
 
-/// Reports every pod matching `selector` in `ns` Ready, as their kubelet would.
+/// Reports every pod matching `selector` in `ns` Ready, as their kubelet would. A pod the controllers
+/// delete between the list and the patch (404) makes it go round again.
 fn ready(c: &KubeCluster, ns: &str, selector: &str) -> usize {
     rt().block_on(async {
         let client = c.client(0).await;
-        report_all(&client, ns, selector, Report::Ready)
-            .await
-            .unwrap()
+        for _ in 0..10 {
+            match report_all(&client, ns, selector, Report::Ready).await {
+                Ok(n) => return n,
+                Err(kube::Error::Api(s)) if s.code == 404 => continue,
+                Err(e) => panic!("reporting pods ready: {e}"),
+            }
+        }
+        panic!("pods kept vanishing while being reported ready")
     })
 }
 
@@ -549,18 +572,29 @@ fn many_deployments_created_and_scaled_at_once_converge_exactly() {
     let check = |want: &[usize]| -> (usize, usize) {
         let out = c.ok(0, &["get", "pods", "-n", ns, "-o", "json"]);
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-        let mut have = vec![0usize; N];
+        let mut have = [0usize; N];
         for p in v["items"].as_array().unwrap() {
             if !p["metadata"]["deletionTimestamp"].is_null() {
                 continue;
             }
             let app = p["metadata"]["labels"]["app"].as_str().unwrap_or("");
-            if let Some(i) = app.strip_prefix("churn").and_then(|i| i.parse::<usize>().ok()) {
+            if let Some(i) = app
+                .strip_prefix("churn")
+                .and_then(|i| i.parse::<usize>().ok())
+            {
                 have[i] += 1;
             }
         }
-        let extras = have.iter().zip(want).map(|(h, w)| h.saturating_sub(*w)).sum();
-        let gaps = have.iter().zip(want).map(|(h, w)| w.saturating_sub(*h)).sum();
+        let extras = have
+            .iter()
+            .zip(want)
+            .map(|(h, w)| h.saturating_sub(*w))
+            .sum();
+        let gaps = have
+            .iter()
+            .zip(want)
+            .map(|(h, w)| w.saturating_sub(*h))
+            .sum();
         (extras, gaps)
     };
     let started = std::time::Instant::now();
@@ -568,7 +602,8 @@ fn many_deployments_created_and_scaled_at_once_converge_exactly() {
     std::thread::scope(|s| {
         for (i, n) in first.iter().enumerate() {
             s.spawn(move || {
-                c.ok(
+                ok_retrying(
+                    c,
                     i % 3,
                     &[
                         "create",
@@ -588,16 +623,25 @@ fn many_deployments_created_and_scaled_at_once_converge_exactly() {
         std::thread::scope(|s| {
             for (i, n) in want.iter().enumerate() {
                 s.spawn(move || {
-                    c.ok(
+                    ok_retrying(
+                        c,
                         (i + round) % 3,
-                        &["scale", "-n", ns, &format!("deployment/churn{i}"), &format!("--replicas={n}")],
+                        &[
+                            "scale",
+                            "-n",
+                            ns,
+                            &format!("deployment/churn{i}"),
+                            &format!("--replicas={n}"),
+                        ],
                     );
                 });
             }
         });
     }
     let want = sizes(2);
-    c.wait_until("the churned deployments converge", WAIT, || check(&want) == (0, 0));
+    c.wait_until("the churned deployments converge", WAIT, || {
+        check(&want) == (0, 0)
+    });
     let converged = started.elapsed();
     // Settled: still exact a moment later, and one ReplicaSet each.
     std::thread::sleep(Duration::from_secs(2));
@@ -621,7 +665,10 @@ fn rs_sizes_by_image(c: &KubeCluster, ns: &str) -> Vec<(String, i64)> {
         .iter()
         .map(|r| {
             (
-                r["spec"]["template"]["spec"]["containers"][0]["image"].as_str().unwrap().to_string(),
+                r["spec"]["template"]["spec"]["containers"][0]["image"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
                 r["spec"]["replicas"].as_i64().unwrap(),
             )
         })
@@ -637,15 +684,37 @@ fn a_stuck_rollout_scales_proportionally_and_exceeds_its_deadline() {
     let c = cluster();
     let ns = "dep-stuck";
     create_web(c, ns, 10);
-    c.ok(0, &["patch", "-n", ns, "deployment/web", "-p", r#"{"spec":{"progressDeadlineSeconds":5}}"#]);
-    c.ok(0, &["set", "image", "-n", ns, "deployment/web", "pause=registry.k8s.io/pause:3.10"]);
+    c.ok(
+        0,
+        &[
+            "patch",
+            "-n",
+            ns,
+            "deployment/web",
+            "-p",
+            r#"{"spec":{"progressDeadlineSeconds":5}}"#,
+        ],
+    );
+    c.ok(
+        0,
+        &[
+            "set",
+            "image",
+            "-n",
+            ns,
+            "deployment/web",
+            "pause=registry.k8s.io/pause:3.10",
+        ],
+    );
     // maxSurge 3 (25% of 10, up), maxUnavailable 2 (down): old 10 -> 8, new 0 -> 5, then no new pod is
     // ready so nothing moves.
     let stuck = vec![
         ("registry.k8s.io/pause:3.10".to_string(), 5),
         ("registry.k8s.io/pause:3.9".to_string(), 8),
     ];
-    c.wait_until("the rollout stuck at 8 old / 5 new", WAIT, || rs_sizes_by_image(c, ns) == stuck);
+    c.wait_until("the rollout stuck at 8 old / 5 new", WAIT, || {
+        rs_sizes_by_image(c, ns) == stuck
+    });
     c.wait_until("13 pods", WAIT, || pods(c, ns, "app=web").len() == 13);
     // 20 replicas: 25 allowed with surge; old 8 * 25/13 -> 15, new 5 * 25/13 -> 10.
     c.ok(0, &["scale", "-n", ns, "deployment/web", "--replicas=20"]);
@@ -653,17 +722,36 @@ fn a_stuck_rollout_scales_proportionally_and_exceeds_its_deadline() {
         ("registry.k8s.io/pause:3.10".to_string(), 10),
         ("registry.k8s.io/pause:3.9".to_string(), 15),
     ];
-    c.wait_until("the new replicas spread in proportion", WAIT, || rs_sizes_by_image(c, ns) == spread);
+    c.wait_until("the new replicas spread in proportion", WAIT, || {
+        rs_sizes_by_image(c, ns) == spread
+    });
     c.wait_until("ProgressDeadlineExceeded", WAIT, || {
         jsonpath(c, ns, "deployment/web", "{.status.conditions[?(@.type==\"Progressing\")].status}/{.status.conditions[?(@.type==\"Progressing\")].reason}")
             == "False/ProgressDeadlineExceeded"
     });
-    let r = c.kubectl(0, &["rollout", "status", "-n", ns, "deployment/web", "--timeout=30s"]);
+    let r = c.kubectl(
+        0,
+        &[
+            "rollout",
+            "status",
+            "-n",
+            ns,
+            "deployment/web",
+            "--timeout=30s",
+        ],
+    );
     assert!(!r.ok, "{}", r.stdout);
-    assert!(r.stderr.contains("exceeded its progress deadline"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("exceeded its progress deadline"),
+        "{}",
+        r.stderr
+    );
     // Once the new pods are ready it completes after all.
     rollout_status(c, ns, "deployment/web", "app=web");
-    assert_eq!(images(c, ns), vec!["registry.k8s.io/pause:3.10".to_string(); 20]);
+    assert_eq!(
+        images(c, ns),
+        vec!["registry.k8s.io/pause:3.10".to_string(); 20]
+    );
 }
 
 /// minReadySeconds holds availability back (and reaches the ReplicaSet), and revisionHistoryLimit prunes
@@ -689,20 +777,56 @@ spec:
     c.ok_stdin(0, &["apply", "-n", ns, "-f", "-"], Some(yaml));
     c.wait_until("2 pods", WAIT, || pods(c, ns, "app=web").len() == 2);
     ready(c, ns, "app=web");
-    c.wait_until("2 ready", WAIT, || jsonpath(c, ns, "deployment/web", "{.status.readyReplicas}") == "2");
-    assert_eq!(jsonpath(c, ns, "rs", "{.items[0].spec.minReadySeconds}"), "3600");
+    c.wait_until("2 ready", WAIT, || {
+        jsonpath(c, ns, "deployment/web", "{.status.readyReplicas}") == "2"
+    });
+    assert_eq!(
+        jsonpath(c, ns, "rs", "{.items[0].spec.minReadySeconds}"),
+        "3600"
+    );
     let st = jsonpath(c, ns, "deployment/web", "{.status.availableReplicas}/{.status.unavailableReplicas}/{.status.conditions[?(@.type==\"Available\")].status}");
     assert!(st == "0/2/False" || st == "/2/False", "{st}");
-    c.ok(0, &["patch", "-n", ns, "deployment/web", "-p", r#"{"spec":{"minReadySeconds":0}}"#]);
+    c.ok(
+        0,
+        &[
+            "patch",
+            "-n",
+            ns,
+            "deployment/web",
+            "-p",
+            r#"{"spec":{"minReadySeconds":0}}"#,
+        ],
+    );
     c.wait_until("available once minReadySeconds is 0", WAIT, || {
-        jsonpath(c, ns, "deployment/web", "{.status.availableReplicas}/{.status.conditions[?(@.type==\"Available\")].status}") == "2/True"
+        jsonpath(
+            c,
+            ns,
+            "deployment/web",
+            "{.status.availableReplicas}/{.status.conditions[?(@.type==\"Available\")].status}",
+        ) == "2/True"
     });
     for img in ["3.10", "3.8", "3.7"] {
-        c.ok(0, &["set", "image", "-n", ns, "deployment/web", &format!("pause=registry.k8s.io/pause:{img}")]);
+        c.ok(
+            0,
+            &[
+                "set",
+                "image",
+                "-n",
+                ns,
+                "deployment/web",
+                &format!("pause=registry.k8s.io/pause:{img}"),
+            ],
+        );
         rollout_status(c, ns, "deployment/web", "app=web");
     }
-    c.wait_until("one old ReplicaSet kept", WAIT, || replica_sets(c, ns).len() == 2);
+    c.wait_until("one old ReplicaSet kept", WAIT, || {
+        replica_sets(c, ns).len() == 2
+    });
     let history = c.ok(0, &["rollout", "history", "-n", ns, "deployment/web"]);
-    let revs: Vec<&str> = history.lines().filter_map(|l| l.split_whitespace().next()).filter(|w| w.parse::<u32>().is_ok()).collect();
+    let revs: Vec<&str> = history
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|w| w.parse::<u32>().is_ok())
+        .collect();
     assert_eq!(revs, ["3", "4"], "{history}");
 }

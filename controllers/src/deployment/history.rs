@@ -6,7 +6,7 @@ use kube::api::{DeleteParams, Preconditions};
 use kube::ResourceExt;
 
 use super::replicasets::{actual, size};
-use super::Sync;
+use super::Pass;
 use crate::error::{is_conflict, is_not_found, Result};
 
 /// The ReplicaSet's (and Deployment's) revision number.
@@ -57,7 +57,7 @@ pub fn set_replicas_annotations(rs: &mut ReplicaSet, desired: i32, max: i32) -> 
 /// revision `new_revision` if it is higher (recording the one it had in revision-history), and for a new
 /// ReplicaSet the replicas annotations. Returns whether anything changed.
 pub fn set_new_annotations(
-    s: &Sync<'_>,
+    s: &Pass<'_>,
     rs: &mut ReplicaSet,
     new_revision: &str,
     exists: bool,
@@ -108,7 +108,7 @@ pub fn set_new_annotations(
 }
 
 /// Deletes the oldest scaled-down ReplicaSets beyond `revisionHistoryLimit`.
-pub async fn cleanup(s: &Sync<'_>, old: &[ReplicaSet]) -> Result<()> {
+pub async fn cleanup(s: &Pass<'_>, old: &[ReplicaSet]) -> Result<()> {
     let Some(limit) = s.d.spec.as_ref().and_then(|x| x.revision_history_limit) else {
         return Ok(());
     };

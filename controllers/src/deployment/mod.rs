@@ -102,7 +102,7 @@ fn start(ctx: &Arc<Context>) -> BoxFuture<'static, ()> {
 }
 
 /// One pass over one Deployment: the object as it is being changed, and what to do next.
-pub struct Sync<'a> {
+pub struct Pass<'a> {
     /// The client and informers.
     pub ctx: &'a Context,
     /// The controller's state.
@@ -113,7 +113,7 @@ pub struct Sync<'a> {
     pub requeue: Option<Duration>,
 }
 
-impl Sync<'_> {
+impl Pass<'_> {
     /// `spec.replicas`.
     pub fn replicas(&self) -> i32 {
         self.d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1)
@@ -206,7 +206,7 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>, state: Arc<State>) -> 
     let Some(spec) = d.spec.as_ref() else {
         return Ok(Action::await_change());
     };
-    let mut s = Sync {
+    let mut s = Pass {
         ctx: &ctx,
         state: &state,
         d: (*d).clone(),
@@ -233,7 +233,7 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Context>, state: Arc<State>) -> 
     }
 }
 
-async fn run(s: &mut Sync<'_>) -> Result<()> {
+async fn run(s: &mut Pass<'_>) -> Result<()> {
     let sets = replicasets::claim(s).await?;
     if s.d.metadata.deletion_timestamp.is_some() {
         let (new, old) = replicasets::split(s, sets);

@@ -4,12 +4,12 @@ use k8s_openapi::api::apps::v1::ReplicaSet;
 use kube::ResourceExt;
 
 use super::replicasets::{actual, new_and_old, scale_to, size};
-use super::{history, status, Sync};
+use super::{history, status, Pass};
 use crate::error::Result;
 use crate::{owner, pod_state};
 
 /// One Recreate pass.
-pub async fn rollout(s: &mut Sync<'_>, sets: Vec<ReplicaSet>) -> Result<()> {
+pub async fn rollout(s: &mut Pass<'_>, sets: Vec<ReplicaSet>) -> Result<()> {
     let (new, mut old) = new_and_old(s, sets, false).await?;
     let mut scaled = false;
     for rs in old.iter_mut().filter(|rs| size(rs) > 0) {
@@ -43,7 +43,7 @@ pub async fn rollout(s: &mut Sync<'_>, sets: Vec<ReplicaSet>) -> Result<()> {
 }
 
 /// Whether an old ReplicaSet still has pods that have not finished.
-fn old_pods_running(s: &Sync<'_>, old: &[ReplicaSet]) -> bool {
+fn old_pods_running(s: &Pass<'_>, old: &[ReplicaSet]) -> bool {
     if old.iter().any(|rs| actual(rs) > 0) {
         return true;
     }

@@ -11,7 +11,7 @@ use kube::runtime::events::EventType;
 use kube::ResourceExt;
 use serde_json::json;
 
-use super::{history, rollout, status, Sync, POD_TEMPLATE_HASH};
+use super::{history, rollout, status, Pass, POD_TEMPLATE_HASH};
 use crate::error::{is_conflict, Error, Result};
 use crate::{owner, selector};
 
@@ -35,7 +35,7 @@ pub fn actual(rs: &ReplicaSet) -> i32 {
 
 /// The Deployment's ReplicaSets: those it controls that match its selector, plus orphans it adopts; it
 /// releases the ones it controls that no longer match.
-pub async fn claim(s: &Sync<'_>) -> Result<Vec<ReplicaSet>> {
+pub async fn claim(s: &Pass<'_>) -> Result<Vec<ReplicaSet>> {
     let ns = s.ns();
     let uid = s.d.metadata.uid.clone().unwrap_or_default();
     let Some(sel) = s.d.spec.as_ref().map(|x| x.selector.clone()) else {
@@ -123,7 +123,7 @@ pub fn by_creation(sets: &mut [ReplicaSet]) {
 }
 
 /// Splits `sets` into the new ReplicaSet (the oldest whose template is the Deployment's) and the others.
-pub fn split(s: &Sync<'_>, mut sets: Vec<ReplicaSet>) -> (Option<ReplicaSet>, Vec<ReplicaSet>) {
+pub fn split(s: &Pass<'_>, mut sets: Vec<ReplicaSet>) -> (Option<ReplicaSet>, Vec<ReplicaSet>) {
     by_creation(&mut sets);
     let template =
         s.d.spec
@@ -143,7 +143,7 @@ pub fn split(s: &Sync<'_>, mut sets: Vec<ReplicaSet>) -> (Option<ReplicaSet>, Ve
 /// The new ReplicaSet (created if `create` and there is none) with its revision brought up to date, and
 /// the old ones.
 pub async fn new_and_old(
-    s: &mut Sync<'_>,
+    s: &mut Pass<'_>,
     sets: Vec<ReplicaSet>,
     create: bool,
 ) -> Result<(Option<ReplicaSet>, Vec<ReplicaSet>)> {
@@ -192,7 +192,7 @@ pub async fn new_and_old(
     Ok((Some(rs), old))
 }
 
-async fn create_new(s: &mut Sync<'_>, old: &[ReplicaSet], revision: &str) -> Result<ReplicaSet> {
+async fn create_new(s: &mut Pass<'_>, old: &[ReplicaSet], revision: &str) -> Result<ReplicaSet> {
     let ns = s.ns();
     let spec = s.d.spec.clone().unwrap_or_default();
     let collisions = s.d.status.as_ref().and_then(|x| x.collision_count);
@@ -309,7 +309,7 @@ async fn create_new(s: &mut Sync<'_>, old: &[ReplicaSet], revision: &str) -> Res
 }
 
 /// Scales `rs` to `to` (and refreshes its replicas annotations); returns whether the size changed.
-pub async fn scale_to(s: &Sync<'_>, rs: &mut ReplicaSet, to: i32) -> Result<bool> {
+pub async fn scale_to(s: &Pass<'_>, rs: &mut ReplicaSet, to: i32) -> Result<bool> {
     let from = size(rs);
     let mut copy = rs.clone();
     if let Some(x) = copy.spec.as_mut() {

@@ -5,7 +5,7 @@ use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::replicasets::{available, by_creation, new_and_old, scale_to, size};
-use super::{history, status, Sync};
+use super::{history, status, Pass};
 use crate::error::{Error, Result};
 
 /// Resolves an int-or-percent against `total`, rounding a percentage up or down.
@@ -31,7 +31,7 @@ pub fn scaled(v: Option<&IntOrString>, default: &str, total: i32, round_up: bool
     }
 }
 
-fn rolling_params(s: &Sync<'_>) -> Option<(Option<IntOrString>, Option<IntOrString>)> {
+fn rolling_params(s: &Pass<'_>) -> Option<(Option<IntOrString>, Option<IntOrString>)> {
     let strategy = s.d.spec.as_ref()?.strategy.as_ref();
     if strategy.and_then(|x| x.type_.as_deref()) == Some("Recreate") {
         return None;
@@ -45,7 +45,7 @@ fn rolling_params(s: &Sync<'_>) -> Option<(Option<IntOrString>, Option<IntOrStri
 
 /// (maxSurge, maxUnavailable) for the Deployment's replicas: surge rounds up, unavailable down, and both
 /// zero makes unavailable 1.
-pub fn fenceposts(s: &Sync<'_>) -> Result<(i32, i32)> {
+pub fn fenceposts(s: &Pass<'_>) -> Result<(i32, i32)> {
     let Some((surge, unavailable)) = rolling_params(s) else {
         return Ok((0, 0));
     };
@@ -59,12 +59,12 @@ pub fn fenceposts(s: &Sync<'_>) -> Result<(i32, i32)> {
 }
 
 /// maxSurge (0 for Recreate).
-pub fn max_surge(s: &Sync<'_>) -> Result<i32> {
+pub fn max_surge(s: &Pass<'_>) -> Result<i32> {
     Ok(fenceposts(s)?.0)
 }
 
 /// maxUnavailable, at most the replicas (0 for Recreate or no replicas).
-pub fn max_unavailable(s: &Sync<'_>) -> Result<i32> {
+pub fn max_unavailable(s: &Pass<'_>) -> Result<i32> {
     if rolling_params(s).is_none() || s.replicas() == 0 {
         return Ok(0);
     }
@@ -72,7 +72,7 @@ pub fn max_unavailable(s: &Sync<'_>) -> Result<i32> {
 }
 
 /// The size the new ReplicaSet may grow to now.
-pub fn new_rs_new_replicas(s: &Sync<'_>, all: &[ReplicaSet], new: &ReplicaSet) -> Result<i32> {
+pub fn new_rs_new_replicas(s: &Pass<'_>, all: &[ReplicaSet], new: &ReplicaSet) -> Result<i32> {
     if rolling_params(s).is_none() {
         return Ok(s.replicas());
     }
@@ -86,7 +86,7 @@ pub fn new_rs_new_replicas(s: &Sync<'_>, all: &[ReplicaSet], new: &ReplicaSet) -
 }
 
 /// One RollingUpdate pass.
-pub async fn rolling(s: &mut Sync<'_>, sets: Vec<ReplicaSet>) -> Result<()> {
+pub async fn rolling(s: &mut Pass<'_>, sets: Vec<ReplicaSet>) -> Result<()> {
     let (new, mut old) = new_and_old(s, sets, true).await?;
     let Some(mut new) = new else {
         return Ok(());
@@ -103,7 +103,7 @@ pub async fn rolling(s: &mut Sync<'_>, sets: Vec<ReplicaSet>) -> Result<()> {
     status::sync_rollout(s, Some(&new), &old).await
 }
 
-async fn reconcile_new(s: &Sync<'_>, old: &[ReplicaSet], new: &mut ReplicaSet) -> Result<bool> {
+async fn reconcile_new(s: &Pass<'_>, old: &[ReplicaSet], new: &mut ReplicaSet) -> Result<bool> {
     let want = s.replicas();
     if size(new) == want {
         return Ok(false);
@@ -117,7 +117,7 @@ async fn reconcile_new(s: &Sync<'_>, old: &[ReplicaSet], new: &mut ReplicaSet) -
     scale_to(s, new, to).await
 }
 
-async fn reconcile_old(s: &Sync<'_>, old: &mut [ReplicaSet], new: &ReplicaSet) -> Result<bool> {
+async fn reconcile_old(s: &Pass<'_>, old: &mut [ReplicaSet], new: &ReplicaSet) -> Result<bool> {
     let old_pods: i32 = old.iter().map(size).sum();
     if old_pods == 0 {
         return Ok(false);

@@ -6,7 +6,7 @@ use kube::ResourceExt;
 
 use super::history::{self, DESIRED_REPLICAS, MAX_REPLICAS};
 use super::replicasets::{available, new_and_old, scale_to, size};
-use super::{rollout, status, Sync};
+use super::{rollout, status, Pass};
 use crate::error::Result;
 
 fn annotation(rs: &ReplicaSet, key: &str) -> Option<i32> {
@@ -14,7 +14,7 @@ fn annotation(rs: &ReplicaSet, key: &str) -> Option<i32> {
 }
 
 /// Whether some active ReplicaSet was last sized for a different `replicas` than the Deployment has now.
-pub fn is_scaling_event(s: &Sync<'_>, sets: &[ReplicaSet]) -> bool {
+pub fn is_scaling_event(s: &Pass<'_>, sets: &[ReplicaSet]) -> bool {
     let (new, old) = super::replicasets::split(s, sets.to_vec());
     new.iter()
         .chain(old.iter())
@@ -23,7 +23,7 @@ pub fn is_scaling_event(s: &Sync<'_>, sets: &[ReplicaSet]) -> bool {
 }
 
 /// Resizes the ReplicaSets to the Deployment's replicas, then reports status (no rollout step).
-pub async fn sync(s: &mut Sync<'_>, sets: Vec<ReplicaSet>) -> Result<()> {
+pub async fn sync(s: &mut Pass<'_>, sets: Vec<ReplicaSet>) -> Result<()> {
     let (mut new, mut old) = new_and_old(s, sets, false).await?;
     scale(s, new.as_mut(), &mut old).await?;
     let paused = s.d.spec.as_ref().and_then(|x| x.paused).unwrap_or(false);
@@ -33,14 +33,14 @@ pub async fn sync(s: &mut Sync<'_>, sets: Vec<ReplicaSet>) -> Result<()> {
     status::sync_status_only(s, new.as_ref(), &old).await
 }
 
-fn saturated(s: &Sync<'_>, rs: &ReplicaSet) -> bool {
+fn saturated(s: &Pass<'_>, rs: &ReplicaSet) -> bool {
     annotation(rs, DESIRED_REPLICAS) == Some(s.replicas())
         && size(rs) == s.replicas()
         && available(rs) == s.replicas()
 }
 
 async fn scale(
-    s: &Sync<'_>,
+    s: &Pass<'_>,
     mut new: Option<&mut ReplicaSet>,
     old: &mut [ReplicaSet],
 ) -> Result<()> {
@@ -127,7 +127,7 @@ async fn scale(
     Ok(())
 }
 
-fn max_is_recreate(s: &Sync<'_>) -> bool {
+fn max_is_recreate(s: &Pass<'_>) -> bool {
     s.d.spec
         .as_ref()
         .and_then(|x| x.strategy.as_ref())
@@ -136,7 +136,7 @@ fn max_is_recreate(s: &Sync<'_>) -> bool {
 }
 
 /// How many replicas `rs` gains (or loses) of `to_add`, in proportion to its share when last sized.
-fn proportion(s: &Sync<'_>, rs: &ReplicaSet, to_add: i32, added: i32, surge: i32) -> i32 {
+fn proportion(s: &Pass<'_>, rs: &ReplicaSet, to_add: i32, added: i32, surge: i32) -> i32 {
     if size(rs) == 0 || to_add == 0 || to_add == added {
         return 0;
     }

@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::replicasets::{actual, available};
-use super::{rollout, Sync};
+use super::{rollout, Pass};
 use crate::error::Result;
 
 /// The Available condition.
@@ -46,7 +46,7 @@ pub fn new_condition(
 }
 
 /// The Deployment's condition `type_`.
-pub fn condition(s: &Sync<'_>, type_: &str) -> Option<DeploymentCondition> {
+pub fn condition(s: &Pass<'_>, type_: &str) -> Option<DeploymentCondition> {
     get(s.d.status.as_ref()?, type_).cloned()
 }
 
@@ -79,14 +79,14 @@ fn remove_condition(st: &mut DeploymentStatus, type_: &str) {
 }
 
 /// Whether `progressDeadlineSeconds` is set (and not "forever").
-pub fn has_progress_deadline(s: &Sync<'_>) -> bool {
+pub fn has_progress_deadline(s: &Pass<'_>) -> bool {
     s.d.spec
         .as_ref()
         .and_then(|x| x.progress_deadline_seconds)
         .is_some_and(|p| p != i32::MAX)
 }
 
-fn deadline(s: &Sync<'_>) -> Duration {
+fn deadline(s: &Pass<'_>) -> Duration {
     let secs =
         s.d.spec
             .as_ref()
@@ -97,7 +97,7 @@ fn deadline(s: &Sync<'_>) -> Duration {
 
 /// The status the ReplicaSets add up to.
 pub fn calculate(
-    s: &Sync<'_>,
+    s: &Pass<'_>,
     new: Option<&ReplicaSet>,
     old: &[ReplicaSet],
 ) -> Result<DeploymentStatus> {
@@ -149,7 +149,7 @@ pub fn calculate(
 }
 
 /// Whether the rollout reached every replica updated and available.
-pub fn complete(s: &Sync<'_>, st: Option<&DeploymentStatus>) -> bool {
+pub fn complete(s: &Pass<'_>, st: Option<&DeploymentStatus>) -> bool {
     let Some(st) = st else { return false };
     let n = Some(s.replicas());
     st.updated_replicas == n
@@ -158,7 +158,7 @@ pub fn complete(s: &Sync<'_>, st: Option<&DeploymentStatus>) -> bool {
         && st.observed_generation >= s.d.metadata.generation
 }
 
-fn progressing(s: &Sync<'_>, new: &DeploymentStatus) -> bool {
+fn progressing(s: &Pass<'_>, new: &DeploymentStatus) -> bool {
     let old = s.d.status.clone().unwrap_or_default();
     let v = |x: Option<i32>| x.unwrap_or(0);
     let old_old = v(old.replicas) - v(old.updated_replicas);
@@ -171,7 +171,7 @@ fn progressing(s: &Sync<'_>, new: &DeploymentStatus) -> bool {
 
 /// Status after a rollout step: counts, Available, and Progressing (done, progressing, or timed out).
 pub async fn sync_rollout(
-    s: &mut Sync<'_>,
+    s: &mut Pass<'_>,
     new: Option<&ReplicaSet>,
     old: &[ReplicaSet],
 ) -> Result<()> {
@@ -263,7 +263,7 @@ pub async fn sync_rollout(
     s.write_status(st).await
 }
 
-fn timed_out(s: &Sync<'_>, current: Option<&DeploymentCondition>) -> bool {
+fn timed_out(s: &Pass<'_>, current: Option<&DeploymentCondition>) -> bool {
     let Some(c) = current else { return false };
     match c.reason.as_deref() {
         Some(NEW_RS_AVAILABLE) => false,
@@ -284,7 +284,7 @@ fn timed_out(s: &Sync<'_>, current: Option<&DeploymentCondition>) -> bool {
 
 /// Status with only the counts and Available refreshed (scaling, paused, being deleted).
 pub async fn sync_status_only(
-    s: &mut Sync<'_>,
+    s: &mut Pass<'_>,
     new: Option<&ReplicaSet>,
     old: &[ReplicaSet],
 ) -> Result<()> {
@@ -293,7 +293,7 @@ pub async fn sync_status_only(
 }
 
 /// Progressing says DeploymentPaused while paused and DeploymentResumed right after.
-pub async fn check_paused(s: &mut Sync<'_>) -> Result<()> {
+pub async fn check_paused(s: &mut Pass<'_>) -> Result<()> {
     if !has_progress_deadline(s) {
         return Ok(());
     }
