@@ -830,3 +830,73 @@ spec:
         .collect();
     assert_eq!(revs, ["3", "4"], "{history}");
 }
+
+/// A Deployment re-adopts its ReplicaSet when the owner reference is taken away, and releases one whose
+/// labels stop matching; the replacement's name then collides with the released one, which
+/// `status.collisionCount` resolves.
+#[test]
+fn a_deployment_adopts_releases_and_survives_a_name_collision() {
+    let c = cluster();
+    let ns = "dep-own";
+    create_web(c, ns, 2);
+    let rs = jsonpath(c, ns, "rs", "{.items[0].metadata.name}");
+    let uid = jsonpath(c, ns, "deployment/web", "{.metadata.uid}");
+    c.ok(
+        0,
+        &[
+            "patch",
+            "-n",
+            ns,
+            &format!("rs/{rs}"),
+            "--type=json",
+            "-p",
+            r#"[{"op":"remove","path":"/metadata/ownerReferences"}]"#,
+        ],
+    );
+    c.wait_until("the ReplicaSet adopted again", WAIT, || {
+        jsonpath(
+            c,
+            ns,
+            &format!("rs/{rs}"),
+            "{.metadata.ownerReferences[0].uid}",
+        ) == uid
+    });
+    assert_eq!(replica_sets(c, ns), vec![format!("{rs}=2")]);
+    assert_eq!(pods(c, ns, "app=web").len(), 2);
+
+    c.ok(
+        0,
+        &[
+            "label",
+            "-n",
+            ns,
+            &format!("rs/{rs}"),
+            "app=gone",
+            "--overwrite",
+        ],
+    );
+    c.wait_until("a replacement ReplicaSet after a collision", WAIT, || {
+        jsonpath(c, ns, "deployment/web", "{.status.collisionCount}") == "1"
+            && replica_sets(c, ns).len() == 2
+    });
+    let refs = jsonpath(
+        c,
+        ns,
+        &format!("rs/{rs}"),
+        "{.metadata.ownerReferences[*].uid}",
+    );
+    assert!(!refs.contains(&uid), "still owned: {refs}");
+    rollout_status(c, ns, "deployment/web", "app=web");
+    let sets = replica_sets(c, ns);
+    let new: Vec<&String> = sets
+        .iter()
+        .filter(|s| !s.starts_with(&format!("{rs}=")))
+        .collect();
+    assert_eq!(new.len(), 1, "{sets:?}");
+    assert!(
+        new[0].starts_with("web-") && new[0].ends_with("=2"),
+        "{sets:?}"
+    );
+    // The released ReplicaSet keeps its own pods; the new one made two more.
+    assert_eq!(pods(c, ns, "app=web").len(), 4);
+}
