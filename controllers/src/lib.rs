@@ -5,6 +5,7 @@
 
 pub mod backoff;
 pub mod context;
+pub mod deployment;
 pub mod endpoints;
 pub mod endpointslice;
 pub mod error;
@@ -12,9 +13,13 @@ pub mod informers;
 pub mod lease;
 pub mod manager;
 pub mod node_lifecycle;
+pub mod owner;
+pub mod pod_state;
 pub mod podgc;
+pub mod replicaset;
 pub mod root_ca;
 pub mod runner;
+pub mod selector;
 pub mod serviceaccount;
 
 pub use context::Context;
@@ -34,5 +39,7 @@ fn registry() -> Vec<ControllerDef> {
         node_lifecycle::def(),
         node_lifecycle::taint_eviction::def(),
         podgc::def(),
+        replicaset::def(),
+        deployment::def(),
     ]
 }
