@@ -7,11 +7,13 @@ pub mod backoff;
 pub mod context;
 pub mod error;
 pub mod informers;
+pub mod job;
 pub mod lease;
 pub mod manager;
 pub mod root_ca;
 pub mod runner;
 pub mod serviceaccount;
+pub mod ttl_after_finished;
 
 pub use context::Context;
 pub use error::{Error, Result};
@@ -22,5 +24,5 @@ pub const USER: &str = "system:kube-controller-manager";
 
 /// The controllers, in upstream's names. Each module adds itself here.
 fn registry() -> Vec<ControllerDef> {
-    vec![serviceaccount::def(), root_ca::def()]
+    vec![serviceaccount::def(), root_ca::def(), job::def(), ttl_after_finished::def()]
 }
