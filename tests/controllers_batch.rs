@@ -349,3 +349,101 @@ impl PodWait for KubeCluster {
         name
     }
 }
+
+fn cronjob_yaml(ns: &str, name: &str, extra_spec: &str) -> String {
+    format!(
+        r#"apiVersion: batch/v1
+kind: CronJob
+metadata:
+  name: {name}
+  namespace: {ns}
+spec:
+  schedule: "* * * * *"
+{extra_spec}
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          containers:
+          - name: main
+            image: busybox
+            command: ["true"]
+"#
+    )
+}
+
+fn cron_jobs(c: &KubeCluster, ns: &str) -> Vec<Value> {
+    let v = get_json(c, &["jobs", "-n", ns]);
+    v["items"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn a_cronjob_fires_within_its_minute_and_names_its_job_by_the_schedule() {
+    let c = cluster();
+    let ns = "batch-cron";
+    c.ok(0, &["create", "namespace", ns]);
+    c.ok_stdin(0, &["apply", "-f", "-"], Some(&cronjob_yaml(ns, "tick", "")));
+    let started = Instant::now();
+    c.wait_until("the first job", Duration::from_secs(75), || {
+        !cron_jobs(c, ns).is_empty()
+    });
+    println!("cronjob's first job after {:?}", started.elapsed());
+    let jobs = cron_jobs(c, ns);
+    let j = &jobs[0];
+    let scheduled = j["metadata"]["annotations"]["batch.kubernetes.io/cronjob-scheduled-timestamp"]
+        .as_str()
+        .unwrap();
+    let t: k8s_openapi::jiff::Timestamp = scheduled.parse().unwrap();
+    assert_eq!(t.as_second() % 60, 0, "{scheduled}");
+    assert_eq!(
+        j["metadata"]["name"],
+        format!("tick-{}", t.as_second() / 60),
+        "{j}"
+    );
+    let owner = &j["metadata"]["ownerReferences"][0];
+    assert_eq!(owner["kind"], "CronJob");
+    assert_eq!(owner["controller"], true);
+    c.wait_until("status.active and lastScheduleTime", Duration::from_secs(30), || {
+        let cj = get_json(c, &["cronjob", "tick", "-n", ns]);
+        cj["status"]["active"][0]["name"] == j["metadata"]["name"]
+            && cj["status"]["lastScheduleTime"].as_str().map(|s| s.parse::<k8s_openapi::jiff::Timestamp>().unwrap()) == Some(t)
+    });
+    // kubectl makes a Job from the CronJob's template on the client side.
+    c.ok(0, &["create", "job", "manual", "--from=cronjob/tick", "-n", ns]);
+    let manual = job(c, ns, "manual");
+    assert_eq!(manual["metadata"]["annotations"]["cronjob.kubernetes.io/instantiate"], "manual", "{manual}");
+    c.wait_until("the manual job's pod", Duration::from_secs(30), || {
+        !pods(c, ns, "manual").is_empty()
+    });
+    // Completing the job shows up as lastSuccessfulTime.
+    let name = j["metadata"]["name"].as_str().unwrap().to_string();
+    drive(c, ns, &name, Report::Succeeded, "Complete", Duration::from_secs(60));
+    c.wait_until("lastSuccessfulTime", Duration::from_secs(30), || {
+        get_json(c, &["cronjob", "tick", "-n", ns])["status"]["lastSuccessfulTime"].is_string()
+    });
+    c.ok(0, &["delete", "cronjob", "tick", "-n", ns]);
+}
+
+#[test]
+fn a_forbid_cronjob_starts_no_second_job_while_one_runs() {
+    let c = cluster();
+    let ns = "batch-forbid";
+    c.ok(0, &["create", "namespace", ns]);
+    c.ok_stdin(
+        0,
+        &["apply", "-f", "-"],
+        Some(&cronjob_yaml(ns, "solo", "  concurrencyPolicy: Forbid")),
+    );
+    c.wait_until("the first job", Duration::from_secs(75), || {
+        !cron_jobs(c, ns).is_empty()
+    });
+    let first = cron_jobs(c, ns)[0]["metadata"]["name"].as_str().unwrap().to_string();
+    // The next schedule passes while the first still runs: the controller says so and starts nothing.
+    c.wait_until("JobAlreadyActive", Duration::from_secs(90), || {
+        c.ok(0, &["get", "events", "-n", ns]).contains("JobAlreadyActive")
+    });
+    let jobs = cron_jobs(c, ns);
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(jobs[0]["metadata"]["name"], first.as_str());
+    c.ok(0, &["delete", "cronjob", "solo", "-n", ns]);
+}

@@ -5,6 +5,7 @@
 
 pub mod backoff;
 pub mod context;
+pub mod cronjob;
 pub mod error;
 pub mod informers;
 pub mod job;
@@ -24,5 +25,5 @@ pub const USER: &str = "system:kube-controller-manager";
 
 /// The controllers, in upstream's names. Each module adds itself here.
 fn registry() -> Vec<ControllerDef> {
-    vec![serviceaccount::def(), root_ca::def(), job::def(), ttl_after_finished::def()]
+    vec![serviceaccount::def(), root_ca::def(), job::def(), ttl_after_finished::def(), cronjob::def()]
 }
