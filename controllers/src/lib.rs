@@ -25,5 +25,11 @@ pub const USER: &str = "system:kube-controller-manager";
 
 /// The controllers, in upstream's names. Each module adds itself here.
 fn registry() -> Vec<ControllerDef> {
-    vec![serviceaccount::def(), root_ca::def(), job::def(), ttl_after_finished::def(), cronjob::def()]
+    vec![
+        serviceaccount::def(),
+        root_ca::def(),
+        job::def(),
+        ttl_after_finished::def(),
+        cronjob::def(),
+    ]
 }

@@ -76,7 +76,9 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action> {
     };
     let ns = job.namespace().unwrap_or_default();
     match ctx.api::<Job>(&ns).delete(&job.name_any(), &dp).await {
-        Ok(_) => debug!(job = %job.name_any(), namespace = %ns, "finished job's TTL expired: deleted"),
+        Ok(_) => {
+            debug!(job = %job.name_any(), namespace = %ns, "finished job's TTL expired: deleted")
+        }
         Err(e) if is_not_found(&e) || is_conflict(&e) => {}
         Err(e) => return Err(e.into()),
     }

@@ -28,7 +28,9 @@ const DAYS: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
 fn value(s: &str, names: &[&str], offset: u32) -> Result<u32, String> {
     let lower = s.to_ascii_lowercase();
     if let Some(i) = names.iter().position(|n| *n == lower) {
-        return u32::try_from(i).map(|i| i + offset).map_err(|e| e.to_string());
+        return u32::try_from(i)
+            .map(|i| i + offset)
+            .map_err(|e| e.to_string());
     }
     s.parse::<u32>()
         .map_err(|_| format!("failed to parse int from {s}: invalid syntax"))
@@ -61,13 +63,17 @@ fn field(s: &str, min: u32, max: u32, names: &[&str], offset: u32) -> Result<(u6
             (a, if step.is_some() { max } else { a })
         };
         if lo < min {
-            return Err(format!("beginning of range ({lo}) below minimum ({min}): {part}"));
+            return Err(format!(
+                "beginning of range ({lo}) below minimum ({min}): {part}"
+            ));
         }
         if hi > max {
             return Err(format!("end of range ({hi}) above maximum ({max}): {part}"));
         }
         if lo > hi {
-            return Err(format!("beginning of range ({lo}) beyond end of range ({hi}): {part}"));
+            return Err(format!(
+                "beginning of range ({lo}) beyond end of range ({hi}): {part}"
+            ));
         }
         let step = step.unwrap_or(1);
         if step == 0 {
@@ -100,7 +106,10 @@ impl Schedule {
         };
         let fields: Vec<&str> = expanded.split_whitespace().collect();
         if fields.len() != 5 {
-            return Err(format!("expected exactly 5 fields, found {}: {spec}", fields.len()));
+            return Err(format!(
+                "expected exactly 5 fields, found {}: {spec}",
+                fields.len()
+            ));
         }
         let (minute, _) = field(fields[0], 0, 59, &[], 0)?;
         let (hour, _) = field(fields[1], 0, 23, &[], 0)?;
@@ -184,7 +193,9 @@ mod tests {
         assert!(Schedule::parse("*/15 0-6,22 ? JAN-mar mon-FRI").is_ok());
         assert_eq!(Schedule::parse("@hourly"), Schedule::parse("0 * * * *"));
         assert_eq!(Schedule::parse("@annually"), Schedule::parse("@yearly"));
-        assert!(Schedule::parse("TZ=UTC * * * * *").unwrap_err().contains("timeZone"));
+        assert!(Schedule::parse("TZ=UTC * * * * *")
+            .unwrap_err()
+            .contains("timeZone"));
         assert!(Schedule::parse("CRON_TZ=UTC 0 * * * *").is_err());
         assert!(Schedule::parse("* * * *").is_err());
         assert!(Schedule::parse("60 * * * *").is_err());
@@ -197,15 +208,30 @@ mod tests {
     fn next_times() {
         let utc = TimeZone::UTC;
         let every = Schedule::parse("* * * * *").unwrap();
-        assert_eq!(every.next(ts("2024-01-01T00:00:30Z"), &utc), Some(ts("2024-01-01T00:01:00Z")));
-        assert_eq!(every.next(ts("2024-01-01T00:01:00Z"), &utc), Some(ts("2024-01-01T00:02:00Z")));
+        assert_eq!(
+            every.next(ts("2024-01-01T00:00:30Z"), &utc),
+            Some(ts("2024-01-01T00:01:00Z"))
+        );
+        assert_eq!(
+            every.next(ts("2024-01-01T00:01:00Z"), &utc),
+            Some(ts("2024-01-01T00:02:00Z"))
+        );
         let monthly = Schedule::parse("@monthly").unwrap();
-        assert_eq!(monthly.next(ts("2024-01-15T10:00:00Z"), &utc), Some(ts("2024-02-01T00:00:00Z")));
+        assert_eq!(
+            monthly.next(ts("2024-01-15T10:00:00Z"), &utc),
+            Some(ts("2024-02-01T00:00:00Z"))
+        );
         // Day of month OR day of week when neither is a star: the 13th or any Friday.
         let either = Schedule::parse("0 0 13 * 5").unwrap();
-        assert_eq!(either.next(ts("2024-09-01T00:00:00Z"), &utc), Some(ts("2024-09-06T00:00:00Z")));
+        assert_eq!(
+            either.next(ts("2024-09-01T00:00:00Z"), &utc),
+            Some(ts("2024-09-06T00:00:00Z"))
+        );
         let leap = Schedule::parse("0 0 29 2 *").unwrap();
-        assert_eq!(leap.next(ts("2024-03-01T00:00:00Z"), &utc), Some(ts("2028-02-29T00:00:00Z")));
+        assert_eq!(
+            leap.next(ts("2024-03-01T00:00:00Z"), &utc),
+            Some(ts("2028-02-29T00:00:00Z"))
+        );
     }
 
     #[test]
@@ -213,6 +239,9 @@ mod tests {
         let tz = TimeZone::get("America/New_York").unwrap();
         let daily = Schedule::parse("0 9 * * *").unwrap();
         // 09:00 EST is 14:00 UTC.
-        assert_eq!(daily.next(ts("2024-01-10T12:00:00Z"), &tz), Some(ts("2024-01-10T14:00:00Z")));
+        assert_eq!(
+            daily.next(ts("2024-01-10T12:00:00Z"), &tz),
+            Some(ts("2024-01-10T14:00:00Z"))
+        );
     }
 }

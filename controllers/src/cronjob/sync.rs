@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::batch::v1::{CronJob, CronJobStatus, Job, JobSpec};
+use k8s_openapi::api::batch::v1::{CronJob, CronJobStatus, Job};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::tz::TimeZone;
@@ -43,11 +43,22 @@ fn job_state(job: &Job) -> Option<&'static str> {
         .iter()
         .flatten()
         .find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
-        .map(|c| if c.type_ == "Complete" { "Complete" } else { "Failed" })
+        .map(|c| {
+            if c.type_ == "Complete" {
+                "Complete"
+            } else {
+                "Failed"
+            }
+        })
 }
 
 /// The most recent scheduled time in (earliest, now], and whether more than [`MANY_MISSED`] were missed.
-pub fn most_recent(s: &Schedule, tz: &TimeZone, earliest: Timestamp, now: Timestamp) -> (Option<Timestamp>, bool) {
+pub fn most_recent(
+    s: &Schedule,
+    tz: &TimeZone,
+    earliest: Timestamp,
+    now: Timestamp,
+) -> (Option<Timestamp>, bool) {
     let Some(t1) = s.next(earliest, tz) else {
         return (None, false);
     };
@@ -117,7 +128,9 @@ pub async fn reconcile(cj: Arc<CronJob>, ctx: Arc<Context>, rec: Recorder) -> Re
         .into_iter()
         .filter(|j| {
             j.namespace().as_deref() == Some(ns.as_str())
-                && j.owner_references().iter().any(|o| o.controller == Some(true) && o.uid == uid)
+                && j.owner_references()
+                    .iter()
+                    .any(|o| o.controller == Some(true) && o.uid == uid)
         })
         .collect();
     let old = cj.status.clone().unwrap_or_default();
@@ -132,7 +145,14 @@ pub async fn reconcile(cj: Arc<CronJob>, ctx: Arc<Context>, rec: Recorder) -> Re
             Some(j) if job_state(j).is_none() => active.push(r.clone()),
             Some(j) => {
                 let state = job_state(j).unwrap_or_default();
-                event(&rec, &cj, EventType::Normal, "SawCompletedJob", format!("Saw completed job: {}, condition: {state}", j.name_any())).await;
+                event(
+                    &rec,
+                    &cj,
+                    EventType::Normal,
+                    "SawCompletedJob",
+                    format!("Saw completed job: {}, condition: {state}", j.name_any()),
+                )
+                .await;
             }
             None => {
                 // The cache may be behind a Job just made: ask before forgetting it.
@@ -147,13 +167,20 @@ pub async fn reconcile(cj: Arc<CronJob>, ctx: Arc<Context>, rec: Recorder) -> Re
         }
     }
     for j in &owned {
-        if job_state(j).is_none() && j.metadata.deletion_timestamp.is_none() && !active.iter().any(|r| r.uid == j.uid()) {
+        if job_state(j).is_none()
+            && j.metadata.deletion_timestamp.is_none()
+            && !active.iter().any(|r| r.uid == j.uid())
+        {
             active.push(job_ref(j));
         }
         if job_state(j) == Some("Complete") {
             let done = j.status.as_ref().and_then(|s| s.completion_time.clone());
             if let Some(done) = done {
-                if status.last_successful_time.as_ref().is_none_or(|t| t.0 < done.0) {
+                if status
+                    .last_successful_time
+                    .as_ref()
+                    .is_none_or(|t| t.0 < done.0)
+                {
                     status.last_successful_time = Some(done);
                 }
             }
@@ -163,13 +190,17 @@ pub async fn reconcile(cj: Arc<CronJob>, ctx: Arc<Context>, rec: Recorder) -> Re
 
     let mut requeue: Option<Duration> = None;
     if cj.metadata.deletion_timestamp.is_none() {
-        requeue = schedule(&cj, &ctx, &rec, &mut status, &jobs_api, now).await?;
+        requeue = schedule(&cj, &rec, &mut status, &jobs_api, now).await?;
     }
 
     if status != old {
         let mut updated = (*cj).clone();
         updated.status = Some(status.clone());
-        match ctx.api::<CronJob>(&ns).replace_status(&name, &PostParams::default(), &updated).await {
+        match ctx
+            .api::<CronJob>(&ns)
+            .replace_status(&name, &PostParams::default(), &updated)
+            .await
+        {
             Ok(_) => {}
             Err(e) if is_not_found(&e) => return Ok(Action::await_change()),
             Err(e) => return Err(e.into()),
@@ -182,14 +213,19 @@ pub async fn reconcile(cj: Arc<CronJob>, ctx: Arc<Context>, rec: Recorder) -> Re
         ("Complete", spec.successful_jobs_history_limit.unwrap_or(3)),
         ("Failed", spec.failed_jobs_history_limit.unwrap_or(1)),
     ] {
-        let mut done: Vec<&Arc<Job>> = owned.iter().filter(|j| job_state(j) == Some(state)).collect();
+        let mut done: Vec<&Arc<Job>> = owned
+            .iter()
+            .filter(|j| job_state(j) == Some(state))
+            .collect();
         done.sort_by_key(|j| {
             j.status
                 .as_ref()
                 .and_then(|s| s.start_time.as_ref().map(|t| t.0))
                 .or_else(|| j.creation_timestamp().map(|t| t.0))
         });
-        let excess = done.len().saturating_sub(usize::try_from(limit.max(0)).unwrap_or(0));
+        let excess = done
+            .len()
+            .saturating_sub(usize::try_from(limit.max(0)).unwrap_or(0));
         for j in done.into_iter().take(excess) {
             delete_job(&jobs_api, &rec, &cj, j).await?;
         }
@@ -200,7 +236,14 @@ pub async fn reconcile(cj: Arc<CronJob>, ctx: Arc<Context>, rec: Recorder) -> Re
 async fn delete_job(api: &Api<Job>, rec: &Recorder, cj: &CronJob, j: &Job) -> Result<()> {
     match api.delete(&j.name_any(), &DeleteParams::background()).await {
         Ok(_) => {
-            event(rec, cj, EventType::Normal, "SuccessfulDelete", format!("Deleted job {}", j.name_any())).await;
+            event(
+                rec,
+                cj,
+                EventType::Normal,
+                "SuccessfulDelete",
+                format!("Deleted job {}", j.name_any()),
+            )
+            .await;
             Ok(())
         }
         Err(e) if is_not_found(&e) => Ok(()),
@@ -211,7 +254,6 @@ async fn delete_job(api: &Api<Job>, rec: &Recorder, cj: &CronJob, j: &Job) -> Re
 /// The scheduling half: maybe start a Job; returns when to look again.
 async fn schedule(
     cj: &CronJob,
-    ctx: &Context,
     rec: &Recorder,
     status: &mut CronJobStatus,
     jobs_api: &Api<Job>,
@@ -225,7 +267,14 @@ async fn schedule(
         Some(name) => match TimeZone::get(name) {
             Ok(tz) => tz,
             Err(e) => {
-                event(rec, cj, EventType::Warning, "UnknownTimeZone", format!("invalid timeZone: {name:?}: {e}")).await;
+                event(
+                    rec,
+                    cj,
+                    EventType::Warning,
+                    "UnknownTimeZone",
+                    format!("invalid timeZone: {name:?}: {e}"),
+                )
+                .await;
                 return Ok(None);
             }
         },
@@ -233,7 +282,14 @@ async fn schedule(
     let sched = match Schedule::parse(&spec.schedule) {
         Ok(s) => s,
         Err(e) => {
-            event(rec, cj, EventType::Warning, "UnparseableSchedule", format!("unparseable schedule: {:?} : {e}", spec.schedule)).await;
+            event(
+                rec,
+                cj,
+                EventType::Warning,
+                "UnparseableSchedule",
+                format!("unparseable schedule: {:?} : {e}", spec.schedule),
+            )
+            .await;
             return Ok(None);
         }
     };
@@ -255,17 +311,35 @@ async fn schedule(
         event(rec, cj, EventType::Warning, "TooManyMissedTimes", "too many missed start times. Set or decrease .spec.startingDeadlineSeconds or check clock skew".into()).await;
     }
     if let Some(d) = spec.starting_deadline_seconds {
-        let late = scheduled.checked_add(SignedDuration::from_secs(d)).unwrap_or(scheduled) < now;
+        let late = scheduled
+            .checked_add(SignedDuration::from_secs(d))
+            .unwrap_or(scheduled)
+            < now;
         if late {
-            event(rec, cj, EventType::Warning, "MissSchedule", format!("Missed scheduled time to start a job: {}", rfc3339(scheduled, &tz))).await;
+            event(
+                rec,
+                cj,
+                EventType::Warning,
+                "MissSchedule",
+                format!(
+                    "Missed scheduled time to start a job: {}",
+                    rfc3339(scheduled, &tz)
+                ),
+            )
+            .await;
             return Ok(next_after_now);
         }
     }
     let minutes = scheduled.as_second().div_euclid(60);
     let job_name = format!("{}-{minutes}", cj.name_any());
     let active = status.active.clone().unwrap_or_default();
-    if active.iter().any(|r| r.name.as_deref() == Some(job_name.as_str()))
-        || status.last_schedule_time.as_ref().is_some_and(|t| t.0 == scheduled)
+    if active
+        .iter()
+        .any(|r| r.name.as_deref() == Some(job_name.as_str()))
+        || status
+            .last_schedule_time
+            .as_ref()
+            .is_some_and(|t| t.0 == scheduled)
     {
         return Ok(next_after_now);
     }
@@ -290,21 +364,40 @@ async fn schedule(
     let job = new_job(cj, &job_name, scheduled, &tz);
     let made = match jobs_api.create(&PostParams::default(), &job).await {
         Ok(j) => {
-            event(rec, cj, EventType::Normal, "SuccessfulCreate", format!("Created job {job_name}")).await;
+            event(
+                rec,
+                cj,
+                EventType::Normal,
+                "SuccessfulCreate",
+                format!("Created job {job_name}"),
+            )
+            .await;
             j
         }
         // Made before (an earlier leader, a lost status write): adopt it only if it is ours.
         Err(e) if is_conflict(&e) => match jobs_api.get_opt(&job_name).await? {
-            Some(j) if j.owner_references().iter().any(|o| Some(&o.uid) == cj.metadata.uid.as_ref()) => j,
+            Some(j)
+                if j.owner_references()
+                    .iter()
+                    .any(|o| Some(&o.uid) == cj.metadata.uid.as_ref()) =>
+            {
+                j
+            }
             _ => return Ok(next_after_now),
         },
         Err(kube::Error::Api(s)) if s.code == 403 => return Ok(next_after_now),
         Err(e) => {
-            event(rec, cj, EventType::Warning, "FailedCreate", format!("Error creating job: {e}")).await;
+            event(
+                rec,
+                cj,
+                EventType::Warning,
+                "FailedCreate",
+                format!("Error creating job: {e}"),
+            )
+            .await;
             return Err(e.into());
         }
     };
-    let _ = ctx;
     if job_state(&made).is_none() {
         let mut list = status.active.clone().unwrap_or_default();
         if !list.iter().any(|r| r.uid == made.uid()) {
@@ -318,7 +411,11 @@ async fn schedule(
 
 /// The Job for `scheduled`, from the template, owned by the CronJob.
 fn new_job(cj: &CronJob, name: &str, scheduled: Timestamp, tz: &TimeZone) -> Job {
-    let template = cj.spec.as_ref().map(|s| s.job_template.clone()).unwrap_or_default();
+    let template = cj
+        .spec
+        .as_ref()
+        .map(|s| s.job_template.clone())
+        .unwrap_or_default();
     let tm = template.metadata.unwrap_or_default();
     let mut annotations = tm.annotations.unwrap_or_default();
     annotations.insert(SCHEDULED_ANNOTATION.into(), rfc3339(scheduled, tz));
@@ -338,7 +435,7 @@ fn new_job(cj: &CronJob, name: &str, scheduled: Timestamp, tz: &TimeZone) -> Job
             }]),
             ..Default::default()
         },
-        spec: Some(template.spec.unwrap_or_else(JobSpec::default)),
+        spec: Some(template.spec.unwrap_or_default()),
         status: None,
     }
 }
@@ -355,18 +452,39 @@ mod tests {
     fn most_recent_missed_schedule() {
         let every = Schedule::parse("* * * * *").unwrap();
         let utc = TimeZone::UTC;
-        let (t, many) = most_recent(&every, &utc, ts("2024-01-01T00:00:00Z"), ts("2024-01-01T00:00:40Z"));
+        let (t, many) = most_recent(
+            &every,
+            &utc,
+            ts("2024-01-01T00:00:00Z"),
+            ts("2024-01-01T00:00:40Z"),
+        );
         assert_eq!((t, many), (None, false));
-        let (t, many) = most_recent(&every, &utc, ts("2024-01-01T00:00:00Z"), ts("2024-01-01T00:03:10Z"));
+        let (t, many) = most_recent(
+            &every,
+            &utc,
+            ts("2024-01-01T00:00:00Z"),
+            ts("2024-01-01T00:03:10Z"),
+        );
         assert_eq!((t, many), (Some(ts("2024-01-01T00:03:00Z")), false));
-        let (t, many) = most_recent(&every, &utc, ts("2024-01-01T00:00:00Z"), ts("2024-01-02T00:00:10Z"));
+        let (t, many) = most_recent(
+            &every,
+            &utc,
+            ts("2024-01-01T00:00:00Z"),
+            ts("2024-01-02T00:00:10Z"),
+        );
         assert_eq!((t, many), (Some(ts("2024-01-02T00:00:00Z")), true));
     }
 
     #[test]
     fn scheduled_timestamp_format() {
-        assert_eq!(rfc3339(ts("2024-01-01T00:03:00Z"), &TimeZone::UTC), "2024-01-01T00:03:00Z");
+        assert_eq!(
+            rfc3339(ts("2024-01-01T00:03:00Z"), &TimeZone::UTC),
+            "2024-01-01T00:03:00Z"
+        );
         let ny = TimeZone::get("America/New_York").unwrap();
-        assert_eq!(rfc3339(ts("2024-01-01T14:00:00Z"), &ny), "2024-01-01T09:00:00-05:00");
+        assert_eq!(
+            rfc3339(ts("2024-01-01T14:00:00Z"), &ny),
+            "2024-01-01T09:00:00-05:00"
+        );
     }
 }

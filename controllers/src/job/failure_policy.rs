@@ -84,7 +84,9 @@ pub fn judge(policy: Option<&PodFailurePolicy>, pod: &Pod) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::batch::v1::{PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyRule};
+    use k8s_openapi::api::batch::v1::{
+        PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyRule,
+    };
     use k8s_openapi::api::core::v1::{
         ContainerState, ContainerStateTerminated, ContainerStatus, PodStatus,
     };
@@ -127,7 +129,10 @@ mod tests {
             on_pod_conditions: None,
         };
         let policy = PodFailurePolicy {
-            rules: vec![rule("Ignore", "In", vec![3]), rule("FailJob", "NotIn", vec![1])],
+            rules: vec![
+                rule("Ignore", "In", vec![3]),
+                rule("FailJob", "NotIn", vec![1]),
+            ],
         };
         assert_eq!(judge(Some(&policy), &exited(3)), Verdict::Ignore);
         assert_eq!(judge(Some(&policy), &exited(1)), Verdict::Count);

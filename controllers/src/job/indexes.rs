@@ -6,7 +6,12 @@ use std::collections::BTreeSet;
 /// Parses `1,3-5,7`; malformed parts and indexes at or past `completions` are dropped, as upstream does.
 pub fn parse(s: Option<&str>, completions: i32) -> BTreeSet<i32> {
     let mut out = BTreeSet::new();
-    for part in s.unwrap_or("").split(',').map(str::trim).filter(|p| !p.is_empty()) {
+    for part in s
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
         let (a, b) = match part.split_once('-') {
             Some((a, b)) => (a.parse::<i32>(), b.parse::<i32>()),
             None => (part.parse::<i32>(), part.parse::<i32>()),

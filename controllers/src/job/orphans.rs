@@ -42,7 +42,11 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     let Some(job) = super::owner(&pod) else {
         return Ok(Action::await_change());
     };
-    let uid = pod.owner_references().iter().find(|o| o.controller == Some(true)).map(|o| o.uid.clone());
+    let uid = pod
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.uid.clone());
     let current = ctx.store::<Job>().get(&job);
     let exists = current.is_some_and(|j| j.uid() == uid);
     if exists {

@@ -33,7 +33,9 @@ pub fn failure_delay(n: u32) -> Duration {
     if n == 0 {
         return Duration::ZERO;
     }
-    let factor = 1u32.checked_shl(n.saturating_sub(1).min(16)).unwrap_or(u32::MAX);
+    let factor = 1u32
+        .checked_shl(n.saturating_sub(1).min(16))
+        .unwrap_or(u32::MAX);
     BACKOFF_BASE
         .checked_mul(factor)
         .map_or(BACKOFF_CAP, |d| d.min(BACKOFF_CAP))
@@ -94,11 +96,18 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>, st: Arc<State>) -> Resu
     let backoff_limit = spec.backoff_limit.unwrap_or(6);
     let per_index = spec.backoff_limit_per_index.is_some();
     let unc = old.uncounted_terminated_pods.clone().unwrap_or_default();
-    let mut unc_ok: BTreeSet<String> = unc.succeeded.clone().unwrap_or_default().into_iter().collect();
-    let mut unc_failed: BTreeSet<String> = unc.failed.clone().unwrap_or_default().into_iter().collect();
+    let mut unc_ok: BTreeSet<String> = unc
+        .succeeded
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    let mut unc_failed: BTreeSet<String> =
+        unc.failed.clone().unwrap_or_default().into_iter().collect();
     let before = (unc_ok.len(), unc_failed.len());
     let mut completed = indexes::parse(old.completed_indexes.as_deref(), completions.unwrap_or(0));
-    let mut failed_indexes = indexes::parse(old.failed_indexes.as_deref(), completions.unwrap_or(0));
+    let mut failed_indexes =
+        indexes::parse(old.failed_indexes.as_deref(), completions.unwrap_or(0));
     let mut finishing: Option<JobCondition> = cond::true_condition(&old, FAILURE_TARGET)
         .or_else(|| cond::true_condition(&old, SUCCESS_CRITERIA_MET))
         .cloned();
@@ -139,7 +148,8 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>, st: Arc<State>) -> Resu
                 Verdict::FailJob(message) => {
                     unc_failed.insert(puid);
                     if finishing.is_none() {
-                        finishing = Some(cond::new(FAILURE_TARGET, "PodFailurePolicy", &message, now));
+                        finishing =
+                            Some(cond::new(FAILURE_TARGET, "PodFailurePolicy", &message, now));
                     }
                 }
                 Verdict::FailIndex => {
@@ -161,7 +171,10 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>, st: Arc<State>) -> Resu
 
     // The replacement back-off: consecutive failures, reset by a success.
     let (streak, last) = {
-        let mut map = st.failures.lock().map_err(|_| crate::Error::Invalid("poisoned".into()))?;
+        let mut map = st
+            .failures
+            .lock()
+            .map_err(|_| crate::Error::Invalid("poisoned".into()))?;
         let entry = map.entry(key.clone()).or_insert((0, now));
         if new_successes > 0 {
             *entry = (0, now);
@@ -175,7 +188,8 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>, st: Arc<State>) -> Resu
 
     let old_failed = old.failed.unwrap_or(0);
     let old_succeeded = old.succeeded.unwrap_or(0);
-    let failed_total = old_failed.saturating_add(i32::try_from(unc_failed.len()).unwrap_or(i32::MAX));
+    let failed_total =
+        old_failed.saturating_add(i32::try_from(unc_failed.len()).unwrap_or(i32::MAX));
     let succeeded_total = if indexed {
         i32::try_from(completed.len()).unwrap_or(i32::MAX)
     } else {
@@ -186,14 +200,33 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>, st: Arc<State>) -> Resu
     // Resumed or suspended; the start time restarts on resume, as upstream.
     let was_suspended = cond::true_condition(&old, cond::SUSPENDED).is_some();
     if suspended && !was_suspended && finishing.is_none() {
-        cond::set(&mut status, cond::new(cond::SUSPENDED, "JobSuspended", "Job suspended", now));
-        event(&st, &job, EventType::Normal, "Suspended", "Job suspended".into(), "Suspend").await;
+        cond::set(
+            &mut status,
+            cond::new(cond::SUSPENDED, "JobSuspended", "Job suspended", now),
+        );
+        event(
+            &st,
+            &job,
+            EventType::Normal,
+            "Suspended",
+            "Job suspended".into(),
+            "Suspend",
+        )
+        .await;
     } else if !suspended && was_suspended {
         let mut c = cond::new(cond::SUSPENDED, "JobResumed", "Job resumed", now);
         c.status = "False".into();
         cond::set(&mut status, c);
         status.start_time = Some(Time(now));
-        event(&st, &job, EventType::Normal, "Resumed", "Job resumed".into(), "Resume").await;
+        event(
+            &st,
+            &job,
+            EventType::Normal,
+            "Resumed",
+            "Job resumed".into(),
+            "Resume",
+        )
+        .await;
     }
     if !suspended && status.start_time.is_none() {
         status.start_time = Some(Time(now));
@@ -201,7 +234,10 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>, st: Arc<State>) -> Resu
 
     let mut requeue: Option<Duration> = None;
     if finishing.is_none() {
-        let deadline = spec.active_deadline_seconds.filter(|_| !suspended).zip(status.start_time.as_ref());
+        let deadline = spec
+            .active_deadline_seconds
+            .filter(|_| !suspended)
+            .zip(status.start_time.as_ref());
         if !per_index && failed_total > backoff_limit {
             finishing = Some(cond::new(
                 FAILURE_TARGET,
@@ -210,7 +246,10 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>, st: Arc<State>) -> Resu
                 now,
             ));
         } else if let Some((secs, start)) = deadline {
-            let end = start.0.checked_add(SignedDuration::from_secs(secs)).unwrap_or(start.0);
+            let end = start
+                .0
+                .checked_add(SignedDuration::from_secs(secs))
+                .unwrap_or(start.0);
             if now >= end {
                 finishing = Some(cond::new(
                     FAILURE_TARGET,
@@ -227,7 +266,12 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>, st: Arc<State>) -> Resu
                 i32::try_from(completed.len() + failed_indexes.len()).unwrap_or(i32::MAX) >= c
             });
         if finishing.is_none() && per_index && !failed_indexes.is_empty() && all_indexes_done {
-            finishing = Some(cond::new(FAILURE_TARGET, "FailedIndexes", "Job has failed indexes", now));
+            finishing = Some(cond::new(
+                FAILURE_TARGET,
+                "FailedIndexes",
+                "Job has failed indexes",
+                now,
+            ));
         }
         let succeeded = match completions {
             Some(c) if indexed => i32::try_from(completed.len()).unwrap_or(i32::MAX) >= c,
@@ -243,7 +287,9 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>, st: Arc<State>) -> Resu
             ));
         }
     }
-    let failing = finishing.as_ref().is_some_and(|c| c.type_ == FAILURE_TARGET);
+    let failing = finishing
+        .as_ref()
+        .is_some_and(|c| c.type_ == FAILURE_TARGET);
 
     // Pods to delete and to create.
     let mut deleted: HashSet<String> = HashSet::new();
@@ -258,12 +304,25 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>, st: Arc<State>) -> Resu
             let mut keep = 0;
             for p in &active {
                 match pods::index(p) {
-                    Some(i) if i < c && !completed.contains(&i) && !failed_indexes.contains(&i) && keep < parallelism && seen.insert(i) => keep += 1,
+                    Some(i)
+                        if i < c
+                            && !completed.contains(&i)
+                            && !failed_indexes.contains(&i)
+                            && keep < parallelism
+                            && seen.insert(i) =>
+                    {
+                        keep += 1
+                    }
                     _ => to_delete.push(p),
                 }
             }
-            let free = (0..c).filter(|i| !completed.contains(i) && !failed_indexes.contains(i) && !seen.contains(i));
-            create.extend(free.take(usize::try_from(parallelism - keep).unwrap_or(0)).map(Some));
+            let free = (0..c).filter(|i| {
+                !completed.contains(i) && !failed_indexes.contains(i) && !seen.contains(i)
+            });
+            create.extend(
+                free.take(usize::try_from(parallelism - keep).unwrap_or(0))
+                    .map(Some),
+            );
         } else {
             let have = i32::try_from(active.len()).unwrap_or(i32::MAX);
             let want = match completions {
@@ -274,8 +333,17 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>, st: Arc<State>) -> Resu
             if have > want {
                 // Not-ready pods go first, then the newest.
                 let mut order = active.clone();
-                order.sort_by_key(|p| (pods::ready(p), std::cmp::Reverse(p.creation_timestamp().map(|t| t.0))));
-                to_delete.extend(order.into_iter().take(usize::try_from(have - want).unwrap_or(0)));
+                order.sort_by_key(|p| {
+                    (
+                        pods::ready(p),
+                        std::cmp::Reverse(p.creation_timestamp().map(|t| t.0)),
+                    )
+                });
+                to_delete.extend(
+                    order
+                        .into_iter()
+                        .take(usize::try_from(have - want).unwrap_or(0)),
+                );
             } else {
                 create.extend((have..want).map(|_| None));
             }
@@ -306,21 +374,48 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>, st: Arc<State>) -> Resu
         }
         st.expectations.deleted(&key, &p.uid().unwrap_or_default());
         deleted.insert(p.uid().unwrap_or_default());
-        event(&st, &job, EventType::Normal, "SuccessfulDelete", format!("Deleted pod: {pname}"), "Delete").await;
+        event(
+            &st,
+            &job,
+            EventType::Normal,
+            "SuccessfulDelete",
+            format!("Deleted pod: {pname}"),
+            "Delete",
+        )
+        .await;
     }
     let mut created = 0;
     for index in create {
-        match pod_api.create(&PostParams::default(), &pods::new_pod(&job, index)).await {
+        match pod_api
+            .create(&PostParams::default(), &pods::new_pod(&job, index))
+            .await
+        {
             Ok(pod) => {
                 let pname = pod.name_any();
                 st.expectations.created(&key, &pname);
                 created += 1;
-                event(&st, &job, EventType::Normal, "SuccessfulCreate", format!("Created pod: {pname}"), "Create").await;
+                event(
+                    &st,
+                    &job,
+                    EventType::Normal,
+                    "SuccessfulCreate",
+                    format!("Created pod: {pname}"),
+                    "Create",
+                )
+                .await;
             }
             // The namespace is terminating: nothing can be created there.
             Err(kube::Error::Api(s)) if s.code == 403 => break,
             Err(e) => {
-                event(&st, &job, EventType::Warning, "FailedCreate", format!("Error creating: {e}"), "Create").await;
+                event(
+                    &st,
+                    &job,
+                    EventType::Warning,
+                    "FailedCreate",
+                    format!("Error creating: {e}"),
+                    "Create",
+                )
+                .await;
                 return Err(e.into());
             }
         }
@@ -331,7 +426,10 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>, st: Arc<State>) -> Resu
     if finishing.is_some() {
         for p in &all {
             let puid = p.uid().unwrap_or_default();
-            if !tracked(p) || unfinalized.contains(&puid) || release.iter().any(|r| r.uid() == p.uid()) {
+            if !tracked(p)
+                || unfinalized.contains(&puid)
+                || release.iter().any(|r| r.uid() == p.uid())
+            {
                 continue;
             }
             if failing && !pods::terminal(p) {
@@ -349,7 +447,9 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>, st: Arc<State>) -> Resu
         }
     }
     status.completed_indexes = indexed.then(|| indexes::format(&completed)).flatten();
-    status.failed_indexes = per_index.then(|| indexes::format(&failed_indexes)).flatten();
+    status.failed_indexes = per_index
+        .then(|| indexes::format(&failed_indexes))
+        .flatten();
 
     // First write: the newly finished pods are recorded as uncounted before their finalizers go.
     if !release.is_empty() && (unc_ok.len(), unc_failed.len()) != before {
@@ -358,7 +458,9 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>, st: Arc<State>) -> Resu
             failed: Some(unc_failed.iter().cloned().collect()),
         });
         current.status = Some(status.clone());
-        current = api.replace_status(&name, &PostParams::default(), &current).await?;
+        current = api
+            .replace_status(&name, &PostParams::default(), &current)
+            .await?;
     }
     let mut released: HashSet<String> = HashSet::new();
     for p in &release {
@@ -384,11 +486,13 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>, st: Arc<State>) -> Resu
         unc_failed.remove(u);
     }
     if !indexed {
-        status.succeeded = Some(old_succeeded.saturating_add(i32::try_from(ok_done.len()).unwrap_or(i32::MAX)));
+        status.succeeded =
+            Some(old_succeeded.saturating_add(i32::try_from(ok_done.len()).unwrap_or(i32::MAX)));
     } else {
         status.succeeded = Some(i32::try_from(completed.len()).unwrap_or(i32::MAX));
     }
-    status.failed = Some(old_failed.saturating_add(i32::try_from(failed_done.len()).unwrap_or(i32::MAX)));
+    status.failed =
+        Some(old_failed.saturating_add(i32::try_from(failed_done.len()).unwrap_or(i32::MAX)));
     status.uncounted_terminated_pods = Some(UncountedTerminatedPods {
         succeeded: (!unc_ok.is_empty()).then(|| unc_ok.iter().cloned().collect()),
         failed: (!unc_failed.is_empty()).then(|| unc_failed.iter().cloned().collect()),
@@ -397,8 +501,14 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>, st: Arc<State>) -> Resu
         .iter()
         .filter(|p| !deleted.contains(&p.uid().unwrap_or_default()))
         .collect();
-    status.active = Some(i32::try_from(still_active.len()).unwrap_or(i32::MAX).saturating_add(created));
-    status.ready = Some(i32::try_from(still_active.iter().filter(|p| pods::ready(p)).count()).unwrap_or(i32::MAX));
+    status.active = Some(
+        i32::try_from(still_active.len())
+            .unwrap_or(i32::MAX)
+            .saturating_add(created),
+    );
+    status.ready = Some(
+        i32::try_from(still_active.iter().filter(|p| pods::ready(p)).count()).unwrap_or(i32::MAX),
+    );
     let terminating = all
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_some() && !pods::terminal(p))
@@ -410,23 +520,37 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>, st: Arc<State>) -> Resu
     // The final condition, once no pod is left running or uncounted.
     let mut finished_now = None;
     if let Some(c) = finishing.as_ref() {
-        if unc_ok.is_empty() && unc_failed.is_empty() && terminating == 0 && status.active == Some(0) {
+        if unc_ok.is_empty()
+            && unc_failed.is_empty()
+            && terminating == 0
+            && status.active == Some(0)
+        {
             let (type_, reason, message) = if failing {
-                (cond::FAILED, c.reason.clone().unwrap_or_default(), c.message.clone().unwrap_or_default())
+                (
+                    cond::FAILED,
+                    c.reason.clone().unwrap_or_default(),
+                    c.message.clone().unwrap_or_default(),
+                )
             } else {
                 status.completion_time = Some(Time(now));
-                (cond::COMPLETE, c.reason.clone().unwrap_or_default(), c.message.clone().unwrap_or_default())
+                (
+                    cond::COMPLETE,
+                    c.reason.clone().unwrap_or_default(),
+                    c.message.clone().unwrap_or_default(),
+                )
             };
             cond::set(&mut status, cond::new(type_, &reason, &message, now));
             finished_now = Some((failing, reason, message));
         } else {
-            requeue = Some(requeue.map_or(Duration::from_secs(1), |r| r.min(Duration::from_secs(1))));
+            requeue =
+                Some(requeue.map_or(Duration::from_secs(1), |r| r.min(Duration::from_secs(1))));
         }
     }
 
     if current.status.as_ref() != Some(&status) {
         current.status = Some(status);
-        api.replace_status(&name, &PostParams::default(), &current).await?;
+        api.replace_status(&name, &PostParams::default(), &current)
+            .await?;
     }
     match finished_now {
         Some((true, reason, message)) => {
@@ -434,7 +558,15 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>, st: Arc<State>) -> Resu
             forget(&st, &key);
         }
         Some((false, _, _)) => {
-            event(&st, &job, EventType::Normal, "Completed", "Job completed".into(), "Complete").await;
+            event(
+                &st,
+                &job,
+                EventType::Normal,
+                "Completed",
+                "Job completed".into(),
+                "Complete",
+            )
+            .await;
             forget(&st, &key);
         }
         None => {}
