@@ -592,3 +592,46 @@ fn a_forbid_cronjob_starts_no_second_job_while_one_runs() {
     assert_eq!(jobs[0]["metadata"]["name"], first.as_str());
     c.ok(0, &["delete", "cronjob", "solo", "-n", ns]);
 }
+
+#[test]
+fn backoff_limit_per_index_fails_only_that_index() {
+    let c = cluster();
+    let ns = "batch-per-index";
+    c.ok(0, &["create", "namespace", ns]);
+    let spec =
+        "  completions: 2\n  parallelism: 2\n  completionMode: Indexed\n  backoffLimitPerIndex: 0";
+    c.ok_stdin(0, &["apply", "-f", "-"], Some(&job_yaml(ns, "pi", spec)));
+    c.wait_until("two pods", Duration::from_secs(30), || {
+        live(&pods(c, ns, "pi")).len() == 2
+    });
+    assert_eq!(job(c, ns, "pi")["spec"]["backoffLimit"], i32::MAX);
+    let rt = rt();
+    let client = rt.block_on(c.client(0));
+    for p in pods(c, ns, "pi") {
+        let name = p["metadata"]["name"].as_str().unwrap();
+        assert_eq!(
+            p["metadata"]["annotations"]["batch.kubernetes.io/job-index-failure-count"],
+            "0"
+        );
+        let code = match p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+            .as_str()
+        {
+            Some("0") => 1,
+            _ => 0,
+        };
+        rt.block_on(report_exit(&client, ns, name, "main", code))
+            .unwrap();
+    }
+    c.wait_until("job pi Failed", Duration::from_secs(30), || {
+        condition(&job(c, ns, "pi"), "Failed").is_some()
+    });
+    let j = job(c, ns, "pi");
+    assert_eq!(
+        condition(&j, "Failed").unwrap()["reason"],
+        "FailedIndexes",
+        "{j}"
+    );
+    assert_eq!(j["status"]["failedIndexes"], "0", "{j}");
+    assert_eq!(j["status"]["completedIndexes"], "1", "{j}");
+    assert_eq!(pods(c, ns, "pi").len(), 2, "index 0 is not retried");
+}

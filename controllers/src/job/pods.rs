@@ -12,6 +12,8 @@ use kube::ResourceExt;
 pub const TRACKING_FINALIZER: &str = "batch.kubernetes.io/job-tracking";
 /// The completion index of an Indexed job's pod (annotation and label).
 pub const INDEX_KEY: &str = "batch.kubernetes.io/job-completion-index";
+/// How many earlier pods of the same index failed (with `backoffLimitPerIndex`).
+pub const INDEX_FAILURE_COUNT: &str = "batch.kubernetes.io/job-index-failure-count";
 /// The env var a container reads its index from.
 pub const INDEX_ENV: &str = "JOB_COMPLETION_INDEX";
 
@@ -72,6 +74,14 @@ pub fn index(pod: &Pod) -> Option<i32> {
         .get(INDEX_KEY)
         .or_else(|| pod.labels().get(INDEX_KEY))
         .and_then(|v| v.parse().ok())
+}
+
+/// The pod's index failure count (0 when absent).
+pub fn failure_count(pod: &Pod) -> i32 {
+    pod.annotations()
+        .get(INDEX_FAILURE_COUNT)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 /// A new pod for `job` from its template; with `index`, as an Indexed job's pod of that index.

@@ -159,6 +159,12 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>, st: Arc<State>) -> Resu
                     }
                 }
                 Verdict::Count => {
+                    // With a per-index limit, the index fails once its pods failed that many times.
+                    if let (Some(limit), Some(i)) = (spec.backoff_limit_per_index, pods::index(p)) {
+                        if pods::failure_count(p) >= limit {
+                            failed_indexes.insert(i);
+                        }
+                    }
                     unc_failed.insert(puid);
                     new_failures += 1;
                     let t = pods::finish_time(p).unwrap_or(now);
@@ -238,7 +244,8 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>, st: Arc<State>) -> Resu
             .active_deadline_seconds
             .filter(|_| !suspended)
             .zip(status.start_time.as_ref());
-        if !per_index && failed_total > backoff_limit {
+        let max_failed = spec.max_failed_indexes.filter(|_| per_index);
+        if failed_total > backoff_limit {
             finishing = Some(cond::new(
                 FAILURE_TARGET,
                 "BackoffLimitExceeded",
@@ -260,6 +267,17 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>, st: Arc<State>) -> Resu
             } else {
                 requeue = Some(since(end, now).max(Duration::from_millis(100)));
             }
+        }
+        if finishing.is_none()
+            && max_failed
+                .is_some_and(|m| i32::try_from(failed_indexes.len()).unwrap_or(i32::MAX) > m)
+        {
+            finishing = Some(cond::new(
+                FAILURE_TARGET,
+                "MaxFailedIndexesExceeded",
+                "Job has exceeded the specified maximal number of failed indexes",
+                now,
+            ));
         }
         let all_indexes_done = indexed
             && completions.is_some_and(|c| {
@@ -386,10 +404,21 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>, st: Arc<State>) -> Resu
     }
     let mut created = 0;
     for index in create {
-        match pod_api
-            .create(&PostParams::default(), &pods::new_pod(&job, index))
-            .await
-        {
+        let mut pod = pods::new_pod(&job, index);
+        if let (true, Some(i)) = (per_index, index) {
+            // One more than the most failed earlier pod of this index.
+            let count = all
+                .iter()
+                .filter(|p| pods::index(p) == Some(i) && pods::failed(p, &job))
+                .map(|p| pods::failure_count(p).saturating_add(1))
+                .max()
+                .unwrap_or(0);
+            pod.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(pods::INDEX_FAILURE_COUNT.into(), count.to_string());
+        }
+        match pod_api.create(&PostParams::default(), &pod).await {
             Ok(pod) => {
                 let pname = pod.name_any();
                 st.expectations.created(&key, &pname);
