@@ -167,11 +167,23 @@ pub async fn reconcile(cj: Arc<CronJob>, ctx: Arc<Context>, rec: Recorder) -> Re
         }
     }
     for j in &owned {
+        // As upstream, a running Job of ours that status.active does not list (made by hand with
+        // `kubectl create job --from`, say) is reported, not adopted: it does not block Forbid.
         if job_state(j).is_none()
             && j.metadata.deletion_timestamp.is_none()
             && !active.iter().any(|r| r.uid == j.uid())
         {
-            active.push(job_ref(j));
+            event(
+                &rec,
+                &cj,
+                EventType::Warning,
+                "UnexpectedJob",
+                format!(
+                    "Saw a job that the controller did not create or forgot: {}",
+                    j.name_any()
+                ),
+            )
+            .await;
         }
         if job_state(j) == Some("Complete") {
             let done = j.status.as_ref().and_then(|s| s.completion_time.clone());

@@ -342,7 +342,15 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>, st: Arc<State>) -> Resu
                     .map(Some),
             );
         } else {
-            let have = i32::try_from(active.len()).unwrap_or(i32::MAX);
+            // With podReplacementPolicy Failed a terminating pod is replaced only once it has failed.
+            let waiting = if spec.pod_replacement_policy.as_deref() == Some("Failed") {
+                all.iter()
+                    .filter(|p| p.metadata.deletion_timestamp.is_some() && !pods::terminal(p))
+                    .count()
+            } else {
+                0
+            };
+            let have = i32::try_from(active.len() + waiting).unwrap_or(i32::MAX);
             let want = match completions {
                 Some(c) => parallelism.min(c.saturating_sub(succeeded_total)).max(0),
                 None if succeeded_total > 0 => have.min(parallelism),
