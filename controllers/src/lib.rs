@@ -5,11 +5,13 @@
 
 pub mod backoff;
 pub mod context;
+pub mod cronjob;
 pub mod deployment;
 pub mod endpoints;
 pub mod endpointslice;
 pub mod error;
 pub mod informers;
+pub mod job;
 pub mod lease;
 pub mod manager;
 pub mod node_lifecycle;
@@ -21,6 +23,7 @@ pub mod root_ca;
 pub mod runner;
 pub mod selector;
 pub mod serviceaccount;
+pub mod ttl_after_finished;
 
 pub use context::Context;
 pub use error::{Error, Result};
@@ -41,5 +44,8 @@ fn registry() -> Vec<ControllerDef> {
         podgc::def(),
         replicaset::def(),
         deployment::def(),
+        job::def(),
+        ttl_after_finished::def(),
+        cronjob::def(),
     ]
 }

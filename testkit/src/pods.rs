@@ -117,3 +117,37 @@ pub async fn report_all(
     }
     Ok(n)
 }
+
+/// Patches pod `ns/name` as its kubelet would once its container `container` exited with `code`: phase
+/// Succeeded for 0, else Failed, with the container's terminated state (what a pod failure policy reads).
+pub async fn report_exit(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    container: &str,
+    code: i32,
+) -> Result<Pod, kube::Error> {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let report = if code == 0 {
+        Report::Succeeded
+    } else {
+        Report::Failed
+    };
+    let mut body = status(report, &now);
+    body["status"]["containerStatuses"] = json!([{
+        "name": container,
+        "image": "busybox",
+        "imageID": "",
+        "ready": false,
+        "restartCount": 0,
+        "state": {"terminated": {
+            "exitCode": code,
+            "reason": if code == 0 { "Completed" } else { "Error" },
+            "startedAt": now,
+            "finishedAt": now,
+        }},
+    }]);
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    api.patch_status(name, &PatchParams::default(), &Patch::Strategic(body))
+        .await
+}

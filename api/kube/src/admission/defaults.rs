@@ -105,7 +105,15 @@ pub fn job_spec(spec: &mut Map<String, Value>) {
         spec.insert("completions".into(), json!(1));
     }
     set_default(spec, "parallelism", json!(1));
-    set_default(spec, "backoffLimit", json!(6));
+    // As upstream: with a per-index limit the job-wide one is effectively off.
+    let per_index = spec
+        .get("backoffLimitPerIndex")
+        .is_some_and(|v| !v.is_null());
+    set_default(
+        spec,
+        "backoffLimit",
+        json!(if per_index { i32::MAX } else { 6 }),
+    );
     set_default(spec, "completionMode", json!("NonIndexed"));
     set_default(spec, "suspend", json!(false));
     set_default(spec, "podReplacementPolicy", json!("TerminatingOrFailed"));

@@ -32,12 +32,18 @@ impl Strategy for CronJob {
 
     fn validate(&self, _def: &ResourceDef, obj: &Value) -> Vec<Cause> {
         let mut causes = Vec::new();
-        if path(obj, "spec.schedule")
+        let schedule = path(obj, "spec.schedule")
             .and_then(Value::as_str)
-            .unwrap_or("")
-            .is_empty()
-        {
+            .unwrap_or("");
+        if schedule.is_empty() {
             causes.push(Cause::required("spec.schedule"));
+        } else if schedule.contains("TZ") {
+            // As upstream: the zone goes in spec.timeZone, never in the schedule.
+            causes.push(Cause::invalid(
+                "spec.schedule",
+                &json!(schedule),
+                "cannot use TZ or CRON_TZ in schedule, use timeZone field instead",
+            ));
         }
         match path(obj, "spec.jobTemplate.spec.template.spec") {
             Some(spec) => {

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use super::{start_generation, Strategy};
+use super::{set_status, start_generation, Strategy};
 use crate::admission::defaults::{job_spec, obj_mut, template};
 use crate::admission::validate::{check_selector_template, immutable};
 use crate::object::{self, path};
@@ -21,10 +21,10 @@ impl Strategy for Job {
         template(obj, &["spec", "template"], "Never");
     }
 
-    /// Unlike the default, a create keeps the status the client sent: keel has always done so (upstream
-    /// resets it); changing it is a behaviour change of its own.
+    /// As upstream: the status a client sent is dropped (the job controller owns it), then the selector.
     fn prepare_for_create(&self, def: &ResourceDef, obj: &mut Value) {
         start_generation(def, obj);
+        set_status(obj, json!({}));
         job_selector(obj);
     }
 
