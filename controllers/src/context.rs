@@ -69,7 +69,6 @@ pub struct Context {
     /// How long a node may stay silent before the node-lifecycle controller calls it Unknown.
     pub node_monitor_grace_period: Duration,
     informers: Informers,
-    recorders: Mutex<HashMap<String, Recorder>>,
 }
 
 impl Context {
@@ -81,7 +80,6 @@ impl Context {
             root_ca,
             node_monitor_grace_period: crate::manager::DEFAULT_NODE_MONITOR_GRACE_PERIOD,
             informers: Informers::default(),
-            recorders: Mutex::default(),
         })
     }
 
@@ -93,7 +91,6 @@ impl Context {
             root_ca: opts.root_ca.clone(),
             node_monitor_grace_period: opts.node_monitor_grace_period,
             informers: Informers::default(),
-            recorders: Mutex::default(),
         })
     }
 
@@ -119,23 +116,18 @@ impl Context {
         self.informers.start()
     }
 
-    /// The Event recorder reporting as `controller` (e.g. `deployment-controller`) from this member. One
-    /// per controller for the manager's life, so a repeated Event is counted in its series rather than
-    /// written again.
+    /// A new Event recorder reporting as `controller` (e.g. `deployment-controller`) from this member. A
+    /// recorder counts repeats of an Event in its series; kube-runtime groups Events by reason and object but
+    /// not by message, so a controller keeps one recorder for Events whose repeats should count and takes a
+    /// fresh one for Events that differ only in their message ("Created pod: …").
     pub fn recorder(&self, controller: &str) -> Recorder {
-        let make = || {
-            Recorder::new(
-                self.client.clone(),
-                Reporter {
-                    controller: controller.to_string(),
-                    instance: Some(self.holder.clone()),
-                },
-            )
-        };
-        match self.recorders.lock() {
-            Ok(mut m) => m.entry(controller.to_string()).or_insert_with(make).clone(),
-            Err(_) => make(),
-        }
+        Recorder::new(
+            self.client.clone(),
+            Reporter {
+                controller: controller.to_string(),
+                instance: Some(self.holder.clone()),
+            },
+        )
     }
 
     /// A typed client for the namespaced kind `K` in `ns`.
