@@ -5,12 +5,14 @@
 
 pub mod backoff;
 pub mod context;
+pub mod disruption;
 pub mod error;
 pub mod informers;
 pub mod lease;
 pub mod manager;
 pub mod root_ca;
 pub mod runner;
+pub mod selector;
 pub mod serviceaccount;
 
 pub use context::Context;
@@ -22,5 +24,9 @@ pub const USER: &str = "system:kube-controller-manager";
 
 /// The controllers, in upstream's names. Each module adds itself here.
 fn registry() -> Vec<ControllerDef> {
-    vec![serviceaccount::def(), root_ca::def()]
+    vec![
+        serviceaccount::def(),
+        root_ca::def(),
+        disruption::def(),
+    ]
 }
