@@ -7,6 +7,7 @@ pub mod backoff;
 pub mod context;
 pub mod disruption;
 pub mod error;
+pub mod history;
 pub mod informers;
 pub mod lease;
 pub mod manager;
@@ -14,6 +15,7 @@ pub mod root_ca;
 pub mod runner;
 pub mod selector;
 pub mod serviceaccount;
+pub mod statefulset;
 
 pub use context::Context;
 pub use error::{Error, Result};
@@ -28,5 +30,6 @@ fn registry() -> Vec<ControllerDef> {
         serviceaccount::def(),
         root_ca::def(),
         disruption::def(),
+        statefulset::def(),
     ]
 }

@@ -28,7 +28,10 @@ pub fn scaled(value: &IntOrString, total: i32) -> Result<i32, String> {
 }
 
 /// Whether a budget bound needs the controllers' scale (upstream: maxUnavailable, or a percentage).
-pub fn needs_scale(min_available: Option<&IntOrString>, max_unavailable: Option<&IntOrString>) -> bool {
+pub fn needs_scale(
+    min_available: Option<&IntOrString>,
+    max_unavailable: Option<&IntOrString>,
+) -> bool {
     max_unavailable.is_some() || matches!(min_available, Some(IntOrString::String(_)))
 }
 
@@ -105,11 +108,23 @@ mod tests {
     #[test]
     fn bounds() {
         // minAvailable int: expected is the pods found.
-        assert_eq!(expected_and_desired(Some(&IntOrString::Int(2)), None, 3, 0), Ok((3, 2)));
+        assert_eq!(
+            expected_and_desired(Some(&IntOrString::Int(2)), None, 3, 0),
+            Ok((3, 2))
+        );
         // maxUnavailable: expected from scale.
-        assert_eq!(expected_and_desired(None, Some(&IntOrString::Int(1)), 2, 3), Ok((3, 2)));
-        assert_eq!(expected_and_desired(None, Some(&s("34%")), 3, 3), Ok((3, 1)));
-        assert_eq!(expected_and_desired(Some(&s("50%")), None, 1, 4), Ok((4, 2)));
+        assert_eq!(
+            expected_and_desired(None, Some(&IntOrString::Int(1)), 2, 3),
+            Ok((3, 2))
+        );
+        assert_eq!(
+            expected_and_desired(None, Some(&s("34%")), 3, 3),
+            Ok((3, 1))
+        );
+        assert_eq!(
+            expected_and_desired(Some(&s("50%")), None, 1, 4),
+            Ok((4, 2))
+        );
         assert_eq!(allowed(3, 2, 3), 1);
         assert_eq!(allowed(1, 2, 3), 0);
         assert_eq!(allowed(3, 0, 0), 0);

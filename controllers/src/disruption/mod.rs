@@ -55,7 +55,12 @@ fn start(ctx: &Arc<Context>) -> BoxFuture<'static, ()> {
                 .state()
                 .into_iter()
                 .filter(|b| b.namespace() == ns)
-                .filter(|b| selects(b.spec.as_ref().and_then(|s| s.selector.as_ref()), pod.metadata.labels.as_ref()))
+                .filter(|b| {
+                    selects(
+                        b.spec.as_ref().and_then(|s| s.selector.as_ref()),
+                        pod.metadata.labels.as_ref(),
+                    )
+                })
                 .map(|b| ObjectRef::from_obj(b.as_ref()))
                 .collect::<Vec<_>>()
         });
@@ -82,7 +87,8 @@ async fn reconcile(pdb: Arc<PodDisruptionBudget>, ctx: Arc<Context>) -> Result<A
     } else {
         0
     };
-    let (expected, desired) = match budget::expected_and_desired(min, max, count(pods.len()), scale) {
+    let (expected, desired) = match budget::expected_and_desired(min, max, count(pods.len()), scale)
+    {
         Ok(v) => v,
         Err(e) => return fail_safe(&ctx, &pdb, &e).await,
     };
@@ -149,7 +155,10 @@ fn condition(
     let since = prior
         .and_then(|i| list.get(i))
         .filter(|c| c.status == status)
-        .map_or_else(|| Time(Timestamp::now()), |c| c.last_transition_time.clone());
+        .map_or_else(
+            || Time(Timestamp::now()),
+            |c| c.last_transition_time.clone(),
+        );
     let c = Condition {
         type_: CONDITION.into(),
         status: status.into(),
@@ -171,7 +180,13 @@ async fn fail_safe(ctx: &Context, pdb: &PodDisruptionBudget, err: &str) -> Resul
     let old = pdb.status.clone().unwrap_or_default();
     let mut status = old.clone();
     status.disruptions_allowed = 0;
-    status.conditions = Some(condition(&old, "False", SYNC_FAILED, err, pdb.metadata.generation));
+    status.conditions = Some(condition(
+        &old,
+        "False",
+        SYNC_FAILED,
+        err,
+        pdb.metadata.generation,
+    ));
     write_status(ctx, pdb, status).await?;
     Ok(Action::requeue(RESYNC))
 }

@@ -41,15 +41,27 @@ async fn scale_of(ctx: &Context, ns: &str, r: &OwnerReference) -> Result<(String
                 let s = api.get_scale(&d.name).await.map_err(err)?;
                 return Ok((d.uid.clone(), s.spec.and_then(|s| s.replicas).unwrap_or(0)));
             }
-            let s = ctx.api::<ReplicaSet>(ns).get_scale(&r.name).await.map_err(err)?;
+            let s = ctx
+                .api::<ReplicaSet>(ns)
+                .get_scale(&r.name)
+                .await
+                .map_err(err)?;
             Ok((r.uid.clone(), s.spec.and_then(|s| s.replicas).unwrap_or(0)))
         }
         ("apps", "StatefulSet") => {
-            let s = ctx.api::<StatefulSet>(ns).get_scale(&r.name).await.map_err(err)?;
+            let s = ctx
+                .api::<StatefulSet>(ns)
+                .get_scale(&r.name)
+                .await
+                .map_err(err)?;
             Ok((r.uid.clone(), s.spec.and_then(|s| s.replicas).unwrap_or(0)))
         }
         ("apps", "Deployment") => {
-            let s = ctx.api::<Deployment>(ns).get_scale(&r.name).await.map_err(err)?;
+            let s = ctx
+                .api::<Deployment>(ns)
+                .get_scale(&r.name)
+                .await
+                .map_err(err)?;
             Ok((r.uid.clone(), s.spec.and_then(|s| s.replicas).unwrap_or(0)))
         }
         ("", "ReplicationController") => {
@@ -72,7 +84,10 @@ pub async fn expected_scale(ctx: &Context, ns: &str, pods: &[Arc<Pod>]) -> Resul
     let mut seen: BTreeMap<String, i32> = BTreeMap::new();
     for pod in pods {
         let Some(r) = controller_of(pod.owner_references()) else {
-            return Err(format!("found no controller ref for pod {:?}", pod.name_any()));
+            return Err(format!(
+                "found no controller ref for pod {:?}",
+                pod.name_any()
+            ));
         };
         if seen.contains_key(&r.uid) {
             continue;

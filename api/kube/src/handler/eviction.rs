@@ -47,7 +47,9 @@ pub fn is_ready(pod: &Value) -> bool {
 /// Whether a budget's selector picks the pod (policy/v1: no selector picks nothing, an empty one all).
 fn selects(pdb: &Value, pod: &Value) -> bool {
     match path(pdb, "spec.selector") {
-        Some(sel) if sel.is_object() => LabelSelector::from_object(sel).matches(object::labels(pod)),
+        Some(sel) if sel.is_object() => {
+            LabelSelector::from_object(sel).matches(object::labels(pod))
+        }
         _ => false,
     }
 }
@@ -150,9 +152,7 @@ async fn take_disruption(
         return Err(ApiError::Internal("malformed PodDisruptionBudget".into()));
     };
     status.insert("disruptionsAllowed".into(), json!(left));
-    let pods = status
-        .entry("disruptedPods")
-        .or_insert_with(|| json!({}));
+    let pods = status.entry("disruptedPods").or_insert_with(|| json!({}));
     if let Some(p) = pods.as_object_mut() {
         p.insert(pod_name.into(), json!(object::now_rfc3339()));
     }
@@ -161,7 +161,12 @@ async fn take_disruption(
         return Err(ApiError::Internal("no PodDisruptionBudget resource".into()));
     };
     let key = def.key(Some(object::namespace(o)), name);
-    match call.state.storage.put_if(&key, &next, pdb.mod_revision).await? {
+    match call
+        .state
+        .storage
+        .put_if(&key, &next, pdb.mod_revision)
+        .await?
+    {
         WriteOutcome::Done(_) => Ok(Verdict::Allowed),
         WriteOutcome::Lost(_) => Ok(Verdict::Retry),
     }
@@ -190,8 +195,10 @@ fn set_allowed_condition(status: &mut serde_json::Map<String, Value>, allowed: b
             c["status"] = json!(st);
             c["reason"] = json!(reason);
         }
-        None => list.push(json!({"type": "DisruptionAllowed", "status": st, "reason": reason,
-                                 "message": "", "lastTransitionTime": now})),
+        None => list.push(
+            json!({"type": "DisruptionAllowed", "status": st, "reason": reason,
+                                 "message": "", "lastTransitionTime": now}),
+        ),
     }
 }
 

@@ -360,12 +360,7 @@ pub fn columns(p: Printer) -> Vec<Column> {
         ],
         Printer::ControllerRevision => vec![
             NAME,
-            col(
-                "Controller",
-                "string",
-                0,
-                "Controller of the object.",
-            ),
+            col("Controller", "string", 0, "Controller of the object."),
             col(
                 "Revision",
                 "integer",
@@ -947,7 +942,11 @@ pub fn cells(p: Printer, o: &Value) -> Vec<Value> {
                 })
                 .map(|r| {
                     let group = s(r, "apiVersion").split('/').next().unwrap_or("");
-                    let group = if s(r, "apiVersion").contains('/') { group } else { "" };
+                    let group = if s(r, "apiVersion").contains('/') {
+                        group
+                    } else {
+                        ""
+                    };
                     let kind = s(r, "kind").to_lowercase();
                     if group.is_empty() {
                         format!("{kind}/{}", s(r, "name"))
