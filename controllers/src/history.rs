@@ -5,11 +5,12 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::ResourceExt;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tracing::debug;
 
 use crate::context::Context;
@@ -57,6 +58,24 @@ pub fn owned(ctx: &Context, ns: &str, uid: &str) -> Vec<Arc<ControllerRevision>>
         .collect();
     out.sort_by_key(|r| r.revision);
     out
+}
+
+/// The revision data of a template (what a ControllerRevision stores: a patch replacing it).
+pub fn template_patch(template: &PodTemplateSpec) -> Value {
+    let mut t = serde_json::to_value(template).unwrap_or(Value::Null);
+    if let Some(m) = t.as_object_mut() {
+        m.insert("$patch".into(), json!("replace"));
+    }
+    json!({"spec": {"template": t}})
+}
+
+/// The template a revision's data holds.
+pub fn template_of(data: &Value) -> Option<PodTemplateSpec> {
+    let mut t = data.get("spec")?.get("template")?.clone();
+    if let Some(m) = t.as_object_mut() {
+        m.remove("$patch");
+    }
+    serde_json::from_value(t).ok()
 }
 
 /// A revision's data as JSON.
@@ -169,5 +188,11 @@ mod tests {
         assert_eq!(hash(&d, 0), hash(&d, 0));
         assert_ne!(hash(&d, 0), hash(&d, 1));
         assert!(hash(&d, 0).bytes().all(|b| ALPHABET.contains(&b)));
+    }
+
+    #[test]
+    fn template_patches_round_trip() {
+        let t = PodTemplateSpec::default();
+        assert_eq!(template_of(&template_patch(&t)), Some(t));
     }
 }

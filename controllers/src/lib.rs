@@ -5,6 +5,7 @@
 
 pub mod backoff;
 pub mod context;
+pub mod daemonset;
 pub mod disruption;
 pub mod error;
 pub mod history;
@@ -31,5 +32,6 @@ fn registry() -> Vec<ControllerDef> {
         root_ca::def(),
         disruption::def(),
         statefulset::def(),
+        daemonset::def(),
     ]
 }

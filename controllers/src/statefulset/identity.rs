@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use kube::{Resource, ResourceExt};
-use serde_json::{json, Value};
 
 /// The pod's name label.
 pub const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
@@ -18,24 +17,6 @@ pub const REVISION_LABEL: &str = "controller-revision-hash";
 /// The ordinal of a pod of `set`, from its name.
 pub fn ordinal(set: &str, pod: &str) -> Option<i32> {
     pod.strip_prefix(set)?.strip_prefix('-')?.parse().ok()
-}
-
-/// The revision data of a template (what a ControllerRevision stores: a replacing patch of it).
-pub fn revision_data(template: &PodTemplateSpec) -> Value {
-    let mut t = serde_json::to_value(template).unwrap_or(Value::Null);
-    if let Some(m) = t.as_object_mut() {
-        m.insert("$patch".into(), json!("replace"));
-    }
-    json!({"spec": {"template": t}})
-}
-
-/// The template a revision's data holds.
-pub fn template_of(data: &Value) -> Option<PodTemplateSpec> {
-    let mut t = data.get("spec")?.get("template")?.clone();
-    if let Some(m) = t.as_object_mut() {
-        m.remove("$patch");
-    }
-    serde_json::from_value(t).ok()
 }
 
 /// The pod with `ordinal` of `set`, from `template`, labelled with `revision`.
@@ -81,11 +62,5 @@ mod tests {
         assert_eq!(ordinal("web", "web-x"), None);
         assert_eq!(ordinal("web", "webby-1"), None);
         assert_eq!(ordinal("web", "web-1-2"), None);
-    }
-
-    #[test]
-    fn revision_data_round_trips() {
-        let t = PodTemplateSpec::default();
-        assert_eq!(template_of(&revision_data(&t)), Some(t));
     }
 }

@@ -218,7 +218,7 @@ async fn reconcile(set: Arc<StatefulSet>, ctx: Arc<Context>) -> Result<Action> {
         &ns,
         &owner,
         &labels,
-        identity::revision_data(&spec.template),
+        history::template_patch(&spec.template),
         &revisions,
         old.collision_count.unwrap_or(0),
     )
@@ -232,7 +232,7 @@ async fn reconcile(set: Arc<StatefulSet>, ctx: Arc<Context>) -> Result<Action> {
         .unwrap_or_else(|| update_rev.clone());
     let current_name = current_rev.name_any();
     let current_template = history::data_of(&current_rev)
-        .and_then(identity::template_of)
+        .and_then(history::template_of)
         .unwrap_or_else(|| spec.template.clone());
 
     let pods: Vec<Arc<Pod>> = ctx
