@@ -501,3 +501,170 @@ fn an_eviction_takes_one_disruption_and_a_budget_at_zero_refuses_with_429() {
     let d = c.ok(0, &["get", "--raw", "/api/v1"]);
     assert!(d.contains("pods/eviction"), "{d}");
 }
+
+fn ds_yaml(ns: &str, image: &str) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: DaemonSet
+metadata: {{name: agent, namespace: {ns}}}
+spec:
+  selector: {{matchLabels: {{app: agent}}}}
+  template:
+    metadata: {{labels: {{app: agent}}}}
+    spec:
+      nodeSelector: {{sets-role: edge}}
+      containers: [{{name: c, image: {image}}}]
+"#
+    )
+}
+
+/// Node name → pod names of the DaemonSet's live pods, by the node their affinity pins them to.
+fn daemon_pods(c: &KubeCluster, ns: &str) -> Vec<(String, String)> {
+    let out = c.ok(
+        0,
+        &["get", "pods", "-n", ns, "-l", "app=agent", "-o", "json"],
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let mut list: Vec<(String, String)> = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .map(|p| {
+            let node = p["spec"]["affinity"]["nodeAffinity"]
+                ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+                ["matchFields"][0]["values"][0]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            (node, p["metadata"]["name"].as_str().unwrap().to_string())
+        })
+        .collect();
+    list.sort();
+    list
+}
+
+fn on_nodes(c: &KubeCluster, ns: &str) -> Vec<String> {
+    daemon_pods(c, ns).into_iter().map(|(n, _)| n).collect()
+}
+
+#[test]
+fn a_daemonset_follows_the_nodes() {
+    let c = cluster();
+    let ns = "sets-ds";
+    c.ok(0, &["create", "namespace", ns]);
+    for n in ["sets-ds-a", "sets-ds-b"] {
+        c.ok_stdin(0, &["apply", "-f", "-"], Some(&node_yaml(n)));
+    }
+    c.ok_stdin(0, &["apply", "-f", "-"], Some(&ds_yaml(ns, "busybox:1")));
+    // No node has the label yet: nothing to run.
+    c.wait_until("observed", WAIT, || {
+        jsonpath(
+            c,
+            &["get", "ds", "-n", ns, "agent"],
+            "{.status.observedGeneration}",
+        ) == "1"
+    });
+    assert!(on_nodes(c, ns).is_empty());
+
+    let began = Instant::now();
+    c.ok(0, &["label", "node", "sets-ds-a", "sets-role=edge"]);
+    c.wait_until("a pod for sets-ds-a", WAIT, || {
+        on_nodes(c, ns) == ["sets-ds-a"]
+    });
+    println!(
+        "daemon pod for a newly labelled node after {:?}",
+        began.elapsed()
+    );
+    let (_, pod) = daemon_pods(c, ns).remove(0);
+    let p: serde_json::Value =
+        serde_json::from_str(&c.ok(0, &["get", "pod", "-n", ns, &pod, "-o", "json"])).unwrap();
+    let tolerations = p["spec"]["tolerations"].to_string();
+    for key in [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+        "node.kubernetes.io/disk-pressure",
+        "node.kubernetes.io/memory-pressure",
+        "node.kubernetes.io/pid-pressure",
+        "node.kubernetes.io/unschedulable",
+    ] {
+        assert!(tolerations.contains(key), "{key} missing: {tolerations}");
+    }
+    assert!(
+        !tolerations.contains("network-unavailable"),
+        "{tolerations}"
+    );
+    assert!(
+        p["metadata"]["labels"]["controller-revision-hash"].is_string(),
+        "{p}"
+    );
+    // No scheduler exists: the pod waits unbound, pinned by affinity.
+    assert!(p["spec"]["nodeName"].is_null(), "{p}");
+
+    c.ok(0, &["label", "node", "sets-ds-b", "sets-role=edge"]);
+    c.wait_until("pods on both nodes", WAIT, || {
+        on_nodes(c, ns) == ["sets-ds-a", "sets-ds-b"]
+    });
+    c.wait_until("status counts 2", WAIT, || {
+        jsonpath(
+            c,
+            &["get", "ds", "-n", ns, "agent"],
+            "{.status.desiredNumberScheduled}/{.status.currentNumberScheduled}/{.status.updatedNumberScheduled}/{.status.numberMisscheduled}",
+        ) == "2/2/2/0"
+    });
+    let table = c.ok(0, &["get", "ds", "-n", ns, "agent"]);
+    assert!(
+        table.lines().nth(1).unwrap().split_whitespace().nth(1) == Some("2"),
+        "{table}"
+    );
+
+    // A NoSchedule taint the pod does not tolerate takes it off the node.
+    c.ok(
+        0,
+        &["taint", "node", "sets-ds-b", "dedicated=db:NoSchedule"],
+    );
+    c.wait_until("pod off the tainted node", WAIT, || {
+        on_nodes(c, ns) == ["sets-ds-a"]
+    });
+    c.ok(
+        0,
+        &["taint", "node", "sets-ds-b", "dedicated=db:NoSchedule-"],
+    );
+    c.wait_until("pod back on the untainted node", WAIT, || {
+        on_nodes(c, ns) == ["sets-ds-a", "sets-ds-b"]
+    });
+
+    // A new template rolls out (pods are not Ready without a kubelet, so all may go at once).
+    let before = daemon_pods(c, ns);
+    c.ok_stdin(0, &["apply", "-f", "-"], Some(&ds_yaml(ns, "busybox:2")));
+    c.wait_until("rolled pods", WAIT, || {
+        let now = daemon_pods(c, ns);
+        now.len() == 2 && now.iter().all(|p| !before.contains(p))
+    });
+    c.wait_until("2 updated", WAIT, || {
+        jsonpath(
+            c,
+            &["get", "ds", "-n", ns, "agent"],
+            "{.status.updatedNumberScheduled}/{.status.observedGeneration}",
+        ) == "2/2"
+    });
+    let revs = c.ok(0, &["get", "controllerrevisions", "-n", ns]);
+    assert_eq!(revs.lines().count(), 3, "two revisions expected: {revs}");
+
+    // A node that goes away takes its pod with it; a label removed likewise.
+    c.ok(0, &["delete", "node", "sets-ds-a"]);
+    c.wait_until("pod gone with its node", WAIT, || {
+        on_nodes(c, ns) == ["sets-ds-b"]
+    });
+    c.ok(0, &["label", "node", "sets-ds-b", "sets-role-"]);
+    c.wait_until("no pods", WAIT, || on_nodes(c, ns).is_empty());
+    assert_eq!(
+        jsonpath(
+            c,
+            &["get", "ds", "-n", ns, "agent"],
+            "{.status.desiredNumberScheduled}"
+        ),
+        "0"
+    );
+    c.ok(0, &["delete", "node", "sets-ds-b"]);
+}
