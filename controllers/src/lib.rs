@@ -6,10 +6,13 @@
 pub mod backoff;
 pub mod context;
 pub mod cronjob;
+pub mod daemonset;
 pub mod deployment;
+pub mod disruption;
 pub mod endpoints;
 pub mod endpointslice;
 pub mod error;
+pub mod history;
 pub mod informers;
 pub mod job;
 pub mod lease;
@@ -23,6 +26,7 @@ pub mod root_ca;
 pub mod runner;
 pub mod selector;
 pub mod serviceaccount;
+pub mod statefulset;
 pub mod ttl_after_finished;
 
 pub use context::Context;
@@ -47,5 +51,8 @@ fn registry() -> Vec<ControllerDef> {
         job::def(),
         ttl_after_finished::def(),
         cronjob::def(),
+        disruption::def(),
+        statefulset::def(),
+        daemonset::def(),
     ]
 }

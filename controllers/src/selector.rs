@@ -29,6 +29,17 @@ pub fn matches(selector: &LabelSelector, labels: Option<&BTreeMap<String, String
     by_label && by_expression
 }
 
+/// Whether `sel` picks an object with `labels`; a missing selector picks nothing (as upstream's workloads
+/// and policy/v1 budgets read it), an empty one everything.
+pub fn selects(sel: Option<&LabelSelector>, labels: Option<&BTreeMap<String, String>>) -> bool {
+    sel.is_some_and(|s| matches(s, labels))
+}
+
+/// Whether the pod's Ready condition is True.
+pub fn pod_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    crate::pod_state::is_ready(pod)
+}
+
 /// Whether `selector` has no requirement at all.
 pub fn is_empty(selector: &LabelSelector) -> bool {
     selector.match_labels.as_ref().is_none_or(|m| m.is_empty())

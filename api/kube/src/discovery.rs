@@ -88,6 +88,13 @@ fn aggregated_resource(r: &ResourceDef) -> Value {
             "verbs": ["get", "patch", "update"],
         }));
     }
+    if r.group.is_empty() && r.kind == "Pod" {
+        subs.push(json!({
+            "subresource": "eviction",
+            "responseKind": {"group": "policy", "version": "v1", "kind": "Eviction"},
+            "verbs": ["create"],
+        }));
+    }
     if r.status {
         subs.push(json!({
             "subresource": "status",
@@ -219,6 +226,13 @@ pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<V
             list.push(json!({
                 "name": format!("{}/scale", r.plural), "singularName": "", "namespaced": r.namespaced,
                 "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"],
+            }));
+        }
+        if r.group.is_empty() && r.kind == "Pod" {
+            // kubectl drain finds the Eviction's group-version here.
+            list.push(json!({
+                "name": "pods/eviction", "singularName": "", "namespaced": true,
+                "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"],
             }));
         }
         if r.status {

@@ -35,6 +35,8 @@ pub enum Printer {
     Lease,
     EndpointSlice,
     RoleBinding,
+    PodDisruptionBudget,
+    ControllerRevision,
     /// Upstream's fallback: Name and Created At.
     Default,
     /// A custom resource: Name, then its CRD's additionalPrinterColumns (Age when it declares none).
@@ -396,6 +398,22 @@ pub static BUILTIN: LazyLock<Vec<Arc<ResourceDef>>> = LazyLock::new(|| {
             gen = true
         ),
         res!(
+            "apps",
+            "ControllerRevision",
+            "controllerrevisions",
+            "controllerrevision",
+            ns = true,
+            short = NONE,
+            cat = NONE,
+            status = false,
+            scale = false,
+            storage = "controllerrevisions",
+            printer = ControllerRevision,
+            fields = NONE,
+            cou = false,
+            gen = false
+        ),
+        res!(
             "events.k8s.io",
             "Event",
             "events",
@@ -439,6 +457,22 @@ pub static BUILTIN: LazyLock<Vec<Arc<ResourceDef>>> = LazyLock::new(|| {
             scale = false,
             storage = "cronjobs",
             printer = CronJob,
+            fields = NONE,
+            cou = false,
+            gen = true
+        ),
+        res!(
+            "policy",
+            "PodDisruptionBudget",
+            "poddisruptionbudgets",
+            "poddisruptionbudget",
+            ns = true,
+            short = &["pdb"],
+            cat = NONE,
+            status = true,
+            scale = false,
+            storage = "poddisruptionbudgets",
+            printer = PodDisruptionBudget,
             fields = NONE,
             cou = false,
             gen = true

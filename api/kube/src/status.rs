@@ -163,6 +163,13 @@ pub enum ApiError {
     /// 422 Invalid with field causes; `target.kind` is the Kind here.
     #[error("{} \"{}\" is invalid: {}", qualified_kind(.target), .target.name, join_causes(.causes))]
     Invalid { target: Target, causes: Vec<Cause> },
+    /// 429 TooManyRequests: retry later (an eviction a disruption budget refuses); causes in details.
+    #[error("{message}")]
+    TooManyRequests {
+        message: String,
+        retry_after: i64,
+        causes: Vec<Cause>,
+    },
     /// 500.
     #[error("{0}")]
     Internal(String),
@@ -217,6 +224,7 @@ impl ApiError {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "UnsupportedMediaType")
             }
             ApiError::Invalid { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "Invalid"),
+            ApiError::TooManyRequests { .. } => (StatusCode::TOO_MANY_REQUESTS, "TooManyRequests"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "InternalError"),
             ApiError::Unknown(_) => (StatusCode::INTERNAL_SERVER_ERROR, ""),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable"),
@@ -245,6 +253,17 @@ impl ApiError {
             | ApiError::Conflict { target: t, .. } => Some(details(t, &[])),
             ApiError::Invalid { target, causes } => Some(details(target, causes)),
             ApiError::ApplyConflict { causes, .. } => Some(details(&Target::default(), causes)),
+            ApiError::TooManyRequests {
+                retry_after,
+                causes,
+                ..
+            } => {
+                let mut d = details(&Target::default(), causes);
+                if *retry_after > 0 {
+                    d["retryAfterSeconds"] = json!(retry_after);
+                }
+                Some(d)
+            }
             _ => None,
         };
         if let Some(d) = details {

@@ -36,7 +36,7 @@ pub struct Preconditions {
     pub resource_version: Option<String>,
 }
 
-fn options(call: &Call) -> Result<DeleteOptions, ApiError> {
+pub(crate) fn options(call: &Call) -> Result<DeleteOptions, ApiError> {
     let mut o: DeleteOptions = if call.body.iter().all(u8::is_ascii_whitespace) {
         DeleteOptions::default()
     } else {
@@ -65,14 +65,14 @@ fn options(call: &Call) -> Result<DeleteOptions, ApiError> {
 }
 
 /// What deleting one object did.
-enum Deleted {
+pub(crate) enum Deleted {
     /// Gone; the last state.
     Gone(Value),
     /// Marked for deletion (finalizers, grace period); the updated object.
     Pending(Value),
 }
 
-async fn delete_one(
+pub(crate) async fn delete_one(
     call: &Call,
     key: &str,
     name: &str,

@@ -218,6 +218,7 @@ pub fn message_for(api_version: &str, kind: &str) -> Option<String> {
         "rbac.authorization.k8s.io" => "rbac",
         "coordination.k8s.io" => "coordination",
         "discovery.k8s.io" => "discovery",
+        "policy" => "policy",
         "meta.k8s.io" => return Some(format!("apimachinery.pkg.apis.meta.{version}.{kind}")),
         _ => return None,
     };

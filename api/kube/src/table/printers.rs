@@ -336,6 +336,39 @@ pub fn columns(p: Printer) -> Vec<Column> {
             col("Endpoints", "string", 0, "The addresses of the slice."),
             AGE,
         ],
+        Printer::PodDisruptionBudget => vec![
+            NAME,
+            col(
+                "Min Available",
+                "string",
+                0,
+                "The minimum number of pods that must be available.",
+            ),
+            col(
+                "Max Unavailable",
+                "string",
+                0,
+                "The maximum number of pods that may be unavailable.",
+            ),
+            col(
+                "Allowed Disruptions",
+                "integer",
+                0,
+                "Calculated number of pods that may be disrupted at this time.",
+            ),
+            AGE,
+        ],
+        Printer::ControllerRevision => vec![
+            NAME,
+            col("Controller", "string", 0, "Controller of the object."),
+            col(
+                "Revision",
+                "integer",
+                0,
+                "Revision of the ControllerRevision.",
+            ),
+            AGE,
+        ],
         Printer::RoleBinding => vec![
             NAME,
             col("Role", "string", 0, "The role being bound."),
@@ -885,6 +918,44 @@ pub fn cells(p: Printer, o: &Value) -> Vec<Value> {
                 json!(summarize(addrs)),
                 age(o),
             ]
+        }
+        Printer::PodDisruptionBudget => {
+            let bound = |p: &str| match path(o, p) {
+                Some(Value::Number(n)) => json!(n.to_string()),
+                Some(Value::String(t)) => json!(t),
+                _ => json!("N/A"),
+            };
+            vec![
+                name,
+                bound("spec.minAvailable"),
+                bound("spec.maxUnavailable"),
+                json!(i(o, "status.disruptionsAllowed")),
+                age(o),
+            ]
+        }
+        Printer::ControllerRevision => {
+            let owner = path(o, "metadata.ownerReferences")
+                .and_then(Value::as_array)
+                .and_then(|refs| {
+                    refs.iter()
+                        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+                })
+                .map(|r| {
+                    let group = s(r, "apiVersion").split('/').next().unwrap_or("");
+                    let group = if s(r, "apiVersion").contains('/') {
+                        group
+                    } else {
+                        ""
+                    };
+                    let kind = s(r, "kind").to_lowercase();
+                    if group.is_empty() {
+                        format!("{kind}/{}", s(r, "name"))
+                    } else {
+                        format!("{kind}.{group}/{}", s(r, "name"))
+                    }
+                })
+                .unwrap_or_else(|| "<none>".into());
+            vec![name, json!(owner), json!(i(o, "revision")), age(o)]
         }
         Printer::RoleBinding => {
             let subjects = arr(o, "subjects");
