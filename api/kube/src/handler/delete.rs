@@ -56,12 +56,74 @@ fn options(call: &Call) -> Result<DeleteOptions, ApiError> {
             )));
         }
     }
+    if o.propagation_policy.is_some() && o.orphan_dependents.is_some() {
+        return Err(ApiError::Invalid {
+            target: crate::status::Target::new("meta.k8s.io", "DeleteOptions", ""),
+            causes: vec![crate::status::Cause::invalid(
+                "propagationPolicy",
+                &json!(o.propagation_policy),
+                "orphanDependents and deletionPropagation cannot be both set",
+            )],
+        });
+    }
     if o.dry_run.iter().any(|d| d != "All") {
         return Err(ApiError::BadRequest(
             "Invalid dryRun value: supported values: \"All\"".into(),
         ));
     }
     Ok(o)
+}
+
+/// The garbage collector's finalizer: delete the dependents first (Foreground).
+pub const FOREGROUND: &str = "foregroundDeletion";
+/// The garbage collector's finalizer: strip the dependents' ownerReferences first (Orphan).
+pub const ORPHAN: &str = "orphan";
+
+/// Whether the dependents are to be orphaned: an explicit option wins, then a finalizer already on the
+/// object; every kind keel serves defaults to Background (upstream's shouldOrphanDependents).
+fn orphans(opts: &DeleteOptions, finalizers: &[String]) -> bool {
+    if let Some(o) = opts.orphan_dependents {
+        return o;
+    }
+    if let Some(p) = &opts.propagation_policy {
+        return p == "Orphan";
+    }
+    for f in finalizers {
+        match f.as_str() {
+            ORPHAN => return true,
+            FOREGROUND => return false,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Whether the dependents are to be deleted first (upstream's shouldDeleteDependents).
+fn deletes_dependents_first(opts: &DeleteOptions, finalizers: &[String]) -> bool {
+    if opts.orphan_dependents.is_some() {
+        return false;
+    }
+    if let Some(p) = &opts.propagation_policy {
+        return p == "Foreground";
+    }
+    finalizers.iter().any(|f| f == FOREGROUND)
+}
+
+/// The object's finalizers as the delete's propagation policy wants them: both garbage collector
+/// finalizers dropped, then the one asked for added (other finalizers stay as they are).
+pub fn propagation_finalizers(opts: &DeleteOptions, finalizers: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = finalizers
+        .iter()
+        .filter(|f| *f != ORPHAN && *f != FOREGROUND)
+        .cloned()
+        .collect();
+    if orphans(opts, finalizers) {
+        out.push(ORPHAN.into());
+    }
+    if deletes_dependents_first(opts, finalizers) {
+        out.push(FOREGROUND.into());
+    }
+    out
 }
 
 /// What deleting one object did.
@@ -111,13 +173,29 @@ async fn delete_one(
             }
         }
         let grace = strategy.graceful_delete(&cur.object, opts.grace_period_seconds);
-        let pending = !object::finalizers(&cur.object).is_empty()
-            || grace > 0
-            || strategy.deletion_held(&cur.object);
+        let mut obj = cur.object.clone();
+        let already = object::is_deleting(&obj);
+        let pending_grace = object::path(&obj, "metadata.deletionGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        // As upstream, a graceful deletion under way takes no new finalizers; otherwise the policy
+        // decides the garbage collector's finalizers, even on an object already being deleted.
+        let fins = object::finalizers(&obj);
+        let wanted = propagation_finalizers(opts, &fins);
+        let gc_changed = !(already && pending_grace > 0) && {
+            let mut a = fins.clone();
+            let mut b = wanted.clone();
+            a.sort();
+            b.sort();
+            a != b
+        };
+        if gc_changed {
+            object::meta_mut(&mut obj).insert("finalizers".into(), json!(wanted));
+        }
+        let pending =
+            !object::finalizers(&obj).is_empty() || grace > 0 || strategy.deletion_held(&obj);
         if pending {
-            let mut obj = cur.object.clone();
             strategy.prepare_for_delete(&mut obj);
-            let already = object::is_deleting(&obj);
             let deadline = jiff::Timestamp::now()
                 .checked_add(jiff::SignedDuration::from_secs(grace))
                 .unwrap_or_else(|_| jiff::Timestamp::now());
@@ -126,15 +204,17 @@ async fn delete_one(
                 .parse::<jiff::Timestamp>()
                 .map(|t| t > deadline)
                 .unwrap_or(true);
-            if already && !earlier {
+            if already && !earlier && !gc_changed {
                 return Ok(Deleted::Pending(obj));
             }
-            {
+            if !already || earlier {
                 let meta = object::meta_mut(&mut obj);
                 meta.insert("deletionTimestamp".into(), json!(new_ts));
                 meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
             }
-            strategy.mark_deleting(&mut obj);
+            if !already {
+                strategy.mark_deleting(&mut obj);
+            }
             if dry_run {
                 return Ok(Deleted::Pending(obj));
             }
