@@ -6,9 +6,11 @@
 pub mod backoff;
 pub mod context;
 pub mod error;
+pub mod garbage_collector;
 pub mod informers;
 pub mod lease;
 pub mod manager;
+pub mod namespace;
 pub mod root_ca;
 pub mod runner;
 pub mod serviceaccount;
@@ -22,5 +24,10 @@ pub const USER: &str = "system:kube-controller-manager";
 
 /// The controllers, in upstream's names. Each module adds itself here.
 fn registry() -> Vec<ControllerDef> {
-    vec![serviceaccount::def(), root_ca::def()]
+    vec![
+        serviceaccount::def(),
+        root_ca::def(),
+        garbage_collector::def(),
+        namespace::def(),
+    ]
 }
