@@ -1,0 +1,312 @@
+//! Garbage collection and namespace deletion on a 3-member cluster, through the real kubectl: the API
+//! server's propagation policies (`kubectl delete --cascade=background|foreground|orphan`), the
+//! garbage-collector controller acting on ownerReferences, and the namespace controller emptying and
+//! finalizing a deleted namespace. One cluster is shared; each test keeps to its own namespace.
+//! ConfigMaps are the owners and dependents (no other controller touches them).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
+use std::time::{Duration, Instant};
+
+use keel_testkit::keel_bin;
+use keel_testkit::kube::KubeCluster;
+use serde_json::{json, Value};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn cluster() -> &'static KubeCluster {
+    KubeCluster::shared(|| KubeCluster::start(keel_bin!(), 3))
+}
+
+/// Creates ConfigMap `name` in `ns` owned by `owners` (name, uid, blockOwnerDeletion), with
+/// `finalizers`; returns its uid.
+fn configmap(
+    c: &KubeCluster,
+    ns: &str,
+    name: &str,
+    owners: &[(&str, &str, bool)],
+    finalizers: &[&str],
+) -> String {
+    let refs: Vec<Value> = owners
+        .iter()
+        .map(|(n, uid, block)| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "name": n, "uid": uid,
+                   "blockOwnerDeletion": block})
+        })
+        .collect();
+    let mut meta = json!({"name": name, "namespace": ns});
+    if !refs.is_empty() {
+        meta["ownerReferences"] = json!(refs);
+    }
+    if !finalizers.is_empty() {
+        meta["finalizers"] = json!(finalizers);
+    }
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"k": "v"}});
+    // The uid comes from the create: a dependent of a missing owner may be collected at once.
+    let out = c.ok_stdin(0, &["create", "-f", "-", "-o", "json"], Some(&cm.to_string()));
+    let created: Value = serde_json::from_str(&out).unwrap();
+    created["metadata"]["uid"].as_str().unwrap().to_string()
+}
+
+fn get(c: &KubeCluster, ns: &str, name: &str) -> Option<Value> {
+    let r = c.kubectl(0, &["get", "configmap", "-n", ns, name, "-o", "json"]);
+    if !r.ok {
+        assert!(r.stderr.contains("NotFound"), "{}", r.stderr);
+        return None;
+    }
+    Some(serde_json::from_str(&r.stdout).unwrap())
+}
+
+fn finalizers(v: &Value) -> Vec<String> {
+    v["metadata"]["finalizers"]
+        .as_array()
+        .map(|a| a.iter().map(|f| f.as_str().unwrap().to_string()).collect())
+        .unwrap_or_default()
+}
+
+fn release(c: &KubeCluster, ns: &str, name: &str) {
+    c.ok(
+        0,
+        &[
+            "patch", "configmap", "-n", ns, name, "--type=merge", "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ],
+    );
+}
+
+fn wait_gone(c: &KubeCluster, ns: &str, name: &str) -> Duration {
+    let t = Instant::now();
+    c.wait_until(&format!("configmap {ns}/{name} gone"), WAIT, || get(c, ns, name).is_none());
+    t.elapsed()
+}
+
+#[test]
+fn background_deletes_the_owner_at_once_then_its_dependents() {
+    let c = cluster();
+    let ns = "gc-bg";
+    c.ok(0, &["create", "namespace", ns]);
+    let owner = configmap(c, ns, "owner", &[], &[]);
+    configmap(c, ns, "dep-a", &[("owner", &owner, true)], &[]);
+    configmap(c, ns, "dep-b", &[("owner", &owner, false)], &[]);
+    configmap(c, ns, "bystander", &[], &[]);
+    c.ok(0, &["delete", "configmap", "-n", ns, "owner", "--cascade=background", "--wait=false"]);
+    assert!(get(c, ns, "owner").is_none(), "a background delete removes the owner at once");
+    let a = wait_gone(c, ns, "dep-a");
+    let b = wait_gone(c, ns, "dep-b");
+    println!("background: dependents collected after {a:?} and {b:?}");
+    assert!(get(c, ns, "bystander").is_some());
+    // The default policy is Background too.
+    let owner = configmap(c, ns, "owner2", &[], &[]);
+    configmap(c, ns, "dep-c", &[("owner2", &owner, true)], &[]);
+    c.ok(0, &["delete", "configmap", "-n", ns, "owner2"]);
+    assert!(get(c, ns, "owner2").is_none());
+    wait_gone(c, ns, "dep-c");
+}
+
+#[test]
+fn foreground_keeps_the_owner_until_its_blocking_dependents_are_gone() {
+    let c = cluster();
+    let ns = "gc-fg";
+    c.ok(0, &["create", "namespace", ns]);
+    let owner = configmap(c, ns, "owner", &[], &[]);
+    configmap(c, ns, "blocking", &[("owner", &owner, true)], &["example.com/hold"]);
+    configmap(c, ns, "free", &[("owner", &owner, false)], &[]);
+    c.ok(0, &["delete", "configmap", "-n", ns, "owner", "--cascade=foreground", "--wait=false"]);
+    let o = get(c, ns, "owner").expect("a foreground delete keeps the owner");
+    assert!(o["metadata"]["deletionTimestamp"].is_string(), "{o}");
+    assert!(finalizers(&o).contains(&"foregroundDeletion".to_string()), "{o}");
+    // The collector deletes the dependents; the held one stays deleting, and so does the owner.
+    wait_gone(c, ns, "free");
+    c.wait_until("the blocking dependent is being deleted", WAIT, || {
+        get(c, ns, "blocking").is_some_and(|b| b["metadata"]["deletionTimestamp"].is_string())
+    });
+    let o = get(c, ns, "owner").expect("the owner waits for its blocking dependent");
+    assert!(finalizers(&o).contains(&"foregroundDeletion".to_string()), "{o}");
+    release(c, ns, "blocking");
+    wait_gone(c, ns, "blocking");
+    let t = wait_gone(c, ns, "owner");
+    println!("foreground: owner gone {t:?} after its last blocking dependent");
+}
+
+#[test]
+fn orphan_strips_the_owner_references_and_keeps_the_dependents() {
+    let c = cluster();
+    let ns = "gc-orphan";
+    c.ok(0, &["create", "namespace", ns]);
+    let owner = configmap(c, ns, "owner", &[], &[]);
+    let other = configmap(c, ns, "other-owner", &[], &[]);
+    configmap(c, ns, "dep", &[("owner", &owner, true)], &[]);
+    configmap(c, ns, "dep-two-owners", &[("owner", &owner, true), ("other-owner", &other, true)], &[]);
+    c.ok(0, &["delete", "configmap", "-n", ns, "owner", "--cascade=orphan"]);
+    assert!(get(c, ns, "owner").is_none(), "kubectl waited for the owner to go");
+    let dep = get(c, ns, "dep").expect("an orphaned dependent stays");
+    assert!(dep["metadata"]["ownerReferences"].is_null(), "{dep}");
+    let two = get(c, ns, "dep-two-owners").expect("an orphaned dependent stays");
+    let refs = two["metadata"]["ownerReferences"].as_array().unwrap();
+    assert_eq!(refs.len(), 1, "{two}");
+    assert_eq!(refs[0]["uid"], other.as_str(), "{two}");
+}
+
+#[test]
+fn a_dependent_whose_owner_never_existed_is_collected() {
+    let c = cluster();
+    let ns = "gc-dangling";
+    c.ok(0, &["create", "namespace", ns]);
+    let owner = configmap(c, ns, "owner", &[], &[]);
+    configmap(c, ns, "wrong-uid", &[("owner", "00000000-0000-0000-0000-000000000001", true)], &[]);
+    configmap(c, ns, "no-such-owner", &[("nobody", "00000000-0000-0000-0000-000000000002", true)], &[]);
+    configmap(c, ns, "right-uid", &[("owner", &owner, true)], &[]);
+    // Two owners, one of them gone: only the dangling reference goes.
+    configmap(
+        c,
+        ns,
+        "half-owned",
+        &[("owner", &owner, true), ("nobody", "00000000-0000-0000-0000-000000000003", true)],
+        &[],
+    );
+    let a = wait_gone(c, ns, "wrong-uid");
+    let b = wait_gone(c, ns, "no-such-owner");
+    println!("dangling: collected after {a:?} and {b:?}");
+    c.wait_until("the dangling reference removed", WAIT, || {
+        get(c, ns, "half-owned")
+            .is_some_and(|h| h["metadata"]["ownerReferences"].as_array().map(Vec::len) == Some(1))
+    });
+    assert!(get(c, ns, "right-uid").is_some(), "a dependent with its owner stays");
+}
+
+#[test]
+fn chains_cascade_in_the_background_and_in_the_foreground() {
+    let c = cluster();
+    let ns = "gc-chain";
+    c.ok(0, &["create", "namespace", ns]);
+    let a = configmap(c, ns, "a", &[], &[]);
+    let b = configmap(c, ns, "b", &[("a", &a, true)], &[]);
+    configmap(c, ns, "c", &[("b", &b, true)], &[]);
+    c.ok(0, &["delete", "configmap", "-n", ns, "a"]);
+    wait_gone(c, ns, "b");
+    let t = wait_gone(c, ns, "c");
+    println!("chain, background: grand-dependent gone after {t:?}");
+
+    // Foreground: the middle object is deleted in the foreground too, so both wait for the held leaf.
+    let a = configmap(c, ns, "fa", &[], &[]);
+    let b = configmap(c, ns, "fb", &[("fa", &a, true)], &[]);
+    configmap(c, ns, "fc", &[("fb", &b, true)], &["example.com/hold"]);
+    c.ok(0, &["delete", "configmap", "-n", ns, "fa", "--cascade=foreground", "--wait=false"]);
+    c.wait_until("the middle object deleting in the foreground", WAIT, || {
+        get(c, ns, "fb").is_some_and(|m| finalizers(&m).contains(&"foregroundDeletion".to_string()))
+    });
+    c.wait_until("the leaf being deleted", WAIT, || {
+        get(c, ns, "fc").is_some_and(|l| l["metadata"]["deletionTimestamp"].is_string())
+    });
+    assert!(get(c, ns, "fa").is_some(), "the owner waits for the chain");
+    release(c, ns, "fc");
+    wait_gone(c, ns, "fc");
+    wait_gone(c, ns, "fb");
+    let t = wait_gone(c, ns, "fa");
+    println!("chain, foreground: owner gone {t:?} after the leaf was released");
+}
+
+/// A delete through the kube client with a raw DeleteOptions body; answers the object or Status.
+async fn raw_delete(client: &kube::Client, ns: &str, name: &str, options: Value) -> Value {
+    let req = http::Request::delete(format!("/api/v1/namespaces/{ns}/configmaps/{name}"))
+        .header("content-type", "application/json")
+        .body(options.to_string().into_bytes())
+        .unwrap();
+    client.request::<Value>(req).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_delete_follows_the_new_policy() {
+    let c = cluster();
+    let ns = "gc-repeat";
+    c.ok(0, &["create", "namespace", ns]);
+    // A held dependent keeps the owner's foreground deletion going while the policy is changed.
+    let owner = configmap(c, ns, "owner", &[], &["example.com/hold"]);
+    configmap(c, ns, "dep", &[("owner", &owner, true)], &["example.com/hold"]);
+    c.ok(0, &["delete", "configmap", "-n", ns, "owner", "--cascade=foreground", "--wait=false"]);
+    let o = get(c, ns, "owner").unwrap();
+    assert_eq!(finalizers(&o), ["example.com/hold", "foregroundDeletion"], "{o}");
+    c.wait_until("the dependent being deleted", WAIT, || {
+        get(c, ns, "dep").is_some_and(|d| d["metadata"]["deletionTimestamp"].is_string())
+    });
+    let client = c.client(0).await;
+    let dry = |p: &str| json!({"kind": "DeleteOptions", "apiVersion": "v1", "dryRun": ["All"], "propagationPolicy": p});
+    let o = raw_delete(&client, ns, "owner", dry("Orphan")).await;
+    assert_eq!(finalizers(&o), ["example.com/hold", "orphan"], "{o}");
+    let o = raw_delete(&client, ns, "owner", dry("Background")).await;
+    assert_eq!(finalizers(&o), ["example.com/hold"], "{o}");
+    // The legacy field: orphanDependents true is Orphan.
+    let legacy = json!({"kind": "DeleteOptions", "apiVersion": "v1", "dryRun": ["All"], "orphanDependents": true});
+    let o = raw_delete(&client, ns, "owner", legacy).await;
+    assert_eq!(finalizers(&o), ["example.com/hold", "orphan"], "{o}");
+    // Both at once is refused, as upstream.
+    let both = json!({"orphanDependents": true, "propagationPolicy": "Foreground"}).to_string();
+    let req = http::Request::delete(format!("/api/v1/namespaces/{ns}/configmaps/owner"))
+        .header("content-type", "application/json")
+        .body(both.into_bytes())
+        .unwrap();
+    let err = client.request::<Value>(req).await.unwrap_err();
+    assert!(format!("{err}").contains("cannot be both set"), "{err}");
+    // Dry runs changed nothing; a real Background delete drops foregroundDeletion.
+    let o = get(c, ns, "owner").unwrap();
+    assert_eq!(finalizers(&o), ["example.com/hold", "foregroundDeletion"], "{o}");
+    c.ok(0, &["delete", "configmap", "-n", ns, "owner", "--cascade=background", "--wait=false"]);
+    let o = get(c, ns, "owner").unwrap();
+    assert_eq!(finalizers(&o), ["example.com/hold"], "{o}");
+    release(c, ns, "owner");
+    release(c, ns, "dep");
+    wait_gone(c, ns, "owner");
+    wait_gone(c, ns, "dep");
+}
+
+fn condition(ns: &Value, ty: &str) -> Option<(String, String)> {
+    ns["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == ty).map(|c| {
+        (
+            c["status"].as_str().unwrap_or("").to_string(),
+            c["message"].as_str().unwrap_or("").to_string(),
+        )
+    })
+}
+
+#[test]
+fn namespace_deletion_removes_content_and_waits_for_finalizers() {
+    let c = cluster();
+    let ns = "gc-ns";
+    c.ok(0, &["create", "namespace", ns]);
+    configmap(c, ns, "plain", &[], &[]);
+    configmap(c, ns, "held", &[], &["example.com/hold"]);
+    c.ok(0, &["create", "secret", "generic", "-n", ns, "s", "--from-literal=a=b"]);
+    let t = Instant::now();
+    c.ok(0, &["delete", "namespace", ns, "--wait=false"]);
+    wait_gone(c, ns, "plain");
+    c.wait_until("the secret gone", WAIT, || {
+        !c.kubectl(0, &["get", "secret", "-n", ns, "s"]).ok
+    });
+    let mut last = Value::Null;
+    c.wait_until("the namespace reports what remains", WAIT, || {
+        last = serde_json::from_str(&c.ok(0, &["get", "namespace", ns, "-o", "json"])).unwrap();
+        condition(&last, "NamespaceContentRemaining").is_some_and(|(s, _)| s == "True")
+            && condition(&last, "NamespaceFinalizersRemaining").is_some_and(|(s, _)| s == "True")
+    });
+    assert_eq!(last["status"]["phase"], "Terminating", "{last}");
+    let (_, remaining) = condition(&last, "NamespaceContentRemaining").unwrap();
+    assert!(remaining.contains("configmaps. has 1 resource instances"), "{remaining}");
+    let (_, fins) = condition(&last, "NamespaceFinalizersRemaining").unwrap();
+    assert!(fins.contains("example.com/hold in 1 resource instances"), "{fins}");
+    let (s, _) = condition(&last, "NamespaceDeletionDiscoveryFailure").unwrap();
+    assert_eq!(s, "False", "{last}");
+    let held = get(c, ns, "held").expect("an object with a finalizer stays");
+    assert!(held["metadata"]["deletionTimestamp"].is_string(), "{held}");
+    assert!(c.kubectl(0, &["get", "namespace", ns]).ok, "the namespace waits for its content");
+    release(c, ns, "held");
+    let released = Instant::now();
+    c.wait_until("the namespace gone", WAIT, || {
+        let r = c.kubectl(0, &["get", "namespace", ns]);
+        !r.ok && r.stderr.contains("NotFound")
+    });
+    println!(
+        "namespace: gone {:?} after its last finalizer was removed ({:?} in all)",
+        released.elapsed(),
+        t.elapsed()
+    );
+}
