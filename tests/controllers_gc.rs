@@ -41,9 +41,20 @@ fn configmap(
     if !finalizers.is_empty() {
         meta["finalizers"] = json!(finalizers);
     }
-    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"k": "v"}});
-    // The uid comes from the create: a dependent of a missing owner may be collected at once.
-    let out = c.ok_stdin(0, &["create", "-f", "-", "-o", "json"], Some(&cm.to_string()));
+    create(
+        c,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"k": "v"}}),
+    )
+}
+
+/// Creates `obj`; returns its uid (from the create: a dependent of a missing owner may be collected
+/// at once).
+fn create(c: &KubeCluster, obj: Value) -> String {
+    let out = c.ok_stdin(
+        0,
+        &["create", "-f", "-", "-o", "json"],
+        Some(&obj.to_string()),
+    );
     let created: Value = serde_json::from_str(&out).unwrap();
     created["metadata"]["uid"].as_str().unwrap().to_string()
 }
@@ -68,7 +79,13 @@ fn release(c: &KubeCluster, ns: &str, name: &str) {
     c.ok(
         0,
         &[
-            "patch", "configmap", "-n", ns, name, "--type=merge", "-p",
+            "patch",
+            "configmap",
+            "-n",
+            ns,
+            name,
+            "--type=merge",
+            "-p",
             r#"{"metadata":{"finalizers":null}}"#,
         ],
     );
@@ -76,7 +93,9 @@ fn release(c: &KubeCluster, ns: &str, name: &str) {
 
 fn wait_gone(c: &KubeCluster, ns: &str, name: &str) -> Duration {
     let t = Instant::now();
-    c.wait_until(&format!("configmap {ns}/{name} gone"), WAIT, || get(c, ns, name).is_none());
+    c.wait_until(&format!("configmap {ns}/{name} gone"), WAIT, || {
+        get(c, ns, name).is_none()
+    });
     t.elapsed()
 }
 
@@ -89,8 +108,22 @@ fn background_deletes_the_owner_at_once_then_its_dependents() {
     configmap(c, ns, "dep-a", &[("owner", &owner, true)], &[]);
     configmap(c, ns, "dep-b", &[("owner", &owner, false)], &[]);
     configmap(c, ns, "bystander", &[], &[]);
-    c.ok(0, &["delete", "configmap", "-n", ns, "owner", "--cascade=background", "--wait=false"]);
-    assert!(get(c, ns, "owner").is_none(), "a background delete removes the owner at once");
+    c.ok(
+        0,
+        &[
+            "delete",
+            "configmap",
+            "-n",
+            ns,
+            "owner",
+            "--cascade=background",
+            "--wait=false",
+        ],
+    );
+    assert!(
+        get(c, ns, "owner").is_none(),
+        "a background delete removes the owner at once"
+    );
     let a = wait_gone(c, ns, "dep-a");
     let b = wait_gone(c, ns, "dep-b");
     println!("background: dependents collected after {a:?} and {b:?}");
@@ -109,19 +142,42 @@ fn foreground_keeps_the_owner_until_its_blocking_dependents_are_gone() {
     let ns = "gc-fg";
     c.ok(0, &["create", "namespace", ns]);
     let owner = configmap(c, ns, "owner", &[], &[]);
-    configmap(c, ns, "blocking", &[("owner", &owner, true)], &["example.com/hold"]);
+    configmap(
+        c,
+        ns,
+        "blocking",
+        &[("owner", &owner, true)],
+        &["example.com/hold"],
+    );
     configmap(c, ns, "free", &[("owner", &owner, false)], &[]);
-    c.ok(0, &["delete", "configmap", "-n", ns, "owner", "--cascade=foreground", "--wait=false"]);
+    c.ok(
+        0,
+        &[
+            "delete",
+            "configmap",
+            "-n",
+            ns,
+            "owner",
+            "--cascade=foreground",
+            "--wait=false",
+        ],
+    );
     let o = get(c, ns, "owner").expect("a foreground delete keeps the owner");
     assert!(o["metadata"]["deletionTimestamp"].is_string(), "{o}");
-    assert!(finalizers(&o).contains(&"foregroundDeletion".to_string()), "{o}");
+    assert!(
+        finalizers(&o).contains(&"foregroundDeletion".to_string()),
+        "{o}"
+    );
     // The collector deletes the dependents; the held one stays deleting, and so does the owner.
     wait_gone(c, ns, "free");
     c.wait_until("the blocking dependent is being deleted", WAIT, || {
         get(c, ns, "blocking").is_some_and(|b| b["metadata"]["deletionTimestamp"].is_string())
     });
     let o = get(c, ns, "owner").expect("the owner waits for its blocking dependent");
-    assert!(finalizers(&o).contains(&"foregroundDeletion".to_string()), "{o}");
+    assert!(
+        finalizers(&o).contains(&"foregroundDeletion".to_string()),
+        "{o}"
+    );
     release(c, ns, "blocking");
     wait_gone(c, ns, "blocking");
     let t = wait_gone(c, ns, "owner");
@@ -136,9 +192,21 @@ fn orphan_strips_the_owner_references_and_keeps_the_dependents() {
     let owner = configmap(c, ns, "owner", &[], &[]);
     let other = configmap(c, ns, "other-owner", &[], &[]);
     configmap(c, ns, "dep", &[("owner", &owner, true)], &[]);
-    configmap(c, ns, "dep-two-owners", &[("owner", &owner, true), ("other-owner", &other, true)], &[]);
-    c.ok(0, &["delete", "configmap", "-n", ns, "owner", "--cascade=orphan"]);
-    assert!(get(c, ns, "owner").is_none(), "kubectl waited for the owner to go");
+    configmap(
+        c,
+        ns,
+        "dep-two-owners",
+        &[("owner", &owner, true), ("other-owner", &other, true)],
+        &[],
+    );
+    c.ok(
+        0,
+        &["delete", "configmap", "-n", ns, "owner", "--cascade=orphan"],
+    );
+    assert!(
+        get(c, ns, "owner").is_none(),
+        "kubectl waited for the owner to go"
+    );
     let dep = get(c, ns, "dep").expect("an orphaned dependent stays");
     assert!(dep["metadata"]["ownerReferences"].is_null(), "{dep}");
     let two = get(c, ns, "dep-two-owners").expect("an orphaned dependent stays");
@@ -153,15 +221,30 @@ fn a_dependent_whose_owner_never_existed_is_collected() {
     let ns = "gc-dangling";
     c.ok(0, &["create", "namespace", ns]);
     let owner = configmap(c, ns, "owner", &[], &[]);
-    configmap(c, ns, "wrong-uid", &[("owner", "00000000-0000-0000-0000-000000000001", true)], &[]);
-    configmap(c, ns, "no-such-owner", &[("nobody", "00000000-0000-0000-0000-000000000002", true)], &[]);
+    configmap(
+        c,
+        ns,
+        "wrong-uid",
+        &[("owner", "00000000-0000-0000-0000-000000000001", true)],
+        &[],
+    );
+    configmap(
+        c,
+        ns,
+        "no-such-owner",
+        &[("nobody", "00000000-0000-0000-0000-000000000002", true)],
+        &[],
+    );
     configmap(c, ns, "right-uid", &[("owner", &owner, true)], &[]);
     // Two owners, one of them gone: only the dangling reference goes.
     configmap(
         c,
         ns,
         "half-owned",
-        &[("owner", &owner, true), ("nobody", "00000000-0000-0000-0000-000000000003", true)],
+        &[
+            ("owner", &owner, true),
+            ("nobody", "00000000-0000-0000-0000-000000000003", true),
+        ],
         &[],
     );
     let a = wait_gone(c, ns, "wrong-uid");
@@ -171,7 +254,10 @@ fn a_dependent_whose_owner_never_existed_is_collected() {
         get(c, ns, "half-owned")
             .is_some_and(|h| h["metadata"]["ownerReferences"].as_array().map(Vec::len) == Some(1))
     });
-    assert!(get(c, ns, "right-uid").is_some(), "a dependent with its owner stays");
+    assert!(
+        get(c, ns, "right-uid").is_some(),
+        "a dependent with its owner stays"
+    );
 }
 
 #[test]
@@ -191,7 +277,18 @@ fn chains_cascade_in_the_background_and_in_the_foreground() {
     let a = configmap(c, ns, "fa", &[], &[]);
     let b = configmap(c, ns, "fb", &[("fa", &a, true)], &[]);
     configmap(c, ns, "fc", &[("fb", &b, true)], &["example.com/hold"]);
-    c.ok(0, &["delete", "configmap", "-n", ns, "fa", "--cascade=foreground", "--wait=false"]);
+    c.ok(
+        0,
+        &[
+            "delete",
+            "configmap",
+            "-n",
+            ns,
+            "fa",
+            "--cascade=foreground",
+            "--wait=false",
+        ],
+    );
     c.wait_until("the middle object deleting in the foreground", WAIT, || {
         get(c, ns, "fb").is_some_and(|m| finalizers(&m).contains(&"foregroundDeletion".to_string()))
     });
@@ -222,10 +319,31 @@ async fn a_repeated_delete_follows_the_new_policy() {
     c.ok(0, &["create", "namespace", ns]);
     // A held dependent keeps the owner's foreground deletion going while the policy is changed.
     let owner = configmap(c, ns, "owner", &[], &["example.com/hold"]);
-    configmap(c, ns, "dep", &[("owner", &owner, true)], &["example.com/hold"]);
-    c.ok(0, &["delete", "configmap", "-n", ns, "owner", "--cascade=foreground", "--wait=false"]);
+    configmap(
+        c,
+        ns,
+        "dep",
+        &[("owner", &owner, true)],
+        &["example.com/hold"],
+    );
+    c.ok(
+        0,
+        &[
+            "delete",
+            "configmap",
+            "-n",
+            ns,
+            "owner",
+            "--cascade=foreground",
+            "--wait=false",
+        ],
+    );
     let o = get(c, ns, "owner").unwrap();
-    assert_eq!(finalizers(&o), ["example.com/hold", "foregroundDeletion"], "{o}");
+    assert_eq!(
+        finalizers(&o),
+        ["example.com/hold", "foregroundDeletion"],
+        "{o}"
+    );
     c.wait_until("the dependent being deleted", WAIT, || {
         get(c, ns, "dep").is_some_and(|d| d["metadata"]["deletionTimestamp"].is_string())
     });
@@ -249,8 +367,23 @@ async fn a_repeated_delete_follows_the_new_policy() {
     assert!(format!("{err}").contains("cannot be both set"), "{err}");
     // Dry runs changed nothing; a real Background delete drops foregroundDeletion.
     let o = get(c, ns, "owner").unwrap();
-    assert_eq!(finalizers(&o), ["example.com/hold", "foregroundDeletion"], "{o}");
-    c.ok(0, &["delete", "configmap", "-n", ns, "owner", "--cascade=background", "--wait=false"]);
+    assert_eq!(
+        finalizers(&o),
+        ["example.com/hold", "foregroundDeletion"],
+        "{o}"
+    );
+    c.ok(
+        0,
+        &[
+            "delete",
+            "configmap",
+            "-n",
+            ns,
+            "owner",
+            "--cascade=background",
+            "--wait=false",
+        ],
+    );
     let o = get(c, ns, "owner").unwrap();
     assert_eq!(finalizers(&o), ["example.com/hold"], "{o}");
     release(c, ns, "owner");
@@ -259,13 +392,161 @@ async fn a_repeated_delete_follows_the_new_policy() {
     wait_gone(c, ns, "dep");
 }
 
-fn condition(ns: &Value, ty: &str) -> Option<(String, String)> {
-    ns["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == ty).map(|c| {
-        (
-            c["status"].as_str().unwrap_or("").to_string(),
-            c["message"].as_str().unwrap_or("").to_string(),
+/// The reasons and messages of the Events about `name` (any namespace).
+fn events_about(c: &KubeCluster, name: &str) -> Vec<(String, String)> {
+    let all: Value =
+        serde_json::from_str(&c.ok(0, &["get", "events", "-A", "-o", "json"])).unwrap();
+    all["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["involvedObject"]["name"] == name)
+        .map(|e| {
+            (
+                e["reason"].as_str().unwrap_or("").to_string(),
+                e["message"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn owners_are_cluster_scoped_or_in_the_dependents_namespace() {
+    let c = cluster();
+    let (ns, other) = ("gc-scope", "gc-scope-other");
+    c.ok(0, &["create", "namespace", ns]);
+    c.ok(0, &["create", "namespace", other]);
+    // A cluster-scoped owner of a namespaced dependent.
+    let role = create(
+        c,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+               "metadata": {"name": "gc-owner-role"}, "rules": []}),
+    );
+    let refs = json!([{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                       "name": "gc-owner-role", "uid": role}]);
+    create(
+        c,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "of-a-role", "namespace": ns, "ownerReferences": refs}}),
+    );
+    // A namespaced owner named from another namespace: absent there, so the dependent goes.
+    let owner = configmap(c, ns, "owner", &[], &[]);
+    configmap(c, other, "elsewhere", &[("owner", &owner, false)], &[]);
+    let t = wait_gone(c, other, "elsewhere");
+    println!("a dependent naming an owner of another namespace collected after {t:?}");
+    c.wait_until("an OwnerRefInvalidNamespace event", WAIT, || {
+        events_about(c, "elsewhere")
+            .iter()
+            .any(|(r, m)| r == "OwnerRefInvalidNamespace" && m.contains(&owner))
+    });
+    assert!(
+        get(c, ns, "owner").is_some(),
+        "the owner itself is untouched"
+    );
+    // A cluster-scoped dependent cannot have a namespaced owner: reported, never deleted.
+    let cm_ref = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner}]);
+    create(
+        c,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+               "metadata": {"name": "gc-invalid-dependent", "ownerReferences": cm_ref}, "rules": []}),
+    );
+    c.wait_until("an OwnerRefInvalidNamespace event", WAIT, || {
+        events_about(c, "gc-invalid-dependent")
+            .iter()
+            .any(|(r, _)| r == "OwnerRefInvalidNamespace")
+    });
+    assert!(
+        c.kubectl(0, &["get", "clusterrole", "gc-invalid-dependent"])
+            .ok
+    );
+    c.ok(0, &["delete", "clusterrole", "gc-invalid-dependent"]);
+    // Deleting the cluster-scoped owner collects its namespaced dependent.
+    c.ok(0, &["delete", "clusterrole", "gc-owner-role"]);
+    wait_gone(c, ns, "of-a-role");
+}
+
+const CRD: &str = r#"{"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+ "metadata": {"name": "gadgets.gc.example.com"},
+ "spec": {"group": "gc.example.com", "scope": "Namespaced",
+  "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+  "versions": [{"name": "v1", "served": true, "storage": true,
+   "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}}"#;
+
+#[test]
+fn custom_resources_created_later_are_owners_and_dependents() {
+    let c = cluster();
+    let ns = "gc-crd";
+    c.ok(0, &["create", "namespace", ns]);
+    c.ok_stdin(0, &["apply", "-f", "-"], Some(CRD));
+    c.wait_until("the gadget type served", WAIT, || {
+        c.kubectl(0, &["get", "gadgets", "-n", ns]).ok
+    });
+    let gadget = |name: &str, refs: Value| {
+        let mut meta = json!({"name": name, "namespace": ns});
+        if !refs.is_null() {
+            meta["ownerReferences"] = refs;
+        }
+        create(
+            c,
+            json!({"apiVersion": "gc.example.com/v1", "kind": "Gadget", "metadata": meta}),
         )
-    })
+    };
+    // A custom resource owning a ConfigMap.
+    let g = gadget("owner", Value::Null);
+    let refs = json!([{"apiVersion": "gc.example.com/v1", "kind": "Gadget", "name": "owner", "uid": g,
+                       "blockOwnerDeletion": true}]);
+    create(
+        c,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "of-a-gadget", "namespace": ns, "ownerReferences": refs}}),
+    );
+    c.ok(
+        0,
+        &[
+            "delete",
+            "gadget",
+            "-n",
+            ns,
+            "owner",
+            "--cascade=foreground",
+        ],
+    );
+    assert!(
+        get(c, ns, "of-a-gadget").is_none(),
+        "foreground: the dependent went first"
+    );
+    // A ConfigMap owning a custom resource (watched since the type was first named, or discovered
+    // again at the latest 30 s after it appeared).
+    let owner = configmap(c, ns, "cm-owner", &[], &[]);
+    let refs = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "cm-owner", "uid": owner}]);
+    gadget("dependent", refs);
+    c.ok(0, &["delete", "configmap", "-n", ns, "cm-owner"]);
+    let t = Instant::now();
+    c.wait_until(
+        "the dependent gadget collected",
+        Duration::from_secs(120),
+        || {
+            let r = c.kubectl(0, &["get", "gadget", "-n", ns, "dependent"]);
+            !r.ok && r.stderr.contains("NotFound")
+        },
+    );
+    println!(
+        "a custom resource dependent collected {:?} after its owner went",
+        t.elapsed()
+    );
+}
+
+fn condition(ns: &Value, ty: &str) -> Option<(String, String)> {
+    ns["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == ty)
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or("").to_string(),
+                c["message"].as_str().unwrap_or("").to_string(),
+            )
+        })
 }
 
 #[test]
@@ -275,7 +556,18 @@ fn namespace_deletion_removes_content_and_waits_for_finalizers() {
     c.ok(0, &["create", "namespace", ns]);
     configmap(c, ns, "plain", &[], &[]);
     configmap(c, ns, "held", &[], &["example.com/hold"]);
-    c.ok(0, &["create", "secret", "generic", "-n", ns, "s", "--from-literal=a=b"]);
+    c.ok(
+        0,
+        &[
+            "create",
+            "secret",
+            "generic",
+            "-n",
+            ns,
+            "s",
+            "--from-literal=a=b",
+        ],
+    );
     let t = Instant::now();
     c.ok(0, &["delete", "namespace", ns, "--wait=false"]);
     wait_gone(c, ns, "plain");
@@ -290,14 +582,23 @@ fn namespace_deletion_removes_content_and_waits_for_finalizers() {
     });
     assert_eq!(last["status"]["phase"], "Terminating", "{last}");
     let (_, remaining) = condition(&last, "NamespaceContentRemaining").unwrap();
-    assert!(remaining.contains("configmaps. has 1 resource instances"), "{remaining}");
+    assert!(
+        remaining.contains("configmaps. has 1 resource instances"),
+        "{remaining}"
+    );
     let (_, fins) = condition(&last, "NamespaceFinalizersRemaining").unwrap();
-    assert!(fins.contains("example.com/hold in 1 resource instances"), "{fins}");
+    assert!(
+        fins.contains("example.com/hold in 1 resource instances"),
+        "{fins}"
+    );
     let (s, _) = condition(&last, "NamespaceDeletionDiscoveryFailure").unwrap();
     assert_eq!(s, "False", "{last}");
     let held = get(c, ns, "held").expect("an object with a finalizer stays");
     assert!(held["metadata"]["deletionTimestamp"].is_string(), "{held}");
-    assert!(c.kubectl(0, &["get", "namespace", ns]).ok, "the namespace waits for its content");
+    assert!(
+        c.kubectl(0, &["get", "namespace", ns]).ok,
+        "the namespace waits for its content"
+    );
     release(c, ns, "held");
     let released = Instant::now();
     c.wait_until("the namespace gone", WAIT, || {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{
-    Api, DeleteParams, DynamicObject, Patch, PatchParams, PartialObjectMeta, Preconditions,
+    Api, DeleteParams, DynamicObject, PartialObjectMeta, Patch, PatchParams, Preconditions,
     PropagationPolicy,
 };
 use kube::runtime::events::{Event, EventType};
@@ -149,7 +149,11 @@ async fn owner(gc: &Arc<Gc>, item: &Node, r: &OwnerReference) -> Result<Owner> {
     if item.namespace.is_none() && kind.namespaced {
         return Ok(Owner::Invalid);
     }
-    let ns = kind.namespaced.then(|| item.namespace.as_deref()).flatten();
+    let ns = if kind.namespaced {
+        item.namespace.as_deref()
+    } else {
+        None
+    };
     let found = match api(gc, &kind, ns).get_metadata(&r.name).await {
         Ok(o) => Some(o),
         Err(e) if is_not_found(&e) => None,
@@ -283,7 +287,11 @@ where
         let mut after = before.clone();
         edit(&mut after);
         (after != before).then(|| {
-            let refs = if after.is_empty() { Value::Null } else { json!(after) };
+            let refs = if after.is_empty() {
+                Value::Null
+            } else {
+                json!(after)
+            };
             json!({ "ownerReferences": refs })
         })
     })

@@ -106,7 +106,11 @@ impl Graph {
     pub fn dependents(&self, uid: &str) -> Vec<Node> {
         self.dependents
             .get(uid)
-            .map(|d| d.iter().filter_map(|u| self.nodes.get(u).cloned()).collect())
+            .map(|d| {
+                d.iter()
+                    .filter_map(|u| self.nodes.get(u).cloned())
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -123,7 +127,11 @@ impl Graph {
     pub fn apply(&mut self, node: Node) -> Vec<Work> {
         let mut work = Vec::new();
         let uid = node.uid.clone();
-        let old = self.nodes.get(&uid).map(|o| o.owners.clone()).unwrap_or_default();
+        let old = self
+            .nodes
+            .get(&uid)
+            .map(|o| o.owners.clone())
+            .unwrap_or_default();
         for o in &old {
             let kept = node
                 .owners
@@ -134,7 +142,11 @@ impl Graph {
                     set.remove(&uid);
                 }
                 // An owner waiting on this reference may be free now.
-                if self.nodes.get(&o.uid).is_some_and(Node::deleting_dependents) {
+                if self
+                    .nodes
+                    .get(&o.uid)
+                    .is_some_and(Node::deleting_dependents)
+                {
                     work.push(Work::Delete(o.uid.clone()));
                 }
             }
@@ -161,7 +173,11 @@ impl Graph {
         }
         if node.deleting_dependents() {
             work.push(Work::Delete(uid.clone()));
-            work.extend(self.dependents(&uid).into_iter().map(|d| Work::Delete(d.uid)));
+            work.extend(
+                self.dependents(&uid)
+                    .into_iter()
+                    .map(|d| Work::Delete(d.uid)),
+            );
         }
         if node.orphaning() {
             work.push(Work::Orphan(uid.clone()));
@@ -181,12 +197,20 @@ impl Graph {
                         self.dependents.remove(&o.uid);
                     }
                 }
-                if self.nodes.get(&o.uid).is_some_and(Node::deleting_dependents) {
+                if self
+                    .nodes
+                    .get(&o.uid)
+                    .is_some_and(Node::deleting_dependents)
+                {
                     work.push(Work::Delete(o.uid.clone()));
                 }
             }
         }
-        work.extend(self.dependents(uid).into_iter().map(|d| Work::Delete(d.uid)));
+        work.extend(
+            self.dependents(uid)
+                .into_iter()
+                .map(|d| Work::Delete(d.uid)),
+        );
         work
     }
 }
@@ -234,7 +258,10 @@ mod tests {
     #[test]
     fn an_unobserved_owner_makes_the_dependent_looked_at() {
         let mut g = Graph::default();
-        assert_eq!(g.apply(node("d", &[("o", true)])), vec![Work::Delete("u-d".into())]);
+        assert_eq!(
+            g.apply(node("d", &[("o", true)])),
+            vec![Work::Delete("u-d".into())]
+        );
         assert!(g.apply(node("o", &[])).is_empty());
         assert!(g.apply(node("d", &[("o", true)])).is_empty());
     }
@@ -258,7 +285,13 @@ mod tests {
         let w = g.apply(o);
         assert!(w.contains(&Work::Delete("u-o".into())));
         assert!(w.contains(&Work::Delete("u-d".into())));
-        assert_eq!(g.dependents("u-o").iter().filter(|d| d.blocks("u-o")).count(), 1);
+        assert_eq!(
+            g.dependents("u-o")
+                .iter()
+                .filter(|d| d.blocks("u-o"))
+                .count(),
+            1
+        );
         assert_eq!(g.delete("u-d"), vec![Work::Delete("u-o".into())]);
         assert!(g.dependents("u-o").is_empty());
     }

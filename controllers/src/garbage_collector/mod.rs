@@ -110,7 +110,9 @@ fn start(ctx: &Arc<Context>) -> BoxFuture<'static, ()> {
 impl Gc {
     /// Runs discovery; watches the new types and stops watching the ones gone. Returns a receiver per
     /// new watch that fires when its first list is in the graph.
-    async fn refresh(self: &Arc<Self>) -> Result<Vec<tokio::sync::oneshot::Receiver<()>>, kube::Error> {
+    async fn refresh(
+        self: &Arc<Self>,
+    ) -> Result<Vec<tokio::sync::oneshot::Receiver<()>>, kube::Error> {
         let found = discovery::discover(&self.ctx.client).await?;
         if let Ok(mut m) = self.by_gvk.write() {
             *m = found.by_gvk;
@@ -161,18 +163,30 @@ impl Gc {
         known(self)
     }
 
-    fn applied(&self, kind: &Arc<Kind>, meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) {
+    fn applied(
+        &self,
+        kind: &Arc<Kind>,
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    ) {
         let Some(node) = Node::of(kind.clone(), meta) else {
             return;
         };
-        let work = self.graph.lock().map(|mut g| g.apply(node)).unwrap_or_default();
+        let work = self
+            .graph
+            .lock()
+            .map(|mut g| g.apply(node))
+            .unwrap_or_default();
         for w in work {
             self.queue.add(w);
         }
     }
 
     fn deleted(&self, uid: &str) {
-        let work = self.graph.lock().map(|mut g| g.delete(uid)).unwrap_or_default();
+        let work = self
+            .graph
+            .lock()
+            .map(|mut g| g.delete(uid))
+            .unwrap_or_default();
         for w in work {
             self.queue.add(w);
         }
@@ -185,16 +199,15 @@ impl Gc {
 
     /// The observed dependents of `uid`.
     fn dependents(&self, uid: &str) -> Vec<Node> {
-        self.graph.lock().map(|g| g.dependents(uid)).unwrap_or_default()
+        self.graph
+            .lock()
+            .map(|g| g.dependents(uid))
+            .unwrap_or_default()
     }
 }
 
 /// Watches one type's metadata into the graph; a relist drops what the list no longer has.
-async fn watch(
-    gc: std::sync::Weak<Gc>,
-    kind: Arc<Kind>,
-    synced: tokio::sync::oneshot::Sender<()>,
-) {
+async fn watch(gc: std::sync::Weak<Gc>, kind: Arc<Kind>, synced: tokio::sync::oneshot::Sender<()>) {
     let Some(client) = gc.upgrade().map(|g| g.ctx.client.clone()) else {
         return;
     };
@@ -240,7 +253,9 @@ async fn watch(
                     gc.deleted(uid);
                 }
             }
-            Err(e) => debug!(resource = %kind.ar.plural, error = %e, "garbage collector: watch failed"),
+            Err(e) => {
+                debug!(resource = %kind.ar.plural, error = %e, "garbage collector: watch failed")
+            }
         }
     }
 }

@@ -34,7 +34,11 @@ impl Queue {
 
     /// Queues `w` unless it is queued already.
     pub fn add(&self, w: Work) {
-        let fresh = self.pending.lock().map(|mut p| p.insert(w.clone())).unwrap_or(true);
+        let fresh = self
+            .pending
+            .lock()
+            .map(|mut p| p.insert(w.clone()))
+            .unwrap_or(true);
         if fresh {
             let _ = self.tx.send(w);
         }
@@ -60,13 +64,18 @@ impl HasQueue for super::Gc {
 }
 
 /// Processes the queue with `workers` at once until the queue closes.
-pub async fn run<S, F, Fut>(rx: mpsc::UnboundedReceiver<Work>, workers: usize, state: Arc<S>, process: F)
-where
+pub async fn run<S, F, Fut>(
+    rx: mpsc::UnboundedReceiver<Work>,
+    workers: usize,
+    state: Arc<S>,
+    process: F,
+) where
     S: HasQueue + Send + Sync + 'static,
     F: Fn(Arc<S>, Work) -> Fut,
     Fut: Future<Output = Result<(), Error>>,
 {
-    let items = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|w| (w, rx)) });
+    let items =
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|w| (w, rx)) });
     items
         .for_each_concurrent(workers, |w| {
             let state = state.clone();

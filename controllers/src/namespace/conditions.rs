@@ -51,7 +51,10 @@ const TYPES: &[(&str, &str, &str, &str)] = &[
 
 /// The five conditions given the problems found (type, message); a condition whose status and reason
 /// do not change keeps its old transition time.
-pub fn conditions(problems: &[(&str, String)], old: &[NamespaceCondition]) -> Vec<NamespaceCondition> {
+pub fn conditions(
+    problems: &[(&str, String)],
+    old: &[NamespaceCondition],
+) -> Vec<NamespaceCondition> {
     let now = Time(jiff::Timestamp::now());
     TYPES
         .iter()
@@ -62,7 +65,9 @@ pub fn conditions(problems: &[(&str, String)], old: &[NamespaceCondition]) -> Ve
             };
             let since = old
                 .iter()
-                .find(|c| c.type_ == *ty && c.status == status && c.reason.as_deref() == Some(reason))
+                .find(|c| {
+                    c.type_ == *ty && c.status == status && c.reason.as_deref() == Some(reason)
+                })
                 .and_then(|c| c.last_transition_time.clone())
                 .unwrap_or_else(|| now.clone());
             NamespaceCondition {
@@ -81,7 +86,10 @@ pub fn same(a: &[NamespaceCondition], b: &[NamespaceCondition]) -> bool {
     a.len() == b.len()
         && a.iter().all(|x| {
             b.iter().any(|y| {
-                x.type_ == y.type_ && x.status == y.status && x.reason == y.reason && x.message == y.message
+                x.type_ == y.type_
+                    && x.status == y.status
+                    && x.reason == y.reason
+                    && x.message == y.message
             })
         })
 }
@@ -92,12 +100,27 @@ mod tests {
 
     #[test]
     fn all_five_are_reported_and_problems_are_true() {
-        let c = conditions(&[(CONTENT_REMAINING, "Some resources are remaining".into())], &[]);
+        let c = conditions(
+            &[(CONTENT_REMAINING, "Some resources are remaining".into())],
+            &[],
+        );
         assert_eq!(c.len(), 5);
-        let remaining = c.iter().find(|c| c.type_ == CONTENT_REMAINING).map(|c| c.status.as_str());
+        let remaining = c
+            .iter()
+            .find(|c| c.type_ == CONTENT_REMAINING)
+            .map(|c| c.status.as_str());
         assert_eq!(remaining, Some("True"));
-        let discovery = c.iter().find(|c| c.type_ == DISCOVERY_FAILURE).map(|c| c.status.as_str());
+        let discovery = c
+            .iter()
+            .find(|c| c.type_ == DISCOVERY_FAILURE)
+            .map(|c| c.status.as_str());
         assert_eq!(discovery, Some("False"));
-        assert!(same(&c, &conditions(&[(CONTENT_REMAINING, "Some resources are remaining".into())], &c)));
+        assert!(same(
+            &c,
+            &conditions(
+                &[(CONTENT_REMAINING, "Some resources are remaining".into())],
+                &c
+            )
+        ));
     }
 }

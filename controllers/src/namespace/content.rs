@@ -26,7 +26,9 @@ pub struct Pass {
 impl Pass {
     /// Whether the namespace is empty.
     pub fn done(&self) -> bool {
-        self.discovery_errors.is_empty() && self.delete_errors.is_empty() && self.remaining.is_empty()
+        self.discovery_errors.is_empty()
+            && self.delete_errors.is_empty()
+            && self.remaining.is_empty()
     }
 }
 
@@ -41,7 +43,9 @@ async fn deletable(client: &Client, pass: &mut Pass) -> Vec<(ApiResource, ApiCap
     };
     d.groups()
         .flat_map(|g| g.recommended_resources())
-        .filter(|(_, caps)| caps.scope == Scope::Namespaced && caps.supports_operation(verbs::DELETE))
+        .filter(|(_, caps)| {
+            caps.scope == Scope::Namespaced && caps.supports_operation(verbs::DELETE)
+        })
         .collect()
 }
 
@@ -65,7 +69,9 @@ pub async fn delete_all(client: &Client, ns: &str) -> Pass {
             match api.list_metadata(&ListParams::default()).await {
                 Ok(list) => {
                     for o in list.items {
-                        let Some(name) = o.metadata.name else { continue };
+                        let Some(name) = o.metadata.name else {
+                            continue;
+                        };
                         match api.delete(&name, &dp).await {
                             Ok(_) => {}
                             Err(e) if is_not_found(&e) => {}

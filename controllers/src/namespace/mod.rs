@@ -65,7 +65,10 @@ async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>) -> Result<Action> {
     if !pass.discovery_errors.is_empty() {
         problems.push((
             conditions::DISCOVERY_FAILURE,
-            format!("Discovery failed for some groups: {}", pass.discovery_errors.join(", ")),
+            format!(
+                "Discovery failed for some groups: {}",
+                pass.discovery_errors.join(", ")
+            ),
         ));
     }
     if !pass.delete_errors.is_empty() {
@@ -97,7 +100,10 @@ async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>) -> Result<Action> {
             .collect();
         problems.push((
             conditions::FINALIZERS_REMAINING,
-            format!("Some content in the namespace has finalizers remaining: {}", list.join(", ")),
+            format!(
+                "Some content in the namespace has finalizers remaining: {}",
+                list.join(", ")
+            ),
         ));
     }
     let api = ctx.api_all::<Namespace>();
