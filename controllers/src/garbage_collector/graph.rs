@@ -138,9 +138,7 @@ impl Graph {
                 .iter()
                 .any(|n| n.uid == o.uid && n.block_owner_deletion == o.block_owner_deletion);
             if !kept {
-                if let Some(set) = self.dependents.get_mut(&o.uid) {
-                    set.remove(&uid);
-                }
+                self.unlink(&o.uid, &uid);
                 // An owner waiting on this reference may be free now.
                 if self
                     .nodes
@@ -186,17 +184,22 @@ impl Graph {
         work
     }
 
+    /// Forgets that `dependent` names `owner`.
+    fn unlink(&mut self, owner: &str, dependent: &str) {
+        if let Some(set) = self.dependents.get_mut(owner) {
+            set.remove(dependent);
+            if set.is_empty() {
+                self.dependents.remove(owner);
+            }
+        }
+    }
+
     /// An object was deleted.
     pub fn delete(&mut self, uid: &str) -> Vec<Work> {
         let mut work = Vec::new();
         if let Some(node) = self.nodes.remove(uid) {
             for o in &node.owners {
-                if let Some(set) = self.dependents.get_mut(&o.uid) {
-                    set.remove(uid);
-                    if set.is_empty() && !self.nodes.contains_key(&o.uid) {
-                        self.dependents.remove(&o.uid);
-                    }
-                }
+                self.unlink(&o.uid, uid);
                 if self
                     .nodes
                     .get(&o.uid)

@@ -73,16 +73,15 @@ fn start(ctx: &Arc<Context>) -> BoxFuture<'static, ()> {
             watches: Mutex::new(HashMap::new()),
             queue,
         });
-        let mut synced = Vec::new();
-        while synced.is_empty() {
+        let synced = loop {
             match gc.refresh().await {
-                Ok(s) => synced = s,
+                Ok(s) => break s,
                 Err(e) => {
                     debug!(error = %e, "garbage collector: discovery failed");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
             }
-        }
+        };
         // Decisions on a half-listed graph could remove a finalizer too early; wait for the lists.
         let all = futures::future::join_all(synced);
         if tokio::time::timeout(SYNC_TIMEOUT, all).await.is_err() {
