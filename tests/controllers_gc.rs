@@ -50,8 +50,13 @@ fn configmap(
 /// Creates `obj`; returns its uid (from the create: a dependent of a missing owner may be collected
 /// at once).
 fn create(c: &KubeCluster, obj: Value) -> String {
+    create_on(c, 0, obj)
+}
+
+/// [`create`] through member `i`.
+fn create_on(c: &KubeCluster, i: usize, obj: Value) -> String {
     let out = c.ok_stdin(
-        0,
+        i,
         &["create", "-f", "-", "-o", "json"],
         Some(&obj.to_string()),
     );
@@ -610,4 +615,92 @@ fn namespace_deletion_removes_content_and_waits_for_finalizers() {
         released.elapsed(),
         t.elapsed()
     );
+}
+
+#[test]
+fn a_new_leader_collects_what_the_old_one_left() {
+    let mut c = KubeCluster::start(keel_bin!(), 3);
+    let ns = "gc-failover";
+    c.ok(0, &["create", "namespace", ns]);
+    let leader = c.cluster_mut().wait_leader(Duration::from_secs(30));
+    let survivor = (0..3).find(|&i| i != leader).unwrap();
+    let ok = |c: &KubeCluster, args: &[&str]| c.ok(survivor, args);
+    // A foreground deletion under way when the leader dies: the new leader finishes it.
+    let owner = configmap(&c, ns, "owner", &[], &[]);
+    configmap(
+        &c,
+        ns,
+        "dep",
+        &[("owner", &owner, true)],
+        &["example.com/hold"],
+    );
+    ok(
+        &c,
+        &[
+            "delete",
+            "configmap",
+            "-n",
+            ns,
+            "owner",
+            "--cascade=foreground",
+            "--wait=false",
+        ],
+    );
+    c.wait_until("the dependent being deleted", WAIT, || {
+        get(&c, ns, "dep").is_some_and(|d| d["metadata"]["deletionTimestamp"].is_string())
+    });
+    c.cluster_mut().kill9(leader);
+    let t = Instant::now();
+    let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    let new_leader =
+        c.cluster_mut()
+            .wait_leader_among(&others, Duration::from_secs(60), Some(leader));
+    println!(
+        "failover: member {new_leader} leads {:?} after the kill",
+        t.elapsed()
+    );
+    let get_via = |c: &KubeCluster, name: &str| {
+        let r = c.kubectl(survivor, &["get", "configmap", "-n", ns, name]);
+        r.ok || !r.stderr.contains("NotFound")
+    };
+    ok(
+        &c,
+        &[
+            "patch",
+            "configmap",
+            "-n",
+            ns,
+            "dep",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ],
+    );
+    c.wait_until(
+        "the owner gone under the new leader",
+        Duration::from_secs(120),
+        || !get_via(&c, "owner"),
+    );
+    println!(
+        "failover: the foreground owner went {:?} after the leader was killed",
+        t.elapsed()
+    );
+    // A background deletion and a namespace deletion under the new leader.
+    let owner = create_on(
+        &c,
+        survivor,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owner2", "namespace": ns}}),
+    );
+    let refs = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner2", "uid": owner}]);
+    create_on(
+        &c,
+        survivor,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "dep2", "namespace": ns, "ownerReferences": refs}}),
+    );
+    ok(&c, &["delete", "configmap", "-n", ns, "owner2"]);
+    c.wait_until("the dependent collected", WAIT, || !get_via(&c, "dep2"));
+    ok(&c, &["delete", "namespace", ns, "--timeout=60s"]);
+    let r = c.kubectl(survivor, &["get", "namespace", ns]);
+    assert!(!r.ok && r.stderr.contains("NotFound"), "{r:?}");
 }
