@@ -391,6 +391,16 @@ async fn a_repeated_delete_follows_the_new_policy() {
     );
     let o = get(c, ns, "owner").unwrap();
     assert_eq!(finalizers(&o), ["example.com/hold"], "{o}");
+    // A delete that leaves the object waiting answers 202 when asked with orphanDependents=false.
+    let req = http::Request::delete(format!("/api/v1/namespaces/{ns}/configmaps/owner"))
+        .header("content-type", "application/json")
+        .body(json!({"orphanDependents": false}).to_string().into_bytes())
+        .unwrap();
+    let answer = client
+        .send(req.map(kube::client::Body::from))
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 202);
     release(c, ns, "owner");
     release(c, ns, "dep");
     wait_gone(c, ns, "owner");

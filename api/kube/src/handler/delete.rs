@@ -250,7 +250,15 @@ pub async fn delete(call: Call) -> Result<Response, ApiError> {
     let dry_run = call.params.dry_run()? || !opts.dry_run.is_empty();
     let def = &call.route.def;
     match delete_one(&call, &call.key(), call.name(), &opts, dry_run).await? {
-        Deleted::Pending(obj) => respond_object(&call, convert::from_storage(def, obj)),
+        Deleted::Pending(obj) => {
+            let mut r = respond_object(&call, convert::from_storage(def, obj))?;
+            // Upstream answers 202 for a delete that waits on its dependents only when asked with the
+            // legacy orphanDependents=false (older clients expect 200 otherwise).
+            if opts.orphan_dependents == Some(false) {
+                *r.status_mut() = StatusCode::ACCEPTED;
+            }
+            Ok(r)
+        }
         Deleted::Gone(obj) => {
             if strategy::of(def).returns_deleted_object() {
                 return respond_object(&call, convert::from_storage(def, obj));
@@ -289,4 +297,50 @@ pub async fn delete_collection(call: Call) -> Result<Response, ApiError> {
         "items": items,
     });
     Ok(respond(StatusCode::OK, &list))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(policy: Option<&str>, orphan: Option<bool>) -> DeleteOptions {
+        DeleteOptions {
+            propagation_policy: policy.map(str::to_string),
+            orphan_dependents: orphan,
+            ..DeleteOptions::default()
+        }
+    }
+
+    fn fins(list: &[&str]) -> Vec<String> {
+        list.iter().map(|f| f.to_string()).collect()
+    }
+
+    #[test]
+    fn the_policy_sets_the_collector_finalizers_next_to_the_others() {
+        let none = fins(&[]);
+        assert!(propagation_finalizers(&opts(None, None), &none).is_empty());
+        assert!(propagation_finalizers(&opts(Some("Background"), None), &none).is_empty());
+        assert_eq!(
+            propagation_finalizers(&opts(Some("Foreground"), None), &fins(&["a"])),
+            fins(&["a", FOREGROUND])
+        );
+        assert_eq!(
+            propagation_finalizers(&opts(Some("Orphan"), None), &fins(&["a", FOREGROUND])),
+            fins(&["a", ORPHAN])
+        );
+        assert_eq!(
+            propagation_finalizers(&opts(None, Some(true)), &none),
+            fins(&[ORPHAN])
+        );
+        // orphanDependents=false is neither policy; with no option the finalizer already there stays.
+        assert!(propagation_finalizers(&opts(None, Some(false)), &fins(&[ORPHAN])).is_empty());
+        assert_eq!(
+            propagation_finalizers(&opts(None, None), &fins(&[FOREGROUND])),
+            fins(&[FOREGROUND])
+        );
+        assert_eq!(
+            propagation_finalizers(&opts(Some("Background"), None), &fins(&[ORPHAN, "a"])),
+            fins(&["a"])
+        );
+    }
 }
