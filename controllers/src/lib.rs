@@ -12,11 +12,13 @@ pub mod disruption;
 pub mod endpoints;
 pub mod endpointslice;
 pub mod error;
+pub mod garbage_collector;
 pub mod history;
 pub mod informers;
 pub mod job;
 pub mod lease;
 pub mod manager;
+pub mod namespace;
 pub mod node_lifecycle;
 pub mod owner;
 pub mod pod_state;
@@ -54,5 +56,7 @@ fn registry() -> Vec<ControllerDef> {
         disruption::def(),
         statefulset::def(),
         daemonset::def(),
+        garbage_collector::def(),
+        namespace::def(),
     ]
 }

@@ -1,23 +1,17 @@
-//! Namespace lifecycle, run by the API server itself: the default namespaces, a `default` ServiceAccount
-//! in every active namespace, no new content in a missing or terminating namespace, and termination (a
-//! deleted namespace's content is deleted, then its `kubernetes` finalizer removed, then the namespace).
+//! Namespace lifecycle, run by the API server itself: the default namespaces and no new content in a
+//! missing or terminating namespace. Terminating a deleted namespace is the namespace controller's.
 //!
 //! The loop runs on the Raft leader only, so one member does the work; every step is a conditional write,
 //! so a leader change in the middle is harmless.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tracing::debug;
 
-use super::alloc;
-use super::crd::registry::Registry;
 use super::leader;
 use super::object;
-use super::resource::{self, ResourceDef};
 use super::status::{ApiError, Target};
-use super::storage::{prefix_end, Storage, Stored, WriteOutcome};
+use super::storage::{Storage, Stored};
 
 /// Namespaces every cluster has.
 pub const DEFAULT_NAMESPACES: &[&str] =
@@ -83,19 +77,6 @@ async fn ensure(storage: &Storage, key: &str, obj: &Value) -> Result<(), ApiErro
     Ok(())
 }
 
-/// Every namespaced storage, once: built-ins and custom resources (all versions of a CRD share one).
-fn namespaced_defs(registry: &Registry) -> Vec<Arc<ResourceDef>> {
-    let mut out: Vec<Arc<ResourceDef>> = Vec::new();
-    for d in registry.all() {
-        // events.k8s.io shares storage with core events.
-        if d.namespaced && d.group != "events.k8s.io" && !out.iter().any(|o| o.storage == d.storage)
-        {
-            out.push(d);
-        }
-    }
-    out
-}
-
 /// During a cascading purge (namespace or CRD deletion), an object with finalizers is marked
 /// deleting once and left to its controllers, as upstream does. Returns whether it was left.
 pub async fn left_to_finalizers(
@@ -116,82 +97,9 @@ pub async fn left_to_finalizers(
     Ok(true)
 }
 
-/// Deletes what is in a terminating namespace; returns how many objects remain.
-async fn purge(storage: &Storage, registry: &Registry, ns: &str) -> Result<usize, ApiError> {
-    let mut remaining = 0;
-    for def in namespaced_defs(registry) {
-        let prefix = def.ns_prefix(ns);
-        let page = storage.range(prefix.as_bytes(), &prefix_end(prefix.as_bytes()), 0, 0)?;
-        for (key, st) in page.items {
-            remaining += 1;
-            let key = String::from_utf8_lossy(&key).to_string();
-            if left_to_finalizers(storage, &key, &st).await? {
-                continue;
-            }
-            let bound_pod = def.kind == "Pod"
-                && !object::path(&st.object, "spec.nodeName")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .is_empty()
-                && !matches!(
-                    object::path(&st.object, "status.phase").and_then(Value::as_str),
-                    Some("Succeeded") | Some("Failed")
-                );
-            if bound_pod {
-                // The node agent finishes graceful deletion; mark it once.
-                if !object::is_deleting(&st.object) {
-                    let mut o = st.object.clone();
-                    let grace = object::path(&o, "spec.terminationGracePeriodSeconds")
-                        .and_then(Value::as_i64)
-                        .unwrap_or(30);
-                    let at = jiff::Timestamp::now()
-                        .checked_add(jiff::SignedDuration::from_secs(grace))
-                        .unwrap_or_else(|_| jiff::Timestamp::now());
-                    let m = object::meta_mut(&mut o);
-                    m.insert("deletionTimestamp".into(), json!(object::timestamp(at)));
-                    m.insert("deletionGracePeriodSeconds".into(), json!(grace));
-                    let _ = storage.put_if(&key, &o, st.mod_revision).await?;
-                }
-                continue;
-            }
-            let release = alloc::claims_of(&def, &st.object);
-            if let WriteOutcome::Done(_) =
-                storage.delete_if(&key, st.mod_revision, &release).await?
-            {
-                remaining -= 1;
-            }
-        }
-    }
-    Ok(remaining)
-}
-
-async fn finish_namespace(
-    storage: &Storage,
-    registry: &Registry,
-    name: &str,
-) -> Result<(), ApiError> {
-    let key = format!("/registry/namespaces/{name}");
-    let Some(st) = storage.get(&key, true).await? else {
-        return Ok(());
-    };
-    if purge(storage, registry, name).await? > 0 {
-        return Ok(());
-    }
-    let mut o = st.object.clone();
-    if let Some(spec) = o.get_mut("spec").and_then(Value::as_object_mut) {
-        spec.insert("finalizers".into(), json!([]));
-    }
-    if object::finalizers(&o).is_empty() {
-        let _ = storage.delete_if(&key, st.mod_revision, &[]).await?;
-        debug!(namespace = name, "namespace deleted");
-    } else if o != st.object {
-        let _ = storage.put_if(&key, &o, st.mod_revision).await?;
-    }
-    Ok(())
-}
-
-/// One pass: default namespaces, default ServiceAccounts, terminating namespaces.
-pub async fn reconcile(storage: &Storage, registry: &Registry) -> Result<(), ApiError> {
+/// One pass: the default namespaces. (The namespace controller terminates deleted namespaces and the
+/// serviceaccount controller makes the `default` ServiceAccounts.)
+pub async fn reconcile(storage: &Storage) -> Result<(), ApiError> {
     for ns in DEFAULT_NAMESPACES {
         ensure(
             storage,
@@ -200,38 +108,11 @@ pub async fn reconcile(storage: &Storage, registry: &Registry) -> Result<(), Api
         )
         .await?;
     }
-    let Some(nsdef) = resource::find("", "v1", "namespaces") else {
-        return Ok(());
-    };
-    let prefix = nsdef.prefix();
-    let page = storage.range(prefix.as_bytes(), &prefix_end(prefix.as_bytes()), 0, 0)?;
-    for (_, st) in page.items {
-        let name = object::name(&st.object).to_string();
-        if object::is_deleting(&st.object) {
-            finish_namespace(storage, registry, &name).await?;
-            continue;
-        }
-        let sa_key = format!("/registry/serviceaccounts/{name}/default");
-        ensure(
-            storage,
-            &sa_key,
-            &new_object("v1", "ServiceAccount", "default", Some(&name)),
-        )
-        .await?;
-    }
     Ok(())
 }
 
 /// Runs [`reconcile`] while this member leads, until `stop` fires.
-pub async fn run(
-    storage: Storage,
-    registry: Arc<Registry>,
-    stop: tokio::sync::watch::Receiver<bool>,
-) {
+pub async fn run(storage: Storage, stop: tokio::sync::watch::Receiver<bool>) {
     let st = &storage;
-    let reg = &registry;
-    leader::while_leading(st, "namespace lifecycle", PERIOD, stop, || {
-        reconcile(st, reg)
-    })
-    .await
+    leader::while_leading(st, "namespace lifecycle", PERIOD, stop, || reconcile(st)).await
 }

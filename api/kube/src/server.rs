@@ -220,11 +220,7 @@ impl ApiServer {
         let app = Arc::new(App { state, tokens });
         let router = Router::new().fallback(route).with_state(app);
         let mut tasks = vec![
-            tokio::spawn(lifecycle::run(
-                storage.clone(),
-                registry.clone(),
-                stop_rx.clone(),
-            )),
+            tokio::spawn(lifecycle::run(storage.clone(), stop_rx.clone())),
             tokio::spawn(crd::registry::run(
                 registry.clone(),
                 storage.clone(),

@@ -56,12 +56,74 @@ pub(crate) fn options(call: &Call) -> Result<DeleteOptions, ApiError> {
             )));
         }
     }
+    if o.propagation_policy.is_some() && o.orphan_dependents.is_some() {
+        return Err(ApiError::Invalid {
+            target: crate::status::Target::new("meta.k8s.io", "DeleteOptions", ""),
+            causes: vec![crate::status::Cause::invalid(
+                "propagationPolicy",
+                &json!(o.propagation_policy),
+                "orphanDependents and deletionPropagation cannot be both set",
+            )],
+        });
+    }
     if o.dry_run.iter().any(|d| d != "All") {
         return Err(ApiError::BadRequest(
             "Invalid dryRun value: supported values: \"All\"".into(),
         ));
     }
     Ok(o)
+}
+
+/// The garbage collector's finalizer: delete the dependents first (Foreground).
+pub const FOREGROUND: &str = "foregroundDeletion";
+/// The garbage collector's finalizer: strip the dependents' ownerReferences first (Orphan).
+pub const ORPHAN: &str = "orphan";
+
+/// Whether the dependents are to be orphaned: an explicit option wins, then a finalizer already on the
+/// object; every kind keel serves defaults to Background (upstream's shouldOrphanDependents).
+fn orphans(opts: &DeleteOptions, finalizers: &[String]) -> bool {
+    if let Some(o) = opts.orphan_dependents {
+        return o;
+    }
+    if let Some(p) = &opts.propagation_policy {
+        return p == "Orphan";
+    }
+    for f in finalizers {
+        match f.as_str() {
+            ORPHAN => return true,
+            FOREGROUND => return false,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Whether the dependents are to be deleted first (upstream's shouldDeleteDependents).
+fn deletes_dependents_first(opts: &DeleteOptions, finalizers: &[String]) -> bool {
+    if opts.orphan_dependents.is_some() {
+        return false;
+    }
+    if let Some(p) = &opts.propagation_policy {
+        return p == "Foreground";
+    }
+    finalizers.iter().any(|f| f == FOREGROUND)
+}
+
+/// The object's finalizers as the delete's propagation policy wants them: both garbage collector
+/// finalizers dropped, then the one asked for added (other finalizers stay as they are).
+pub fn propagation_finalizers(opts: &DeleteOptions, finalizers: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = finalizers
+        .iter()
+        .filter(|f| *f != ORPHAN && *f != FOREGROUND)
+        .cloned()
+        .collect();
+    if orphans(opts, finalizers) {
+        out.push(ORPHAN.into());
+    }
+    if deletes_dependents_first(opts, finalizers) {
+        out.push(FOREGROUND.into());
+    }
+    out
 }
 
 /// What deleting one object did.
@@ -111,13 +173,34 @@ pub(crate) async fn delete_one(
             }
         }
         let grace = strategy.graceful_delete(&cur.object, opts.grace_period_seconds);
-        let pending = !object::finalizers(&cur.object).is_empty()
-            || grace > 0
-            || strategy.deletion_held(&cur.object);
+        let mut obj = cur.object.clone();
+        let already = object::is_deleting(&obj);
+        let pending_grace = object::path(&obj, "metadata.deletionGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        // As upstream, a graceful deletion under way takes no new finalizers; otherwise the policy
+        // decides the garbage collector's finalizers, even on an object already being deleted.
+        let fins = object::finalizers(&obj);
+        let wanted = propagation_finalizers(opts, &fins);
+        let gc_changed = !(already && pending_grace > 0) && {
+            let mut a = fins.clone();
+            let mut b = wanted.clone();
+            a.sort();
+            b.sort();
+            a != b
+        };
+        if gc_changed {
+            let meta = object::meta_mut(&mut obj);
+            if wanted.is_empty() {
+                meta.remove("finalizers");
+            } else {
+                meta.insert("finalizers".into(), json!(wanted));
+            }
+        }
+        let pending =
+            !object::finalizers(&obj).is_empty() || grace > 0 || strategy.deletion_held(&obj);
         if pending {
-            let mut obj = cur.object.clone();
             strategy.prepare_for_delete(&mut obj);
-            let already = object::is_deleting(&obj);
             let deadline = jiff::Timestamp::now()
                 .checked_add(jiff::SignedDuration::from_secs(grace))
                 .unwrap_or_else(|_| jiff::Timestamp::now());
@@ -126,15 +209,17 @@ pub(crate) async fn delete_one(
                 .parse::<jiff::Timestamp>()
                 .map(|t| t > deadline)
                 .unwrap_or(true);
-            if already && !earlier {
+            if already && !earlier && !gc_changed {
                 return Ok(Deleted::Pending(obj));
             }
-            {
+            if !already || earlier {
                 let meta = object::meta_mut(&mut obj);
                 meta.insert("deletionTimestamp".into(), json!(new_ts));
                 meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
             }
-            strategy.mark_deleting(&mut obj);
+            if !already {
+                strategy.mark_deleting(&mut obj);
+            }
             if dry_run {
                 return Ok(Deleted::Pending(obj));
             }
@@ -170,7 +255,15 @@ pub async fn delete(call: Call) -> Result<Response, ApiError> {
     let dry_run = call.params.dry_run()? || !opts.dry_run.is_empty();
     let def = &call.route.def;
     match delete_one(&call, &call.key(), call.name(), &opts, dry_run).await? {
-        Deleted::Pending(obj) => respond_object(&call, convert::from_storage(def, obj)),
+        Deleted::Pending(obj) => {
+            let mut r = respond_object(&call, convert::from_storage(def, obj))?;
+            // Upstream answers 202 for a delete that waits on its dependents only when asked with the
+            // legacy orphanDependents=false (older clients expect 200 otherwise).
+            if opts.orphan_dependents == Some(false) {
+                *r.status_mut() = StatusCode::ACCEPTED;
+            }
+            Ok(r)
+        }
         Deleted::Gone(obj) => {
             if strategy::of(def).returns_deleted_object() {
                 return respond_object(&call, convert::from_storage(def, obj));
@@ -209,4 +302,50 @@ pub async fn delete_collection(call: Call) -> Result<Response, ApiError> {
         "items": items,
     });
     Ok(respond(StatusCode::OK, &list))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(policy: Option<&str>, orphan: Option<bool>) -> DeleteOptions {
+        DeleteOptions {
+            propagation_policy: policy.map(str::to_string),
+            orphan_dependents: orphan,
+            ..DeleteOptions::default()
+        }
+    }
+
+    fn fins(list: &[&str]) -> Vec<String> {
+        list.iter().map(|f| f.to_string()).collect()
+    }
+
+    #[test]
+    fn the_policy_sets_the_collector_finalizers_next_to_the_others() {
+        let none = fins(&[]);
+        assert!(propagation_finalizers(&opts(None, None), &none).is_empty());
+        assert!(propagation_finalizers(&opts(Some("Background"), None), &none).is_empty());
+        assert_eq!(
+            propagation_finalizers(&opts(Some("Foreground"), None), &fins(&["a"])),
+            fins(&["a", FOREGROUND])
+        );
+        assert_eq!(
+            propagation_finalizers(&opts(Some("Orphan"), None), &fins(&["a", FOREGROUND])),
+            fins(&["a", ORPHAN])
+        );
+        assert_eq!(
+            propagation_finalizers(&opts(None, Some(true)), &none),
+            fins(&[ORPHAN])
+        );
+        // orphanDependents=false is neither policy; with no option the finalizer already there stays.
+        assert!(propagation_finalizers(&opts(None, Some(false)), &fins(&[ORPHAN])).is_empty());
+        assert_eq!(
+            propagation_finalizers(&opts(None, None), &fins(&[FOREGROUND])),
+            fins(&[FOREGROUND])
+        );
+        assert_eq!(
+            propagation_finalizers(&opts(Some("Background"), None), &fins(&[ORPHAN, "a"])),
+            fins(&["a"])
+        );
+    }
 }

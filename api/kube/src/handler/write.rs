@@ -492,7 +492,10 @@ where
         if dry_run {
             return Ok(Updated::Object(new));
         }
-        if object::is_deleting(&new) && object::finalizers(&new).is_empty() {
+        if object::is_deleting(&new)
+            && object::finalizers(&new).is_empty()
+            && !strategy.kept_after_finalizers(&new)
+        {
             let release = strategy.claims(&new);
             match call
                 .state

@@ -198,6 +198,12 @@ pub trait Strategy: Sync {
         false
     }
 
+    /// Whether a deleting object with no `metadata.finalizers` left still stays (a namespace until its
+    /// `spec.finalizers` are empty too).
+    fn kept_after_finalizers(&self, _obj: &Value) -> bool {
+        false
+    }
+
     /// Changes an object whose deletion is held, before it is marked (the CRD's cleanup finalizer).
     fn prepare_for_delete(&self, _obj: &mut Value) {}
 

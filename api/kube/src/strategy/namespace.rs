@@ -48,6 +48,10 @@ impl Strategy for Namespace {
             .is_some_and(|a| !a.is_empty())
     }
 
+    fn kept_after_finalizers(&self, obj: &Value) -> bool {
+        self.deletion_held(obj)
+    }
+
     fn mark_deleting(&self, obj: &mut Value) {
         set_status(obj, json!({"phase": "Terminating"}));
     }
