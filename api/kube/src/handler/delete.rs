@@ -190,7 +190,12 @@ async fn delete_one(
             a != b
         };
         if gc_changed {
-            object::meta_mut(&mut obj).insert("finalizers".into(), json!(wanted));
+            let meta = object::meta_mut(&mut obj);
+            if wanted.is_empty() {
+                meta.remove("finalizers");
+            } else {
+                meta.insert("finalizers".into(), json!(wanted));
+            }
         }
         let pending =
             !object::finalizers(&obj).is_empty() || grace > 0 || strategy.deletion_held(&obj);
