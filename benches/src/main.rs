@@ -163,21 +163,7 @@ async fn run(args: Args) -> Result<()> {
     if args.no_failover {
         plan.failover_kills = 0;
     }
-    let parent = args
-        .data_root
-        .clone()
-        .unwrap_or_else(|| own_dir().join("..").join("bench-data"));
-    std::fs::create_dir_all(&parent).map_err(|source| BenchError::Io {
-        what: format!("create {}", parent.display()),
-        source,
-    })?;
-    let root = tempfile::Builder::new()
-        .prefix("run-")
-        .tempdir_in(&parent)
-        .map_err(|source| BenchError::Io {
-            what: format!("temp dir in {}", parent.display()),
-            source,
-        })?;
+    let root = run_dir(&args)?;
     let machine = machine::describe(root.path(), &bins.etcd);
     println!(
         "keel-benches: {} CPUs, keel {}, {}; data in {}",
@@ -480,21 +466,7 @@ async fn controllers(args: &Args) -> Result<()> {
         etcd: args.etcd.clone(),
     };
     bins.check()?;
-    let parent = args
-        .data_root
-        .clone()
-        .unwrap_or_else(|| own_dir().join("..").join("bench-data"));
-    std::fs::create_dir_all(&parent).map_err(|source| BenchError::Io {
-        what: format!("create {}", parent.display()),
-        source,
-    })?;
-    let root = tempfile::Builder::new()
-        .prefix("run-")
-        .tempdir_in(&parent)
-        .map_err(|source| BenchError::Io {
-            what: format!("temp dir in {}", parent.display()),
-            source,
-        })?;
+    let root = run_dir(args)?;
     controller_step(args, root.path(), &bins).await
 }
 
@@ -520,4 +492,23 @@ async fn controller_step(args: &Args, root: &Path, bins: &Binaries) -> Result<()
     bar.finish_and_clear();
     println!("{}", workload::controllers::text(&f));
     Ok(())
+}
+
+/// A fresh directory for this run's members, under `--data-root` (removed when dropped).
+fn run_dir(args: &Args) -> Result<tempfile::TempDir> {
+    let parent = args
+        .data_root
+        .clone()
+        .unwrap_or_else(|| own_dir().join("..").join("bench-data"));
+    std::fs::create_dir_all(&parent).map_err(|source| BenchError::Io {
+        what: format!("create {}", parent.display()),
+        source,
+    })?;
+    tempfile::Builder::new()
+        .prefix("run-")
+        .tempdir_in(&parent)
+        .map_err(|source| BenchError::Io {
+            what: format!("temp dir in {}", parent.display()),
+            source,
+        })
 }
