@@ -721,7 +721,13 @@ fn patch_types_edit_status_subresource_and_dry_run() {
     );
     let d: Value =
         serde_json::from_str(&c.ok(0, &["get", "deploy", "app", "-o", "json"])).expect("json");
-    assert_eq!(d["status"]["replicas"], 7);
+    // The patch of the main resource left status alone; the status patch's 7 stands until the deployment
+    // controller writes the replicas it observes (6), as upstream's would.
+    let replicas = d["status"]["replicas"].as_i64();
+    assert!(
+        matches!(replicas, Some(6) | Some(7)),
+        "status.replicas: {replicas:?}"
+    );
     assert_eq!(d["spec"]["replicas"], 6);
     assert_eq!(d["metadata"]["generation"].as_i64(), Some(generation));
 
