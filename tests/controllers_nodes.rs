@@ -7,20 +7,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Node;
 use keel_testkit::binaries::Kind;
 use keel_testkit::cluster::Options;
+use keel_testkit::heartbeat::Heartbeat;
 use keel_testkit::keel_bin;
 use keel_testkit::kube::KubeCluster;
 use keel_testkit::pods::{report_with_ip, Report};
-use kube::api::{Api, Patch, PatchParams, PostParams};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 const GRACE: &str = "8s";
 
@@ -47,93 +42,6 @@ fn json_of(c: &KubeCluster, args: &[&str]) -> Value {
     let mut all = args.to_vec();
     all.extend(["-o", "json"]);
     serde_json::from_str(&c.ok(0, &all)).unwrap()
-}
-
-/// A kubelet's heartbeats for one node: Ready posted once, the node Lease renewed every second, until
-/// stopped.
-struct Kubelet {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Kubelet {
-    fn start(c: &'static KubeCluster, node: &str) -> Kubelet {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (flag, node) = (stop.clone(), node.to_string());
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            rt().block_on(async move {
-                let client = c.client(0).await;
-                post_ready(&client, &node).await;
-                let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
-                let mut told = false;
-                while !flag.load(Ordering::SeqCst) {
-                    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-                    let lease = json!({
-                        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                        "metadata": {"name": node, "namespace": "kube-node-lease"},
-                        "spec": {"holderIdentity": node, "leaseDurationSeconds": 40, "renewTime": now},
-                    });
-                    let renewed = match leases.get_opt(&node).await {
-                        Ok(Some(_)) => leases
-                            .patch(&node, &PatchParams::default(), &Patch::Merge(&lease))
-                            .await
-                            .is_ok(),
-                        Ok(None) => leases
-                            .create(&PostParams::default(), &serde_json::from_value(lease).unwrap())
-                            .await
-                            .is_ok(),
-                        Err(_) => false,
-                    };
-                    if renewed && !told {
-                        told = true;
-                        let _ = ready_tx.send(());
-                    }
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            })
-        });
-        ready_rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the first lease renewal");
-        Kubelet {
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn stop(mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            t.join().unwrap();
-        }
-    }
-}
-
-impl Drop for Kubelet {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-    }
-}
-
-/// Posts the node's status as a healthy kubelet does.
-async fn post_ready(client: &kube::Client, node: &str) {
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let cond = |ty: &str, status: &str, reason: &str| {
-        json!({"type": ty, "status": status, "reason": reason, "message": reason,
-               "lastHeartbeatTime": now, "lastTransitionTime": now})
-    };
-    let status = json!({"status": {"conditions": [
-        cond("MemoryPressure", "False", "KubeletHasSufficientMemory"),
-        cond("DiskPressure", "False", "KubeletHasNoDiskPressure"),
-        cond("PIDPressure", "False", "KubeletHasSufficientPID"),
-        cond("Ready", "True", "KubeletReady"),
-    ]}});
-    let nodes: Api<Node> = Api::all(client.clone());
-    nodes
-        .patch_status(node, &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .unwrap();
 }
 
 fn create_node(c: &KubeCluster, name: &str, zone: &str) {
@@ -263,7 +171,7 @@ fn endpointslices_and_endpoints_follow_the_services_pods() {
     let ns = "eps";
     c.ok(0, &["create", "namespace", ns]);
     create_node(c, "eps-node", "zone-a");
-    let kubelet = Kubelet::start(c, "eps-node");
+    let kubelet = Heartbeat::start(c, "eps-node");
     let svc = format!(
         "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n  namespace: {ns}\n  labels:\n    tier: front\nspec:\n  selector:\n    app: web\n  ports:\n  - name: http\n    port: 80\n    targetPort: http\n"
     );
@@ -542,9 +450,9 @@ fn a_silent_node_is_tainted_its_pods_evicted_and_a_deleted_nodes_pods_collected(
     for n in ["alive-1", "drain-1", "dead-1"] {
         create_node(c, n, "zone-b");
     }
-    let alive = Kubelet::start(c, "alive-1");
-    let drain = Kubelet::start(c, "drain-1");
-    let dead = Kubelet::start(c, "dead-1");
+    let alive = Heartbeat::start(c, "alive-1");
+    let drain = Heartbeat::start(c, "drain-1");
+    let dead = Heartbeat::start(c, "dead-1");
     let tolerant = "  tolerations:\n  - key: node.kubernetes.io/unreachable\n    operator: Exists\n    effect: NoExecute\n    tolerationSeconds: 5\n";
     c.ok_stdin(
         0,
@@ -716,7 +624,7 @@ fn a_silent_node_is_tainted_its_pods_evicted_and_a_deleted_nodes_pods_collected(
 
     // dead-1 comes back: its taints go.
     let back = Instant::now();
-    let revived = Kubelet::start(c, "dead-1");
+    let revived = Heartbeat::start(c, "dead-1");
     c.wait_until("dead-1 untainted", Duration::from_secs(30), || {
         let n = node_json(c, "dead-1");
         condition(&n, "Ready")["status"] == "True" && taint_keys(&n).is_empty()
@@ -747,7 +655,7 @@ fn terminating_pods_of_an_out_of_service_node_are_force_deleted() {
     let ns = "oos";
     c.ok(0, &["create", "namespace", ns]);
     create_node(c, "oos-1", "zone-c");
-    let kubelet = Kubelet::start(c, "oos-1");
+    let kubelet = Heartbeat::start(c, "oos-1");
     let long_grace = "  terminationGracePeriodSeconds: 600\n";
     c.ok_stdin(
         0,

@@ -95,6 +95,10 @@ struct Args {
     /// Pods in the cluster when the controller step reads the leader's memory [--quick: 1000; else 30000].
     #[arg(long)]
     controller_pods: Option<usize>,
+    /// Deployments the controller step creates and scales at once after the memory reading
+    /// [--quick: 50; else 1000; 0 skips the churn].
+    #[arg(long)]
+    churn_deployments: Option<usize>,
     /// Skip the controller step of a full or quick run.
     #[arg(long)]
     no_controllers: bool,
@@ -480,10 +484,13 @@ async fn controller_step(args: &Args, root: &Path, bins: &Binaries) -> Result<()
         .controller_pods
         .unwrap_or(if args.quick { 1000 } else { 30_000 })
         .max(replicas);
-    eprintln!("controllers: {members} members, a Deployment of {replicas} replicas, memory at {pods} pods");
+    let churn = args
+        .churn_deployments
+        .unwrap_or(if args.quick { 50 } else { 1000 });
+    eprintln!("controllers: {members} members, a Deployment of {replicas} replicas, memory at {pods} pods, churn of {churn} deployments");
     let bar = ProgressBar::new_spinner();
     let dir = root.join("controllers");
-    let f = workload::controllers::run(&dir, bins, members, replicas, pods, &|m| {
+    let f = workload::controllers::run(&dir, bins, members, replicas, pods, churn, &|m| {
         if !bar.is_hidden() {
             bar.set_message(m);
         }
@@ -491,6 +498,15 @@ async fn controller_step(args: &Args, root: &Path, bins: &Binaries) -> Result<()
     .await?;
     bar.finish_and_clear();
     println!("{}", workload::controllers::text(&f));
+    if let Some(c) = &f.churn {
+        println!("\n{}", workload::controllers::churn_text(c));
+        if (c.extras, c.gaps) != (0, 0) || c.replica_sets != c.deployments {
+            return Err(BenchError::Kube(format!(
+                "churn did not settle exactly: {} extra and {} missing pods, {} ReplicaSets for {} Deployments",
+                c.extras, c.gaps, c.replica_sets, c.deployments
+            )));
+        }
+    }
     Ok(())
 }
 

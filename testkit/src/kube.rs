@@ -118,6 +118,19 @@ impl KubeCluster {
         client(&self.member(i).kubeconfig(), true).await
     }
 
+    /// A `kube` client for member `i` that hands 429, 503 and 504 answers to the caller; the default
+    /// client retries them for minutes with back-off, hiding what the server said.
+    pub async fn client_without_retry(&self, i: usize) -> kube::Client {
+        let kc = kube::config::Kubeconfig::read_from(self.member(i).kubeconfig())
+            .unwrap_or_else(|e| panic!("kubeconfig of member {i}: {e}"));
+        let mut cfg =
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .unwrap_or_else(|e| panic!("client config of member {i}: {e}"));
+        cfg.default_retry = false;
+        kube::Client::try_from(cfg).unwrap_or_else(|e| panic!("kube client of member {i}: {e}"))
+    }
+
     /// A `kube` client for member `i` that trusts the CA but presents no credentials.
     pub async fn anonymous_client(&self, i: usize) -> kube::Client {
         client(&self.member(i).kubeconfig(), false).await

@@ -14,6 +14,7 @@
 //!   bound to each member's admin kubeconfig; [`kube::raw_request`].
 //! - [`etcdctl`](mod@etcdctl) and [`kubectl`]: the two command-line clients, always with bounded time. kubectl must be on
 //!   `PATH` ([`kubectl::require_kubectl`] fails with a clear message otherwise); the kit never downloads it.
+//! - [`heartbeat`](mod@heartbeat): a kubelet's Ready status and Lease renewals for a Node object a test made.
 //! - [`netns`]: [`Net`], nodes in network namespaces joined by a bridge, partitions as nftables drops (root).
 //! - [`normalize`](mod@normalize): [`Normalizer`] and [`line_diff`], to compare etcdctl outputs of etcd and keel byte for byte.
 //! - [`free_port`], [`free_ports`]: loopback ports for servers started on 127.0.0.1.
@@ -52,6 +53,7 @@
 pub mod binaries;
 pub mod cluster;
 pub mod etcdctl;
+pub mod heartbeat;
 pub mod kube;
 pub mod kubectl;
 pub mod netns;

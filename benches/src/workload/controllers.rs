@@ -39,6 +39,8 @@ pub(crate) struct Figures {
     pub leader_rss_mib: f64,
     /// The leader's resident memory before any pod existed, MiB.
     pub leader_rss_empty_mib: f64,
+    /// The churn that followed, when one was asked for.
+    pub churn: Option<Churn>,
 }
 
 impl Figures {
@@ -135,6 +137,7 @@ pub(crate) async fn run(
     members: usize,
     replicas: usize,
     rss_pods: usize,
+    churn_deployments: usize,
     progress: &dyn Fn(String),
 ) -> Result<Figures> {
     let cluster = Cluster::start_with(Kind::Keel, members, root, bins, Served::Kube).await?;
@@ -176,6 +179,11 @@ pub(crate) async fn run(
     }
     // The leader's memory after the burst has been absorbed.
     tokio::time::sleep(Duration::from_secs(3)).await;
+    let leader_rss = cluster.rss_of(leader);
+    let churn = match churn_deployments {
+        0 => None,
+        n => Some(churn(&c, n, progress).await?),
+    };
     Ok(Figures {
         members,
         replicas,
@@ -183,8 +191,9 @@ pub(crate) async fn run(
         leader_cpu_us_per_pod: cpu as f64 / replicas as f64,
         cluster_cpu_us_per_pod: all as f64 / replicas as f64,
         pods_for_rss: made,
-        leader_rss_mib: cluster.rss_of(leader) as f64 / 1048576.0,
+        leader_rss_mib: leader_rss as f64 / 1048576.0,
         leader_rss_empty_mib: rss_empty as f64 / 1048576.0,
+        churn,
     })
 }
 
@@ -207,5 +216,180 @@ pub(crate) fn text(f: &Figures) -> String {
         f.cluster_cpu_us_per_pod,
         f.leader_rss_empty_mib,
         f.leader_rss_mib,
+    )
+}
+
+/// What the churn step saw.
+#[derive(Debug)]
+pub(crate) struct Churn {
+    /// Deployments created and scaled.
+    pub deployments: usize,
+    /// Pods wanted after the last scale.
+    pub pods_wanted: usize,
+    /// Seconds from the first create to the moment every Deployment had exactly its pods.
+    pub converge_secs: f64,
+    /// Pods beyond what their Deployment asked for, counted after settling.
+    pub extras: usize,
+    /// Pods missing, counted after settling.
+    pub gaps: usize,
+    /// ReplicaSets in the namespace after settling (one per Deployment when nothing was duplicated).
+    pub replica_sets: usize,
+}
+
+/// The namespace of the churn step.
+const CHURN_NS: &str = "churn";
+
+/// Replicas of churn deployment `i` after `round` (0: create, 1 and 2: scales).
+fn churn_size(i: usize, round: usize) -> usize {
+    match round {
+        0 => (i * 7) % 4 + 1,
+        1 => (i * 3 + 1) % 5,
+        _ => (i * 5 + 2) % 4,
+    }
+}
+
+/// Live pods per churn deployment index.
+async fn churn_counts(pods: &Api<Pod>, n: usize) -> Result<Vec<usize>> {
+    let mut have = vec![0usize; n];
+    let mut lp = ListParams::default().limit(2000);
+    loop {
+        let page = pods
+            .list_metadata(&lp)
+            .await
+            .map_err(|e| kube_error("list churn pods", e))?;
+        for p in &page.items {
+            if p.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let idx = p
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("app"))
+                .and_then(|a| a.strip_prefix("churn-"))
+                .and_then(|i| i.parse::<usize>().ok());
+            if let Some(slot) = idx.and_then(|i| have.get_mut(i)) {
+                *slot += 1;
+            }
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(c) => lp = lp.continue_token(&c),
+            None => return Ok(have),
+        }
+    }
+}
+
+fn extras_and_gaps(have: &[usize], want: &[usize]) -> (usize, usize) {
+    have.iter().zip(want).fold((0, 0), |(e, g), (h, w)| {
+        (e + h.saturating_sub(*w), g + w.saturating_sub(*h))
+    })
+}
+
+/// Creates `n` Deployments at once, scales every one twice without waiting, and counts how long
+/// until each has exactly the pods it asked for, then extras and gaps after a settling pause.
+pub(crate) async fn churn(c: &Client, n: usize, progress: &dyn Fn(String)) -> Result<Churn> {
+    use futures::stream::{self, StreamExt, TryStreamExt};
+    // Enough requests in flight to keep several members' API busy, not so many that the client
+    // itself becomes the bottleneck.
+    const IN_FLIGHT: usize = 64;
+    let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(c.clone());
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(json!({"metadata": {"name": CHURN_NS}}))
+            .map_err(|e| kube_error("namespace manifest", e))?;
+    ns_api
+        .create(&PostParams::default(), &ns)
+        .await
+        .map_err(|e| kube_error("create namespace", e))?;
+    let deploys: Api<Deployment> = Api::namespaced(c.clone(), CHURN_NS);
+    let pods: Api<Pod> = Api::namespaced(c.clone(), CHURN_NS);
+    let t0 = Instant::now();
+    stream::iter(0..n)
+        .map(|i| {
+            let deploys = deploys.clone();
+            async move {
+                let d = deployment(&format!("churn-{i}"), churn_size(i, 0))?;
+                deploys
+                    .create(&PostParams::default(), &d)
+                    .await
+                    .map_err(|e| kube_error("create churn deployment", e))
+            }
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .try_collect::<Vec<_>>()
+        .await?;
+    progress(format!("churn: {n} deployments created"));
+    for round in 1..=2 {
+        stream::iter(0..n)
+            .map(|i| {
+                let deploys = deploys.clone();
+                async move {
+                    let patch = json!({"spec": {"replicas": churn_size(i, round)}});
+                    deploys
+                        .patch_scale(
+                            &format!("churn-{i}"),
+                            &kube::api::PatchParams::default(),
+                            &kube::api::Patch::Merge(&patch),
+                        )
+                        .await
+                        .map_err(|e| kube_error("scale churn deployment", e))
+                }
+            })
+            .buffer_unordered(IN_FLIGHT)
+            .try_collect::<Vec<_>>()
+            .await?;
+        progress(format!("churn: round {round} of scales sent"));
+    }
+    let want: Vec<usize> = (0..n).map(|i| churn_size(i, 2)).collect();
+    let mut last = (usize::MAX, Instant::now());
+    let converge_secs = loop {
+        let have = churn_counts(&pods, n).await?;
+        let (extras, gaps) = extras_and_gaps(&have, &want);
+        progress(format!("churn: {extras} extra and {gaps} missing pods"));
+        if (extras, gaps) == (0, 0) {
+            break t0.elapsed().as_secs_f64();
+        }
+        if extras + gaps != last.0 {
+            last = (extras + gaps, Instant::now());
+        } else if last.1.elapsed() > STALL {
+            return Err(BenchError::NoProgress {
+                workload: format!("controllers: churn of {n} deployments"),
+                kind: "keel",
+                errors: 0,
+                last: format!(
+                    "{extras} extra and {gaps} missing pods for {} s",
+                    STALL.as_secs()
+                ),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    // Settled: a late duplicate create or a stale delete would show up here.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let have = churn_counts(&pods, n).await?;
+    let (extras, gaps) = extras_and_gaps(&have, &want);
+    let sets: Api<k8s_openapi::api::apps::v1::ReplicaSet> = Api::namespaced(c.clone(), CHURN_NS);
+    let replica_sets = sets
+        .list_metadata(&ListParams::default())
+        .await
+        .map_err(|e| kube_error("list churn replica sets", e))?
+        .items
+        .len();
+    Ok(Churn {
+        deployments: n,
+        pods_wanted: want.iter().sum(),
+        converge_secs,
+        extras,
+        gaps,
+        replica_sets,
+    })
+}
+
+/// The churn step's report.
+pub(crate) fn churn_text(c: &Churn) -> String {
+    format!(
+        "| deployments | pods wanted at the end | converged after | extras | gaps | ReplicaSets |\n\
+         | ---: | ---: | ---: | ---: | ---: | ---: |\n\
+         | {} | {} | {:.1} s | {} | {} | {} |",
+        c.deployments, c.pods_wanted, c.converge_secs, c.extras, c.gaps, c.replica_sets
     )
 }
