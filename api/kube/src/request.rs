@@ -110,9 +110,17 @@ impl Params {
         }
     }
 
-    /// A boolean parameter (`true`/`1`).
+    /// A boolean parameter as upstream's query decoding reads every one (`watch`, `force`,
+    /// `allowWatchBookmarks`, ...): absent is false, otherwise [`Params::opt_flag`].
     pub fn flag(&self, k: &str) -> bool {
-        matches!(self.get(k), Some("true") | Some("1"))
+        self.opt_flag(k).unwrap_or(false)
+    }
+
+    /// A boolean parameter if present: `0` and `false` in any case are false, any other value (the
+    /// empty string, `True`, `t`, `yes`) is true. Upstream never refuses a boolean's value.
+    pub fn opt_flag(&self, k: &str) -> Option<bool> {
+        self.get(k)
+            .map(|v| !(v == "0" || v.eq_ignore_ascii_case("false")))
     }
 
     /// An integer parameter; malformed is a 400.
@@ -153,6 +161,21 @@ impl Params {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn booleans_read_as_upstream_does() {
+        let p = Params::parse(Some(
+            "a=True&b=1&c=t&d=&e=yes&f=0&g=FALSE&h=false&i=False",
+        ));
+        for k in ["a", "b", "c", "d", "e"] {
+            assert!(p.flag(k), "{k}");
+        }
+        for k in ["f", "g", "h", "i", "absent"] {
+            assert!(!p.flag(k), "{k}");
+        }
+        assert_eq!(p.opt_flag("absent"), None);
+        assert_eq!(p.opt_flag("f"), Some(false));
+    }
 
     #[test]
     fn routes() {

@@ -151,15 +151,7 @@ pub fn options(call: &Call) -> Result<(String, bool), ApiError> {
         }));
     }
     check_field_manager(manager, "PatchOptions")?;
-    let force = match call.params.get("force") {
-        None | Some("") | Some("false") => false,
-        Some("true") => true,
-        Some(other) => {
-            return Err(ApiError::BadRequest(format!(
-                "invalid value for force: {other:?} is not a boolean"
-            )))
-        }
-    };
+    let force = call.params.flag("force");
     Ok((manager.to_string(), force))
 }
 

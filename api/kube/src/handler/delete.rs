@@ -49,6 +49,9 @@ pub(crate) fn options(call: &Call) -> Result<DeleteOptions, ApiError> {
     if let Some(p) = call.params.get("propagationPolicy") {
         o.propagation_policy = Some(p.to_string());
     }
+    if let Some(orphan) = call.params.opt_flag("orphanDependents") {
+        o.orphan_dependents = Some(orphan);
+    }
     if let Some(p) = &o.propagation_policy {
         if !["Background", "Foreground", "Orphan"].contains(&p.as_str()) {
             return Err(ApiError::BadRequest(format!(
