@@ -19,13 +19,15 @@ OA = next(g for r in REG for g in glob.glob(r + "k8s-openapi-0.28.*/src/v1_32"))
 
 ROOTS = [
     "api.core.v1." + k
-    for k in ["Namespace", "Pod", "Node", "Service", "Endpoints", "ConfigMap", "Secret", "ServiceAccount", "Event"]
+    for k in ["Namespace", "Pod", "Node", "Service", "Endpoints", "ConfigMap", "Secret", "ServiceAccount", "Event",
+              "ReplicationController"]
 ] + [
     "api.apps.v1.Deployment", "api.apps.v1.ReplicaSet", "api.apps.v1.StatefulSet", "api.apps.v1.DaemonSet",
     "api.batch.v1.Job", "api.batch.v1.CronJob", "api.events.v1.Event", "api.rbac.v1.Role",
     "api.rbac.v1.RoleBinding", "api.rbac.v1.ClusterRole", "api.rbac.v1.ClusterRoleBinding",
     "api.coordination.v1.Lease", "api.discovery.v1.EndpointSlice", "api.autoscaling.v1.Scale",
-    "apimachinery.pkg.apis.meta.v1.DeleteOptions",
+    "apimachinery.pkg.apis.meta.v1.DeleteOptions", "api.policy.v1.PodDisruptionBudget", "api.policy.v1.Eviction",
+    "api.apps.v1.ControllerRevision",
 ]
 
 def parse_fields(body):

@@ -900,3 +900,126 @@ fn a_deployment_adopts_releases_and_survives_a_name_collision() {
     // The released ReplicaSet keeps its own pods; the new one made two more.
     assert_eq!(pods(c, ns, "app=web").len(), 4);
 }
+
+/// A ReplicationController (core/v1) keeps its pods as a ReplicaSet does: its selector and labels default
+/// from the template, `kubectl get rc` prints upstream's columns, `kubectl scale rc` resizes it, a deleted
+/// pod is replaced, and deleting the controller collects its pods.
+#[test]
+fn a_replication_controller_keeps_scales_and_collects_its_pods() {
+    let c = cluster();
+    let ns = "dep-rc";
+    namespace(c, ns);
+    let rc = format!(
+        r#"apiVersion: v1
+kind: ReplicationController
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  replicas: 3
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+      containers: [{{name: c, image: registry.k8s.io/pause:3.9}}]
+"#
+    );
+    c.ok_stdin(0, &["apply", "-f", "-"], Some(&rc));
+    assert_eq!(
+        jsonpath(
+            c,
+            ns,
+            "rc/web",
+            "{.spec.selector.app}/{.metadata.labels.app}"
+        ),
+        "web/web"
+    );
+    c.wait_until("3 pods", WAIT, || pods(c, ns, "app=web").len() == 3);
+    let owners = jsonpath(
+        c,
+        ns,
+        "pods",
+        "{range .items[*]}{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].apiVersion} {end}",
+    );
+    assert_eq!(
+        owners.split_whitespace().collect::<Vec<_>>(),
+        ["ReplicationController/v1"; 3]
+    );
+    ready(c, ns, "app=web");
+    c.wait_until("3 ready", WAIT, || {
+        jsonpath(
+            c,
+            ns,
+            "rc/web",
+            "{.status.replicas}/{.status.readyReplicas}/{.status.availableReplicas}/{.status.observedGeneration}",
+        ) == "3/3/3/1"
+    });
+    let table = c.ok(0, &["get", "rc", "-n", ns, "-o", "wide"]);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "DESIRED",
+            "CURRENT",
+            "READY",
+            "AGE",
+            "CONTAINERS",
+            "IMAGES",
+            "SELECTOR"
+        ],
+        "{table}"
+    );
+    let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(
+        [row[0], row[1], row[2], row[3], row[5], row[6], row[7]],
+        [
+            "web",
+            "3",
+            "3",
+            "3",
+            "c",
+            "registry.k8s.io/pause:3.9",
+            "app=web"
+        ],
+        "{table}"
+    );
+
+    let out = c.ok(0, &["scale", "rc", "web", "-n", ns, "--replicas=5"]);
+    assert!(out.contains("scaled"), "{out}");
+    c.wait_until("5 pods", WAIT, || pods(c, ns, "app=web").len() == 5);
+    assert_eq!(
+        c.ok(
+            0,
+            &[
+                "get",
+                "--raw",
+                &format!("/api/v1/namespaces/{ns}/replicationcontrollers/web/scale")
+            ]
+        )
+        .contains(r#""selector":"app=web""#),
+        true
+    );
+
+    let victim = pods(c, ns, "app=web").remove(0);
+    c.ok(0, &["delete", "pod", "-n", ns, &victim]);
+    c.wait_until("a replacement", WAIT, || {
+        let now = pods(c, ns, "app=web");
+        now.len() == 5 && !now.contains(&victim)
+    });
+    let events = c.ok(
+        0,
+        &[
+            "get",
+            "events",
+            "-n",
+            ns,
+            "--field-selector=involvedObject.kind=ReplicationController",
+            "-o",
+            "jsonpath={.items[*].reason}",
+        ],
+    );
+    assert!(events.contains("SuccessfulCreate"), "{events}");
+
+    c.ok(0, &["delete", "rc", "web", "-n", ns]);
+    c.wait_until("the pods collected", WAIT, || {
+        pods(c, ns, "app=web").is_empty()
+    });
+}

@@ -49,6 +49,7 @@ fn registry() -> Vec<ControllerDef> {
         node_lifecycle::taint_eviction::def(),
         podgc::def(),
         replicaset::def(),
+        replicaset::replication_controller_def(),
         deployment::def(),
         job::def(),
         ttl_after_finished::def(),

@@ -28,6 +28,7 @@ pub enum Printer {
     EventsV1,
     Deployment,
     ReplicaSet,
+    ReplicationController,
     StatefulSet,
     DaemonSet,
     Job,
@@ -316,6 +317,22 @@ pub static BUILTIN: LazyLock<Vec<Arc<ResourceDef>>> = LazyLock::new(|| {
             fields = NONE,
             cou = false,
             gen = false
+        ),
+        res!(
+            "",
+            "ReplicationController",
+            "replicationcontrollers",
+            "replicationcontroller",
+            ns = true,
+            short = &["rc"],
+            cat = ALL,
+            status = true,
+            scale = true,
+            storage = "controllers",
+            printer = ReplicationController,
+            fields = &["status.replicas"],
+            cou = false,
+            gen = true
         ),
         res!(
             "",

@@ -1,7 +1,9 @@
 //! The replicaset controller: keeps `spec.replicas` active pods for every ReplicaSet, adopting matching
-//! orphans, releasing pods that no longer match, and reporting what it sees in the status.
+//! orphans, releasing pods that no longer match, and reporting what it sees in the status. The
+//! replicationcontroller controller is the same logic over ReplicationControllers ([`kind`]).
 
 pub mod expectations;
+pub mod kind;
 pub mod rank;
 pub mod status;
 
@@ -10,14 +12,14 @@ use std::time::Duration;
 
 use futures::future::{join_all, BoxFuture};
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, ReplicationController};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
 use serde_json::json;
 use tracing::debug;
 
@@ -26,6 +28,7 @@ use crate::error::{is_conflict, is_not_found, Result};
 use crate::manager::ControllerDef;
 use crate::{owner, pod_state, runner, selector};
 use expectations::Expectations;
+use kind::Replicated;
 
 /// Most pods one sync creates or deletes (upstream's `burstReplicas`).
 pub const BURST: usize = 500;
@@ -33,8 +36,16 @@ pub const BURST: usize = 500;
 /// Registration under upstream's name.
 pub fn def() -> ControllerDef {
     ControllerDef {
-        name: "replicaset",
-        start,
+        name: ReplicaSet::CONTROLLER,
+        start: start::<ReplicaSet>,
+    }
+}
+
+/// The replication manager: the same logic for ReplicationControllers.
+pub fn replication_controller_def() -> ControllerDef {
+    ControllerDef {
+        name: ReplicationController::CONTROLLER,
+        start: start::<ReplicationController>,
     }
 }
 
@@ -53,12 +64,12 @@ fn live(pods: &Store<Pod>, ns: &str, name: &str) -> bool {
         .is_some_and(|p| p.metadata.deletion_timestamp.is_none())
 }
 
-fn start(ctx: &Arc<Context>) -> BoxFuture<'static, ()> {
-    let sets = ctx.shared::<ReplicaSet>();
+fn start<K: Replicated>(ctx: &Arc<Context>) -> BoxFuture<'static, ()> {
+    let sets = ctx.shared::<K>();
     let pods = ctx.shared::<Pod>();
     let state = Arc::new(State {
         expectations: Expectations::default(),
-        recorder: ctx.recorder("replicaset-controller"),
+        recorder: ctx.recorder(K::COMPONENT),
         pods: pods.store(),
     });
     let sets_store = sets.store();
@@ -67,7 +78,7 @@ fn start(ctx: &Arc<Context>) -> BoxFuture<'static, ()> {
         .watches_shared_stream(pods.subscribe(), move |pod: Arc<Pod>| {
             let ns = pod.namespace().unwrap_or_default();
             if let Some(r) = owner::controller_of(&pod.metadata) {
-                if r.kind != "ReplicaSet" {
+                if r.kind != K::KIND {
                     return Vec::new();
                 }
                 let name = pod.name_any();
@@ -79,29 +90,35 @@ fn start(ctx: &Arc<Context>) -> BoxFuture<'static, ()> {
             sets_store
                 .state()
                 .iter()
-                .filter(|rs| rs.metadata.namespace.as_deref() == Some(ns.as_str()))
-                .filter(|rs| {
-                    rs.spec.as_ref().is_some_and(|s| {
+                .filter(|o| o.meta().namespace.as_deref() == Some(ns.as_str()))
+                .filter(|o| {
+                    o.as_replica_set().spec.as_ref().is_some_and(|s| {
                         !selector::is_empty(&s.selector)
                             && selector::matches(&s.selector, pod.metadata.labels.as_ref())
                     })
                 })
-                .map(|rs| ObjectRef::from_obj(rs.as_ref()))
+                .map(|o| ObjectRef::from_obj(o.as_ref()))
                 .collect()
         });
-    runner::run("replicaset", controller, ctx, move |rs, ctx| {
-        reconcile(rs, ctx, state.clone())
+    runner::run(K::CONTROLLER, controller, ctx, move |obj, ctx| {
+        reconcile(obj, ctx, state.clone())
     })
 }
 
-async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Context>, state: Arc<State>) -> Result<Action> {
+async fn reconcile<K: Replicated>(
+    obj: Arc<K>,
+    ctx: Arc<Context>,
+    state: Arc<State>,
+) -> Result<Action> {
+    let rs = obj.as_replica_set();
+    let about = obj.object_ref(&());
     let ns = rs.namespace().unwrap_or_default();
     let name = rs.name_any();
     let k = key(&ns, &name);
     let Some(spec) = rs.spec.as_ref() else {
         return Ok(Action::await_change());
     };
-    let owned = claim(&rs, &ctx, &state).await?;
+    let owned = claim::<K>(&rs, &ctx, &state).await?;
     let active: Vec<&Pod> = owned
         .iter()
         .map(|p| p.as_ref())
@@ -114,14 +131,14 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Context>, state: Arc<State>) ->
     let mut changed = false;
     if ready_to_manage && rs.metadata.deletion_timestamp.is_none() {
         let want = usize::try_from(spec.replicas.unwrap_or(1)).unwrap_or(0);
-        (failure, changed) = manage(&rs, &active, want, &ctx, &state).await;
+        (failure, changed) = manage::<K>(&rs, &about, &active, want, &ctx, &state).await;
     }
     let (new_status, wait) = status::calculate(&rs, &active, failure, Timestamp::now());
     if rs.status.as_ref() != Some(&new_status) {
-        let mut updated = (*rs).clone();
-        updated.status = Some(new_status);
+        let mut updated = (*obj).clone();
+        updated.set_status(new_status);
         match ctx
-            .api::<ReplicaSet>(&ns)
+            .api::<K>(&ns)
             .replace_status(&name, &PostParams::default(), &updated)
             .await
         {
@@ -147,7 +164,11 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Context>, state: Arc<State>) ->
 
 /// The ReplicaSet's pods: those it controls that still match, plus the orphans it adopts; it releases the
 /// ones it controls that no longer match.
-async fn claim(rs: &ReplicaSet, ctx: &Context, state: &State) -> Result<Vec<Arc<Pod>>> {
+async fn claim<K: Replicated>(
+    rs: &ReplicaSet,
+    ctx: &Context,
+    state: &State,
+) -> Result<Vec<Arc<Pod>>> {
     let ns = rs.namespace().unwrap_or_default();
     let uid = rs.metadata.uid.clone().unwrap_or_default();
     let Some(sel) = rs.spec.as_ref().map(|s| &s.selector) else {
@@ -200,10 +221,10 @@ async fn claim(rs: &ReplicaSet, ctx: &Context, state: &State) -> Result<Vec<Arc<
         {
             // Adopt only if the ReplicaSet is still the one we read (not deleted and made again).
             if !checked_fresh {
-                let fresh = ctx.api::<ReplicaSet>(&ns).get_opt(&rs.name_any()).await?;
+                let fresh = ctx.api::<K>(&ns).get_opt(&rs.name_any()).await?;
                 let same = fresh.is_some_and(|f| {
-                    f.metadata.uid.as_deref() == Some(uid.as_str())
-                        && f.metadata.deletion_timestamp.is_none()
+                    f.meta().uid.as_deref() == Some(uid.as_str())
+                        && f.meta().deletion_timestamp.is_none()
                 });
                 if !same {
                     return Ok(owned);
@@ -211,7 +232,7 @@ async fn claim(rs: &ReplicaSet, ctx: &Context, state: &State) -> Result<Vec<Arc<
                 checked_fresh = true;
             }
             let mut refs: Vec<_> = pod.metadata.owner_references.clone().unwrap_or_default();
-            refs.push(owner::controller_ref(&rs.metadata, "apps/v1", "ReplicaSet"));
+            refs.push(owner::controller_ref(&rs.metadata, K::API_VERSION, K::KIND));
             let patch = json!({"metadata": {
                 "ownerReferences": refs,
                 "resourceVersion": pod.metadata.resource_version,
@@ -238,10 +259,12 @@ async fn claim(rs: &ReplicaSet, ctx: &Context, state: &State) -> Result<Vec<Arc<
 
 /// Records an Event about `rs`. Each Normal one names its own pod, so it gets a recorder of its own (the
 /// shared one would fold them into one series, hiding all names but the first); repeated warnings count up.
+#[allow(clippy::too_many_arguments)] // one call per Event kind; a struct would only rename them
 async fn event(
     ctx: &Context,
     state: &State,
-    rs: &ReplicaSet,
+    about: &ObjectReference,
+    component: &str,
     type_: EventType,
     reason: &str,
     action: &str,
@@ -256,17 +279,17 @@ async fn event(
     };
     let fresh;
     let recorder = if type_ == EventType::Normal {
-        fresh = ctx.recorder("replicaset-controller");
+        fresh = ctx.recorder(component);
         &fresh
     } else {
         &state.recorder
     };
-    if let Err(e) = recorder.publish(&ev, &rs.object_ref(&())).await {
+    if let Err(e) = recorder.publish(&ev, about).await {
         debug!(error = %e, "event not recorded");
     }
 }
 
-fn new_pod(rs: &ReplicaSet) -> Pod {
+fn new_pod<K: Replicated>(rs: &ReplicaSet) -> Pod {
     let template = rs
         .spec
         .as_ref()
@@ -282,8 +305,8 @@ fn new_pod(rs: &ReplicaSet) -> Pod {
             finalizers: meta.finalizers,
             owner_references: Some(vec![owner::controller_ref(
                 &rs.metadata,
-                "apps/v1",
-                "ReplicaSet",
+                K::API_VERSION,
+                K::KIND,
             )]),
             ..Default::default()
         },
@@ -293,8 +316,9 @@ fn new_pod(rs: &ReplicaSet) -> Pod {
 }
 
 /// Creates or deletes pods toward `want`; returns the failure to report, if any, and whether it wrote.
-async fn manage(
+async fn manage<K: Replicated>(
     rs: &ReplicaSet,
+    about: &ObjectReference,
     active: &[&Pod],
     want: usize,
     ctx: &Context,
@@ -306,7 +330,7 @@ async fn manage(
     if active.len() < want {
         let mut left = (want - active.len()).min(BURST);
         let mut batch = 1;
-        let pod = new_pod(rs);
+        let pod = new_pod::<K>(rs);
         // Slow start: 1, 2, 4, … at once, stopping at the first failure (a quota or a bad template would
         // fail every one of them).
         while left > 0 {
@@ -323,7 +347,8 @@ async fn manage(
                         event(
                             ctx,
                             state,
-                            rs,
+                            about,
+                            K::COMPONENT,
                             EventType::Normal,
                             "SuccessfulCreate",
                             "Create",
@@ -338,7 +363,8 @@ async fn manage(
                             event(
                                 ctx,
                                 state,
-                                rs,
+                                about,
+                                K::COMPONENT,
                                 EventType::Warning,
                                 "FailedCreate",
                                 "Create",
@@ -375,7 +401,8 @@ async fn manage(
                     event(
                         ctx,
                         state,
-                        rs,
+                        about,
+                        K::COMPONENT,
                         EventType::Normal,
                         "SuccessfulDelete",
                         "Delete",
@@ -390,7 +417,8 @@ async fn manage(
                     event(
                         ctx,
                         state,
-                        rs,
+                        about,
+                        K::COMPONENT,
                         EventType::Warning,
                         "FailedDelete",
                         "Delete",

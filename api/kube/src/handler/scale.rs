@@ -15,7 +15,7 @@ use crate::object::{self, path};
 use crate::resource::ResourceDef;
 use crate::selector::LabelSelector;
 use crate::status::{ApiError, Cause, Target};
-use crate::strategy::{self, ScalePaths};
+use crate::strategy::{self, ScalePaths, SelectorForm};
 
 /// Where a resource keeps its replicas and selector: its strategy's.
 fn paths_of(def: &ResourceDef) -> ScalePaths {
@@ -39,15 +39,18 @@ fn set_path(obj: &mut Value, dotted: &str, v: Value) {
 /// The Scale view of a workload.
 pub fn scale_of(def: &ResourceDef, obj: &Value) -> Value {
     let p = paths_of(def);
-    let selector = match &p.selector {
-        Some(sp) if p.selector_is_text => path(obj, sp)
+    let selector = match (&p.selector, p.selector_form) {
+        (Some(sp), SelectorForm::Text) => path(obj, sp)
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string(),
-        Some(sp) => path(obj, sp)
+        (Some(sp), SelectorForm::Map) => path(obj, sp)
+            .map(|m| LabelSelector::from_map(m).to_query())
+            .unwrap_or_default(),
+        (Some(sp), SelectorForm::Object) => path(obj, sp)
             .map(|s| LabelSelector::from_object(s).to_query())
             .unwrap_or_default(),
-        None => String::new(),
+        (None, _) => String::new(),
     };
     json!({
         "kind": "Scale",

@@ -130,6 +130,11 @@ impl LabelSelector {
         Ok(LabelSelector { reqs })
     }
 
+    /// The selector of a plain label map (`{"app": "web"}`, a ReplicationController's or a Service's).
+    pub fn from_map(map: &Value) -> Self {
+        LabelSelector::from_object(&serde_json::json!({ "matchLabels": map }))
+    }
+
     /// The selector of a `metav1.LabelSelector` object (`matchLabels`, `matchExpressions`).
     pub fn from_object(sel: &Value) -> Self {
         let mut reqs = Vec::new();

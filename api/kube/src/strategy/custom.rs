@@ -79,7 +79,7 @@ impl Strategy for CustomResource {
                 spec: dotted(&s.spec_replicas_path),
                 status: dotted(&s.status_replicas_path),
                 selector: s.label_selector_path.as_deref().map(dotted),
-                selector_is_text: true,
+                selector_form: super::SelectorForm::Text,
             },
             None => super::Plain.scale_paths(def),
         }

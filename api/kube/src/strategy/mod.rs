@@ -38,6 +38,7 @@ mod namespace;
 mod pod;
 mod rbac;
 mod replicaset;
+mod replicationcontroller;
 mod secret;
 mod service;
 mod statefulset;
@@ -68,8 +69,19 @@ pub struct ScalePaths {
     pub status: String,
     /// The label selector, if any.
     pub selector: Option<String>,
-    /// Whether the selector is a string (custom resources) rather than a LabelSelector object.
-    pub selector_is_text: bool,
+    /// What the selector at that path looks like.
+    pub selector_form: SelectorForm,
+}
+
+/// The shape of a `/scale` selector in its object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SelectorForm {
+    /// A `metav1.LabelSelector` (`matchLabels`, `matchExpressions`).
+    Object,
+    /// A label map (a ReplicationController's `spec.selector`).
+    Map,
+    /// The string form already (custom resources' `labelSelectorPath`).
+    Text,
 }
 
 /// The rules of one kind. Every method has the default of a kind without rules of its own.
@@ -221,7 +233,7 @@ pub trait Strategy: Sync {
             spec: "spec.replicas".into(),
             status: "status.replicas".into(),
             selector: Some("spec.selector".into()),
-            selector_is_text: false,
+            selector_form: SelectorForm::Object,
         }
     }
 }
@@ -269,6 +281,10 @@ static BUILTIN: &[((&str, &str), &dyn Strategy)] = &[
     (("", "Service"), &service::Service),
     (("", "ConfigMap"), &configmap::ConfigMap),
     (("", "Secret"), &secret::Secret),
+    (
+        ("", "ReplicationController"),
+        &replicationcontroller::ReplicationController,
+    ),
     (("apps", "Deployment"), &deployment::Deployment),
     (("apps", "ReplicaSet"), &replicaset::ReplicaSet),
     (("apps", "StatefulSet"), &statefulset::StatefulSet),

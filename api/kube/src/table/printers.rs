@@ -217,7 +217,7 @@ pub fn columns(p: Printer) -> Vec<Column> {
             IMAGES,
             SELECTOR,
         ],
-        Printer::ReplicaSet => vec![
+        Printer::ReplicaSet | Printer::ReplicationController => vec![
             NAME,
             col("Desired", "integer", 0, "Number of desired replicas."),
             col("Current", "integer", 0, "Number of observed replicas."),
@@ -808,6 +808,24 @@ pub fn cells(p: Printer, o: &Value) -> Vec<Value> {
                 age(o),
             ];
             v.extend(template_cells(o, "spec.template", Some("spec.selector")));
+            v
+        }
+        Printer::ReplicationController => {
+            let mut v = vec![
+                name,
+                json!(path(o, "spec.replicas")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(1)),
+                json!(i(o, "status.replicas")),
+                json!(i(o, "status.readyReplicas")),
+                age(o),
+            ];
+            v.extend(template_cells(o, "spec.template", None));
+            // The selector is a label map, printed as upstream's FormatLabels does.
+            let sel = path(o, "spec.selector")
+                .map(|m| LabelSelector::from_map(m).to_query())
+                .unwrap_or_default();
+            v.push(or_none(&sel));
             v
         }
         Printer::StatefulSet => {
