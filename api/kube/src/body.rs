@@ -75,9 +75,9 @@ pub fn respond(code: StatusCode, v: &Value) -> Response {
     respond_as(code, v, "application/json")
 }
 
-/// A JSON response with an explicit content type.
+/// A JSON response with an explicit content type, written as upstream's encoder writes it.
 pub fn respond_as(code: StatusCode, v: &Value, content_type: &str) -> Response {
-    let body = serde_json::to_vec(v).unwrap_or_default();
+    let body = crate::encode::to_vec(v);
     let mut r = (code, body).into_response();
     if let Ok(ct) = HeaderValue::from_str(content_type) {
         r.headers_mut().insert(header::CONTENT_TYPE, ct);

@@ -22,6 +22,7 @@ pub mod compaction;
 pub mod convert;
 pub mod crd;
 pub mod discovery;
+pub mod encode;
 pub mod handler;
 pub mod kubernetes_service;
 pub mod leader;

@@ -308,7 +308,7 @@ fn details(t: &Target, causes: &[Cause]) -> Value {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (code, _) = self.code_reason();
-        let body = serde_json::to_vec(&self.status()).unwrap_or_default();
+        let body = crate::encode::to_vec(&self.status());
         let mut resp = (code, body).into_response();
         resp.headers_mut().insert(
             header::CONTENT_TYPE,

@@ -83,8 +83,7 @@ impl Encoder {
             }
             _ => obj,
         };
-        let mut v =
-            serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+        let mut v = crate::encode::watch_event(kind, &object);
         v.push(b'\n');
         Bytes::from(v)
     }

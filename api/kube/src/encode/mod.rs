@@ -1,0 +1,308 @@
+//! JSON bodies as upstream's encoder writes them: Go's struct field order (`kind`, `apiVersion`,
+//! `metadata`, `spec`, `status`; a Status's `status, message, reason, details, code`; a watch event's
+//! `type` then `object`), the zero values of fields without `omitempty` (a new DaemonSet's
+//! `status.currentNumberScheduled: 0`, a template's `creationTimestamp: null`), empty `omitempty`
+//! fields left out, map keys sorted, Go's string escaping, and a newline after every body.
+//!
+//! Objects whose apiVersion and kind [`layout`] does not know (custom resources) are written as
+//! upstream writes unstructured objects: keys sorted. Fields an object has beyond its layout are kept,
+//! after the known ones.
+
+pub mod layout;
+
+use serde_json::{Map, Value};
+
+use layout::{Field, Layout, Type};
+
+/// The JSON body of `v` as upstream writes it, with its trailing newline.
+pub fn to_vec(v: &Value) -> Vec<u8> {
+    let mut out = Vec::with_capacity(512);
+    raw(&mut out, v);
+    out.push(b'\n');
+    out
+}
+
+/// One watch event (`{"type":…,"object":…}`), without the newline that ends its line.
+pub fn watch_event(kind: &str, object: &Value) -> Vec<u8> {
+    let mut out = Vec::with_capacity(512);
+    out.extend_from_slice(b"{\"type\":");
+    string(&mut out, kind);
+    out.extend_from_slice(b",\"object\":");
+    raw(&mut out, object);
+    out.push(b'}');
+    out
+}
+
+/// A value whose type is not known from a parent: an object with a known apiVersion and kind gets its
+/// kind's layout, anything else is written plainly.
+fn raw(out: &mut Vec<u8>, v: &Value) {
+    if let Value::Object(m) = v {
+        let kind = m.get("kind").and_then(Value::as_str).unwrap_or("");
+        let av = m.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+        if !kind.is_empty() {
+            if let Some(root) = Layout::get().root(av, kind) {
+                structure(out, root, Some(m));
+                return;
+            }
+        }
+    }
+    plain(out, v);
+}
+
+/// A value written as Go writes a `map[string]interface{}`: keys sorted.
+fn plain(out: &mut Vec<u8>, v: &Value) {
+    match v {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        Value::Number(n) => out.extend_from_slice(n.to_string().as_bytes()),
+        Value::String(s) => string(out, s),
+        Value::Array(a) => {
+            out.push(b'[');
+            for (i, e) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                plain(out, e);
+            }
+            out.push(b']');
+        }
+        Value::Object(m) => {
+            out.push(b'{');
+            for (i, (k, e)) in m.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                string(out, k);
+                out.push(b':');
+                plain(out, e);
+            }
+            out.push(b'}');
+        }
+    }
+}
+
+/// A struct by its layout; without a layout, plainly.
+fn structure(out: &mut Vec<u8>, name: &str, obj: Option<&Map<String, Value>>) {
+    let Some(fields) = Layout::get().fields(name) else {
+        match obj {
+            Some(m) => plain(out, &Value::Object(m.clone())),
+            None => out.extend_from_slice(b"{}"),
+        }
+        return;
+    };
+    out.push(b'{');
+    let mut first = true;
+    let mut known: Vec<&str> = Vec::with_capacity(fields.len());
+    write_fields(out, fields, obj, &mut first, &mut known);
+    if let Some(m) = obj {
+        for (k, v) in m {
+            if known.contains(&k.as_str()) {
+                continue;
+            }
+            comma(out, &mut first);
+            string(out, k);
+            out.push(b':');
+            plain(out, v);
+        }
+    }
+    out.push(b'}');
+}
+
+fn comma(out: &mut Vec<u8>, first: &mut bool) {
+    if !*first {
+        out.push(b',');
+    }
+    *first = false;
+}
+
+fn write_fields<'a>(
+    out: &mut Vec<u8>,
+    fields: &'a [Field],
+    obj: Option<&Map<String, Value>>,
+    first: &mut bool,
+    known: &mut Vec<&'a str>,
+) {
+    for f in fields {
+        match f {
+            Field::Inline(s) => {
+                if let Some(inner) = Layout::get().fields(s) {
+                    write_fields(out, inner, obj, first, known);
+                }
+            }
+            Field::Named { name, ty, omit } => {
+                known.push(name);
+                let v = obj.and_then(|m| m.get(name));
+                if left_out(ty, *omit, v) {
+                    continue;
+                }
+                comma(out, first);
+                string(out, name);
+                out.push(b':');
+                value(out, ty, v);
+            }
+        }
+    }
+}
+
+/// Whether Go leaves the field out: only with `omitempty`, only for an empty value, and never for a
+/// struct value (Go does not consider structs empty, so `metav1.Time` is written as `null`).
+fn left_out(ty: &Type, omit: bool, v: Option<&Value>) -> bool {
+    if !omit {
+        return false;
+    }
+    let v = match v {
+        None | Some(Value::Null) => {
+            return !matches!(
+                ty,
+                Type::Struct(_) | Type::Time | Type::Quantity | Type::IntOrString | Type::Raw
+            )
+        }
+        Some(v) => v,
+    };
+    match ty {
+        Type::String => v.as_str() == Some(""),
+        Type::Number => v.as_f64() == Some(0.0),
+        Type::Bool => v.as_bool() == Some(false),
+        Type::Slice(_) => v.as_array().is_some_and(Vec::is_empty),
+        Type::Map(_) => v.as_object().is_some_and(Map::is_empty),
+        _ => false,
+    }
+}
+
+/// A field's value by its type; a missing or null value is the type's zero.
+fn value(out: &mut Vec<u8>, ty: &Type, v: Option<&Value>) {
+    let v = v.filter(|v| !v.is_null());
+    match (ty, v) {
+        (Type::String, None) => out.extend_from_slice(b"\"\""),
+        (Type::Number | Type::IntOrString, None) => out.push(b'0'),
+        (Type::Bool, None) => out.extend_from_slice(b"false"),
+        (Type::Quantity, None) => out.extend_from_slice(b"\"0\""),
+        (Type::Time | Type::Raw | Type::Pointer(_) | Type::Slice(_) | Type::Map(_), None) => {
+            out.extend_from_slice(b"null")
+        }
+        (Type::Struct(s), None) => structure(out, s, None),
+        (Type::Struct(s), Some(Value::Object(m))) => structure(out, s, Some(m)),
+        (Type::Raw, Some(v)) => raw(out, v),
+        (Type::Pointer(inner), Some(v)) => value(out, inner, Some(v)),
+        (Type::Slice(inner), Some(Value::Array(a))) => {
+            out.push(b'[');
+            for (i, e) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                value(out, inner, Some(e));
+            }
+            out.push(b']');
+        }
+        (Type::Map(inner), Some(Value::Object(m))) => {
+            out.push(b'{');
+            for (i, (k, e)) in m.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                string(out, k);
+                out.push(b':');
+                value(out, inner, Some(e));
+            }
+            out.push(b'}');
+        }
+        // A value of another shape than the type says (not from a decoded object): as it is.
+        (_, Some(v)) => plain(out, v),
+    }
+}
+
+/// A JSON string as Go's encoder escapes it (HTML characters and U+2028/U+2029 included).
+fn string(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    let mut start = 0;
+    let bytes = s.as_bytes();
+    for (i, ch) in s.char_indices() {
+        let esc: Option<&[u8]> = match ch {
+            '"' => Some(b"\\\""),
+            '\\' => Some(b"\\\\"),
+            '\n' => Some(b"\\n"),
+            '\r' => Some(b"\\r"),
+            '\t' => Some(b"\\t"),
+            '\u{8}' => Some(b"\\b"),
+            '\u{c}' => Some(b"\\f"),
+            _ => None,
+        };
+        let hex = matches!(ch, '<' | '>' | '&' | '\u{2028}' | '\u{2029}') || (ch as u32) < 0x20;
+        if esc.is_none() && !hex {
+            continue;
+        }
+        out.extend_from_slice(&bytes[start..i]);
+        match esc {
+            Some(e) => out.extend_from_slice(e),
+            None => out.extend_from_slice(format!("\\u{:04x}", ch as u32).as_bytes()),
+        }
+        start = i + ch.len_utf8();
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn text(v: &Value) -> String {
+        String::from_utf8(to_vec(v)).unwrap_or_default()
+    }
+
+    #[test]
+    fn objects_have_gos_field_order_and_zero_values() {
+        let ds = json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "d"},
+                        "spec": {"selector": {"matchLabels": {"a": "b"}}}});
+        assert_eq!(
+            text(&ds),
+            concat!(
+                r#"{"kind":"DaemonSet","apiVersion":"apps/v1","metadata":{"name":"d","creationTimestamp":null},"#,
+                r#""spec":{"selector":{"matchLabels":{"a":"b"}},"template":{"metadata":{"creationTimestamp":null},"spec":{"containers":null}},"updateStrategy":{}},"#,
+                r#""status":{"currentNumberScheduled":0,"numberMisscheduled":0,"desiredNumberScheduled":0,"numberReady":0}}"#,
+                "\n"
+            )
+        );
+    }
+
+    #[test]
+    fn a_status_is_written_in_upstreams_order() {
+        let s = json!({"apiVersion": "v1", "code": 409, "details": {"kind": "pods", "name": "p"},
+                       "kind": "Status", "message": "m", "metadata": {}, "reason": "AlreadyExists",
+                       "status": "Failure"});
+        assert_eq!(
+            text(&s),
+            "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"m\",\"reason\":\"AlreadyExists\",\"details\":{\"name\":\"p\",\"kind\":\"pods\"},\"code\":409}\n"
+        );
+    }
+
+    #[test]
+    fn watch_events_put_the_type_first_and_unknown_kinds_stay_sorted() {
+        let cr = json!({"apiVersion": "x.io/v1", "kind": "Thing", "spec": {"b": 1, "a": 2}});
+        assert_eq!(
+            String::from_utf8(watch_event("ADDED", &cr)).unwrap_or_default(),
+            r#"{"type":"ADDED","object":{"apiVersion":"x.io/v1","kind":"Thing","spec":{"a":2,"b":1}}}"#
+        );
+    }
+
+    #[test]
+    fn strings_are_escaped_as_go_escapes_them() {
+        let mut out = Vec::new();
+        string(&mut out, "a<b>&\"\n\u{1}\u{2028}é");
+        assert_eq!(
+            String::from_utf8(out).unwrap_or_default(),
+            r#""a\u003cb\u003e\u0026\"\n\u0001\u2028é""#
+        );
+    }
+
+    #[test]
+    fn fields_beyond_the_layout_are_kept_after_the_known_ones() {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "zzz": 1, "data": {"k": "v"},
+                        "metadata": {"name": "c"}});
+        assert_eq!(
+            text(&cm),
+            "{\"kind\":\"ConfigMap\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"c\",\"creationTimestamp\":null},\"data\":{\"k\":\"v\"},\"zzz\":1}\n"
+        );
+    }
+}
