@@ -15,6 +15,8 @@ PACKAGES=(
     containernetworking-plugins # CNI plugins in /usr/lib/cni
     nftables                    # nft, for netprog
     iproute2                    # ip, for network namespaces in tests
+    python3                     # the official Kubernetes Python client's test (pip-installed into a venv)
+    python3-venv
 )
 
 log() { printf '[setup] %s\n' "$*"; }

@@ -985,18 +985,15 @@ spec:
     let out = c.ok(0, &["scale", "rc", "web", "-n", ns, "--replicas=5"]);
     assert!(out.contains("scaled"), "{out}");
     c.wait_until("5 pods", WAIT, || pods(c, ns, "app=web").len() == 5);
-    assert_eq!(
-        c.ok(
-            0,
-            &[
-                "get",
-                "--raw",
-                &format!("/api/v1/namespaces/{ns}/replicationcontrollers/web/scale")
-            ]
-        )
-        .contains(r#""selector":"app=web""#),
-        true
+    let scale = c.ok(
+        0,
+        &[
+            "get",
+            "--raw",
+            &format!("/api/v1/namespaces/{ns}/replicationcontrollers/web/scale"),
+        ],
     );
+    assert!(scale.contains(r#""selector":"app=web""#), "{scale}");
 
     let victim = pods(c, ns, "app=web").remove(0);
     c.ok(0, &["delete", "pod", "-n", ns, &victim]);

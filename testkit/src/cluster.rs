@@ -358,6 +358,9 @@ const RETRYABLE: &[&str] = &[
     "request timed out",
     "leader changed",
     "no leader",
+    // A membership change that met an election in flight (etcd answers the same while a new leader
+    // is chosen); an operator runs the command again.
+    "not leader",
     "context deadline exceeded",
     "connection refused",
 ];

@@ -7,7 +7,7 @@ macro_rules! with_builtin_type {
         #[allow(unused_imports)]
         use k8s_openapi::api::{
             apps::v1 as apps, batch::v1 as batch, coordination::v1 as coord, core::v1 as core,
-            discovery::v1 as disc, events::v1 as events, rbac::v1 as rbac,
+            discovery::v1 as disc, events::v1 as events, policy::v1 as policy, rbac::v1 as rbac,
         };
         macro_rules! arm {
             ($ty:ty) => {{
@@ -25,10 +25,13 @@ macro_rules! with_builtin_type {
             ("", "Secret") => arm!(core::Secret),
             ("", "ServiceAccount") => arm!(core::ServiceAccount),
             ("", "Event") => arm!(core::Event),
+            ("", "ReplicationController") => arm!(core::ReplicationController),
             ("apps", "Deployment") => arm!(apps::Deployment),
             ("apps", "ReplicaSet") => arm!(apps::ReplicaSet),
             ("apps", "StatefulSet") => arm!(apps::StatefulSet),
             ("apps", "DaemonSet") => arm!(apps::DaemonSet),
+            ("apps", "ControllerRevision") => arm!(apps::ControllerRevision),
+            ("policy", "PodDisruptionBudget") => arm!(policy::PodDisruptionBudget),
             ("events.k8s.io", "Event") => arm!(events::Event),
             ("batch", "Job") => arm!(batch::Job),
             ("batch", "CronJob") => arm!(batch::CronJob),

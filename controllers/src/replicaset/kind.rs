@@ -89,7 +89,6 @@ fn rs_status(s: &ReplicationControllerStatus) -> ReplicaSetStatus {
                 })
                 .collect()
         }),
-        ..Default::default()
     }
 }
 

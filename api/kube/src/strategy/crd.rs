@@ -4,9 +4,9 @@
 //! struct tags to give merge keys), and a delete held by the cleanup finalizer until the CRD's objects are
 //! gone (`crd::controller`).
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
-use super::Strategy;
+use super::{set_status, start_generation, Strategy};
 use crate::admission::validate::immutable;
 use crate::body;
 use crate::crd::{controller, definition};
@@ -33,6 +33,26 @@ impl Strategy for CustomResourceDefinition {
 
     fn set_defaults(&self, _def: &ResourceDef, obj: &mut Value) {
         definition::apply_defaults(obj);
+    }
+
+    /// Upstream's PrepareForCreate: a fresh status that already lists the storage version. Upstream leaves
+    /// `conditions` nil (written `null`) until its controllers set them within milliseconds; keel's CRD
+    /// controller looks every 300 ms, so a new CRD answers `conditions: []` meanwhile, which `kubectl
+    /// wait --for condition=established` waits on instead of failing on a null.
+    fn prepare_for_create(&self, def: &ResourceDef, obj: &mut Value) {
+        start_generation(def, obj);
+        let stored: Vec<Value> = obj
+            .pointer("/spec/versions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|v| v.get("storage") == Some(&json!(true)))
+            .filter_map(|v| v.get("name").cloned())
+            .collect();
+        set_status(
+            obj,
+            json!({"conditions": [], "acceptedNames": {"plural": "", "kind": ""}, "storedVersions": stored}),
+        );
     }
 
     fn validate(&self, _def: &ResourceDef, obj: &Value) -> Vec<Cause> {

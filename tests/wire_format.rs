@@ -1,0 +1,287 @@
+//! The bytes of keel's answers against upstream's encoding, for a created object of several served kinds,
+//! a list, a Status and a watch event: Go's field order, Go's zero values, a newline at the end. Every
+//! expected body here is written from upstream's type definitions (k8s.io/api 1.32) and defaults, not
+//! from keel's output; volatile values (uid, resourceVersion, times) are replaced before comparing.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
+use keel_testkit::keel_bin;
+use keel_testkit::kube::KubeCluster;
+
+fn cluster() -> &'static KubeCluster {
+    KubeCluster::shared(|| {
+        let c = KubeCluster::start(keel_bin!(), 1);
+        c.ok(0, &["create", "namespace", "wire"]);
+        c
+    })
+}
+
+/// Sends a request; returns the status code and the body's bytes as text.
+fn send(c: &KubeCluster, method: &str, path: &str, body: &str) -> (u16, String) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let client = c.client(0).await;
+        let req = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", "application/json")
+            .header("accept", "application/json")
+            .body(body.as_bytes().to_vec())
+            .unwrap();
+        let resp = client
+            .send(req.map(kube::client::Body::from))
+            .await
+            .unwrap();
+        let code = resp.status().as_u16();
+        let bytes = http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        (code, String::from_utf8(bytes.to_vec()).unwrap())
+    })
+}
+
+/// Replaces the values of `"key":"…"` with `<key>`.
+fn mask(text: &str, keys: &[&str]) -> String {
+    let mut out = text.to_string();
+    for key in keys {
+        let pat = format!("\"{key}\":\"");
+        let mut from = 0;
+        while let Some(at) = out[from..].find(&pat) {
+            let start = from + at + pat.len();
+            let end = start + out[start..].find('"').unwrap();
+            out.replace_range(start..end, &format!("<{key}>"));
+            from = start;
+        }
+    }
+    out
+}
+
+fn masked(text: &str) -> String {
+    mask(
+        text,
+        &["uid", "resourceVersion", "creationTimestamp", "time"],
+    )
+}
+
+/// Removes `,"managedFields":[…]` (its contents follow server-side apply's field sets, tested elsewhere).
+fn without_managed_fields(text: &str) -> String {
+    let Some(at) = text.find(",\"managedFields\":[") else {
+        return text.to_string();
+    };
+    let mut depth = 0;
+    let start = at + ",\"managedFields\":".len();
+    for (i, ch) in text[start..].char_indices() {
+        match ch {
+            '[' | '{' => depth += 1,
+            ']' | '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return format!("{}{}", &text[..at], &text[start + i + 1..]);
+                }
+            }
+            _ => {}
+        }
+    }
+    text.to_string()
+}
+
+#[test]
+fn a_configmap_with_its_managed_fields() {
+    let c = cluster();
+    let (code, body) = send(
+        c,
+        "POST",
+        "/api/v1/namespaces/wire/configmaps?fieldManager=wire-test",
+        r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c"},"data":{"b":"2","a":"1"}}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        masked(&body),
+        concat!(
+            r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"c","namespace":"wire","uid":"<uid>","#,
+            r#""resourceVersion":"<resourceVersion>","creationTimestamp":"<creationTimestamp>","#,
+            r#""managedFields":[{"manager":"wire-test","operation":"Update","apiVersion":"v1","time":"<time>","#,
+            r#""fieldsType":"FieldsV1","fieldsV1":{"f:data":{".":{},"f:a":{},"f:b":{}}}}]},"#,
+            r#""data":{"a":"1","b":"2"}}"#,
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn a_daemonset_with_its_defaults_and_zero_status() {
+    let c = cluster();
+    let (code, body) = send(
+        c,
+        "POST",
+        "/apis/apps/v1/namespaces/wire/daemonsets",
+        r#"{"apiVersion":"apps/v1","kind":"DaemonSet","metadata":{"name":"d"},"spec":{"selector":{"matchLabels":{"app":"d"}},"template":{"metadata":{"labels":{"app":"d"}},"spec":{"containers":[{"name":"c","image":"registry.k8s.io/pause:3.9"}]}}}}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        without_managed_fields(&masked(&body)),
+        concat!(
+            r#"{"kind":"DaemonSet","apiVersion":"apps/v1","metadata":{"name":"d","namespace":"wire","uid":"<uid>","#,
+            r#""resourceVersion":"<resourceVersion>","generation":1,"creationTimestamp":"<creationTimestamp>","#,
+            r#""annotations":{"deprecated.daemonset.template.generation":"1"}},"#,
+            r#""spec":{"selector":{"matchLabels":{"app":"d"}},"template":{"metadata":{"creationTimestamp":null,"labels":{"app":"d"}},"#,
+            r#""spec":{"containers":[{"name":"c","image":"registry.k8s.io/pause:3.9","resources":{},"#,
+            r#""terminationMessagePath":"/dev/termination-log","terminationMessagePolicy":"File","imagePullPolicy":"IfNotPresent"}],"#,
+            r#""restartPolicy":"Always","terminationGracePeriodSeconds":30,"dnsPolicy":"ClusterFirst","securityContext":{},"#,
+            r#""schedulerName":"default-scheduler"}},"#,
+            r#""updateStrategy":{"type":"RollingUpdate","rollingUpdate":{"maxUnavailable":1,"maxSurge":0}},"revisionHistoryLimit":10},"#,
+            r#""status":{"currentNumberScheduled":0,"numberMisscheduled":0,"desiredNumberScheduled":0,"numberReady":0}}"#,
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn a_namespace_a_list_and_a_not_found_status() {
+    let c = cluster();
+    let (code, body) = send(
+        c,
+        "POST",
+        "/api/v1/namespaces",
+        r#"{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"wire-ns"}}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        without_managed_fields(&masked(&body)),
+        concat!(
+            r#"{"kind":"Namespace","apiVersion":"v1","metadata":{"name":"wire-ns","uid":"<uid>","#,
+            r#""resourceVersion":"<resourceVersion>","creationTimestamp":"<creationTimestamp>","#,
+            r#""labels":{"kubernetes.io/metadata.name":"wire-ns"}},"#,
+            r#""spec":{"finalizers":["kubernetes"]},"status":{"phase":"Active"}}"#,
+            "\n"
+        )
+    );
+
+    send(
+        c,
+        "POST",
+        "/api/v1/namespaces/wire/secrets",
+        r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"},"stringData":{"k":"v"}}"#,
+    );
+    let (code, body) = send(c, "GET", "/api/v1/namespaces/wire/secrets", "");
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        without_managed_fields(&masked(&body)),
+        concat!(
+            r#"{"kind":"SecretList","apiVersion":"v1","metadata":{"resourceVersion":"<resourceVersion>"},"#,
+            r#""items":[{"metadata":{"name":"s","namespace":"wire","uid":"<uid>","resourceVersion":"<resourceVersion>","#,
+            r#""creationTimestamp":"<creationTimestamp>"},"data":{"k":"dg=="},"type":"Opaque"}]}"#,
+            "\n"
+        )
+    );
+
+    let (code, body) = send(c, "GET", "/api/v1/namespaces/wire/configmaps/nope", "");
+    assert_eq!(code, 404);
+    assert_eq!(
+        body,
+        concat!(
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","#,
+            r#""message":"configmaps \"nope\" not found","reason":"NotFound","#,
+            r#""details":{"name":"nope","kind":"configmaps"},"code":404}"#,
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn a_watch_event_puts_its_type_first() {
+    let c = cluster();
+    send(
+        c,
+        "POST",
+        "/api/v1/namespaces/wire/configmaps",
+        r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"w"},"data":{"v":"1"}}"#,
+    );
+    let (code, body) = send(
+        c,
+        "GET",
+        "/api/v1/namespaces/wire/configmaps?watch=True&fieldSelector=metadata.name%3Dw&timeoutSeconds=1",
+        "",
+    );
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        without_managed_fields(&masked(&body)),
+        concat!(
+            r#"{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"w","namespace":"wire","#,
+            r#""uid":"<uid>","resourceVersion":"<resourceVersion>","creationTimestamp":"<creationTimestamp>"},"#,
+            r#""data":{"v":"1"}}}"#,
+            "\n"
+        )
+    );
+    // Upstream's query decoding: `0` and `false` in any case are false, so these are lists.
+    for off in ["False", "0", "FALSE"] {
+        let (code, body) = send(
+            c,
+            "GET",
+            &format!(
+                "/api/v1/namespaces/wire/configmaps?watch={off}&fieldSelector=metadata.name%3Dw"
+            ),
+            "",
+        );
+        assert_eq!(code, 200);
+        assert!(
+            body.starts_with(r#"{"kind":"ConfigMapList""#),
+            "{off}: {body}"
+        );
+    }
+}
+
+#[test]
+fn a_deployment_with_its_defaults_and_empty_status() {
+    let c = cluster();
+    let (code, body) = send(
+        c,
+        "POST",
+        "/apis/apps/v1/namespaces/wire/deployments",
+        r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web"},"spec":{"selector":{"matchLabels":{"app":"web"}},"template":{"metadata":{"labels":{"app":"web"}},"spec":{"containers":[{"name":"c","image":"registry.k8s.io/pause:3.9"}]}}}}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        without_managed_fields(&masked(&body)),
+        concat!(
+            r#"{"kind":"Deployment","apiVersion":"apps/v1","metadata":{"name":"web","namespace":"wire","uid":"<uid>","#,
+            r#""resourceVersion":"<resourceVersion>","generation":1,"creationTimestamp":"<creationTimestamp>"},"#,
+            r#""spec":{"replicas":1,"selector":{"matchLabels":{"app":"web"}},"template":{"metadata":{"creationTimestamp":null,"labels":{"app":"web"}},"#,
+            r#""spec":{"containers":[{"name":"c","image":"registry.k8s.io/pause:3.9","resources":{},"#,
+            r#""terminationMessagePath":"/dev/termination-log","terminationMessagePolicy":"File","imagePullPolicy":"IfNotPresent"}],"#,
+            r#""restartPolicy":"Always","terminationGracePeriodSeconds":30,"dnsPolicy":"ClusterFirst","securityContext":{},"#,
+            r#""schedulerName":"default-scheduler"}},"#,
+            r#""strategy":{"type":"RollingUpdate","rollingUpdate":{"maxUnavailable":"25%","maxSurge":"25%"}},"#,
+            r#""revisionHistoryLimit":10,"progressDeadlineSeconds":600},"status":{}}"#,
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn a_service_with_its_allocated_ip_and_defaults() {
+    let c = cluster();
+    let (code, body) = send(
+        c,
+        "POST",
+        "/api/v1/namespaces/wire/services",
+        r#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"svc"},"spec":{"selector":{"app":"web"},"ports":[{"port":80}]}}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let ip = v["spec"]["clusterIP"].as_str().unwrap().to_string();
+    assert!(ip.starts_with("10.96."), "{ip}");
+    assert_eq!(
+        without_managed_fields(&masked(&body)).replace(&ip, "<ip>"),
+        concat!(
+            r#"{"kind":"Service","apiVersion":"v1","metadata":{"name":"svc","namespace":"wire","uid":"<uid>","#,
+            r#""resourceVersion":"<resourceVersion>","creationTimestamp":"<creationTimestamp>"},"#,
+            r#""spec":{"ports":[{"protocol":"TCP","port":80,"targetPort":80}],"selector":{"app":"web"},"#,
+            r#""clusterIP":"<ip>","clusterIPs":["<ip>"],"type":"ClusterIP","sessionAffinity":"None","#,
+            r#""ipFamilies":["IPv4"],"ipFamilyPolicy":"SingleStack","internalTrafficPolicy":"Cluster"},"#,
+            r#""status":{"loadBalancer":{}}}"#,
+            "\n"
+        )
+    );
+}
