@@ -61,7 +61,7 @@ pub fn parse_route(
         let served = match s {
             "status" => def.status,
             "scale" => def.scale,
-            "eviction" => def.group.is_empty() && def.kind == "Pod",
+            "eviction" | "binding" => def.group.is_empty() && def.kind == "Pod",
             other => super::strategy::of(&def).subresource(other).is_some(),
         };
         if !served {
@@ -164,9 +164,7 @@ mod tests {
 
     #[test]
     fn booleans_read_as_upstream_does() {
-        let p = Params::parse(Some(
-            "a=True&b=1&c=t&d=&e=yes&f=0&g=FALSE&h=false&i=False",
-        ));
+        let p = Params::parse(Some("a=True&b=1&c=t&d=&e=yes&f=0&g=FALSE&h=false&i=False"));
         for k in ["a", "b", "c", "d", "e"] {
             assert!(p.flag(k), "{k}");
         }
