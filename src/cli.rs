@@ -21,6 +21,8 @@ pub(crate) enum Command {
     Up(UpArgs),
     /// Run the controller manager against any API server (it leads through the kube-system Lease).
     Controllers(ControllersArgs),
+    /// Run the scheduler against any API server (it leads through the kube-system Lease).
+    Scheduler(SchedulerArgs),
     /// Save or restore etcd-format snapshots (the files `etcdctl snapshot` reads and writes).
     Snapshot(SnapshotArgs),
 }
@@ -123,6 +125,10 @@ pub(crate) struct ServerArgs {
     /// marks its conditions Unknown (kube-controller-manager's `--node-monitor-grace-period`).
     #[arg(long, default_value = "50s", value_parser = parse_duration)]
     pub node_monitor_grace_period: std::time::Duration,
+    /// Do not run the scheduler on this member when it leads (k3s's flag; run `keel scheduler`
+    /// elsewhere instead).
+    #[arg(long)]
+    pub disable_scheduler: bool,
 }
 
 /// Flags of `keel controllers`.
@@ -141,6 +147,20 @@ pub(crate) struct ControllersArgs {
     /// marks its conditions Unknown (kube-controller-manager's `--node-monitor-grace-period`).
     #[arg(long, default_value = "50s", value_parser = parse_duration)]
     pub node_monitor_grace_period: std::time::Duration,
+    /// Log level: error, warn, info, debug, trace (or a tracing filter).
+    #[arg(long, env = "KEEL_LOG", default_value = "warn")]
+    pub log_level: String,
+}
+
+/// Flags of `keel scheduler`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct SchedulerArgs {
+    /// Kubeconfig of the API server whose pods to schedule.
+    #[arg(long)]
+    pub kubeconfig: PathBuf,
+    /// Identity in the `kube-system/kube-scheduler` Lease (default: host name and a random suffix).
+    #[arg(long, default_value = "")]
+    pub name: String,
     /// Log level: error, warn, info, debug, trace (or a tracing filter).
     #[arg(long, env = "KEEL_LOG", default_value = "warn")]
     pub log_level: String,

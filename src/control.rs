@@ -1,5 +1,6 @@
-//! The components that run on the leader: in `keel server` the controller manager follows Raft
-//! leadership through the in-process client; `keel controllers` runs it against any API server.
+//! The components that run on the leader: in `keel server` the controller manager and the scheduler
+//! follow Raft leadership through the in-process client; `keel controllers` and `keel scheduler` run
+//! them against any API server.
 
 use keel_controllers::lease::Mode;
 use keel_controllers::Selection;
@@ -7,7 +8,7 @@ use keel_kube_api::authn::Identity;
 use keel_kube_api::{ApiServer, Storage};
 use tokio::sync::watch;
 
-use crate::cli::ControllersArgs;
+use crate::cli::{ControllersArgs, SchedulerArgs};
 use crate::server::{init_logging, ServerError};
 
 /// This member's Raft leadership as a flag.
@@ -56,32 +57,85 @@ pub(crate) fn spawn_controllers(
     ));
 }
 
+/// Starts the scheduler on `api`: it runs while this member is the Raft leader, until `stop`.
+pub(crate) fn spawn_scheduler(
+    api: &ApiServer,
+    storage: &Storage,
+    holder: String,
+    stop: watch::Receiver<bool>,
+) {
+    let identity = Identity {
+        user: keel_scheduler::USER.to_string(),
+        groups: vec!["system:authenticated".into()],
+    };
+    let client = kube::Client::new(api.service(identity), "default");
+    tokio::spawn(keel_scheduler::run_while_leading(
+        client,
+        keel_scheduler::Options::new(holder),
+        leading(storage),
+        stop,
+        keel_scheduler::lease::Mode::Follow,
+    ));
+}
+
+/// Reads a kubeconfig file into a client configuration.
+async fn load_kubeconfig(path: &std::path::Path) -> Result<kube::Config, ServerError> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path)
+        .map_err(|e| ServerError::Config(format!("--kubeconfig {}: {e}", path.display())))?;
+    kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .map_err(|e| ServerError::Config(format!("--kubeconfig {}: {e}", path.display())))
+}
+
+/// A Lease holder identity: `--name`, or the host name with a random suffix (client-go's shape).
+fn holder_identity(name: &str) -> String {
+    if !name.is_empty() {
+        return name.to_string();
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "keel".into());
+    format!("{host}_{}", uuid_suffix())
+}
+
+/// `keel scheduler --kubeconfig FILE`: elect through the Lease, then schedule while leading.
+pub(crate) async fn run_scheduler(args: SchedulerArgs) -> Result<(), ServerError> {
+    init_logging(&args.log_level)?;
+    let config = load_kubeconfig(&args.kubeconfig).await?;
+    let client = kube::Client::try_from(config)
+        .map_err(|e| ServerError::Config(format!("cannot make a client: {e}")))?;
+    let holder = holder_identity(&args.name);
+    let leading = keel_scheduler::lease::elect(client.clone(), keel_scheduler::LEASE_NAME, &holder);
+    let (stop_tx, stop) = watch::channel(false);
+    let run = keel_scheduler::run_while_leading(
+        client,
+        keel_scheduler::Options::new(holder),
+        leading,
+        stop,
+        keel_scheduler::lease::Mode::Elect,
+    );
+    tokio::select! {
+        _ = run => {}
+        r = crate::server::terminated() => {
+            r.map_err(ServerError::Signal)?;
+            let _ = stop_tx.send(true);
+        }
+    }
+    Ok(())
+}
+
 /// `keel controllers --kubeconfig FILE`: elect through the Lease, then run the controllers while leading.
 pub(crate) async fn run_controllers(args: ControllersArgs) -> Result<(), ServerError> {
     init_logging(&args.log_level)?;
     let selection = Selection::parse(&args.controllers).map_err(ServerError::Config)?;
-    let kubeconfig = kube::config::Kubeconfig::read_from(&args.kubeconfig).map_err(|e| {
-        ServerError::Config(format!("--kubeconfig {}: {e}", args.kubeconfig.display()))
-    })?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .map_err(|e| {
-            ServerError::Config(format!("--kubeconfig {}: {e}", args.kubeconfig.display()))
-        })?;
+    let config = load_kubeconfig(&args.kubeconfig).await?;
     let root_ca = config
         .root_cert
         .as_ref()
         .and_then(|certs| certs.first().map(|der| pem_encode("CERTIFICATE", der)));
     let client = kube::Client::try_from(config)
         .map_err(|e| ServerError::Config(format!("cannot make a client: {e}")))?;
-    let holder = if args.name.is_empty() {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .unwrap_or_else(|_| "keel".into());
-        format!("{host}_{}", uuid_suffix())
-    } else {
-        args.name.clone()
-    };
+    let holder = holder_identity(&args.name);
     let leading = keel_controllers::lease::elect(
         client.clone(),
         keel_controllers::manager::LEASE_NAME,

@@ -41,6 +41,7 @@ fn main() -> std::process::ExitCode {
             cli::Command::Server(args) => server::run(*args).await,
             cli::Command::Up(args) => up::run(args).await,
             cli::Command::Controllers(args) => control::run_controllers(args).await,
+            cli::Command::Scheduler(args) => control::run_scheduler(args).await,
             cli::Command::Snapshot(args) => snapshot::run(args)
                 .await
                 .map_err(|e| server::ServerError::Config(e.to_string())),

@@ -182,6 +182,7 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), ServerError> {
     });
     let controllers = controllers.transpose()?;
     let holder = args.name.clone();
+    let scheduler = !args.disable_scheduler;
     let node_grace = args.node_monitor_grace_period;
     let mut kube_serving = tokio::spawn(async move {
         match kube {
@@ -193,6 +194,14 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), ServerError> {
                     _ = &mut kube_rx => return Ok(()),
                 };
                 let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+                if scheduler {
+                    crate::control::spawn_scheduler(
+                        &api,
+                        &storage,
+                        holder.clone(),
+                        stop_rx.clone(),
+                    );
+                }
                 if let Some(selection) = controllers {
                     crate::control::spawn_controllers(
                         &api, &storage, holder, selection, node_grace, stop_rx,

@@ -19,13 +19,15 @@ use serde_json::Value;
 
 const GRACE: &str = "8s";
 
+/// The tests place pods on nodes themselves (nodeName): no scheduler runs.
 fn cluster() -> &'static KubeCluster {
     KubeCluster::shared(|| {
         KubeCluster::start_with(
             Options::new(Kind::Keel, 3)
                 .keel_bin(keel_bin!())
                 .arg("--node-monitor-grace-period")
-                .arg(GRACE),
+                .arg(GRACE)
+                .arg("--disable-scheduler"),
         )
     })
 }

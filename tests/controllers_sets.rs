@@ -13,8 +13,15 @@ use keel_testkit::pods::{report, Report};
 
 const WAIT: Duration = Duration::from_secs(60);
 
+/// The tests place pods themselves (nodeName, or none to see a pod wait unbound): no scheduler runs.
 fn cluster() -> &'static KubeCluster {
-    KubeCluster::shared(|| KubeCluster::start(keel_bin!(), 3))
+    KubeCluster::shared(|| {
+        KubeCluster::start_with(
+            keel_testkit::cluster::Options::new(keel_testkit::binaries::Kind::Keel, 3)
+                .keel_bin(keel_bin!())
+                .arg("--disable-scheduler"),
+        )
+    })
 }
 
 fn rt() -> tokio::runtime::Runtime {

@@ -90,6 +90,11 @@ fn aggregated_resource(r: &ResourceDef) -> Value {
     }
     if r.group.is_empty() && r.kind == "Pod" {
         subs.push(json!({
+            "subresource": "binding",
+            "responseKind": {"group": "", "version": "v1", "kind": "Binding"},
+            "verbs": ["create"],
+        }));
+        subs.push(json!({
             "subresource": "eviction",
             "responseKind": {"group": "policy", "version": "v1", "kind": "Eviction"},
             "verbs": ["create"],
@@ -229,6 +234,10 @@ pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<V
             }));
         }
         if r.group.is_empty() && r.kind == "Pod" {
+            list.push(json!({
+                "name": "pods/binding", "singularName": "", "namespaced": true,
+                "kind": "Binding", "verbs": ["create"],
+            }));
             // kubectl drain finds the Eviction's group-version here.
             list.push(json!({
                 "name": "pods/eviction", "singularName": "", "namespaced": true,

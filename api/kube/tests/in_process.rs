@@ -151,3 +151,96 @@ async fn in_process_client_lists_watches_creates_and_conflicts() {
     api.stop();
     node.shutdown().await;
 }
+
+/// `pods/{name}/binding` sets the node once: the second binding is upstream's 409 on `pods/binding`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binding_assigns_a_pod_once() {
+    use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
+    let (_dir, node, api) = start().await;
+    let identity = Identity {
+        user: "system:kube-scheduler".into(),
+        groups: vec!["system:authenticated".into()],
+    };
+    let client = Client::new(api.service(identity), "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p1"},
+        "spec": {"containers": [{"name": "c", "image": "pause"}]},
+    }))
+    .expect("pod");
+    let mut created = None;
+    for _ in 0..100 {
+        // The default namespace appears once the leader's lifecycle pass ran.
+        match pods.create(&PostParams::default(), &pod).await {
+            Ok(p) => {
+                created = Some(p);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    assert!(created.is_some(), "the pod was never created");
+    let binding = |node: &str| Binding {
+        metadata: kube::api::ObjectMeta {
+            name: Some("p1".into()),
+            annotations: Some([("scheduled-by".to_string(), "test".to_string())].into()),
+            ..Default::default()
+        },
+        target: ObjectReference {
+            kind: Some("Node".into()),
+            name: Some(node.into()),
+            ..Default::default()
+        },
+    };
+    let status: kube::core::Status = pods
+        .create_subresource("binding", "p1", &PostParams::default(), &binding("n1"))
+        .await
+        .expect("first binding");
+    assert_eq!(
+        status.status,
+        Some(kube::core::response::StatusSummary::Success)
+    );
+    let got = pods.get("p1").await.expect("get");
+    assert_eq!(
+        got.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        Some("n1")
+    );
+    assert_eq!(
+        got.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("scheduled-by"))
+            .map(String::as_str),
+        Some("test")
+    );
+    let scheduled = got
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "PodScheduled")
+        .map(|c| c.status);
+    assert_eq!(scheduled.as_deref(), Some("True"));
+
+    match pods
+        .create_subresource::<_, kube::core::Status>(
+            "binding",
+            "p1",
+            &PostParams::default(),
+            &binding("n2"),
+        )
+        .await
+    {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 409);
+            assert_eq!(s.reason, "Conflict");
+            assert_eq!(
+                s.message,
+                "Operation cannot be fulfilled on pods/binding \"p1\": pod p1 is already assigned to node \"n1\""
+            );
+        }
+        other => panic!("expected a 409 Conflict, got {other:?}"),
+    }
+    api.stop();
+    node.shutdown().await;
+}

@@ -1,7 +1,9 @@
 //! Resource requests: routing by verb to reads (`read`), writes (`write`, server-side apply in `apply`),
-//! deletes (`delete`), watches (`watch`), the scale subresource (`scale`) and pod evictions (`eviction`).
+//! deletes (`delete`), watches (`watch`), the scale subresource (`scale`), pod evictions (`eviction`) and
+//! pod bindings (`binding`).
 
 pub mod apply;
+pub mod binding;
 pub mod delete;
 pub mod eviction;
 pub mod read;
@@ -117,6 +119,7 @@ pub async fn serve(
         (&Method::GET, true, None | Some("status")) => read::get(call).await,
         (&Method::POST, false, None) => write::create(call).await,
         (&Method::POST, true, Some("eviction")) => eviction::evict(call).await,
+        (&Method::POST, true, Some("binding")) => binding::bind(call).await,
         (&Method::PUT, true, Some("scale")) => scale::update(call).await,
         (&Method::PUT, true, None | Some("status") | Some("finalize")) => write::update(call).await,
         (&Method::PATCH, true, Some("scale")) => scale::patch(call).await,

@@ -1,0 +1,230 @@
+//! The scheduler's cache of nodes and of the pods placed on them, fed by the watches. A pod the
+//! scheduler decided on but has not yet seen bound is *assumed*: it counts against its node at once, so
+//! the next decision already sees the resources taken, until the watch confirms the binding or the
+//! binding fails and the pod is forgotten.
+//!
+//! Each scheduling cycle reads a [`Snapshot`]: the node list as of that moment, rebuilt only when the
+//! cache changed (NodeInfos are shared, copied on write).
+
+pub mod node_info;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+
+pub use node_info::NodeInfo;
+
+use crate::pod_info::PodInfo;
+
+/// Where the cache has a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Placed {
+    node: String,
+    uid: String,
+    assumed: bool,
+}
+
+/// Nodes and placed pods.
+#[derive(Debug, Default)]
+pub struct Cache {
+    nodes: BTreeMap<String, Arc<NodeInfo>>,
+    pods: HashMap<String, Placed>,
+    generation: u64,
+}
+
+/// The nodes one scheduling cycle works on.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// Nodes that exist, in a stable order (by name).
+    pub nodes: Vec<Arc<NodeInfo>>,
+    generation: u64,
+}
+
+impl Snapshot {
+    /// The node named `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<NodeInfo>> {
+        self.nodes.iter().find(|n| n.name() == name)
+    }
+}
+
+impl Cache {
+    /// Adds or replaces a node.
+    pub fn set_node(&mut self, node: Arc<Node>) {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        match self.nodes.get_mut(&name) {
+            Some(info) => Arc::make_mut(info).set_node(node),
+            None => {
+                self.nodes.insert(name, Arc::new(NodeInfo::new(node)));
+            }
+        }
+        self.generation += 1;
+    }
+
+    /// Forgets a node (its pods stay accounted to the name until they go).
+    pub fn remove_node(&mut self, name: &str) {
+        if let Some(info) = self.nodes.get_mut(name) {
+            if info.pods.is_empty() {
+                self.nodes.remove(name);
+            } else {
+                Arc::make_mut(info).node = None;
+            }
+            self.generation += 1;
+        }
+    }
+
+    /// The node object named `name`, if the cache has it.
+    pub fn node(&self, name: &str) -> Option<Arc<Node>> {
+        self.nodes.get(name).and_then(|n| n.node.clone())
+    }
+
+    /// Names of every node and every placed pod's key (to find what a re-list no longer has).
+    pub fn node_names(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| n.node.is_some())
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Keys of every pod placed (bound or assumed).
+    pub fn pod_keys(&self) -> Vec<String> {
+        self.pods.keys().cloned().collect()
+    }
+
+    fn place(&mut self, pod: PodInfo, node: &str, assumed: bool) {
+        self.remove_pod(&pod.key);
+        self.pods.insert(
+            pod.key.clone(),
+            Placed {
+                node: node.to_string(),
+                uid: pod.uid.clone(),
+                assumed,
+            },
+        );
+        let info = self.nodes.entry(node.to_string()).or_default();
+        Arc::make_mut(info).add_pod(pod);
+        self.generation += 1;
+    }
+
+    /// A pod the watch shows bound to its node (confirms an assumed pod).
+    pub fn add_bound_pod(&mut self, pod: PodInfo) {
+        let node = pod.node_name().to_string();
+        self.place(pod, &node, false);
+    }
+
+    /// Counts a pod against `node` before its binding is confirmed.
+    pub fn assume(&mut self, pod: PodInfo, node: &str) {
+        self.place(pod, node, true);
+    }
+
+    /// Whether `key` is assumed and not yet confirmed.
+    pub fn is_assumed(&self, key: &str) -> bool {
+        self.pods.get(key).is_some_and(|p| p.assumed)
+    }
+
+    /// Drops an assumed pod whose binding failed (a confirmed pod stays).
+    pub fn forget(&mut self, key: &str) {
+        if self.is_assumed(key) {
+            self.remove_pod(key);
+        }
+    }
+
+    /// Takes a pod off its node; returns whether it was placed.
+    pub fn remove_pod(&mut self, key: &str) -> bool {
+        let Some(placed) = self.pods.remove(key) else {
+            return false;
+        };
+        if let Some(info) = self.nodes.get_mut(&placed.node) {
+            let info = Arc::make_mut(info);
+            info.remove_pod(key);
+            if info.node.is_none() && info.pods.is_empty() {
+                self.nodes.remove(&placed.node);
+            }
+        }
+        self.generation += 1;
+        true
+    }
+
+    /// Refreshes `snap` if the cache changed since it was taken.
+    pub fn update_snapshot(&self, snap: &mut Snapshot) {
+        if snap.generation == self.generation && self.generation != 0 {
+            return;
+        }
+        snap.nodes = self
+            .nodes
+            .values()
+            .filter(|n| n.node.is_some())
+            .cloned()
+            .collect();
+        snap.generation = self.generation;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(name: &str) -> Arc<Node> {
+        Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": name},
+                "status": {"allocatable": {"cpu": "2", "memory": "1Gi", "pods": "10"}}}))
+            .unwrap(),
+        )
+    }
+
+    fn pod(name: &str, node: &str) -> PodInfo {
+        PodInfo::new(Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": name, "namespace": "d", "uid": name},
+                "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}))
+            .unwrap(),
+        ))
+    }
+
+    #[test]
+    fn assumed_pods_count_until_confirmed_or_forgotten() {
+        let mut cache = Cache::default();
+        cache.set_node(node("n1"));
+        let mut snap = Snapshot::default();
+        cache.assume(pod("a", ""), "n1");
+        cache.update_snapshot(&mut snap);
+        assert_eq!(snap.nodes[0].requested.milli_cpu, 1000);
+        assert!(cache.is_assumed("d/a"));
+        cache.add_bound_pod(pod("a", "n1"));
+        assert!(!cache.is_assumed("d/a"));
+        cache.forget("d/a");
+        cache.update_snapshot(&mut snap);
+        assert_eq!(
+            snap.nodes[0].requested.milli_cpu, 1000,
+            "a confirmed pod stays"
+        );
+        cache.assume(pod("b", ""), "n1");
+        cache.forget("d/b");
+        cache.update_snapshot(&mut snap);
+        assert_eq!(snap.nodes[0].requested.milli_cpu, 1000);
+        assert_eq!(snap.nodes[0].pods.len(), 1);
+    }
+
+    #[test]
+    fn a_snapshot_keeps_its_view_while_the_cache_moves_on() {
+        let mut cache = Cache::default();
+        cache.set_node(node("n1"));
+        let mut snap = Snapshot::default();
+        cache.update_snapshot(&mut snap);
+        cache.add_bound_pod(pod("a", "n1"));
+        assert_eq!(snap.nodes[0].requested.milli_cpu, 0);
+        cache.update_snapshot(&mut snap);
+        assert_eq!(snap.nodes[0].requested.milli_cpu, 1000);
+        cache.remove_node("n1");
+        cache.update_snapshot(&mut snap);
+        assert!(snap.nodes.is_empty());
+        cache.set_node(node("n1"));
+        cache.update_snapshot(&mut snap);
+        assert_eq!(
+            snap.nodes[0].pods.len(),
+            1,
+            "the pods stay with the node's name"
+        );
+    }
+}

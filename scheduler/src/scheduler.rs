@@ -1,0 +1,372 @@
+//! The scheduler's loop. One task owns the cache and the queue: it applies watch changes, takes the
+//! next pod, runs one scheduling cycle on the snapshot, assumes the pod on the chosen node and hands the
+//! binding to a task of its own (the binding cycle), whose result comes back on the same channel. A pod
+//! that fits nowhere gets its condition and a FailedScheduling Event (written by a task, so the loop
+//! never waits on the API) and goes back to the queue.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::Api;
+use kube::Client;
+use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+use tokio::task::JoinSet;
+use tracing::{debug, info, warn};
+
+use crate::binder;
+use crate::cache::{Cache, Snapshot};
+use crate::framework::fit_error::NO_NODES_AVAILABLE;
+use crate::framework::schedule::{Algorithm, Failure};
+use crate::framework::Framework;
+use crate::informer::{self, Change};
+use crate::plugins::{default_framework, default_preemption};
+use crate::pod_info::{is_ours, is_terminal, key_of, PodInfo};
+use crate::queue::SchedulingQueue;
+use crate::report::{self, Kind};
+use crate::Options;
+
+/// How often back-off and the unschedulable leftovers are flushed.
+const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What reaches the loop.
+#[derive(Debug)]
+pub enum Input {
+    /// A pod changed.
+    Pod(Box<Change<Pod>>),
+    /// A node changed.
+    Node(Box<Change<Node>>),
+    /// A binding finished.
+    Bound {
+        /// The pod's key.
+        key: String,
+        /// The node it was bound to.
+        node: String,
+        /// What the API server answered.
+        result: Result<(), kube::Error>,
+    },
+}
+
+/// The loop's state.
+pub struct Scheduler {
+    client: Client,
+    opts: Options,
+    fw: Framework,
+    alg: Algorithm,
+    cache: Cache,
+    queue: SchedulingQueue,
+    snapshot: Snapshot,
+    pods_synced: bool,
+    nodes_synced: bool,
+    tx: UnboundedSender<Input>,
+    tasks: JoinSet<()>,
+    last_flush: Instant,
+}
+
+/// Runs the scheduler until the returned future is dropped (which aborts the watches and every binding
+/// in flight; a binding is a compare-and-set, so an aborted one either happened or did not).
+pub async fn run(client: Client, opts: Options) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let pods = informer::watch(Api::<Pod>::all(client.clone()), tx.clone(), |c| {
+        Input::Pod(Box::new(c))
+    });
+    let nodes = informer::watch(Api::<Node>::all(client.clone()), tx.clone(), |c| {
+        Input::Node(Box::new(c))
+    });
+    let _abort = AbortOnDrop(vec![pods, nodes]);
+    let mut s = Scheduler::new(client, opts, tx);
+    info!(plugins = ?s.fw.plugins(), "scheduler started");
+    s.run(rx).await;
+}
+
+struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for h in &self.0 {
+            h.abort();
+        }
+    }
+}
+
+impl Scheduler {
+    fn new(client: Client, opts: Options, tx: UnboundedSender<Input>) -> Scheduler {
+        let mut alg = Algorithm::default();
+        alg.percentage_of_nodes_to_score = opts.percentage_of_nodes_to_score;
+        Scheduler {
+            client,
+            opts,
+            fw: default_framework(),
+            alg,
+            cache: Cache::default(),
+            queue: SchedulingQueue::default(),
+            snapshot: Snapshot::default(),
+            pods_synced: false,
+            nodes_synced: false,
+            tx,
+            tasks: JoinSet::new(),
+            last_flush: Instant::now(),
+        }
+    }
+
+    async fn run(&mut self, mut rx: UnboundedReceiver<Input>) {
+        let mut tick = tokio::time::interval(FLUSH_INTERVAL);
+        loop {
+            while let Ok(input) = rx.try_recv() {
+                self.handle(input);
+            }
+            while self.tasks.try_join_next().is_some() {}
+            if self.last_flush.elapsed() >= FLUSH_INTERVAL {
+                self.last_flush = Instant::now();
+                self.queue.flush(Instant::now());
+            }
+            if self.pods_synced && self.nodes_synced {
+                if let Some(qp) = self.queue.pop() {
+                    self.schedule_one(qp.info);
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+            }
+            tokio::select! {
+                input = rx.recv() => match input {
+                    Some(i) => self.handle(i),
+                    None => return,
+                },
+                _ = tick.tick() => {}
+            }
+        }
+    }
+
+    fn handle(&mut self, input: Input) {
+        let now = Instant::now();
+        match input {
+            Input::Pod(change) => self.on_pod_change(*change, now),
+            Input::Node(change) => self.on_node_change(*change, now),
+            Input::Bound { key, node, result } => self.on_bound(&key, &node, result, now),
+        }
+    }
+
+    fn on_pod_change(&mut self, change: Change<Pod>, now: Instant) {
+        match change {
+            Change::Applied(p) => self.on_pod(Arc::new(p), now),
+            Change::Deleted(p) => self.on_pod_deleted(&key_of(&p), now),
+            Change::Listed(pods) => {
+                let seen: std::collections::HashSet<String> = pods.iter().map(key_of).collect();
+                let known: Vec<String> = self
+                    .cache
+                    .pod_keys()
+                    .into_iter()
+                    .chain(self.queue.keys())
+                    .filter(|k| !seen.contains(k))
+                    .collect();
+                for k in known {
+                    if !self.cache.is_assumed(&k) {
+                        self.on_pod_deleted(&k, now);
+                    }
+                }
+                for p in pods {
+                    self.on_pod(Arc::new(p), now);
+                }
+                self.pods_synced = true;
+            }
+        }
+    }
+
+    fn on_node_change(&mut self, change: Change<Node>, now: Instant) {
+        match change {
+            Change::Applied(n) => self.on_node(n, now),
+            Change::Deleted(n) => {
+                if let Some(name) = n.metadata.name.as_deref() {
+                    self.cache.remove_node(name);
+                }
+            }
+            Change::Listed(nodes) => {
+                let seen: std::collections::HashSet<String> = nodes
+                    .iter()
+                    .filter_map(|n| n.metadata.name.clone())
+                    .collect();
+                for name in self.cache.node_names() {
+                    if !seen.contains(&name) {
+                        self.cache.remove_node(&name);
+                    }
+                }
+                for n in nodes {
+                    self.on_node(n, now);
+                }
+                self.nodes_synced = true;
+            }
+        }
+    }
+
+    fn on_pod(&mut self, pod: Arc<Pod>, now: Instant) {
+        let info = PodInfo::new(pod);
+        let key = info.key.clone();
+        if is_terminal(&info.pod) {
+            self.queue.delete(&key);
+            if self.cache.remove_pod(&key) {
+                self.queue.move_all(now);
+            }
+            return;
+        }
+        if !info.node_name().is_empty() {
+            self.queue.delete(&key);
+            self.cache.add_bound_pod(info);
+            return;
+        }
+        if self.cache.is_assumed(&key) {
+            // Our binding is under way; this is an older state of the pod.
+            if self.queue.is_in_flight(&key) {
+                self.queue.add(info, now);
+            }
+            return;
+        }
+        if info.pod.metadata.deletion_timestamp.is_some()
+            || !is_ours(&info.pod, &self.opts.scheduler_name)
+        {
+            self.queue.delete(&key);
+            return;
+        }
+        self.queue.add(info, now);
+    }
+
+    fn on_pod_deleted(&mut self, key: &str, now: Instant) {
+        self.queue.delete(key);
+        if self.cache.remove_pod(key) {
+            // Resources came free.
+            self.queue.move_all(now);
+        }
+    }
+
+    fn on_node(&mut self, node: Node, now: Instant) {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let old = self.cache.node(&name);
+        let relevant = match old.as_deref() {
+            None => true,
+            Some(o) => {
+                o.spec != node.spec
+                    || o.metadata.labels != node.metadata.labels
+                    || o.status.as_ref().and_then(|s| s.allocatable.as_ref())
+                        != node.status.as_ref().and_then(|s| s.allocatable.as_ref())
+            }
+        };
+        self.cache.set_node(Arc::new(node));
+        if relevant {
+            self.queue.move_all(now);
+        }
+    }
+
+    fn schedule_one(&mut self, info: PodInfo) {
+        let key = info.key.clone();
+        if info.pod.metadata.deletion_timestamp.is_some() {
+            self.queue.done(&key);
+            return;
+        }
+        self.cache.update_snapshot(&mut self.snapshot);
+        match self.alg.schedule(&self.fw, &self.snapshot, &info) {
+            Ok(decision) => {
+                debug!(pod = %key, node = %decision.node, feasible = decision.feasible,
+                       evaluated = decision.evaluated, "scheduled");
+                self.cache.assume(info.clone(), &decision.node);
+                let (client, tx, holder) = (
+                    self.client.clone(),
+                    self.tx.clone(),
+                    self.opts.holder.clone(),
+                );
+                self.tasks.spawn(async move {
+                    let node = decision.node;
+                    let result = binder::bind(&client, &info, &node).await;
+                    if result.is_ok() {
+                        let note = format!(
+                            "Successfully assigned {}/{} to {node}",
+                            info.namespace(),
+                            info.name()
+                        );
+                        if let Err(e) = report::event(
+                            &client,
+                            &holder,
+                            &info.pod,
+                            Kind::Normal,
+                            "Scheduled",
+                            "Binding",
+                            note,
+                        )
+                        .await
+                        {
+                            debug!(error = %e, "posting the Scheduled event failed");
+                        }
+                    }
+                    let _ = tx.send(Input::Bound { key, node, result });
+                });
+            }
+            Err(failure) => {
+                let message = match failure {
+                    Failure::NoNodes => NO_NODES_AVAILABLE.to_string(),
+                    Failure::Fit(mut e) => {
+                        e.diagnosis.post_filter_msg = default_preemption::post_filter_message(
+                            &self.fw,
+                            &self.snapshot,
+                            &info,
+                            &e.diagnosis,
+                        );
+                        e.to_string()
+                    }
+                };
+                debug!(pod = %key, %message, "unschedulable");
+                self.report_failure(&info, "Unschedulable", message);
+                self.queue.requeue_unschedulable(&key, Instant::now());
+            }
+        }
+    }
+
+    /// Writes the pod's condition and a FailedScheduling Event, off the loop.
+    fn report_failure(&mut self, info: &PodInfo, reason: &'static str, message: String) {
+        let (client, holder, pod) = (
+            self.client.clone(),
+            self.opts.holder.clone(),
+            info.pod.clone(),
+        );
+        self.tasks.spawn(async move {
+            if let Err(e) = report::unschedulable_condition(&client, &pod, reason, &message).await {
+                debug!(error = %e, "writing the PodScheduled condition failed");
+            }
+            if let Err(e) = report::event(
+                &client,
+                &holder,
+                &pod,
+                Kind::Warning,
+                "FailedScheduling",
+                "Scheduling",
+                message,
+            )
+            .await
+            {
+                debug!(error = %e, "posting the FailedScheduling event failed");
+            }
+        });
+    }
+
+    fn on_bound(&mut self, key: &str, node: &str, result: Result<(), kube::Error>, now: Instant) {
+        match result {
+            Ok(()) => self.queue.done(key),
+            Err(e) => {
+                if !self.cache.is_assumed(key) {
+                    // The watch already shows the pod bound elsewhere or gone.
+                    self.queue.done(key);
+                    return;
+                }
+                warn!(pod = %key, node, error = %e, "binding failed");
+                self.cache.forget(key);
+                self.queue.move_all(now);
+                let pod = self.queue_pod(key);
+                if let Some(info) = pod {
+                    self.report_failure(&info, "SchedulerError", binder::error_text(&e));
+                }
+                self.queue.requeue_after_error(key, now);
+            }
+        }
+    }
+
+    fn queue_pod(&self, key: &str) -> Option<PodInfo> {
+        self.queue.in_flight(key).map(|qp| qp.info.clone())
+    }
+}
