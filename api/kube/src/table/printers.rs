@@ -797,7 +797,7 @@ pub fn cells(p: Printer, o: &Value) -> Vec<Value> {
             v.extend(template_cells(o, "spec.template", Some("spec.selector")));
             v
         }
-        Printer::ReplicaSet => {
+        Printer::ReplicaSet | Printer::ReplicationController => {
             let mut v = vec![
                 name,
                 json!(path(o, "spec.replicas")
@@ -807,25 +807,16 @@ pub fn cells(p: Printer, o: &Value) -> Vec<Value> {
                 json!(i(o, "status.readyReplicas")),
                 age(o),
             ];
-            v.extend(template_cells(o, "spec.template", Some("spec.selector")));
-            v
-        }
-        Printer::ReplicationController => {
-            let mut v = vec![
-                name,
-                json!(path(o, "spec.replicas")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(1)),
-                json!(i(o, "status.replicas")),
-                json!(i(o, "status.readyReplicas")),
-                age(o),
-            ];
-            v.extend(template_cells(o, "spec.template", None));
-            // The selector is a label map, printed as upstream's FormatLabels does.
-            let sel = path(o, "spec.selector")
-                .map(|m| LabelSelector::from_map(m).to_query())
-                .unwrap_or_default();
-            v.push(or_none(&sel));
+            if p == Printer::ReplicaSet {
+                v.extend(template_cells(o, "spec.template", Some("spec.selector")));
+            } else {
+                v.extend(template_cells(o, "spec.template", None));
+                // A ReplicationController's selector is a label map, printed as upstream's FormatLabels does.
+                let sel = path(o, "spec.selector")
+                    .map(|m| LabelSelector::from_map(m).to_query())
+                    .unwrap_or_default();
+                v.push(or_none(&sel));
+            }
             v
         }
         Printer::StatefulSet => {
