@@ -13,6 +13,7 @@ PACKAGES=(
     containerd                  # container runtime driven by the node agent (CRI)
     runc
     containernetworking-plugins # CNI plugins in /usr/lib/cni
+    busybox-static              # /bin/busybox: the pause and busybox images the node agent runs without a registry
     nftables                    # nft, for netprog
     iproute2                    # ip, for network namespaces in tests
     python3                     # the official Kubernetes Python client's test (pip-installed into a venv)
@@ -62,7 +63,7 @@ else
 fi
 
 # What the tests call by path or by name.
-for bin in /usr/bin/etcd /usr/bin/etcdctl protoc containerd runc nft ip; do
+for bin in /usr/bin/etcd /usr/bin/etcdctl protoc containerd ctr runc nft ip /bin/busybox; do
     command -v "$bin" >/dev/null 2>&1 || die "$bin not found although its package is installed"
 done
 [ -x /usr/lib/cni/bridge ] || die "/usr/lib/cni/bridge not found (containernetworking-plugins)"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what keel needs, builds it, and starts a local 3-member keel on loopback (127.0.0.11-13), ready for
-# etcdctl (port 2379) and kubectl (port 6443, KUBECONFIG printed). Ctrl-C stops it. Extra arguments go to
-# `keel up`.
+# etcdctl (port 2379) and kubectl (port 6443, KUBECONFIG printed), plus a worker on this machine (a private
+# containerd under keel-data/worker and `keel agent` registered as a Node, so pods run; needs root). Ctrl-C stops
+# it all and removes the worker's pods, containerd, bridge and routes. Extra arguments go to `keel up`
+# (`--no-worker` for the control plane alone). See docs/node-agent.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh

@@ -23,6 +23,10 @@ pub(crate) enum Command {
     Controllers(ControllersArgs),
     /// Run the scheduler against any API server (it leads through the kube-system Lease).
     Scheduler(SchedulerArgs),
+    /// Run a node agent: register this machine as a Node and run the pods bound to it through containerd's CRI.
+    Agent(Box<AgentArgs>),
+    /// Write the built-in OCI image archives (busybox and the pause image) for `keel agent --image-dir`.
+    Images(ImagesArgs),
     /// Save or restore etcd-format snapshots (the files `etcdctl snapshot` reads and writes).
     Snapshot(SnapshotArgs),
 }
@@ -166,6 +170,80 @@ pub(crate) struct SchedulerArgs {
     pub log_level: String,
 }
 
+/// Flags of `keel agent`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct AgentArgs {
+    /// Kubeconfig of the API server (required unless --remove-all-pods).
+    #[arg(long, required_unless_present = "remove_all_pods")]
+    pub kubeconfig: Option<PathBuf>,
+    /// API server URL (overrides the kubeconfig's).
+    #[arg(long)]
+    pub server: Option<String>,
+    /// The container runtime's CRI socket.
+    #[arg(long, default_value = "unix:///run/containerd/containerd.sock")]
+    pub cri: String,
+    /// The Node's name (default: the host name).
+    #[arg(long, default_value = "")]
+    pub node_name: String,
+    /// The node's InternalIP (default: the address this machine reaches the API server from).
+    #[arg(long)]
+    pub node_ip: Option<String>,
+    /// Pod CIDR of this node when the Node's spec.podCIDR is not set (e.g. 10.42.0.0/24).
+    #[arg(long)]
+    pub pod_cidr: Option<String>,
+    /// Comma-separated labels to register the node with (`key=value`).
+    #[arg(long, value_delimiter = ',')]
+    pub node_labels: Vec<String>,
+    /// The agent's directory: pod volumes and CNI state.
+    #[arg(long, default_value = "/var/lib/keel-agent")]
+    pub root_dir: PathBuf,
+    /// Where container logs are written.
+    #[arg(long, default_value = "/var/log/pods")]
+    pub pod_log_dir: PathBuf,
+    /// containerd's CNI conf_dir, where the agent writes the pod network config.
+    #[arg(long, default_value = "/etc/cni/net.d")]
+    pub cni_conf_dir: PathBuf,
+    /// Import every OCI image archive (`*.tar`) of this directory at start.
+    #[arg(long)]
+    pub image_dir: Option<PathBuf>,
+    /// Comma-separated cluster DNS server IPs given to ClusterFirst pods.
+    #[arg(long, value_delimiter = ',')]
+    pub cluster_dns: Vec<String>,
+    /// The cluster's DNS domain.
+    #[arg(long, default_value = "cluster.local")]
+    pub cluster_domain: String,
+    /// The cluster (pod) CIDR: given an `unreachable` route so a pod IP on no node never leaves the machine.
+    #[arg(long, default_value = "10.42.0.0/16")]
+    pub cluster_cidr: String,
+    /// The service CIDR: given an `unreachable` route so a Service IP no rule rewrote never leaves the machine.
+    #[arg(long, default_value = "10.96.0.0/12")]
+    pub service_cidr: String,
+    /// The port the agent's API (logs) is served and advertised on.
+    #[arg(long, default_value_t = 10250)]
+    pub port: i32,
+    /// The address the agent's API listens on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub address: std::net::IpAddr,
+    /// Stop and remove every pod sandbox keel's agents made on `--cri`, remove the `unreachable` routes of
+    /// --cluster-cidr and --service-cidr, then exit (a node's teardown).
+    #[arg(long)]
+    pub remove_all_pods: bool,
+    /// Log level: error, warn, info, debug, trace (or a tracing filter).
+    #[arg(long, env = "KEEL_LOG", default_value = "warn")]
+    pub log_level: String,
+}
+
+/// Flags of `keel images`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct ImagesArgs {
+    /// Directory to write `busybox.tar` and `pause.tar` into.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The static busybox binary the images carry.
+    #[arg(long, default_value = "/bin/busybox")]
+    pub busybox: PathBuf,
+}
+
 /// Flags of `keel up`.
 #[derive(Debug, Args, Clone)]
 pub(crate) struct UpArgs {
@@ -178,6 +256,9 @@ pub(crate) struct UpArgs {
     /// Log level for the members.
     #[arg(long, env = "KEEL_LOG", default_value = "warn")]
     pub log_level: String,
+    /// Start the control plane only: no worker (containerd + keel agent) on this machine, no root needed.
+    #[arg(long)]
+    pub no_worker: bool,
 }
 
 /// Flags of `keel snapshot`.

@@ -79,7 +79,7 @@ pub(crate) fn spawn_scheduler(
 }
 
 /// Reads a kubeconfig file into a client configuration.
-async fn load_kubeconfig(path: &std::path::Path) -> Result<kube::Config, ServerError> {
+pub(crate) async fn load_kubeconfig(path: &std::path::Path) -> Result<kube::Config, ServerError> {
     let kubeconfig = kube::config::Kubeconfig::read_from(path)
         .map_err(|e| ServerError::Config(format!("--kubeconfig {}: {e}", path.display())))?;
     kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())

@@ -1,11 +1,13 @@
 //! `keel`: one binary for every role. `keel server` runs a member; `keel up` starts a local
 //! cluster on loopback for trying keel with etcdctl.
 
+mod agent;
 mod cli;
 mod control;
 mod server;
 mod snapshot;
 mod up;
+mod worker;
 
 use clap::Parser;
 
@@ -42,6 +44,8 @@ fn main() -> std::process::ExitCode {
             cli::Command::Up(args) => up::run(args).await,
             cli::Command::Controllers(args) => control::run_controllers(args).await,
             cli::Command::Scheduler(args) => control::run_scheduler(args).await,
+            cli::Command::Agent(args) => agent::run(*args).await,
+            cli::Command::Images(args) => agent::images(args),
             cli::Command::Snapshot(args) => snapshot::run(args)
                 .await
                 .map_err(|e| server::ServerError::Config(e.to_string())),

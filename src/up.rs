@@ -1,5 +1,6 @@
 //! `keel up`: a local cluster on loopback, one `keel server` process per member on 127.0.0.11,
-//! .12, ... with the usual ports; data under one directory; Ctrl-C stops every member.
+//! .12, ... with the usual ports, and a worker on this machine (a private containerd and `keel agent`,
+//! [`crate::worker`]) unless `--no-worker`; data under one directory; Ctrl-C stops and removes it all.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -22,6 +23,9 @@ impl Member {
 /// Starts the members, waits until they serve, then until Ctrl-C or a member exits.
 pub(crate) async fn run(args: UpArgs) -> Result<(), ServerError> {
     let n = args.members as usize;
+    if !args.no_worker {
+        crate::worker::preflight()?;
+    }
     let exe = std::env::current_exe()
         .map_err(|e| ServerError::Config(format!("cannot find the keel binary: {e}")))?;
     let ips: Vec<String> = (0..n).map(|i| format!("127.0.0.{}", 11 + i)).collect();
@@ -32,6 +36,10 @@ pub(crate) async fn run(args: UpArgs) -> Result<(), ServerError> {
         .collect();
     let initial = initial.join(",");
     std::fs::create_dir_all(&args.data_dir)
+        .map_err(|e| ServerError::Config(format!("{}: {e}", args.data_dir.display())))?;
+    // containerd's config needs absolute paths.
+    let mut args = args;
+    args.data_dir = std::fs::canonicalize(&args.data_dir)
         .map_err(|e| ServerError::Config(format!("{}: {e}", args.data_dir.display())))?;
     let started = Instant::now();
     eprintln!(
@@ -107,15 +115,92 @@ pub(crate) async fn run(args: UpArgs) -> Result<(), ServerError> {
     }
     let kubeconfig = std::fs::canonicalize(&kubeconfig).unwrap_or(kubeconfig);
     let endpoints: Vec<String> = members.iter().map(Member::client_url).collect();
+    let mut worker = None;
+    if !args.no_worker {
+        eprintln!("keel up: starting the worker (containerd and keel agent) on this machine");
+        match crate::worker::LocalWorker::start(&exe, &args.data_dir, &kubeconfig, &args.log_level)
+            .await
+        {
+            Ok(w) => worker = Some(w),
+            Err(e) => {
+                stop_all(&mut members);
+                return Err(e);
+            }
+        }
+        if let Some(w) = worker.as_mut() {
+            if let Err(e) = wait_node_ready(&kubeconfig, w).await {
+                w.stop().await;
+                stop_all(&mut members);
+                return Err(e);
+            }
+            eprintln!(
+                "keel up: node {} Ready (logs: {}/agent.log, {}/containerd.log)",
+                w.node(),
+                w.dir().display(),
+                w.dir().display()
+            );
+        }
+    }
+    let pods = if worker.is_some() {
+        "  kubectl get nodes -o wide
+  kubectl create deployment web --image=localhost/busybox:latest --replicas=3 -- httpd -f -p 8080
+  kubectl get pods -o wide
+  kubectl get events --sort-by=.metadata.creationTimestamp
+  kubectl exec deploy/web -- wget -qO- localhost:8080/etc/hostname
+  kubectl logs deploy/web && kubectl top pod
+"
+    } else {
+        "  kubectl create deployment web --image=localhost/busybox:latest --replicas=2
+  (no worker: --no-worker was given, so pods stay Pending)
+"
+    };
     eprintln!(
-        "keel up: {n} member(s) serving in {} ms\n\n  export ETCDCTL_API=3 ETCDCTL_ENDPOINTS={}\n  etcdctl endpoint status -w table\n  etcdctl member list -w table\n  etcdctl put hello world && etcdctl get hello\n\n  export KUBECONFIG={}\n  kubectl get namespaces\n  kubectl create deployment web --image=nginx --replicas=2\n\nEvery member serves the Kubernetes API on https://<its address>:6443 (each member's data dir has an admin.kubeconfig).\nPress Ctrl-C to stop.",
+        "keel up: {n} member(s) serving in {} ms\n\n  export ETCDCTL_API=3 ETCDCTL_ENDPOINTS={}\n  etcdctl endpoint status -w table\n  etcdctl member list -w table\n  etcdctl put hello world && etcdctl get hello\n\n  export KUBECONFIG={}\n  kubectl get namespaces\n{pods}\nEvery member serves the Kubernetes API on https://<its address>:6443 (each member's data dir has an admin.kubeconfig).\nPress Ctrl-C to stop (the worker's pods, containerd and network are removed too).",
         started.elapsed().as_millis(),
         endpoints.join(","),
         kubeconfig.display()
     );
-    let res = watch_members(&mut members).await;
+    let res = watch_members(&mut members, worker.as_mut()).await;
+    if let Some(w) = worker.as_mut() {
+        eprintln!("keel up: stopping the worker");
+        w.stop().await;
+    }
     stop_all(&mut members);
     res
+}
+
+/// Waits until the worker's Node is Ready (bounded), through the API like any client.
+async fn wait_node_ready(
+    kubeconfig: &std::path::Path,
+    w: &mut crate::worker::LocalWorker,
+) -> Result<(), ServerError> {
+    let config = crate::control::load_kubeconfig(kubeconfig).await?;
+    let client = kube::Client::try_from(config)
+        .map_err(|e| ServerError::Config(format!("cannot make a client: {e}")))?;
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        w.check()?;
+        if let Ok(Some(n)) = nodes.get_opt(w.node()).await {
+            let ready = n
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            if ready {
+                return Ok(());
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(ServerError::Config(format!(
+                "node {} was not Ready within 120 s; see {}/agent.log",
+                w.node(),
+                w.dir().display()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// Waits until the first member has written its admin kubeconfig (bounded).
@@ -168,8 +253,11 @@ async fn wait_serving(m: &mut Member) -> Result<(), ServerError> {
     }
 }
 
-/// Returns on Ctrl-C/SIGTERM, or with an error when a member exits by itself.
-async fn watch_members(members: &mut [Member]) -> Result<(), ServerError> {
+/// Returns on Ctrl-C/SIGTERM, or with an error when a member (or the worker) exits by itself.
+async fn watch_members(
+    members: &mut [Member],
+    mut worker: Option<&mut crate::worker::LocalWorker>,
+) -> Result<(), ServerError> {
     let signal = crate::server::terminated();
     tokio::pin!(signal);
     loop {
@@ -183,6 +271,9 @@ async fn watch_members(members: &mut [Member]) -> Result<(), ServerError> {
                     if let Ok(Some(st)) = m.child.try_wait() {
                         return Err(ServerError::Config(format!("{} exited ({st}); see its log", m.name)));
                     }
+                }
+                if let Some(w) = worker.as_mut() {
+                    w.check()?;
                 }
             }
         }

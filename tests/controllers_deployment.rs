@@ -746,7 +746,29 @@ fn a_stuck_rollout_scales_proportionally_and_exceeds_its_deadline() {
         "{}",
         r.stderr
     );
-    // Once the new pods are ready it completes after all.
+    // Once the new pods are ready it completes after all. A deadline of 5 s could pass again between two
+    // steps on a loaded machine, and `rollout status` gives up at once on a timed-out condition, so the
+    // deadline goes back to the default and the pods are reported ready until the rollout moves.
+    c.ok(
+        0,
+        &[
+            "patch",
+            "-n",
+            ns,
+            "deployment/web",
+            "-p",
+            r#"{"spec":{"progressDeadlineSeconds":600}}"#,
+        ],
+    );
+    c.wait_until("the rollout progressing again", WAIT, || {
+        ready(c, ns, "app=web");
+        jsonpath(
+            c,
+            ns,
+            "deployment/web",
+            "{.status.conditions[?(@.type==\"Progressing\")].reason}",
+        ) != "ProgressDeadlineExceeded"
+    });
     rollout_status(c, ns, "deployment/web", "app=web");
     assert_eq!(
         images(c, ns),

@@ -102,6 +102,18 @@ struct Args {
     /// Skip the controller step of a full or quick run.
     #[arg(long)]
     no_controllers: bool,
+    /// Run only the pod startup step (a node agent on a private containerd; needs root).
+    #[arg(long)]
+    pods: bool,
+    /// Pods the pod startup step starts [--quick: 20; else 100].
+    #[arg(long)]
+    startup_pods: Option<usize>,
+    /// Creates per second in the pod startup step (default: one burst, as fast as one client goes).
+    #[arg(long)]
+    startup_rate: Option<f64>,
+    /// Skip the pod startup step of a full or quick run.
+    #[arg(long)]
+    no_pods: bool,
 }
 
 /// `target/release` (or wherever this binary lives).
@@ -137,6 +149,15 @@ fn main() {
 async fn run(args: Args) -> Result<()> {
     if args.controllers {
         return controllers(&args).await;
+    }
+    if args.pods {
+        let bins = Binaries {
+            keel: args.keel.clone().unwrap_or_else(|| own_dir().join("keel")),
+            etcd: args.etcd.clone(),
+        };
+        bins.check()?;
+        let root = run_dir(&args)?;
+        return pod_step(&args, root.path(), &bins).await;
     }
     let bins = Binaries {
         keel: args.keel.clone().unwrap_or_else(|| own_dir().join("keel")),
@@ -217,6 +238,10 @@ async fn run(args: Args) -> Result<()> {
     if !args.no_controllers && args.only.is_none() {
         let root_path = root.path().to_path_buf();
         controller_step(&args, &root_path, &bins).await?;
+    }
+    if !args.no_pods && args.only.is_none() {
+        let root_path = root.path().to_path_buf();
+        pod_step(&args, &root_path, &bins).await?;
     }
 
     if !args.quick && !args.no_doc {
@@ -507,6 +532,32 @@ async fn controller_step(args: &Args, root: &Path, bins: &Binaries) -> Result<()
             )));
         }
     }
+    Ok(())
+}
+
+/// The pod startup step on 3 members (or the first of --members), beside upstream's SLO.
+async fn pod_step(args: &Args, root: &Path, bins: &Binaries) -> Result<()> {
+    let members = args.members.first().copied().unwrap_or(3);
+    let pods = args
+        .startup_pods
+        .unwrap_or(if args.quick { 20 } else { 100 });
+    eprintln!("pod startup: {members} members, one node agent, {pods} pods");
+    let bar = ProgressBar::new_spinner();
+    let f = workload::pod_startup::run(
+        &root.join("pods"),
+        bins,
+        members,
+        pods,
+        args.startup_rate,
+        &|m| {
+            if !bar.is_hidden() {
+                bar.set_message(m);
+            }
+        },
+    )
+    .await?;
+    bar.finish_and_clear();
+    println!("{}", workload::pod_startup::text(&f));
     Ok(())
 }
 

@@ -16,7 +16,7 @@ pub mod garbage_collector;
 pub mod history;
 pub mod informers;
 pub mod job;
-pub mod lease;
+pub use keel_client_kit::lease;
 pub mod manager;
 pub mod namespace;
 pub mod node_lifecycle;

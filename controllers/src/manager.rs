@@ -9,7 +9,8 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::context::Context;
-use crate::lease::{self, LeaderLease, Mode};
+use keel_client_kit::leading::{self, Leader};
+use keel_client_kit::lease::Mode;
 
 /// The Lease the controller manager's leader holds.
 pub const LEASE_NAME: &str = "kube-controller-manager";
@@ -132,45 +133,17 @@ impl Drop for AbortOnDrop {
 pub async fn run_while_leading(
     client: Client,
     opts: Options,
-    mut leading: watch::Receiver<bool>,
-    mut stop: watch::Receiver<bool>,
+    leading: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
     mode: Mode,
 ) {
     let holder = opts.holder.clone();
-    loop {
-        if *stop.borrow() {
-            return;
-        }
-        let lead = *leading.borrow_and_update();
-        if lead {
-            info!(holder = %holder, "leading: starting the controllers");
-            let work = run(client.clone(), opts.clone());
-            let lease_task = async {
-                if mode == Mode::Follow {
-                    lease::hold(LeaderLease::new(client.clone(), LEASE_NAME, &holder, mode)).await;
-                } else {
-                    std::future::pending::<()>().await;
-                }
-            };
-            tokio::select! {
-                _ = work => {}
-                _ = lease_task => {}
-                _ = stop.changed() => return,
-                _ = wait_for(&mut leading, false) => {
-                    info!(holder = %holder, "no longer leading: controllers stopped");
-                }
-            }
-        } else {
-            tokio::select! {
-                _ = stop.changed() => {}
-                _ = wait_for(&mut leading, true) => {}
-            }
-        }
-    }
-}
-
-async fn wait_for(rx: &mut watch::Receiver<bool>, want: bool) {
-    if rx.wait_for(|v| *v == want).await.is_err() {
-        std::future::pending::<()>().await;
-    }
+    let leader = Leader {
+        client: client.clone(),
+        what: "controllers",
+        lease_name: LEASE_NAME,
+        holder: &holder,
+        mode,
+    };
+    leading::run_while_leading(leader, leading, stop, || run(client.clone(), opts.clone())).await;
 }

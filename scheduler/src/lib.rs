@@ -8,17 +8,15 @@
 //! - [`framework`]: extension points, one scheduling cycle, percentageOfNodesToScore, FitError;
 //! - [`plugins`]: the default plugins with upstream's weights;
 //! - [`scheduler`]: the loop (watches in, bindings, conditions and Events out);
-//! - [`lease`]: the leader Lease.
+//! - [`lease`] (from keel-client-kit): the leader Lease.
 
 pub mod binder;
 pub mod cache;
 pub mod error;
 pub mod framework;
 pub mod informer;
-pub mod lease;
 pub mod plugins;
 pub mod pod_info;
-pub mod quantity;
 pub mod queue;
 pub mod report;
 pub mod resources;
@@ -26,10 +24,11 @@ pub mod scheduler;
 
 use kube::Client;
 use tokio::sync::watch;
-use tracing::info;
 
 pub use error::Error;
-use lease::{LeaderLease, Mode};
+use keel_client_kit::leading::{self, Leader};
+pub use keel_client_kit::{lease, quantity};
+use lease::Mode;
 pub use pod_info::DEFAULT_SCHEDULER_NAME;
 
 /// The identity the scheduler acts as.
@@ -70,45 +69,17 @@ pub async fn run(client: Client, opts: Options) {
 pub async fn run_while_leading(
     client: Client,
     opts: Options,
-    mut leading: watch::Receiver<bool>,
-    mut stop: watch::Receiver<bool>,
+    leading: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
     mode: Mode,
 ) {
     let holder = opts.holder.clone();
-    loop {
-        if *stop.borrow() {
-            return;
-        }
-        let lead = *leading.borrow_and_update();
-        if lead {
-            info!(holder = %holder, "leading: starting the scheduler");
-            let work = run(client.clone(), opts.clone());
-            let lease_task = async {
-                if mode == Mode::Follow {
-                    lease::hold(LeaderLease::new(client.clone(), LEASE_NAME, &holder, mode)).await;
-                } else {
-                    std::future::pending::<()>().await;
-                }
-            };
-            tokio::select! {
-                _ = work => {}
-                _ = lease_task => {}
-                _ = stop.changed() => return,
-                _ = wait_for(&mut leading, false) => {
-                    info!(holder = %holder, "no longer leading: scheduler stopped");
-                }
-            }
-        } else {
-            tokio::select! {
-                _ = stop.changed() => {}
-                _ = wait_for(&mut leading, true) => {}
-            }
-        }
-    }
-}
-
-async fn wait_for(rx: &mut watch::Receiver<bool>, want: bool) {
-    if rx.wait_for(|v| *v == want).await.is_err() {
-        std::future::pending::<()>().await;
-    }
+    let leader = Leader {
+        client: client.clone(),
+        what: "scheduler",
+        lease_name: LEASE_NAME,
+        holder: &holder,
+        mode,
+    };
+    leading::run_while_leading(leader, leading, stop, || run(client.clone(), opts.clone())).await;
 }

@@ -15,6 +15,8 @@
 //! - [`etcdctl`](mod@etcdctl) and [`kubectl`]: the two command-line clients, always with bounded time. kubectl must be on
 //!   `PATH` ([`kubectl::require_kubectl`] fails with a clear message otherwise); the kit never downloads it.
 //! - [`heartbeat`](mod@heartbeat): a kubelet's Ready status and Lease renewals for a Node object a test made.
+//! - [`agent`](mod@agent): [`agent::AgentNode`], a worker (private containerd, built-in images, a real `keel agent`).
+//! - [`containerd`](mod@containerd): [`containerd::Containerd`], a private containerd under a test's directory, torn down by PID.
 //! - [`netns`]: [`Net`], nodes in network namespaces joined by a bridge, partitions as nftables drops (root).
 //! - [`normalize`](mod@normalize): [`Normalizer`] and [`line_diff`], to compare etcdctl outputs of etcd and keel byte for byte.
 //! - [`free_port`], [`free_ports`]: loopback ports for servers started on 127.0.0.1.
@@ -40,18 +42,16 @@
 //! machine image, `ip` and `nft` are `iproute2` and `nftables`; `scripts/setup.sh` installs the Debian packages.
 //! Network namespaces need root. A test whose tool is missing fails with a message naming it: nothing skips.
 //!
-//! # To come: containerd and OCI images for the node agent
-//! The node-agent tests will get two modules here, next to [`cluster`]: `containerd`, which starts a private
-//! containerd 1.6 (its own config, root, state and socket under the test's temp dir, CNI plugins from
-//! `/usr/lib/cni`) as a [`Process`] and removes it on drop; and `images`, which builds the tiny OCI layouts the
-//! tests run (a pause image and a busybox image from Debian's `busybox-static`: one layer tarball, a config blob,
-//! a manifest blob, each named by its sha256, and an `index.json` carrying `org.opencontainers.image.ref.name`)
-//! and imports them with `ctr -n k8s.io images import`, since no registry is reachable. [`cluster::Options`] will
-//! then gain the agents to start beside the members. Both follow the rules above: bounded waits, logs in the temp
-//! dir, a clear failure when `containerd`, `runc` or `ctr` is missing.
+//! # containerd and images for the node agent
+//! [`containerd::Containerd`] starts a private containerd 1.6 (its own config, root, state and socket under the
+//! test's directory, CNI plugins from `/usr/lib/cni`) and removes it, its shims, containers and mounts on drop. The
+//! images the tests run (a pause image and `localhost/busybox:latest` from Debian's `busybox-static`) are written by
+//! `keel images --out DIR` and imported with [`containerd::Containerd::import`], since no registry is reachable.
 
+pub mod agent;
 pub mod binaries;
 pub mod cluster;
+pub mod containerd;
 pub mod etcdctl;
 pub mod heartbeat;
 pub mod kube;

@@ -99,6 +99,18 @@ fn aggregated_resource(r: &ResourceDef) -> Value {
             "responseKind": {"group": "policy", "version": "v1", "kind": "Eviction"},
             "verbs": ["create"],
         }));
+        subs.push(json!({
+            "subresource": "log",
+            "responseKind": {"group": "", "version": "v1", "kind": "Pod"},
+            "verbs": ["get"],
+        }));
+        for sub in ["attach", "exec", "portforward"] {
+            subs.push(json!({
+                "subresource": sub,
+                "responseKind": {"group": "", "version": "v1", "kind": sub_kind(sub)},
+                "verbs": ["create", "get"],
+            }));
+        }
     }
     if r.status {
         subs.push(json!({
@@ -154,10 +166,13 @@ pub fn aggregated(reg: &Registry, core: bool, content_type: &str) -> Value {
     let items: Vec<Value> = if core {
         vec![aggregated_group(reg, "", &["v1".to_string()])]
     } else {
-        reg.groups()
+        let mut items: Vec<Value> = reg
+            .groups()
             .iter()
             .map(|(g, vs)| aggregated_group(reg, g, vs))
-            .collect()
+            .collect();
+        items.push(crate::metrics_api::aggregated_item());
+        items
     };
     json!({
         "kind": "APIGroupDiscoveryList",
@@ -187,16 +202,23 @@ fn group_doc(group: &str, versions: &[String]) -> Value {
 
 /// Legacy `/apis`.
 pub fn api_group_list(reg: &Registry) -> Value {
-    let groups: Vec<Value> = reg
+    let mut groups: Vec<Value> = reg
         .groups()
         .iter()
         .map(|(g, vs)| group_doc(g, vs))
         .collect();
+    groups.push(crate::metrics_api::group_doc());
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
 /// Legacy `/apis/<group>`, if served.
 pub fn api_group(reg: &Registry, group: &str) -> Option<Value> {
+    if group == crate::metrics_api::GROUP {
+        let mut g = crate::metrics_api::group_doc();
+        g["kind"] = json!("APIGroup");
+        g["apiVersion"] = json!("v1");
+        return Some(g);
+    }
     let groups = reg.groups();
     let (_, versions) = groups.iter().find(|(g, _)| g == group)?;
     let mut g = group_doc(group, versions);
@@ -243,6 +265,16 @@ pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<V
                 "name": "pods/eviction", "singularName": "", "namespaced": true,
                 "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"],
             }));
+            list.push(json!({
+                "name": "pods/log", "singularName": "", "namespaced": true,
+                "kind": "Pod", "verbs": ["get"],
+            }));
+            for sub in ["attach", "exec", "portforward"] {
+                list.push(json!({
+                    "name": format!("pods/{sub}"), "singularName": "", "namespaced": true,
+                    "kind": sub_kind(sub), "verbs": ["create", "get"],
+                }));
+            }
         }
         if r.status {
             list.push(json!({
@@ -259,6 +291,15 @@ pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<V
     Some(
         json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": list}),
     )
+}
+
+/// The kind discovery names for a pod streaming subresource.
+fn sub_kind(sub: &str) -> &'static str {
+    match sub {
+        "attach" => "PodAttachOptions",
+        "exec" => "PodExecOptions",
+        _ => "PodPortForwardOptions",
+    }
 }
 
 #[cfg(test)]

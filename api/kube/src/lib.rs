@@ -11,6 +11,8 @@
 //!   table; `admission`: defaulting and validation through them; `alloc`: Service IPs and node ports;
 //!   `lifecycle`: namespaces.
 //! - `apply`: server-side apply and managedFields.
+//! - `handler::pod_log`, `handler::pod_stream`, `metrics_api`: what goes through to the node agents (logs,
+//!   exec/attach/port-forward, `metrics.k8s.io` for `kubectl top`).
 //! - `table`: `kubectl get` columns; `selector`: label and field selectors; `status`: every error answer.
 
 pub mod admission;
@@ -27,6 +29,7 @@ pub mod handler;
 pub mod kubernetes_service;
 pub mod leader;
 pub mod lifecycle;
+pub mod metrics_api;
 pub mod object;
 pub mod openapi;
 pub mod patch;

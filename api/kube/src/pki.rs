@@ -23,6 +23,8 @@ use serde::{Deserialize, Serialize};
 pub const PKI_KEY: &str = "/keel/bootstrap/pki";
 /// Subject of the admin client certificate: CN = user, O = group.
 pub const ADMIN_USER: &str = "kubernetes-admin";
+/// The user the API server is to node agents.
+pub const KUBELET_CLIENT_USER: &str = "kube-apiserver-kubelet-client";
 /// The group that may do everything (RBAC comes later; today every authenticated user may).
 pub const ADMIN_GROUP: &str = "system:masters";
 
@@ -118,9 +120,6 @@ impl ClusterPki {
 
     /// Signs a serving certificate for `hosts` (IP addresses and DNS names).
     pub fn serving_cert(&self, hosts: &[String]) -> Result<ServingCert, PkiError> {
-        let ca_key = KeyPair::from_pem(&self.ca_key)?;
-        let issuer = Issuer::from_ca_cert_pem(&self.ca_cert, ca_key)?;
-        let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params
             .distinguished_name
@@ -136,17 +135,42 @@ impl ClusterPki {
             }
         }
         params.subject_alt_names = sans;
+        self.sign(params, ExtendedKeyUsagePurpose::ServerAuth)
+    }
+
+    /// Signs `params` with the cluster CA for `usage`, with a fresh key (10 years, as every leaf here).
+    fn sign(
+        &self,
+        mut params: CertificateParams,
+        usage: ExtendedKeyUsagePurpose,
+    ) -> Result<ServingCert, PkiError> {
+        let ca_key = KeyPair::from_pem(&self.ca_key)?;
+        let issuer = Issuer::from_ca_cert_pem(&self.ca_cert, ca_key)?;
+        let key = KeyPair::generate()?;
         params.key_usages = vec![
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,
         ];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.extended_key_usages = vec![usage];
         validity(&mut params, 10);
         let cert = params.signed_by(&key, &issuer)?;
         Ok(ServingCert {
             cert: cert.pem(),
             key: key.serialize_pem(),
         })
+    }
+
+    /// Signs the client certificate this member's API server shows node agents when it proxies
+    /// `kubectl logs` to them (CN `kube-apiserver-kubelet-client`, O [`ADMIN_GROUP`], as kubeadm names it).
+    pub fn kubelet_client_cert(&self) -> Result<ServingCert, PkiError> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, KUBELET_CLIENT_USER);
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, ADMIN_GROUP);
+        self.sign(params, ExtendedKeyUsagePurpose::ClientAuth)
     }
 
     /// A kubeconfig for the admin pointing at `server` (an `https://host:port` URL).

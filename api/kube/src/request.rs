@@ -61,7 +61,9 @@ pub fn parse_route(
         let served = match s {
             "status" => def.status,
             "scale" => def.scale,
-            "eviction" | "binding" => def.group.is_empty() && def.kind == "Pod",
+            "eviction" | "binding" | "log" | "exec" | "attach" | "portforward" => {
+                def.group.is_empty() && def.kind == "Pod"
+            }
             other => super::strategy::of(&def).subresource(other).is_some(),
         };
         if !served {

@@ -216,6 +216,19 @@ impl ApiServer {
             server_address: opts.advertise_url.clone(),
             shutdown: stop_rx.clone(),
             event_ttl: opts.event_ttl,
+            kubelet_tls: match pki.kubelet_client_cert() {
+                Ok(c) => match handler::pod_log::agent_tls(&c.cert, &c.key) {
+                    Ok(t) => Some(t),
+                    Err(e) => {
+                        warn!(error = %e, "no TLS to node agents: kubectl logs will not work");
+                        None
+                    }
+                },
+                Err(e) => {
+                    warn!(error = %e, "no kubelet client certificate: kubectl logs will not work");
+                    None
+                }
+            },
         });
         let app = Arc::new(App { state, tokens });
         let router = Router::new().fallback(route).with_state(app);
@@ -434,27 +447,26 @@ async fn route(
 }
 
 async fn dispatch(app: Arc<App>, peer: PeerIdentity, req: Request) -> Result<Response, ApiError> {
+    let identity = peer
+        .0
+        .clone()
+        .or_else(|| app.tokens.from_headers(req.headers()));
+    if identity.is_none() && !authn::is_public(req.uri().path()) {
+        return Err(ApiError::Unauthorized);
+    }
+    // exec, attach and portforward keep the request whole: its connection is upgraded and relayed.
+    if let Some((ns, name, sub)) = pod_stream_target(req.uri().path()) {
+        return handler::pod_stream::serve(app.state.clone(), &ns, &name, &sub, req).await;
+    }
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
     let query = parts.uri.query().map(str::to_string);
-    let identity = peer.0.or_else(|| app.tokens.from_headers(&parts.headers));
-    if identity.is_none() && !authn::is_public(&path) {
-        return Err(ApiError::Unauthorized);
-    }
     let body = axum::body::to_bytes(body, MAX_BODY)
         .await
         .map_err(|_| ApiError::TooLarge(format!("limit is {MAX_BODY}")))?;
     let method = parts.method.clone();
     let headers = parts.headers;
-    let segments: Vec<String> = path
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            percent_encoding::percent_decode_str(s)
-                .decode_utf8_lossy()
-                .into_owned()
-        })
-        .collect();
+    let segments = path_segments(&path);
     let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
     let accept = headers
         .get(header::ACCEPT)
@@ -480,6 +492,9 @@ async fn dispatch(app: Arc<App>, peer: PeerIdentity, req: Request) -> Result<Res
         ["apis", group] if read_only => discovery::api_group(reg, group)
             .map(|v| respond(StatusCode::OK, &v))
             .ok_or(ApiError::NoRoute),
+        ["apis", "metrics.k8s.io", "v1beta1", rest @ ..] if read_only => {
+            crate::metrics_api::serve(app.state.clone(), rest).await
+        }
         ["apis", group, version] if read_only => discovery::api_resource_list(reg, group, version)
             .map(|v| respond(StatusCode::OK, &v))
             .ok_or(ApiError::NoRoute),
@@ -516,6 +531,34 @@ async fn dispatch(app: Arc<App>, peer: PeerIdentity, req: Request) -> Result<Res
             .await
         }
         _ => Err(ApiError::NoRoute),
+    }
+}
+
+/// The path's non-empty segments, percent-decoded.
+fn path_segments(path: &str) -> Vec<String> {
+    path.split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
+        })
+        .collect()
+}
+
+/// `(namespace, pod, subresource)` of an exec, attach or portforward path.
+fn pod_stream_target(path: &str) -> Option<(String, String, String)> {
+    let segs = path_segments(path);
+    match segs
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["api", "v1", "namespaces", ns, "pods", name, sub @ ("exec" | "attach" | "portforward")] => {
+            Some((ns.to_string(), name.to_string(), sub.to_string()))
+        }
+        _ => None,
     }
 }
 

@@ -344,7 +344,7 @@ async fn ready(kind: Kind, url: &str, log: &Path) -> Result<()> {
     }
 }
 
-fn rss_of(pid: u32) -> u64 {
+pub(crate) fn rss_of(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
@@ -359,7 +359,7 @@ pub(crate) fn own_cpu_us() -> u64 {
     cpu_us_of(std::process::id())
 }
 
-fn cpu_us_of(pid: u32) -> u64 {
+pub(crate) fn cpu_us_of(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
     let Some((_, rest)) = stat.rsplit_once(')') else {

@@ -54,7 +54,7 @@ fn kube_error(what: &str, e: impl std::fmt::Display) -> BenchError {
     BenchError::Kube(format!("{what}: {e}"))
 }
 
-async fn client(cluster: &Cluster, i: usize) -> Result<Client> {
+pub(crate) async fn client(cluster: &Cluster, i: usize) -> Result<Client> {
     let path = cluster.kubeconfig(i);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

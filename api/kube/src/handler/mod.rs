@@ -6,6 +6,8 @@ pub mod apply;
 pub mod binding;
 pub mod delete;
 pub mod eviction;
+pub mod pod_log;
+pub mod pod_stream;
 pub mod read;
 pub mod scale;
 pub mod watch;
@@ -36,6 +38,8 @@ pub struct KubeState {
     pub shutdown: tokio::sync::watch::Receiver<bool>,
     /// How long Events live after their last write (their keys are attached to a lease).
     pub event_ttl: std::time::Duration,
+    /// TLS to node agents (the kubelet-client certificate), for `pods/log`.
+    pub kubelet_tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl KubeState {
@@ -116,6 +120,7 @@ pub async fn serve(
         (&Method::GET, false, None) => read::list(call).await,
         (&Method::GET, true, None) if watching => watch::watch(call).await,
         (&Method::GET, true, Some("scale")) => scale::get(call).await,
+        (&Method::GET, true, Some("log")) => pod_log::log(call).await,
         (&Method::GET, true, None | Some("status")) => read::get(call).await,
         (&Method::POST, false, None) => write::create(call).await,
         (&Method::POST, true, Some("eviction")) => eviction::evict(call).await,

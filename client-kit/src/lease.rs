@@ -1,8 +1,8 @@
-//! The leader's `coordination.k8s.io` Lease (`kube-system/kube-controller-manager`), as client-go's leader
-//! election keeps it: holderIdentity, leaseDurationSeconds 15, renewed every 2 s, leaseTransitions counted.
+//! A leader's `coordination.k8s.io` Lease (`kube-system/kube-controller-manager`, `kube-system/kube-scheduler`),
+//! as client-go's leader election keeps it: holderIdentity, leaseDurationSeconds 15, renewed every 2 s, leaseTransitions counted.
 //!
 //! In `keel server` Raft already chose the leader, so the Lease is taken at once ([`Mode::Follow`]); out of
-//! process (`keel controllers`) the Lease *is* the election ([`Mode::Elect`]), judged by the local clock
+//! process (`keel controllers`, `keel scheduler`) the Lease *is* the election ([`Mode::Elect`]), judged by the local clock
 //! since this candidate last saw it change, so no clock sync is needed.
 
 use std::time::{Duration, Instant};
@@ -14,7 +14,9 @@ use kube::Client;
 use tokio::sync::watch;
 use tracing::{debug, info};
 
-use crate::error::is_not_found;
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
 
 /// How long a Lease holds (upstream's default).
 pub const LEASE_DURATION: Duration = Duration::from_secs(15);

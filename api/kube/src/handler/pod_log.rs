@@ -1,0 +1,396 @@
+//! GET `pods/{name}/log`: the API server finds the pod's node and proxies to that node agent's
+//! `/containerLogs/{namespace}/{pod}/{container}` over HTTPS with its kubelet-client certificate, streaming
+//! the answer back (so `kubectl logs -f` follows). As kube-apiserver does without
+//! `--kubelet-certificate-authority`, the agent's serving certificate is not verified; the agent, for its
+//! part, only answers clients whose certificate the cluster CA signed.
+//!
+//! Checked here first, with upstream's messages: the container name (required when the pod has several),
+//! a pod with no node or a container still waiting, the numeric parameters.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, StatusCode};
+use axum::response::Response;
+use http_body_util::BodyExt;
+use hyper_util::rt::TokioIo;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use serde_json::Value;
+
+use super::{Call, KubeState};
+use crate::status::{ApiError, Target};
+
+/// How long connecting to an agent may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Query parameters passed on to the agent.
+const FORWARDED: [&str; 7] = [
+    "follow",
+    "previous",
+    "timestamps",
+    "tailLines",
+    "sinceSeconds",
+    "sinceTime",
+    "limitBytes",
+];
+
+/// Accepts any agent serving certificate (see the module documentation) while still checking the
+/// handshake's signatures.
+#[derive(Debug)]
+struct AnyAgentCert(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for AnyAgentCert {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// The TLS client configuration for agents: the kubelet-client certificate and key (PEM).
+pub fn agent_tls(cert_pem: &str, key_pem: &str) -> Result<Arc<rustls::ClientConfig>, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::PrivateKeyDer;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certs = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| e.to_string())?;
+    let cfg = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyAgentCert(provider)))
+        .with_client_auth_cert(certs, key)
+        .map_err(|e| e.to_string())?;
+    Ok(Arc::new(cfg))
+}
+
+fn names(list: Option<&Value>) -> Vec<String> {
+    list.and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|c| c.get("name").and_then(Value::as_str).map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Which container's log: the one named, or the only one.
+pub(crate) fn container_of(
+    pod: &Value,
+    name: &str,
+    asked: Option<&str>,
+) -> Result<String, ApiError> {
+    let spec = pod.get("spec");
+    let app = names(spec.and_then(|s| s.get("containers")));
+    let init = names(spec.and_then(|s| s.get("initContainers")));
+    let eph = names(spec.and_then(|s| s.get("ephemeralContainers")));
+    match asked.filter(|c| !c.is_empty()) {
+        Some(c) => {
+            if app.iter().chain(&init).chain(&eph).any(|n| n == c) {
+                Ok(c.to_string())
+            } else {
+                Err(ApiError::BadRequest(format!(
+                    "container {c} is not valid for pod {name}"
+                )))
+            }
+        }
+        None if app.len() == 1 => Ok(app[0].clone()),
+        None => {
+            let mut msg = format!(
+                "a container name must be specified for pod {name}, choose one of: [{}]",
+                app.join(" ")
+            );
+            if !init.is_empty() {
+                msg.push_str(&format!(
+                    " or one of the init containers: [{}]",
+                    init.join(" ")
+                ));
+            }
+            Err(ApiError::BadRequest(msg))
+        }
+    }
+}
+
+/// The waiting reason of `container` in the pod's status, if it waits (and has never run).
+fn waiting_reason(pod: &Value, container: &str) -> Option<String> {
+    let st = pod.get("status")?;
+    for list in [
+        "containerStatuses",
+        "initContainerStatuses",
+        "ephemeralContainerStatuses",
+    ] {
+        for cs in st.get(list).and_then(Value::as_array).into_iter().flatten() {
+            if cs.get("name").and_then(Value::as_str) != Some(container) {
+                continue;
+            }
+            let waiting = cs.pointer("/state/waiting")?;
+            let ran = cs.pointer("/lastState/terminated").is_some();
+            return (!ran).then(|| {
+                waiting
+                    .get("reason")
+                    .and_then(Value::as_str)
+                    .unwrap_or("ContainerCreating")
+                    .to_string()
+            });
+        }
+    }
+    Some("ContainerCreating".into())
+}
+
+/// The agent's `host:port` from the Node: InternalIP, else Hostname, and its advertised port.
+pub(crate) fn agent_address(node: &Value) -> Option<(String, u16)> {
+    let addrs = node
+        .pointer("/status/addresses")
+        .and_then(Value::as_array)?;
+    let pick = |ty: &str| {
+        addrs
+            .iter()
+            .find(|a| a.get("type").and_then(Value::as_str) == Some(ty))
+            .and_then(|a| a.get("address").and_then(Value::as_str))
+            .map(str::to_string)
+    };
+    let host = pick("InternalIP").or_else(|| pick("Hostname"))?;
+    let port = node
+        .pointer("/status/daemonEndpoints/kubeletEndpoint/Port")
+        .and_then(Value::as_u64)
+        .and_then(|p| u16::try_from(p).ok())
+        .filter(|p| *p > 0)
+        .unwrap_or(10250);
+    Some((host, port))
+}
+
+/// Where pod `name`'s node agent answers, and the TLS to reach it: upstream's errors for a pod with no
+/// node, a node that is gone or has no address, and a member without a kubelet-client certificate.
+pub(crate) async fn agent_of(
+    state: &KubeState,
+    name: &str,
+    node_name: &str,
+) -> Result<(String, u16, Arc<rustls::ClientConfig>), ApiError> {
+    if node_name.is_empty() {
+        return Err(ApiError::BadRequest(format!(
+            "pod {name} does not have a host assigned"
+        )));
+    }
+    let node = state
+        .storage
+        .get(&format!("/registry/minions/{node_name}"), true)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(Target::new("", "nodes", node_name)))?
+        .object;
+    let (host, port) = agent_address(&node).ok_or_else(|| {
+        ApiError::BadRequest(format!(
+            "node {node_name} has no address to reach its agent at"
+        ))
+    })?;
+    let tls = state.kubelet_tls.clone().ok_or_else(|| {
+        ApiError::Unavailable("this API server has no client certificate for node agents".into())
+    })?;
+    Ok((host, port, tls))
+}
+
+/// GET `pods/{name}/log`.
+pub async fn log(call: Call) -> Result<Response, ApiError> {
+    let name = call.name().to_string();
+    let ns = call.route.namespace.clone().unwrap_or_default();
+    for k in ["tailLines", "sinceSeconds", "limitBytes"] {
+        call.params.int(k)?;
+    }
+    let pod = call
+        .state
+        .storage
+        .get(&call.key(), true)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(Target::new("", "pods", &name)))?
+        .object;
+    let container = container_of(&pod, &name, call.params.get("container"))?;
+    let node_name = pod
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let previous = call.params.flag("previous");
+    if !previous {
+        if let Some(reason) = waiting_reason(&pod, &container) {
+            return Err(ApiError::BadRequest(format!(
+                "container \"{container}\" in pod \"{name}\" is waiting to start: {reason}"
+            )));
+        }
+    }
+    let (host, port, tls) = agent_of(&call.state, &name, &node_name).await?;
+    let query = {
+        let mut q = form_urlencoded::Serializer::new(String::new());
+        for k in FORWARDED {
+            if let Some(v) = call.params.get(k) {
+                q.append_pair(k, v);
+            }
+        }
+        q.finish()
+    };
+    let enc = |s: &str| {
+        percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+    };
+    let path = format!(
+        "/containerLogs/{}/{}/{}?{}",
+        enc(&ns),
+        enc(&name),
+        enc(&container),
+        query
+    );
+    let upstream = get_from_agent(tls, &host, port, &path).await?;
+    let status = upstream.status();
+    if status != hyper::StatusCode::OK {
+        let text = upstream
+            .into_body()
+            .collect()
+            .await
+            .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
+            .unwrap_or_default();
+        let msg = text.trim().to_string();
+        return Err(match status.as_u16() {
+            400 | 404 => ApiError::BadRequest(msg),
+            _ => ApiError::Internal(format!("node agent {node_name} answered {status}: {msg}")),
+        });
+    }
+    let body = Body::new(upstream.into_body().map_err(axum::Error::new));
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/plain")
+        .body(body)
+        .map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+fn join_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// A TLS connection to the agent at `host:port`, with this member's kubelet-client certificate.
+pub(crate) async fn connect_agent(
+    tls: Arc<rustls::ClientConfig>,
+    host: &str,
+    port: u16,
+) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
+    let addr = join_host_port(host, port);
+    let tcp = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(&addr))
+        .await
+        .map_err(|_| "dial tcp: i/o timeout".to_string())?
+        .map_err(|e| format!("dial tcp {addr}: {e}"))?;
+    let server_name = ServerName::try_from(host.to_string()).map_err(|e| e.to_string())?;
+    tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        tokio_rustls::TlsConnector::from(tls).connect(server_name, tcp),
+    )
+    .await
+    .map_err(|_| "TLS handshake timeout".to_string())?
+    .map_err(|e| e.to_string())
+}
+
+/// One GET to an agent over HTTPS (HTTP/1.1); the response with its body still streaming.
+pub(crate) async fn get_from_agent(
+    tls: Arc<rustls::ClientConfig>,
+    host: &str,
+    port: u16,
+    path: &str,
+) -> Result<hyper::Response<hyper::body::Incoming>, ApiError> {
+    let unreachable = |e: &dyn std::fmt::Display| {
+        ApiError::Internal(format!(
+            "Get \"https://{host}:{port}{}\": {e}",
+            path.split('?').next().unwrap_or_default()
+        ))
+    };
+    let stream = connect_agent(tls, host, port)
+        .await
+        .map_err(|e| unreachable(&e))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| unreachable(&e))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let addr = join_host_port(host, port);
+    let req = hyper::Request::get(path)
+        .header(hyper::header::HOST, addr.as_str())
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .map_err(|e| unreachable(&e))?;
+    sender.send_request(req).await.map_err(|e| unreachable(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn container_is_required_when_there_are_several() {
+        let pod = json!({"spec": {"containers": [{"name": "a"}, {"name": "b"}], "initContainers": [{"name": "i"}]}});
+        let e = container_of(&pod, "p", None).err().map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some("a container name must be specified for pod p, choose one of: [a b] or one of the init containers: [i]")
+        );
+        assert_eq!(
+            container_of(&pod, "p", Some("i")).ok().as_deref(),
+            Some("i")
+        );
+        assert_eq!(
+            container_of(&pod, "p", Some("x"))
+                .err()
+                .map(|e| e.to_string())
+                .as_deref(),
+            Some("container x is not valid for pod p")
+        );
+        let one = json!({"spec": {"containers": [{"name": "only"}]}});
+        assert_eq!(container_of(&one, "p", None).ok().as_deref(), Some("only"));
+    }
+
+    #[test]
+    fn agents_are_found_by_internal_ip() {
+        let node = json!({"status": {"addresses": [{"type": "Hostname", "address": "n1"}, {"type": "InternalIP", "address": "10.0.0.5"}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10251}}}});
+        assert_eq!(agent_address(&node), Some(("10.0.0.5".into(), 10251)));
+    }
+}

@@ -1,0 +1,10 @@
+//! What keel's Kubernetes clients (controllers, scheduler, node agent) share. Each is an ordinary
+//! client of the API server; this crate holds the pieces all of them need, once.
+//!
+//! - [`lease`]: a leader Lease in `kube-system`, taken (Raft decided) or elected (client-go's way);
+//! - [`leading`]: runs a component while this process leads, holding its Lease;
+//! - [`quantity`]: resource quantities (`100m`, `1.5Gi`) as integers.
+
+pub mod leading;
+pub mod lease;
+pub mod quantity;

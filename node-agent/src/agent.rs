@@ -1,0 +1,145 @@
+//! The agent put together: connect to the runtime, import the image archives, register the Node,
+//! write the CNI config from its pod CIDR, then renew the Lease, keep the Node status and run the pods
+//! until stopped. Stopping the agent leaves its pods running (a restarted agent adopts them);
+//! [`remove_all_pods`] is the explicit teardown.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::runtime::events::{Recorder, Reporter};
+use kube::Client;
+use tracing::{info, warn};
+
+use crate::cri::Cri;
+use crate::error::{Error, Result};
+use crate::node::machine::Machine;
+use crate::node::register::{self, NodeConfig};
+use crate::pod::spec::DnsSettings;
+use crate::pod::worker::Shared;
+
+/// How the agent runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The node.
+    pub node: NodeConfig,
+    /// The CRI endpoint (`unix:///…`).
+    pub cri: String,
+    /// The agent's directory (pod volumes, CNI state).
+    pub root: PathBuf,
+    /// Where container logs go.
+    pub log_root: PathBuf,
+    /// Where the CNI conflist is written (containerd's `conf_dir`).
+    pub cni_conf_dir: PathBuf,
+    /// Image archives to import at start.
+    pub image_dir: Option<PathBuf>,
+    /// Cluster DNS.
+    pub dns: DnsSettings,
+    /// Ranges given `unreachable` routes (the service and cluster CIDRs).
+    pub blackholes: Vec<String>,
+    /// The agent's API (None: not served).
+    pub server: Option<crate::server::ServerOptions>,
+}
+
+fn socket_path(endpoint: &str) -> PathBuf {
+    PathBuf::from(endpoint.strip_prefix("unix://").unwrap_or(endpoint))
+}
+
+/// Connects to the runtime, waiting up to a minute for it to come up.
+pub async fn connect(endpoint: &str) -> Result<Cri> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match Cri::connect(endpoint).await {
+            Ok(c) => match c.version().await {
+                Ok(_) => return Ok(c),
+                Err(e) if Instant::now() > deadline => return Err(e),
+                Err(_) => {}
+            },
+            Err(e) if Instant::now() > deadline => return Err(e),
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Runs the agent until the returned future is dropped.
+pub async fn run(client: Client, opts: Options) -> Result<()> {
+    let cri = connect(&opts.cri).await?;
+    if let Some(dir) = &opts.image_dir {
+        let n = crate::image::import::import_dir(&socket_path(&opts.cri), dir).await?;
+        info!(archives = n, dir = %dir.display(), "image archives imported");
+    }
+    std::fs::create_dir_all(&opts.root).map_err(|e| Error::io(&opts.root, e))?;
+    std::fs::create_dir_all(&opts.log_root).map_err(|e| Error::io(&opts.log_root, e))?;
+    crate::node::routes::install(&opts.blackholes)?;
+    let machine = Machine::read(&opts.root);
+    let node = register::register(&client, &opts.node).await?;
+    let cidr = register::pod_cidr(&node, &opts.node);
+    match &cidr {
+        Some(c) => {
+            let bridge = crate::cni::bridge_name(&opts.node.name);
+            let path = crate::cni::write(&opts.cni_conf_dir, &bridge, c, &opts.root.join("cni"))?;
+            info!(cidr = %c, bridge = %bridge, conf = %path.display(), "pod network configured");
+        }
+        None => warn!("no pod CIDR (neither spec.podCIDR nor --pod-cidr): the node stays NotReady until one is set"),
+    }
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "kubelet".into(),
+            instance: Some(opts.node.name.clone()),
+        },
+    );
+    let shared = Arc::new(Shared {
+        client: client.clone(),
+        cri: cri.clone(),
+        node: opts.node.name.clone(),
+        host_ip: opts.node.internal_ip.clone(),
+        root: opts.root.clone(),
+        log_root: opts.log_root.clone(),
+        dns: opts.dns.clone(),
+        cpus: machine.cpus,
+        memory: machine.memory_bytes,
+        events: crate::pod::events::EventSink::start(recorder),
+    });
+    let lease = crate::node::lease::run(client.clone(), node.clone(), opts.node.name.clone());
+    let status = crate::node::status::run(
+        client.clone(),
+        cri.clone(),
+        machine,
+        opts.node.clone(),
+        node.status.clone(),
+    );
+    let pods = crate::pod::run(shared);
+    info!(node = %opts.node.name, "agent running");
+    let api = async {
+        match opts.server.clone() {
+            Some(s) => crate::server::run(cri.clone(), s).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = async { tokio::join!(lease, status, pods) } => Ok(()),
+        r = api => r,
+    }
+}
+
+/// Stops and removes every sandbox and container keel's agents made on this runtime (CNI teardown
+/// included); returns how many sandboxes went.
+pub async fn remove_all_pods(endpoint: &str) -> Result<usize> {
+    let cri = Cri::connect(endpoint).await?;
+    let containers = cri.list_containers().await?;
+    for c in &containers {
+        let _ = cri.stop_container(&c.id, 0).await;
+        let _ = cri.remove_container(&c.id).await;
+    }
+    let sandboxes = cri.list_sandboxes().await?;
+    for s in &sandboxes {
+        cri.stop_sandbox(&s.id).await?;
+        cri.remove_sandbox(&s.id).await?;
+        if let Some(uid) = s.labels.get(crate::cri::labels::POD_UID) {
+            crate::pod::resources::remove_pod_cgroups(uid);
+        }
+    }
+    Ok(sandboxes.len())
+}

@@ -1,0 +1,72 @@
+//! Black holes for the cluster's private ranges: an `unreachable` route for the service CIDR and one for
+//! the cluster (pod) CIDR, so a packet for a Service no rule rewrote, or for a pod IP on no node, is
+//! refused here (ICMP unreachable) instead of following the default route off the machine. The routes
+//! to real pod subnets (this node's bridge, other nodes' podCIDRs) are more specific and win.
+
+use std::process::Command;
+
+use tracing::{info, warn};
+
+use crate::error::{Error, Result};
+
+fn ip(args: &[&str]) -> Result<std::process::Output> {
+    Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| Error::Command {
+            command: format!("ip {}", args.join(" ")),
+            message: e.to_string(),
+        })
+}
+
+fn valid_cidr(c: &str) -> bool {
+    match c.split_once('/') {
+        Some((addr, len)) => {
+            addr.parse::<std::net::IpAddr>().is_ok() && len.parse::<u8>().is_ok_and(|l| l <= 128)
+        }
+        None => false,
+    }
+}
+
+/// Installs (or keeps) `unreachable <cidr>` for each of `cidrs`.
+pub fn install(cidrs: &[String]) -> Result<()> {
+    for c in cidrs.iter().filter(|c| !c.is_empty()) {
+        if !valid_cidr(c) {
+            return Err(Error::Config(format!("{c:?} is not a CIDR")));
+        }
+        let out = ip(&["route", "replace", "unreachable", c])?;
+        if !out.status.success() {
+            return Err(Error::Command {
+                command: format!("ip route replace unreachable {c}"),
+                message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        info!(cidr = %c, "unreachable route installed");
+    }
+    Ok(())
+}
+
+/// Removes the `unreachable` routes for `cidrs` (other routes for the same prefixes stay).
+pub fn remove(cidrs: &[String]) {
+    for c in cidrs.iter().filter(|c| valid_cidr(c)) {
+        match ip(&["route", "del", "unreachable", c]) {
+            Ok(out) if out.status.success() => info!(cidr = %c, "unreachable route removed"),
+            Ok(_) => {}
+            Err(e) => warn!(cidr = %c, error = %e, "unreachable route not removed"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cidrs_are_checked() {
+        assert!(valid_cidr("10.96.0.0/12"));
+        assert!(valid_cidr("fd00::/64"));
+        assert!(!valid_cidr("10.96.0.0"));
+        assert!(!valid_cidr("10.96.0.0/12; rm -rf"));
+        assert!(!valid_cidr("x/12"));
+    }
+}

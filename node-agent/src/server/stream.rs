@@ -1,0 +1,156 @@
+//! `kubectl exec`, `attach` and `port-forward` on the agent. The agent asks the runtime (CRI `Exec`,
+//! `Attach`, `PortForward`) for a URL on its streaming server, then relays the client's upgrade request
+//! there unchanged and, once the runtime answers `101 Switching Protocols`, copies bytes both ways. The
+//! streaming protocol (WebSocket `*.channel.k8s.io` or SPDY/3.1) is negotiated end to end between kubectl
+//! and the runtime; an answer other than 101 (say, a WebSocket subprotocol the runtime does not speak)
+//! goes back to the client as it is, which is what makes kubectl fall back to SPDY.
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::Response;
+use http_body_util::BodyExt;
+use hyper_util::rt::TokioIo;
+use tracing::debug;
+
+/// Headers that describe the connection between two hops, not the request.
+const HOP_BY_HOP: [&str; 5] = [
+    "host",
+    "authorization",
+    "content-length",
+    "transfer-encoding",
+    "keep-alive",
+];
+
+fn text(code: StatusCode, msg: String) -> Response {
+    Response::builder()
+        .status(code)
+        .header(header::CONTENT_TYPE, "text/plain")
+        .body(Body::from(msg))
+        .unwrap_or_default()
+}
+
+/// Relays the upgrade request `req` to `url` (the runtime's plain-HTTP streaming server on loopback) and
+/// splices the two upgraded connections.
+pub async fn relay(mut req: Request, url: &str) -> Response {
+    let Ok(uri) = url.parse::<hyper::Uri>() else {
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("runtime returned a bad streaming URL {url:?}"),
+        );
+    };
+    let (Some(host), port) = (uri.host().map(str::to_string), uri.port_u16().unwrap_or(80)) else {
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("runtime returned a bad streaming URL {url:?}"),
+        );
+    };
+    let addr = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let tcp = match tokio::net::TcpStream::connect(&addr).await {
+        Ok(t) => t,
+        Err(e) => {
+            return text(
+                StatusCode::BAD_GATEWAY,
+                format!("runtime streaming server {addr}: {e}"),
+            )
+        }
+    };
+    let (mut sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await {
+        Ok(x) => x,
+        Err(e) => {
+            return text(
+                StatusCode::BAD_GATEWAY,
+                format!("runtime streaming server {addr}: {e}"),
+            )
+        }
+    };
+    tokio::spawn(async move {
+        let _ = conn.with_upgrades().await;
+    });
+    let path = uri
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "/".into());
+    let mut out = hyper::Request::builder()
+        .method(req.method().clone())
+        .uri(path);
+    for (k, v) in req.headers() {
+        if !HOP_BY_HOP.contains(&k.as_str()) {
+            out = out.header(k, v);
+        }
+    }
+    out = out.header(header::HOST, addr.as_str());
+    let Ok(out) = out.body(http_body_util::Empty::<bytes::Bytes>::new()) else {
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "cannot build the runtime request".into(),
+        );
+    };
+    let mut resp = match sender.send_request(out).await {
+        Ok(r) => r,
+        Err(e) => {
+            return text(
+                StatusCode::BAD_GATEWAY,
+                format!("runtime streaming server {addr}: {e}"),
+            )
+        }
+    };
+    let status = resp.status();
+    let headers: HeaderMap = resp.headers().clone();
+    if status != StatusCode::SWITCHING_PROTOCOLS {
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let mut r = Response::builder().status(status);
+        for (k, v) in &headers {
+            if !HOP_BY_HOP.contains(&k.as_str()) {
+                r = r.header(k, v);
+            }
+        }
+        return r.body(Body::from(body)).unwrap_or_default();
+    }
+    let upstream = hyper::upgrade::on(&mut resp);
+    let client = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        match (client.await, upstream.await) {
+            (Ok(c), Ok(u)) => {
+                let (mut c, mut u) = (TokioIo::new(c), TokioIo::new(u));
+                if let Err(e) = tokio::io::copy_bidirectional(&mut c, &mut u).await {
+                    debug!(error = %e, "stream relay ended");
+                }
+            }
+            (c, u) => debug!(
+                client = c.is_ok(),
+                runtime = u.is_ok(),
+                "stream relay: an upgrade failed"
+            ),
+        }
+    });
+    let mut r = Response::builder().status(StatusCode::SWITCHING_PROTOCOLS);
+    for (k, v) in &headers {
+        r = r.header(k, v);
+    }
+    r.body(Body::empty()).unwrap_or_default()
+}
+
+/// The value of boolean query parameter `k` (`1`, `true`, … as Go reads them).
+pub fn flag(query: &str, k: &str) -> bool {
+    form_urlencoded::parse(query.as_bytes()).any(|(key, v)| {
+        key == k && matches!(v.as_ref(), "1" | "t" | "T" | "true" | "True" | "TRUE")
+    })
+}
+
+/// Every value of query parameter `k`, in order.
+pub fn values(query: &str, k: &str) -> Vec<String> {
+    form_urlencoded::parse(query.as_bytes())
+        .filter(|(key, _)| key == k)
+        .map(|(_, v)| v.into_owned())
+        .collect()
+}

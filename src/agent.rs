@@ -1,0 +1,133 @@
+//! `keel agent`: a node agent against any keel (or Kubernetes) API server, and `keel images`, which
+//! writes the image archives it imports when no registry is reachable.
+
+use std::collections::BTreeMap;
+
+use keel_node_agent::agent::{self, Options};
+use keel_node_agent::node::register::NodeConfig;
+use keel_node_agent::pod::spec::DnsSettings;
+
+use crate::cli::{AgentArgs, ImagesArgs};
+use crate::server::{init_logging, ServerError};
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_lowercase())
+        .unwrap_or_else(|_| "keel-node".into())
+}
+
+/// The local address this machine reaches `url`'s host from (a UDP connect sends nothing).
+fn local_ip_towards(url: &str) -> Option<String> {
+    let rest = url.split("://").nth(1)?;
+    let hostport = rest.split('/').next()?;
+    let addr = if hostport.contains(':') {
+        hostport.to_string()
+    } else {
+        format!("{hostport}:443")
+    };
+    let target = std::net::ToSocketAddrs::to_socket_addrs(&addr)
+        .ok()?
+        .next()?;
+    let bind = if target.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    };
+    let s = std::net::UdpSocket::bind(bind).ok()?;
+    s.connect(target).ok()?;
+    Some(s.local_addr().ok()?.ip().to_string())
+}
+
+/// `keel agent`.
+pub(crate) async fn run(args: AgentArgs) -> Result<(), ServerError> {
+    init_logging(&args.log_level)?;
+    if args.remove_all_pods {
+        let n = agent::remove_all_pods(&args.cri)
+            .await
+            .map_err(|e| ServerError::Config(e.to_string()))?;
+        keel_node_agent::node::routes::remove(&[
+            args.cluster_cidr.clone(),
+            args.service_cidr.clone(),
+        ]);
+        println!("removed {n} pod sandboxes from {}", args.cri);
+        return Ok(());
+    }
+    let Some(kubeconfig) = &args.kubeconfig else {
+        return Err(ServerError::Config("--kubeconfig is required".into()));
+    };
+    let mut config = crate::control::load_kubeconfig(kubeconfig).await?;
+    if let Some(s) = &args.server {
+        config.cluster_url = s
+            .parse()
+            .map_err(|e| ServerError::Config(format!("--server {s}: {e}")))?;
+    }
+    let server = config.cluster_url.to_string();
+    let client_ca = config.root_cert.clone().unwrap_or_default();
+    let client = kube::Client::try_from(config)
+        .map_err(|e| ServerError::Config(format!("cannot make a client: {e}")))?;
+    let name = if args.node_name.is_empty() {
+        host_name()
+    } else {
+        args.node_name.clone()
+    };
+    let mut labels = BTreeMap::new();
+    for l in &args.node_labels {
+        let (k, v) = l
+            .split_once('=')
+            .ok_or_else(|| ServerError::Config(format!("--node-labels: {l:?} is not key=value")))?;
+        labels.insert(k.to_string(), v.to_string());
+    }
+    let internal_ip = match &args.node_ip {
+        Some(ip) => ip.clone(),
+        None => local_ip_towards(&server).unwrap_or_else(|| "127.0.0.1".into()),
+    };
+    let opts = Options {
+        node: NodeConfig {
+            name,
+            internal_ip,
+            pod_cidr: args.pod_cidr.clone(),
+            labels,
+            taints: vec![],
+            port: args.port,
+        },
+        cri: args.cri.clone(),
+        root: args.root_dir.clone(),
+        log_root: args.pod_log_dir.clone(),
+        cni_conf_dir: args.cni_conf_dir.clone(),
+        image_dir: args.image_dir.clone(),
+        dns: DnsSettings {
+            cluster_dns: args.cluster_dns.clone(),
+            domain: args.cluster_domain.clone(),
+        },
+        blackholes: vec![args.cluster_cidr.clone(), args.service_cidr.clone()],
+        server: None,
+    };
+    let port = u16::try_from(args.port)
+        .map_err(|_| ServerError::Config(format!("--port {} is not a port", args.port)))?;
+    let mut opts = opts;
+    opts.server = Some(keel_node_agent::server::ServerOptions {
+        listen: std::net::SocketAddr::new(args.address, port),
+        client_ca,
+        pki_dir: args.root_dir.join("pki"),
+        hosts: vec![
+            opts.node.name.clone(),
+            opts.node.internal_ip.clone(),
+            "localhost".into(),
+        ],
+        node: opts.node.name.clone(),
+    });
+    tokio::select! {
+        r = agent::run(client, opts) => r.map_err(|e| ServerError::Config(e.to_string())),
+        r = crate::server::terminated() => r.map_err(ServerError::Signal),
+    }
+}
+
+/// `keel images --out DIR`.
+pub(crate) fn images(args: ImagesArgs) -> Result<(), ServerError> {
+    let paths = keel_node_agent::image::oci::write_builtin(&args.out, &args.busybox)
+        .map_err(|e| ServerError::Config(e.to_string()))?;
+    for p in paths {
+        println!("{}", p.display());
+    }
+    Ok(())
+}

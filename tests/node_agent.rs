@@ -1,0 +1,1187 @@
+//! The node agent for real: a 3-member keel, one `keel agent` on a private containerd (started by the
+//! test under its own directory), the built-in busybox image, and the real kubectl. The seeds' walk
+//! `kubectl create deployment` → ReplicaSet → Pods → scheduler → agent → running containers, then what
+//! a user does next: events, deleting a pod, a crashing container, bad images and commands, a graceful
+//! delete, and killing the agent. Every test works in its own namespace on the one shared node.
+//!
+//! Needs root (containerd, runc, CNI) as CI has.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use keel_testkit::agent::{AgentNode, BUSYBOX};
+use keel_testkit::keel_bin;
+use keel_testkit::kube::KubeCluster;
+use serde_json::Value;
+
+const NODE: &str = "keel-worker-0";
+const POD_CIDR: &str = "10.42.7.0/24";
+const WAIT: Duration = Duration::from_secs(120);
+
+fn cluster() -> &'static KubeCluster {
+    KubeCluster::shared(|| KubeCluster::start(keel_bin!(), 3))
+}
+
+static NODE_PTR: OnceLock<usize> = OnceLock::new();
+static AGENT_PORT: OnceLock<u16> = OnceLock::new();
+
+/// Tests share the agent (read); the one that kills it runs alone (write), so no other test's pod is
+/// caught between a CreateContainer and a StartContainer, or its `kubectl logs -f` cut, by the kill.
+static AGENT_TURN: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn shared_turn() -> std::sync::RwLockReadGuard<'static, ()> {
+    AGENT_TURN.read().unwrap_or_else(|e| e.into_inner())
+}
+
+extern "C" fn drop_node() {
+    if let Some(&ptr) = NODE_PTR.get() {
+        // SAFETY: `ptr` came from `Box::into_raw` below; exit handlers run once, after the tests.
+        drop(unsafe { Box::from_raw(ptr as *mut std::sync::Mutex<AgentNode>) });
+    }
+}
+
+/// The worker every test shares, started (and waited Ready) by the first caller; torn down at exit,
+/// before the cluster (exit handlers run in reverse order of registration).
+fn node() -> &'static std::sync::Mutex<AgentNode> {
+    let c = cluster();
+    let ptr = *NODE_PTR.get_or_init(|| {
+        let dir = c.dir().join("worker-0");
+        // The agent's API on a free loopback port: never 10250, which a `keel up` on this machine may hold.
+        let port = AGENT_PORT.get_or_init(keel_testkit::free_port).to_string();
+        let extra = [
+            "--address",
+            "127.0.0.1",
+            "--port",
+            &port,
+            "--node-ip",
+            "127.0.0.1",
+        ];
+        let n = AgentNode::start(
+            keel_bin!().as_ref(),
+            &dir,
+            NODE,
+            &c.member(0).kubeconfig(),
+            POD_CIDR,
+            &extra,
+        );
+        let b = Box::new(std::sync::Mutex::new(n));
+        // SAFETY: registers a plain extern "C" function with no captured state.
+        unsafe { libc::atexit(drop_node) };
+        Box::into_raw(b) as usize
+    });
+    // SAFETY: leaked until exit; only shared references are handed out.
+    let n = unsafe { &*(ptr as *const std::sync::Mutex<AgentNode>) };
+    wait_for(n, "the node to be Ready", || {
+        let out = c.kubectl(
+            0,
+            &[
+                "get",
+                "node",
+                NODE,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            ],
+        );
+        out.stdout.trim() == "True"
+    });
+    n
+}
+
+fn lock(n: &'static std::sync::Mutex<AgentNode>) -> std::sync::MutexGuard<'static, AgentNode> {
+    n.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn fail(n: &std::sync::Mutex<AgentNode>, msg: impl std::fmt::Display) -> ! {
+    let tails = lock_tails(n);
+    cluster().fail(format!("{msg}\n{tails}"))
+}
+
+fn lock_tails(n: &std::sync::Mutex<AgentNode>) -> String {
+    match n.try_lock() {
+        Ok(g) => g.log_tails(60),
+        Err(_) => "(agent busy)".into(),
+    }
+}
+
+fn wait_for(n: &std::sync::Mutex<AgentNode>, what: &str, mut check: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while start.elapsed() < WAIT {
+        if check() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    fail(n, format!("timed out after {WAIT:?} waiting for {what}"))
+}
+
+/// kubectl that must succeed. A request refused because the cluster is between leaders ("no leader",
+/// "not leader": nothing was written) is retried for a while, as a client of etcd would.
+fn kubectl(args: &[&str]) -> String {
+    let out = kubectl_run(args);
+    if out.ok {
+        return out.stdout;
+    }
+    cluster().ok(0, args)
+}
+
+/// One kubectl run, retried while the cluster is between leaders.
+fn kubectl_run(args: &[&str]) -> keel_testkit::kubectl::Run {
+    let mut out = cluster().kubectl(0, args);
+    for _ in 0..20 {
+        let leaderless = out.stderr.contains("etcdserver: no leader")
+            || out.stderr.contains("etcdserver: not leader");
+        if out.ok || !leaderless {
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        out = cluster().kubectl(0, args);
+    }
+    out
+}
+
+/// A read as JSON. Reads are retried for a while: under this much load a member may lose the Raft
+/// leadership for a moment, and kubectl then sees "not leader", as it would against etcd.
+fn json(args: &[&str]) -> Value {
+    let mut a = args.to_vec();
+    a.extend(["-o", "json"]);
+    for _ in 0..20 {
+        let out = cluster().kubectl(0, &a);
+        if out.ok {
+            return serde_json::from_str(&out.stdout).unwrap();
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    serde_json::from_str(&kubectl(&a)).unwrap()
+}
+
+fn namespace(name: &str) -> String {
+    let _ = cluster().kubectl(0, &["create", "namespace", name]);
+    name.to_string()
+}
+
+fn pods(ns: &str, selector: &str) -> Vec<Value> {
+    let v = json(&["-n", ns, "get", "pods", "-l", selector]);
+    v["items"].as_array().cloned().unwrap_or_default()
+}
+
+fn pod(ns: &str, name: &str) -> Value {
+    json(&["-n", ns, "get", "pod", name])
+}
+
+fn running_ready(p: &Value) -> bool {
+    p["status"]["phase"] == "Running"
+        && p["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+}
+
+fn container_id(p: &Value) -> String {
+    p["status"]["containerStatuses"][0]["containerID"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Lines of `kubectl get events` (namespace `ns`) as "reason object message".
+fn events(ns: &str) -> Vec<String> {
+    let v = json(&[
+        "-n",
+        ns,
+        "get",
+        "events",
+        "--sort-by=.metadata.creationTimestamp",
+    ]);
+    v["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {} {}",
+                e["reason"].as_str().unwrap_or_default(),
+                e["involvedObject"]["name"].as_str().unwrap_or_default(),
+                e["message"].as_str().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+/// [`events`] once they stop changing (the agent publishes Events from a queue, a moment after the
+/// status it reports): two equal reads a second apart, or the last read after 20 s.
+fn settled_events(ns: &str) -> Vec<String> {
+    let mut last = events(ns);
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_secs(1));
+        let now = events(ns);
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    last
+}
+
+/// A GET of `http://ip:port/` from this machine (the pod network is a local bridge).
+fn http_get(ip: &str, port: u16) -> Option<String> {
+    use std::io::{Read, Write};
+    let addr: std::net::SocketAddr = format!("{ip}:{port}").parse().ok()?;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    s.write_all(format!("GET / HTTP/1.0\r\nHost: {ip}\r\n\r\n").as_bytes())
+        .ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    Some(body)
+}
+
+#[test]
+fn node_registers_with_capacity_lease_and_images() {
+    let _turn = shared_turn();
+    let n = node();
+    let v = json(&["get", "node", NODE]);
+    let st = &v["status"];
+    for k in ["cpu", "memory", "pods", "ephemeral-storage"] {
+        assert!(
+            st["allocatable"][k].is_string(),
+            "allocatable.{k} missing: {st}"
+        );
+    }
+    assert_eq!(st["allocatable"]["pods"], "110");
+    assert!(
+        st["nodeInfo"]["containerRuntimeVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("containerd://"),
+        "{st}"
+    );
+    let port = AGENT_PORT.get().copied().unwrap_or_default();
+    assert_eq!(st["daemonEndpoints"]["kubeletEndpoint"]["Port"], port);
+    let images: Vec<String> = st["images"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|i| i["names"].as_array().cloned().unwrap_or_default())
+        .filter_map(|s| s.as_str().map(str::to_string))
+        .collect();
+    assert!(
+        images.iter().any(|i| i.contains("localhost/busybox")),
+        "images: {images:?}"
+    );
+    for t in ["MemoryPressure", "DiskPressure", "PIDPressure"] {
+        let c = st["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == t)
+            .cloned();
+        assert_eq!(
+            c.map(|c| c["status"].clone()),
+            Some(Value::from("False")),
+            "{t}: {st}"
+        );
+    }
+    let lease = json(&["-n", "kube-node-lease", "get", "lease", NODE]);
+    assert_eq!(lease["spec"]["holderIdentity"], NODE);
+    let first = lease["spec"]["renewTime"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    wait_for(n, "a Lease renewal", || {
+        json(&["-n", "kube-node-lease", "get", "lease", NODE])["spec"]["renewTime"].as_str()
+            != Some(&first)
+    });
+}
+
+/// The seeds' walk, for real: a Deployment's three pods run httpd in containerd and answer on their IPs;
+/// a deleted pod is replaced by a new running one.
+#[test]
+fn deployment_pods_run_serve_and_are_replaced() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("walk");
+    kubectl(&[
+        "-n",
+        &ns,
+        "create",
+        "deployment",
+        "web",
+        &format!("--image={BUSYBOX}"),
+        "--replicas=3",
+        "--",
+        "httpd",
+        "-f",
+        "-p",
+        "8080",
+        "-h",
+        "/etc",
+    ]);
+    wait_for(n, "3 running, ready web pods", || {
+        let ps = pods(&ns, "app=web");
+        ps.len() == 3 && ps.iter().all(running_ready)
+    });
+    let ps = pods(&ns, "app=web");
+    let mut ips = Vec::new();
+    for p in &ps {
+        let ip = p["status"]["podIP"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            ip.starts_with("10.42.7."),
+            "pod IP {ip} not from the node's CIDR: {p}"
+        );
+        assert_eq!(p["spec"]["nodeName"], NODE);
+        assert_eq!(p["status"]["qosClass"], "BestEffort");
+        let cs = &p["status"]["containerStatuses"][0];
+        assert_eq!(cs["ready"], true, "{cs}");
+        assert_eq!(cs["restartCount"], 0, "{cs}");
+        assert!(
+            cs["containerID"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("containerd://"),
+            "{cs}"
+        );
+        assert!(
+            cs["imageID"].as_str().is_some_and(|s| !s.is_empty()),
+            "{cs}"
+        );
+        assert!(cs["state"]["running"]["startedAt"].is_string(), "{cs}");
+        ips.push(ip);
+    }
+    ips.sort();
+    ips.dedup();
+    assert_eq!(ips.len(), 3, "pod IPs must differ: {ips:?}");
+    // Each container really serves: busybox httpd answers from the pod's own network namespace.
+    for ip in &ips {
+        let body =
+            http_get(ip, 8080).unwrap_or_else(|| fail(n, format!("no HTTP answer from {ip}:8080")));
+        assert!(body.starts_with("HTTP/1."), "{ip}: {body}");
+    }
+    // Events are published asynchronously: wait until the last kind shows up.
+    wait_for(n, "Started events", || {
+        events(&ns)
+            .iter()
+            .filter(|e| e.starts_with("Started "))
+            .count()
+            >= 3
+    });
+    let evs = settled_events(&ns);
+    for reason in ["Scheduled", "Pulled", "Created", "Started"] {
+        assert!(
+            evs.iter().any(|e| e.starts_with(&format!("{reason} "))),
+            "no {reason} event in {evs:#?}"
+        );
+    }
+    assert!(
+        evs.iter().any(|e| e.starts_with("Pulled ")
+            && e.contains(&format!(
+                "Container image \"{BUSYBOX}\" already present on machine"
+            ))),
+        "{evs:#?}"
+    );
+    // kubectl's own columns.
+    let wide = kubectl(&["-n", &ns, "get", "pods", "-o", "wide"]);
+    assert_eq!(
+        wide.lines()
+            .filter(|l| l.contains("Running") && l.contains(NODE))
+            .count(),
+        3,
+        "{wide}"
+    );
+
+    // Delete one: the ReplicaSet makes another, the agent runs it, the old one's container is gone.
+    let victim = ps[0]["metadata"]["name"].as_str().unwrap().to_string();
+    let victim_ip = ps[0]["status"]["podIP"].as_str().unwrap().to_string();
+    kubectl(&[
+        "-n",
+        &ns,
+        "delete",
+        "pod",
+        &victim,
+        "--wait=true",
+        "--timeout=90s",
+    ]);
+    wait_for(n, "a replacement pod running", || {
+        let ps = pods(&ns, "app=web");
+        ps.len() == 3
+            && ps.iter().all(running_ready)
+            && ps.iter().all(|p| p["metadata"]["name"] != victim.as_str())
+    });
+    wait_for(n, "the deleted pod's address to stop answering", || {
+        pods(&ns, "app=web")
+            .iter()
+            .any(|p| p["status"]["podIP"] == victim_ip.as_str())
+            || http_get(&victim_ip, 8080).is_none()
+    });
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// A container that keeps exiting is restarted with back-off and shows CrashLoopBackOff; its last run is
+/// in lastState.
+#[test]
+fn crashing_container_backs_off() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("crash");
+    run_busybox(&ns, "crasher", &[], &["sh", "-c", "echo bye; exit 3"]);
+    wait_for(n, "CrashLoopBackOff with a restart", || {
+        let p = pod(&ns, "crasher");
+        let cs = &p["status"]["containerStatuses"][0];
+        cs["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+            && cs["restartCount"].as_i64().unwrap_or(0) >= 1
+    });
+    let p = pod(&ns, "crasher");
+    let cs = &p["status"]["containerStatuses"][0];
+    assert_eq!(cs["lastState"]["terminated"]["exitCode"], 3, "{cs}");
+    assert_eq!(cs["lastState"]["terminated"]["reason"], "Error", "{cs}");
+    let msg = cs["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        msg.starts_with("back-off ")
+            && msg.contains("restarting failed container=crasher pod=crasher_crash("),
+        "{msg}"
+    );
+    assert_eq!(p["status"]["phase"], "Running", "{p}");
+    let table = kubectl(&["-n", &ns, "get", "pod", "crasher"]);
+    assert!(
+        table.contains("CrashLoopBackOff") || table.contains("Error"),
+        "{table}"
+    );
+    let evs = settled_events(&ns);
+    assert!(
+        evs.iter()
+            .any(|e| e.starts_with("BackOff crasher Back-off restarting failed container crasher")),
+        "{evs:#?}"
+    );
+
+    // restartPolicy Never: one run, then Failed for good; OnFailure with exit 0: Succeeded.
+    run_busybox(&ns, "once", &["--restart=Never"], &["sh", "-c", "exit 2"]);
+    run_busybox(&ns, "done", &["--restart=OnFailure"], &["true"]);
+    wait_for(n, "Failed and Succeeded pods", || {
+        pod(&ns, "once")["status"]["phase"] == "Failed"
+            && pod(&ns, "done")["status"]["phase"] == "Succeeded"
+    });
+    let once = pod(&ns, "once");
+    assert_eq!(
+        once["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 2,
+        "{once}"
+    );
+    assert_eq!(
+        once["status"]["containerStatuses"][0]["restartCount"], 0,
+        "{once}"
+    );
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// Bad input: an image nobody has, a command that does not exist.
+#[test]
+fn bad_images_and_commands_are_reported() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("bad");
+    // A registry on a loopback port nothing listens on: the pull fails here, nothing leaves the machine.
+    kubectl(&[
+        "-n",
+        &ns,
+        "run",
+        "noimage",
+        "--image=127.0.0.1:9/nope/nothing:1",
+    ]);
+    kubectl(&[
+        "-n",
+        &ns,
+        "run",
+        "nolocal",
+        "--image=localhost/nothing:1",
+        "--image-pull-policy=Never",
+    ]);
+    run_busybox(&ns, "nocmd", &["--command"], &["/no/such/binary"]);
+    wait_for(n, "ErrImagePull or ImagePullBackOff", || {
+        let r = pod(&ns, "noimage")["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+            .clone();
+        r == "ErrImagePull" || r == "ImagePullBackOff"
+    });
+    wait_for(n, "ImagePullBackOff after a retry", || {
+        pod(&ns, "noimage")["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+            == "ImagePullBackOff"
+    });
+    wait_for(n, "ErrImageNeverPull", || {
+        pod(&ns, "nolocal")["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+            == "ErrImageNeverPull"
+    });
+    wait_for(n, "a failed start", || {
+        let cs = pod(&ns, "nocmd")["status"]["containerStatuses"][0].clone();
+        let w = cs["state"]["waiting"]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let t = cs["lastState"]["terminated"]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        w == "RunContainerError"
+            || w == "CrashLoopBackOff" && t == "StartError"
+            || t == "ContainerCannotRun"
+    });
+    let evs = settled_events(&ns);
+    assert!(
+        evs.iter()
+            .any(|e| e
+                .starts_with("Failed noimage Failed to pull image \"127.0.0.1:9/nope/nothing:1\"")),
+        "{evs:#?}"
+    );
+    assert!(
+        evs.iter().any(|e| e.starts_with("Failed nocmd Error: ")),
+        "{evs:#?}"
+    );
+    // Never started: Pending. A container that was created but could not start counts as stopped, so under
+    // restartPolicy Always its pod is Running (restarting), as upstream's phase rules say; never ready.
+    for p in ["noimage", "nolocal"] {
+        assert_eq!(pod(&ns, p)["status"]["phase"], "Pending", "{p}");
+    }
+    assert!(!running_ready(&pod(&ns, "nocmd")));
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// A pod that asks for more memory than the node has is never started: the scheduler keeps it Pending.
+#[test]
+fn pod_larger_than_the_node_stays_pending() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("huge");
+    let manifest = format!(
+        r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"huge"}},"spec":{{"containers":[{{"name":"c","image":"{BUSYBOX}","command":["sleep","3600"],"resources":{{"requests":{{"memory":"64Ti"}}}}}}]}}}}"#
+    );
+    apply(&ns, &manifest);
+    wait_for(n, "FailedScheduling", || {
+        events(&ns)
+            .iter()
+            .any(|e| e.starts_with("FailedScheduling huge "))
+    });
+    let evs = settled_events(&ns);
+    assert!(
+        evs.iter().any(|e| e.contains("Insufficient memory")),
+        "{evs:#?}"
+    );
+    let p = pod(&ns, "huge");
+    assert_eq!(p["status"]["phase"], "Pending");
+    assert!(p["spec"]["nodeName"].is_null(), "{p}");
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// `kubectl delete pod` runs the preStop hook, stops the container with SIGTERM within the grace period,
+/// and the object goes once everything is stopped.
+#[test]
+fn graceful_delete_runs_pre_stop() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("grace");
+    // The hook writes into a hostPath the test reads; the main process ignores nothing (SIGTERM ends sleep's shell).
+    let marks = n
+        .lock()
+        .map(|g| g.dir().join("marks-grace"))
+        .unwrap_or_default();
+    std::fs::create_dir_all(&marks).unwrap();
+    let manifest = format!(
+        r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"g"}},"spec":{{"terminationGracePeriodSeconds":20,
+          "volumes":[{{"name":"m","hostPath":{{"path":"{}"}}}}],
+          "containers":[{{"name":"c","image":"{BUSYBOX}","imagePullPolicy":"Never",
+            "command":["sh","-c","trap 'echo term > /m/term; exit 0' TERM; while true; do sleep 1; done"],
+            "volumeMounts":[{{"name":"m","mountPath":"/m"}}],
+            "lifecycle":{{"preStop":{{"exec":{{"command":["sh","-c","echo prestop > /m/prestop"]}}}}}}}}]}}}}"#,
+        marks.display()
+    );
+    apply(&ns, &manifest);
+    wait_for(n, "pod g running", || running_ready(&pod(&ns, "g")));
+    let t = Instant::now();
+    kubectl(&[
+        "-n",
+        &ns,
+        "delete",
+        "pod",
+        "g",
+        "--wait=true",
+        "--timeout=90s",
+    ]);
+    let took = t.elapsed();
+    assert!(marks.join("prestop").exists(), "preStop did not run");
+    assert_eq!(
+        std::fs::read_to_string(marks.join("term"))
+            .unwrap_or_default()
+            .trim(),
+        "term",
+        "SIGTERM not delivered"
+    );
+    // Not a timing assertion on speed: the container handled SIGTERM, so it never needed the 20 s SIGKILL.
+    assert!(
+        took < Duration::from_secs(20),
+        "the container was not stopped by SIGTERM ({took:?})"
+    );
+    let evs = settled_events(&ns);
+    assert!(
+        evs.iter()
+            .any(|e| e.starts_with("Killing g Stopping container c")),
+        "{evs:#?}"
+    );
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// kill -9 of the agent: containers keep running; the restarted agent adopts them (same container IDs, no
+/// restarts) and keeps the node Ready.
+#[test]
+fn restarted_agent_adopts_running_containers() {
+    let _turn = AGENT_TURN.write().unwrap_or_else(|e| e.into_inner());
+    let n = node();
+    let ns = namespace("adopt");
+    run_busybox(
+        &ns,
+        "keep",
+        &[],
+        &["httpd", "-f", "-p", "8081", "-h", "/etc"],
+    );
+    wait_for(n, "pod keep running", || running_ready(&pod(&ns, "keep")));
+    let before = pod(&ns, "keep");
+    let id = container_id(&before);
+    let ip = before["status"]["podIP"].as_str().unwrap().to_string();
+    {
+        let mut g = lock(n);
+        g.kill9_agent();
+    }
+    // With no agent at all, the container still serves.
+    assert!(
+        http_get(&ip, 8081).is_some(),
+        "container died with the agent"
+    );
+    {
+        let mut g = lock(n);
+        g.spawn_agent();
+    }
+    // Make the new agent do something visible for this pod, then check it kept the old container.
+    kubectl(&["-n", &ns, "label", "pod", "keep", "touched=yes"]);
+    std::thread::sleep(Duration::from_secs(3));
+    wait_for(n, "the pod still running after the restart", || {
+        running_ready(&pod(&ns, "keep"))
+    });
+    let after = pod(&ns, "keep");
+    assert_eq!(
+        container_id(&after),
+        id,
+        "the container was replaced: {after}"
+    );
+    assert_eq!(
+        after["status"]["containerStatuses"][0]["restartCount"], 0,
+        "{after}"
+    );
+    assert_eq!(after["status"]["podIP"], ip.as_str());
+    assert!(http_get(&ip, 8081).is_some());
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// `kubectl run NAME --image=<busybox> --image-pull-policy=Never EXTRA -- CMD` in `ns`.
+fn run_busybox(ns: &str, name: &str, extra: &[&str], cmd: &[&str]) {
+    let image = format!("--image={BUSYBOX}");
+    let mut args = vec![
+        "-n",
+        ns,
+        "run",
+        name,
+        image.as_str(),
+        "--image-pull-policy=Never",
+    ];
+    args.extend_from_slice(extra);
+    if !cmd.is_empty() {
+        args.push("--");
+        args.extend_from_slice(cmd);
+    }
+    kubectl(&args);
+}
+
+fn apply(ns: &str, manifest: &str) {
+    for _ in 0..20 {
+        let out = cluster().kubectl_stdin(0, &["-n", ns, "apply", "-f", "-"], Some(manifest));
+        if out.ok {
+            return;
+        }
+        if !out.stderr.contains("etcdserver: no leader")
+            && !out.stderr.contains("etcdserver: not leader")
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    cluster().ok_stdin(0, &["-n", ns, "apply", "-f", "-"], Some(manifest));
+}
+
+fn ready_condition(p: &Value) -> String {
+    p["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+        .map(|c| c["status"].as_str().unwrap_or_default().to_string())
+        .unwrap_or_default()
+}
+
+/// Probes: a failing liveness probe restarts the container; a readiness probe moves the pod in and out of
+/// Ready; a startup probe holds the container un-started until its port opens, then readiness (httpGet)
+/// and liveness (tcpSocket) take over.
+#[test]
+fn probes_restart_and_gate_readiness() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("probes");
+    apply(
+        &ns,
+        &format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"live"}},"spec":{{"containers":[{{"name":"c","image":"{BUSYBOX}","imagePullPolicy":"Never",
+              "command":["sh","-c","touch /tmp/healthy; sleep 4; rm /tmp/healthy; sleep 3600"],
+              "livenessProbe":{{"exec":{{"command":["test","-f","/tmp/healthy"]}},"periodSeconds":1,"failureThreshold":2}}}}]}}}}"#
+        ),
+    );
+    apply(
+        &ns,
+        &format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"ready"}},"spec":{{"containers":[{{"name":"c","image":"{BUSYBOX}","imagePullPolicy":"Never",
+              "command":["sh","-c","sleep 2; touch /tmp/ready; sleep 6; rm /tmp/ready; sleep 3600"],
+              "readinessProbe":{{"exec":{{"command":["test","-f","/tmp/ready"]}},"periodSeconds":1}}}}]}}}}"#
+        ),
+    );
+    apply(
+        &ns,
+        &format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"slow"}},"spec":{{"containers":[{{"name":"c","image":"{BUSYBOX}","imagePullPolicy":"Never",
+              "command":["sh","-c","sleep 3; exec httpd -f -p 8080 -h /etc"],
+              "ports":[{{"name":"web","containerPort":8080}}],
+              "startupProbe":{{"tcpSocket":{{"port":"web"}},"periodSeconds":1,"failureThreshold":60}},
+              "readinessProbe":{{"httpGet":{{"path":"/hostname","port":8080}},"periodSeconds":1}},
+              "livenessProbe":{{"tcpSocket":{{"port":8080}},"periodSeconds":1}}}}]}}}}"#
+        ),
+    );
+    // Readiness: unready, then ready once the file exists, then unready again when it goes; never restarted.
+    wait_for(n, "pod ready to become Ready", || {
+        ready_condition(&pod(&ns, "ready")) == "True"
+    });
+    wait_for(n, "pod ready to leave Ready", || {
+        ready_condition(&pod(&ns, "ready")) == "False"
+    });
+    let p = pod(&ns, "ready");
+    assert_eq!(p["status"]["phase"], "Running");
+    assert_eq!(
+        p["status"]["containerStatuses"][0]["restartCount"], 0,
+        "{p}"
+    );
+    assert_eq!(p["status"]["containerStatuses"][0]["ready"], false, "{p}");
+    // Liveness: restarted by the agent after the file disappears.
+    wait_for(n, "the liveness restart", || {
+        pod(&ns, "live")["status"]["containerStatuses"][0]["restartCount"]
+            .as_i64()
+            .unwrap_or(0)
+            >= 1
+    });
+    // Startup then readiness over HTTP.
+    wait_for(n, "pod slow started and ready", || {
+        let p = pod(&ns, "slow");
+        p["status"]["containerStatuses"][0]["started"] == true && running_ready(&p)
+    });
+    let slow = pod(&ns, "slow");
+    assert_eq!(
+        slow["status"]["containerStatuses"][0]["restartCount"], 0,
+        "{slow}"
+    );
+    let evs = settled_events(&ns);
+    assert!(
+        evs.iter()
+            .any(|e| e.starts_with("Unhealthy live Liveness probe failed")),
+        "{evs:#?}"
+    );
+    assert!(
+        evs.iter()
+            .any(|e| e == "Killing live Container c failed liveness probe, will be restarted"),
+        "{evs:#?}"
+    );
+    assert!(
+        evs.iter()
+            .any(|e| e.starts_with("Unhealthy ready Readiness probe failed")),
+        "{evs:#?}"
+    );
+    assert!(
+        evs.iter().any(
+            |e| e.starts_with("Unhealthy slow Startup probe failed: dial tcp ")
+                && e.contains("connection refused")
+        ),
+        "{evs:#?}"
+    );
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// `kubectl logs` through the API server to the agent: whole logs, --tail, --timestamps, --limit-bytes,
+/// -f that ends with the container, --previous of a restarted container, and upstream's errors.
+#[test]
+fn logs_reach_the_agent() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("logs");
+    run_busybox(
+        &ns,
+        "count",
+        &["--restart=Never"],
+        &[
+            "sh",
+            "-c",
+            "for i in 1 2 3 4 5; do echo line $i; sleep 1; done; echo to-stderr >&2",
+        ],
+    );
+    wait_for(n, "pod count started", || {
+        let state = pod(&ns, "count")["status"]["containerStatuses"][0]["state"].clone();
+        state["running"].is_object() || state["terminated"].is_object()
+    });
+    // -f streams while the container runs and ends when it exits.
+    let followed = kubectl_run(&["-n", &ns, "logs", "-f", "count"]);
+    assert!(followed.ok, "{}", followed.stderr);
+    assert!(
+        followed.stdout.ends_with("line 5\nto-stderr\n"),
+        "{:?}",
+        followed.stdout
+    );
+    assert_eq!(
+        kubectl(&["-n", &ns, "logs", "count"]),
+        "line 1\nline 2\nline 3\nline 4\nline 5\nto-stderr\n"
+    );
+    assert_eq!(
+        kubectl(&["-n", &ns, "logs", "count", "--tail=2"]),
+        "line 5\nto-stderr\n"
+    );
+    let ts = kubectl(&["-n", &ns, "logs", "count", "--tail=1", "--timestamps"]);
+    let (stamp, rest) = ts.split_once(' ').unwrap_or_default();
+    assert!(
+        stamp.parse::<k8s_openapi::jiff::Timestamp>().is_ok(),
+        "{ts:?}"
+    );
+    assert_eq!(rest, "to-stderr\n");
+    assert_eq!(
+        kubectl(&["-n", &ns, "logs", "count", "--limit-bytes=8"]),
+        "line 1\nl"
+    );
+
+    // --previous: the run before the restart.
+    kubectl(&[
+        "-n",
+        &ns,
+        "run",
+        "again",
+        &format!("--image={BUSYBOX}"),
+        "--image-pull-policy=Never",
+        "--",
+        "sh",
+        "-c",
+        "echo run; exit 1",
+    ]);
+    wait_for(n, "a restart", || {
+        pod(&ns, "again")["status"]["containerStatuses"][0]["restartCount"]
+            .as_i64()
+            .unwrap_or(0)
+            >= 1
+    });
+    assert_eq!(
+        kubectl(&["-n", &ns, "logs", "again", "--previous"]),
+        "run\n"
+    );
+
+    // Errors as upstream words them.
+    let two = format!(
+        r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"two"}},"spec":{{"containers":[
+          {{"name":"a","image":"{BUSYBOX}","imagePullPolicy":"Never","command":["sleep","3600"]}},
+          {{"name":"b","image":"{BUSYBOX}","imagePullPolicy":"Never","command":["sleep","3600"]}}]}}}}"#
+    );
+    apply(&ns, &two);
+    let e = cluster().err(0, &["-n", &ns, "logs", "two", "-c", "nope"]);
+    assert!(e.contains("container nope is not valid for pod two"), "{e}");
+    kubectl(&[
+        "-n",
+        &ns,
+        "run",
+        "noimg",
+        "--image=localhost/none:1",
+        "--image-pull-policy=Never",
+    ]);
+    wait_for(n, "ErrImageNeverPull", || {
+        pod(&ns, "noimg")["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+            == "ErrImageNeverPull"
+    });
+    let e = cluster().err(0, &["-n", &ns, "logs", "noimg"]);
+    assert!(
+        e.contains("container \"noimg\" in pod \"noimg\" is waiting to start: ErrImageNeverPull"),
+        "{e}"
+    );
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// `kubectl exec` (output, error output, exit code, stdin), `kubectl cp` and `kubectl port-forward`
+/// through the API server, the agent and containerd's streaming server.
+#[test]
+fn exec_cp_and_port_forward() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("streams");
+    run_busybox(
+        &ns,
+        "srv",
+        &[],
+        &["httpd", "-f", "-p", "8080", "-h", "/etc"],
+    );
+    wait_for(n, "pod srv running", || running_ready(&pod(&ns, "srv")));
+    // The seeds' check from inside the pod.
+    let out = kubectl(&[
+        "-n",
+        &ns,
+        "exec",
+        "srv",
+        "--",
+        "wget",
+        "-qO-",
+        "localhost:8080/hostname",
+    ]);
+    assert_eq!(out.trim(), "srv");
+    let r = kubectl_run(&[
+        "-n",
+        &ns,
+        "exec",
+        "srv",
+        "--",
+        "sh",
+        "-c",
+        "echo out; echo err >&2; exit 3",
+    ]);
+    assert!(!r.ok);
+    assert_eq!(r.stdout, "out\n");
+    assert!(
+        r.stderr.contains("err\n") && r.stderr.contains("command terminated with exit code 3"),
+        "{}",
+        r.stderr
+    );
+    let echoed = cluster().kubectl_stdin(
+        0,
+        &["-n", &ns, "exec", "-i", "srv", "--", "cat"],
+        Some("from stdin\n"),
+    );
+    assert!(echoed.ok, "{}", echoed.stderr);
+    assert_eq!(echoed.stdout, "from stdin\n");
+    // cp is tar over exec, both ways.
+    let dir = cluster().dir().join("cp");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("in.txt");
+    std::fs::write(&src, "copied in\n").unwrap();
+    kubectl(&["-n", &ns, "cp", src.to_str().unwrap(), "srv:/tmp/in.txt"]);
+    assert_eq!(
+        kubectl(&["-n", &ns, "exec", "srv", "--", "cat", "/tmp/in.txt"]),
+        "copied in\n"
+    );
+    let back = dir.join("back.txt");
+    kubectl(&["-n", &ns, "cp", "srv:/tmp/in.txt", back.to_str().unwrap()]);
+    assert_eq!(std::fs::read_to_string(&back).unwrap(), "copied in\n");
+    // Errors: no command, a container that is not there.
+    let e = cluster().err(0, &["-n", &ns, "exec", "srv", "-c", "nope", "--", "true"]);
+    assert!(
+        e.contains("container nope is not valid for pod srv") || e.contains("container not found"),
+        "{e}"
+    );
+
+    // port-forward from a loopback port of this machine to the pod's 8080.
+    let local = keel_testkit::free_port();
+    let pf = keel_testkit::kube::Background::start(
+        cluster(),
+        0,
+        &[
+            "-n",
+            &ns,
+            "port-forward",
+            "pod/srv",
+            &format!("{local}:8080"),
+            "--address",
+            "127.0.0.1",
+        ],
+        "port-forward",
+    );
+    let mut body = None;
+    for _ in 0..60 {
+        if pf.output().contains("Forwarding from") {
+            body = http_get("127.0.0.1", local);
+            if body.is_some() {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let body = body.unwrap_or_else(|| {
+        fail(
+            n,
+            format!("no answer through port-forward: {}", pf.output()),
+        )
+    });
+    assert!(body.starts_with("HTTP/1."), "{body}");
+    drop(pf);
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// `kubectl top node` and `kubectl top pod`: metrics.k8s.io served by the API server from the agent's
+/// `/stats/summary`, with a busy container using CPU.
+#[test]
+fn top_shows_node_and_pod_usage() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("top");
+    run_busybox(&ns, "busy", &[], &["sh", "-c", "while true; do :; done"]);
+    wait_for(n, "pod busy running", || running_ready(&pod(&ns, "busy")));
+    let discovery = kubectl(&["api-resources", "--api-group=metrics.k8s.io"]);
+    assert!(
+        discovery.contains("NodeMetrics") && discovery.contains("PodMetrics"),
+        "{discovery}"
+    );
+    let mut table = String::new();
+    wait_for(n, "kubectl top pod with CPU", || {
+        let r = kubectl_run(&["-n", &ns, "top", "pod", "busy", "--no-headers"]);
+        table = r.stdout.clone();
+        // NAME CPU MEMORY, CPU in millicores: a spinning shell uses a good share of a core.
+        r.ok && table
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.strip_suffix('m'))
+            .and_then(|c| c.parse::<u64>().ok())
+            .is_some_and(|m| m >= 50)
+    });
+    assert!(table.starts_with("busy "), "{table}");
+    let node_top = kubectl(&["top", "node", NODE, "--no-headers"]);
+    let cols: Vec<&str> = node_top.split_whitespace().collect();
+    assert_eq!(cols.first().copied(), Some(NODE), "{node_top}");
+    assert!(cols.get(1).is_some_and(|c| c.ends_with('m')), "{node_top}");
+    assert!(cols.get(3).is_some_and(|c| c.ends_with("Mi")), "{node_top}");
+    let raw: Value = serde_json::from_str(&kubectl(&[
+        "get",
+        "--raw",
+        &format!("/apis/metrics.k8s.io/v1beta1/namespaces/{ns}/pods/busy"),
+    ]))
+    .unwrap();
+    assert_eq!(raw["kind"], "PodMetrics");
+    assert_eq!(raw["containers"][0]["name"], "busy");
+    let e = cluster().err(
+        0,
+        &[
+            "get",
+            "--raw",
+            "/apis/metrics.k8s.io/v1beta1/nodes/no-such-node",
+        ],
+    );
+    assert!(e.contains("NotFound") || e.contains("not found"), "{e}");
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// securityContext: runAsNonRoot refuses an image that runs as root (CreateContainerConfigError with
+/// upstream's message) and accepts an explicit non-root runAsUser, which the container then runs as.
+#[test]
+fn run_as_non_root_is_enforced() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("nonroot");
+    let manifest = |name: &str, sc: &str| {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}"}},"spec":{{"securityContext":{sc},
+              "containers":[{{"name":"c","image":"{BUSYBOX}","imagePullPolicy":"Never","command":["sh","-c","id -u; sleep 3600"]}}]}}}}"#
+        )
+    };
+    apply(&ns, &manifest("root", r#"{"runAsNonRoot":true}"#));
+    apply(
+        &ns,
+        &manifest(
+            "user",
+            r#"{"runAsNonRoot":true,"runAsUser":1000,"runAsGroup":1000}"#,
+        ),
+    );
+    wait_for(n, "the root pod refused", || {
+        pod(&ns, "root")["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+            == "CreateContainerConfigError"
+    });
+    let msg = pod(&ns, "root")["status"]["containerStatuses"][0]["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        msg.starts_with(
+            "container has runAsNonRoot and image will run as root (pod: \"root_nonroot("
+        ),
+        "{msg}"
+    );
+    wait_for(n, "the user pod running", || {
+        running_ready(&pod(&ns, "user"))
+    });
+    wait_for(n, "its log", || {
+        kubectl_run(&["-n", &ns, "logs", "user"]).stdout == "1000\n"
+    });
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// Volumes and env from API objects: a configMap and a secret mounted as files, a projected volume with
+/// both and the downward API, env from a configMapKeyRef, a fieldRef and `$(VAR)` expansion, an
+/// emptyDir shared by two containers.
+#[test]
+fn volumes_and_env_reach_the_container() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("volumes");
+    kubectl(&[
+        "-n",
+        &ns,
+        "create",
+        "configmap",
+        "cfg",
+        "--from-literal=greeting=hello",
+        "--from-literal=other=x",
+    ]);
+    kubectl(&[
+        "-n",
+        &ns,
+        "create",
+        "secret",
+        "generic",
+        "sec",
+        "--from-literal=password=s3cret",
+    ]);
+    let manifest = format!(
+        r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"vol","labels":{{"tier":"web"}}}},"spec":{{
+          "volumes":[
+            {{"name":"cfg","configMap":{{"name":"cfg","items":[{{"key":"greeting","path":"g.txt"}}]}}}},
+            {{"name":"sec","secret":{{"secretName":"sec"}}}},
+            {{"name":"all","projected":{{"sources":[{{"configMap":{{"name":"cfg"}}}},{{"secret":{{"name":"sec"}}}},
+              {{"downwardAPI":{{"items":[{{"path":"labels","fieldRef":{{"fieldPath":"metadata.labels"}}}}]}}}}]}}}},
+            {{"name":"shared","emptyDir":{{}}}}],
+          "containers":[
+            {{"name":"main","image":"{BUSYBOX}","imagePullPolicy":"Never","command":["sh","-c","sleep 3600"],
+              "env":[{{"name":"GREETING","valueFrom":{{"configMapKeyRef":{{"name":"cfg","key":"greeting"}}}}}},
+                     {{"name":"POD","valueFrom":{{"fieldRef":{{"fieldPath":"metadata.name"}}}}}},
+                     {{"name":"BOTH","value":"$(GREETING)-$(POD)"}}],
+              "volumeMounts":[{{"name":"cfg","mountPath":"/cfg"}},{{"name":"sec","mountPath":"/sec"}},
+                              {{"name":"all","mountPath":"/all"}},{{"name":"shared","mountPath":"/shared"}}]}},
+            {{"name":"writer","image":"{BUSYBOX}","imagePullPolicy":"Never","command":["sh","-c","echo from-writer > /shared/f; sleep 3600"],
+              "volumeMounts":[{{"name":"shared","mountPath":"/shared"}}]}}]}}}}"#
+    );
+    apply(&ns, &manifest);
+    wait_for(n, "pod vol running", || running_ready(&pod(&ns, "vol")));
+    let exec = |cmd: &str| {
+        kubectl(&[
+            "-n", &ns, "exec", "vol", "-c", "main", "--", "sh", "-c", cmd,
+        ])
+    };
+    assert_eq!(exec("cat /cfg/g.txt"), "hello");
+    assert_eq!(exec("cat /sec/password"), "s3cret");
+    assert_eq!(exec("cat /all/greeting /all/password"), "hellos3cret");
+    assert_eq!(exec("cat /all/labels"), "tier=\"web\"");
+    assert_eq!(exec("echo $GREETING $POD $BOTH"), "hello vol hello-vol\n");
+    wait_for(n, "the writer's file", || {
+        exec("cat /shared/f 2>/dev/null || true") == "from-writer\n"
+    });
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}
