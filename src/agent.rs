@@ -41,7 +41,12 @@ fn local_ip_towards(url: &str) -> Option<String> {
 /// `keel agent`.
 pub(crate) async fn run(args: AgentArgs) -> Result<(), ServerError> {
     init_logging(&args.log_level)?;
-    if args.remove_all_pods {
+    let name = if args.node_name.is_empty() {
+        host_name()
+    } else {
+        args.node_name.clone()
+    };
+    if args.remove_all_pods || args.cleanup {
         let n = agent::remove_all_pods(&args.cri)
             .await
             .map_err(|e| ServerError::Config(e.to_string()))?;
@@ -49,7 +54,18 @@ pub(crate) async fn run(args: AgentArgs) -> Result<(), ServerError> {
             args.cluster_cidr.clone(),
             args.service_cidr.clone(),
         ]);
+        keel_node_agent::node::routes::remove_local_services();
         println!("removed {n} pod sandboxes from {}", args.cri);
+        if args.cleanup {
+            keel_netprog::sync::cleanup(&args.root_dir.join("netprog"))
+                .await
+                .map_err(|e| ServerError::Config(e.to_string()))?;
+            agent::remove_network(&name, &args.root_dir, &args.cni_conf_dir)
+                .map_err(|e| ServerError::Config(e.to_string()))?;
+            println!(
+                "removed the nftables table ip keel, the pod routes, the bridge and CNI state"
+            );
+        }
         return Ok(());
     }
     let Some(kubeconfig) = &args.kubeconfig else {
@@ -65,11 +81,6 @@ pub(crate) async fn run(args: AgentArgs) -> Result<(), ServerError> {
     let client_ca = config.root_cert.clone().unwrap_or_default();
     let client = kube::Client::try_from(config)
         .map_err(|e| ServerError::Config(format!("cannot make a client: {e}")))?;
-    let name = if args.node_name.is_empty() {
-        host_name()
-    } else {
-        args.node_name.clone()
-    };
     let mut labels = BTreeMap::new();
     for l in &args.node_labels {
         let (k, v) = l
@@ -100,7 +111,9 @@ pub(crate) async fn run(args: AgentArgs) -> Result<(), ServerError> {
             domain: args.cluster_domain.clone(),
         },
         blackholes: vec![args.cluster_cidr.clone(), args.service_cidr.clone()],
+        local_services: (!args.disable_kube_proxy).then(|| args.service_cidr.clone()),
         server: None,
+        netprog: None,
     };
     let port = u16::try_from(args.port)
         .map_err(|_| ServerError::Config(format!("--port {} is not a port", args.port)))?;
@@ -116,6 +129,16 @@ pub(crate) async fn run(args: AgentArgs) -> Result<(), ServerError> {
         ],
         node: opts.node.name.clone(),
     });
+    if !args.disable_kube_proxy {
+        let cidr = args.cluster_cidr.parse::<ipnet::Ipv4Net>().map_err(|e| {
+            ServerError::Config(format!("--cluster-cidr {}: {e}", args.cluster_cidr))
+        })?;
+        opts.netprog = Some(keel_netprog::Options::new(
+            &opts.node.name,
+            cidr,
+            args.root_dir.join("netprog"),
+        ));
+    }
     tokio::select! {
         r = agent::run(client, opts) => r.map_err(|e| ServerError::Config(e.to_string())),
         r = crate::server::terminated() => r.map_err(ServerError::Signal),

@@ -174,7 +174,7 @@ pub(crate) struct SchedulerArgs {
 #[derive(Debug, Args, Clone)]
 pub(crate) struct AgentArgs {
     /// Kubeconfig of the API server (required unless --remove-all-pods).
-    #[arg(long, required_unless_present = "remove_all_pods")]
+    #[arg(long, required_unless_present_any = ["remove_all_pods", "cleanup"])]
     pub kubeconfig: Option<PathBuf>,
     /// API server URL (overrides the kubeconfig's).
     #[arg(long)]
@@ -228,6 +228,14 @@ pub(crate) struct AgentArgs {
     /// --cluster-cidr and --service-cidr, then exit (a node's teardown).
     #[arg(long)]
     pub remove_all_pods: bool,
+    /// Remove everything the agent installed on this machine, then exit: pods (as --remove-all-pods),
+    /// the nftables table `ip keel`, the pod and `unreachable` routes, the bridge, CNI state, and the
+    /// forwarding settings it changed. Needs --node-name when the agent ran under another name.
+    #[arg(long)]
+    pub cleanup: bool,
+    /// Do not program Services (the nftables table): another proxy does it.
+    #[arg(long)]
+    pub disable_kube_proxy: bool,
     /// Log level: error, warn, info, debug, trace (or a tracing filter).
     #[arg(long, env = "KEEL_LOG", default_value = "warn")]
     pub log_level: String,

@@ -2,7 +2,7 @@
 //! state and network namespaces under `<data-dir>/worker/containerd`, never the system instance), the
 //! built-in images, and a `keel agent` registered as a Node. Stopping it removes everything it made: the
 //! pods (through CRI, so CNI releases their addresses), the agent, containerd, any shim or container
-//! process left (found by PID), mounts under its directory, the pod bridge and the `unreachable` routes.
+//! process left (found by PID), mounts under its directory, the pod bridge, the `unreachable` routes, and netprog's nftables table, pod routes and forwarding settings.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -204,6 +204,10 @@ impl LocalWorker {
             CLUSTER_CIDR.to_string(),
             SERVICE_CIDR.to_string(),
         ]);
+        keel_node_agent::node::routes::remove_local_services();
+        if let Err(e) = keel_netprog::sync::cleanup(&self.dir.join("agent").join("netprog")).await {
+            eprintln!("keel up: Service rules not removed: {e}");
+        }
         let shims = shims_of(&socket);
         for (pid, ppid, _) in processes() {
             if shims.contains(&ppid) {

@@ -57,6 +57,9 @@ fn node() -> &'static std::sync::Mutex<AgentNode> {
             &port,
             "--node-ip",
             "127.0.0.1",
+            // This agent shares the host's network namespace: Services are tested in tests/services.rs,
+            // in namespaces of their own, and the host's nftables and sysctls stay untouched.
+            "--disable-kube-proxy",
         ];
         let n = AgentNode::start(
             keel_bin!().as_ref(),

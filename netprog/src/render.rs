@@ -25,13 +25,11 @@ const MASQ_MARK: &str = "0x4000";
 
 /// The fixed chains' definitions (name, hook line).
 const BASE_CHAINS: &[(&str, &str)] = &[
+    // Before DNAT and before routing: the service CIDR's `unreachable` route would refuse a
+    // forwarded packet for a Service without endpoints before any forward hook saw it.
     (
-        "filter-input",
-        "type filter hook input priority -110; policy accept;",
-    ),
-    (
-        "filter-forward",
-        "type filter hook forward priority -110; policy accept;",
+        "filter-prerouting",
+        "type filter hook prerouting priority -110; policy accept;",
     ),
     (
         "filter-output",
@@ -220,7 +218,7 @@ fn chain_block(t: &mut String, name: &str, rules: &[String]) {
 
 fn base_rules(name: &str, cluster: &str) -> Vec<String> {
     match name {
-        "filter-input" | "filter-forward" | "filter-output" => {
+        "filter-prerouting" | "filter-output" => {
             vec!["ct state new jump endpoints-check".into()]
         }
         "nat-prerouting" | "nat-output" => vec!["jump services".into()],

@@ -37,8 +37,13 @@ pub struct Options {
     pub dns: DnsSettings,
     /// Ranges given `unreachable` routes (the service and cluster CIDRs).
     pub blackholes: Vec<String>,
+    /// The service CIDR the node's own processes reach through netprog's rules (None: only the
+    /// blackhole, as when another proxy programs Services).
+    pub local_services: Option<String>,
     /// The agent's API (None: not served).
     pub server: Option<crate::server::ServerOptions>,
+    /// Services on this node (None: `--disable-kube-proxy`, someone else programs them).
+    pub netprog: Option<keel_netprog::Options>,
 }
 
 fn socket_path(endpoint: &str) -> PathBuf {
@@ -72,6 +77,9 @@ pub async fn run(client: Client, opts: Options) -> Result<()> {
     std::fs::create_dir_all(&opts.root).map_err(|e| Error::io(&opts.root, e))?;
     std::fs::create_dir_all(&opts.log_root).map_err(|e| Error::io(&opts.log_root, e))?;
     crate::node::routes::install(&opts.blackholes)?;
+    if let Some(cidr) = &opts.local_services {
+        crate::node::routes::install_local_services(cidr)?;
+    }
     let machine = Machine::read(&opts.root);
     let node = register::register(&client, &opts.node).await?;
     let cidr = register::pod_cidr(&node, &opts.node);
@@ -111,6 +119,16 @@ pub async fn run(client: Client, opts: Options) -> Result<()> {
         node.status.clone(),
     );
     let pods = crate::pod::run(shared);
+    let netprog = async {
+        match opts.netprog.clone() {
+            Some(n) => {
+                keel_netprog::sync::run(client.clone(), n, Arc::new(keel_netprog::Stats::default()))
+                    .await
+                    .map_err(|e| Error::Config(format!("netprog: {e}")))
+            }
+            None => std::future::pending().await,
+        }
+    };
     info!(node = %opts.node.name, "agent running");
     let api = async {
         match opts.server.clone() {
@@ -121,6 +139,7 @@ pub async fn run(client: Client, opts: Options) -> Result<()> {
     tokio::select! {
         _ = async { tokio::join!(lease, status, pods) } => Ok(()),
         r = api => r,
+        r = netprog => r,
     }
 }
 
@@ -142,4 +161,33 @@ pub async fn remove_all_pods(endpoint: &str) -> Result<usize> {
         }
     }
     Ok(sandboxes.len())
+}
+
+/// Removes the node's pod network: its bridge, the CNI conflist, and host-local's leases (run after
+/// [`remove_all_pods`], when no pod uses them).
+pub fn remove_network(
+    node: &str,
+    root: &std::path::Path,
+    cni_conf_dir: &std::path::Path,
+) -> Result<()> {
+    let bridge = crate::cni::bridge_name(node);
+    let out = std::process::Command::new("ip")
+        .args(["link", "del", &bridge])
+        .output()
+        .map_err(|e| Error::Command {
+            command: format!("ip link del {bridge}"),
+            message: e.to_string(),
+        })?;
+    if out.status.success() {
+        info!(bridge = %bridge, "bridge removed");
+    }
+    let conf = cni_conf_dir.join(crate::cni::CONFLIST);
+    if conf.exists() {
+        std::fs::remove_file(&conf).map_err(|e| Error::io(&conf, e))?;
+    }
+    let state = root.join("cni");
+    if state.exists() {
+        std::fs::remove_dir_all(&state).map_err(|e| Error::io(&state, e))?;
+    }
+    Ok(())
 }

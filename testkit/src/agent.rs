@@ -24,6 +24,7 @@ pub struct AgentNode {
     kubeconfig: PathBuf,
     pod_cidr: String,
     extra: Vec<String>,
+    netns: Option<String>,
     agent: Option<Process>,
     // Dropped last: the agent's teardown talks to it.
     containerd: Containerd,
@@ -52,9 +53,27 @@ impl AgentNode {
         pod_cidr: &str,
         extra: &[&str],
     ) -> AgentNode {
+        AgentNode::start_in(keel, dir, name, kubeconfig, pod_cidr, extra, None)
+    }
+
+    /// As [`AgentNode::start`], with containerd and the agent inside the network namespace `netns`
+    /// (a node of a [`crate::netns::Net`]): the node's bridge, pods, routes and nftables table are then
+    /// that namespace's, and go with it.
+    pub fn start_in(
+        keel: &Path,
+        dir: &Path,
+        name: &str,
+        kubeconfig: &Path,
+        pod_cidr: &str,
+        extra: &[&str],
+        netns: Option<&str>,
+    ) -> AgentNode {
         std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-        let mut containerd = Containerd::start(&dir.join("containerd"));
-        containerd.remove_link_on_drop(&bridge_name(name));
+        let mut containerd = Containerd::start_in(&dir.join("containerd"), netns);
+        if netns.is_none() {
+            // In a namespace of its own the bridge goes with the namespace.
+            containerd.remove_link_on_drop(&bridge_name(name));
+        }
         let images = dir.join("images");
         let mut cmd = Command::new(keel);
         cmd.arg("images").arg("--out").arg(&images);
@@ -67,6 +86,7 @@ impl AgentNode {
             kubeconfig: kubeconfig.to_path_buf(),
             pod_cidr: pod_cidr.to_string(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            netns: netns.map(str::to_string),
             agent: None,
             containerd,
         };
@@ -76,7 +96,7 @@ impl AgentNode {
 
     /// (Re)starts the `keel agent` process (after [`AgentNode::kill9_agent`]).
     pub fn spawn_agent(&mut self) {
-        let mut cmd = Command::new(&self.keel);
+        let mut cmd = crate::containerd::in_netns(self.netns.as_deref(), &self.keel);
         cmd.arg("agent")
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)

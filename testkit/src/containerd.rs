@@ -93,12 +93,19 @@ pub fn require() {
 impl Containerd {
     /// Starts a containerd whose every file lives under `dir` (created if needed).
     pub fn start(dir: &Path) -> Containerd {
+        Containerd::start_in(dir, None)
+    }
+
+    /// As [`Containerd::start`], inside the network namespace `netns` (`/run/netns/<netns>`) when given:
+    /// its pods' bridge and CNI state are then that namespace's. Only the network namespace is entered
+    /// (`nsenter --net`), so mounts and cgroups are the host's as usual.
+    pub fn start_in(dir: &Path, netns: Option<&str>) -> Containerd {
         require();
         std::fs::create_dir_all(dir.join("net.d"))
             .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         let conf = dir.join("config.toml");
         std::fs::write(&conf, config(dir)).unwrap_or_else(|e| panic!("{}: {e}", conf.display()));
-        let mut cmd = Command::new("containerd");
+        let mut cmd = in_netns(netns, "containerd");
         cmd.arg("--config").arg(&conf);
         let process = Process::start(&mut cmd, Capture::Log(dir.join("containerd.log")), None)
             .unwrap_or_else(|e| panic!("cannot start containerd: {e}"));
@@ -228,6 +235,21 @@ impl Containerd {
 impl Drop for Containerd {
     fn drop(&mut self) {
         self.teardown();
+    }
+}
+
+/// `program`, run inside the network namespace `netns` when given (`nsenter` execs it, so the PID is
+/// the program's).
+pub fn in_netns(netns: Option<&str>, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    match netns {
+        Some(ns) => {
+            let mut cmd = Command::new("nsenter");
+            cmd.arg(format!("--net=/run/netns/{ns}"))
+                .arg("--")
+                .arg(program);
+            cmd
+        }
+        None => Command::new(program),
     }
 }
 

@@ -109,6 +109,8 @@ pub(crate) async fn run(
                 &agent_port,
                 "--node-ip",
                 "127.0.0.1",
+                // Pod startup only: the host's nftables and sysctls stay untouched.
+                "--disable-kube-proxy",
             ],
         )
     })
