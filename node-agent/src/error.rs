@@ -52,6 +52,9 @@ pub enum Error {
     /// The pod asks for something the agent cannot give (a missing ConfigMap key, a bad path…).
     #[error("{0}")]
     Config(String),
+    /// A watch the agent keeps its caches with has ended (its stream retries errors, so this is a bug).
+    #[error("the watch of {0} ended")]
+    WatchEnded(&'static str),
 }
 
 impl Error {

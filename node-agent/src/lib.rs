@@ -9,12 +9,14 @@
 //! - [`cni`]: the bridge + host-local network config from the node's pod CIDR;
 //! - [`pod`]: the pods bound to the node, each synced against the runtime by its worker;
 //! - [`server`]: the agent's own HTTPS API on :10250 (container logs) for the API server;
+//! - [`dns`]: the node's cluster DNS resolver (Services and pods by name), in place of CoreDNS;
 //! - [`runtime`]: the config of a private containerd (`keel up`);
 //! - [`agent`]: all of it put together ([`agent::run`]).
 
 pub mod agent;
 pub mod cni;
 pub mod cri;
+pub mod dns;
 pub mod error;
 pub mod image;
 pub mod node;
