@@ -10,6 +10,71 @@ use keel_node_agent::pod::spec::DnsSettings;
 use crate::cli::{AgentArgs, ImagesArgs};
 use crate::server::{init_logging, ServerError};
 
+/// The kube-dns Service's IP when --cluster-dns is not given.
+const DEFAULT_CLUSTER_DNS: &str = "10.96.0.10";
+
+/// The cluster DNS IPs pods get: --cluster-dns, else the default when this agent runs a resolver.
+fn cluster_dns(args: &AgentArgs) -> Vec<String> {
+    let given: Vec<String> = args
+        .cluster_dns
+        .iter()
+        .filter(|s| !s.is_empty())
+        .cloned()
+        .collect();
+    if given.is_empty() && !args.disable_dns {
+        vec![DEFAULT_CLUSTER_DNS.to_string()]
+    } else {
+        given
+    }
+}
+
+/// The resolver's upstreams: --dns-upstream (port 53 unless given), else /etc/resolv.conf's.
+fn dns_upstreams(args: &AgentArgs) -> Result<Vec<std::net::SocketAddr>, ServerError> {
+    if args.dns_upstream.is_empty() {
+        let text = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+        return Ok(keel_node_agent::dns::parse_resolv_conf(&text));
+    }
+    args.dns_upstream
+        .iter()
+        .map(|u| {
+            u.parse::<std::net::SocketAddr>()
+                .or_else(|_| u.parse::<std::net::IpAddr>().map(|ip| (ip, 53).into()))
+                .map_err(|_| {
+                    ServerError::Config(format!("--dns-upstream {u:?} is not ip or ip:port"))
+                })
+        })
+        .collect()
+}
+
+/// The resolver's options: it listens on the node's IP and fronts the first cluster DNS IP.
+fn resolver_options(
+    args: &AgentArgs,
+    node: &str,
+    node_ip: &str,
+) -> Result<Option<keel_node_agent::dns::DnsOptions>, ServerError> {
+    if args.disable_dns {
+        return Ok(None);
+    }
+    let ip: std::net::IpAddr = node_ip
+        .parse()
+        .map_err(|_| ServerError::Config(format!("node IP {node_ip:?} is not an address")))?;
+    let dns = cluster_dns(args);
+    let service_ip = dns
+        .first()
+        .map(|s| s.parse::<std::net::Ipv4Addr>())
+        .transpose()
+        .map_err(|_| {
+            ServerError::Config(format!(
+                "--cluster-dns {dns:?}: the first must be an IPv4 address"
+            ))
+        })?
+        .unwrap_or(std::net::Ipv4Addr::new(10, 96, 0, 10));
+    let mut o = keel_node_agent::dns::DnsOptions::new(node, ip, dns_upstreams(args)?);
+    o.domain = args.cluster_domain.clone();
+    o.service_ip = service_ip;
+    Ok(Some(o))
+}
+
 fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_lowercase())
@@ -65,6 +130,19 @@ pub(crate) async fn run(args: AgentArgs) -> Result<(), ServerError> {
             println!(
                 "removed the nftables table ip keel, the pod routes, the bridge and CNI state"
             );
+            // The node's kube-dns EndpointSlice lives in the API: removed when we can reach it.
+            if let Some(kubeconfig) = &args.kubeconfig {
+                let config = crate::control::load_kubeconfig(kubeconfig).await?;
+                let client = kube::Client::try_from(config)
+                    .map_err(|e| ServerError::Config(format!("cannot make a client: {e}")))?;
+                keel_node_agent::dns::publish::delete_slice(&client, &name)
+                    .await
+                    .map_err(|e| ServerError::Config(e.to_string()))?;
+                println!(
+                    "removed the EndpointSlice kube-system/{}",
+                    keel_node_agent::dns::publish::slice_name(&name)
+                );
+            }
         }
         return Ok(());
     }
@@ -107,17 +185,19 @@ pub(crate) async fn run(args: AgentArgs) -> Result<(), ServerError> {
         cni_conf_dir: args.cni_conf_dir.clone(),
         image_dir: args.image_dir.clone(),
         dns: DnsSettings {
-            cluster_dns: args.cluster_dns.clone(),
+            cluster_dns: cluster_dns(&args),
             domain: args.cluster_domain.clone(),
         },
         blackholes: vec![args.cluster_cidr.clone(), args.service_cidr.clone()],
         local_services: (!args.disable_kube_proxy).then(|| args.service_cidr.clone()),
         server: None,
         netprog: None,
+        resolver: None,
     };
     let port = u16::try_from(args.port)
         .map_err(|_| ServerError::Config(format!("--port {} is not a port", args.port)))?;
     let mut opts = opts;
+    opts.resolver = resolver_options(&args, &opts.node.name, &opts.node.internal_ip)?;
     opts.server = Some(keel_node_agent::server::ServerOptions {
         listen: std::net::SocketAddr::new(args.address, port),
         client_ca,

@@ -206,9 +206,17 @@ pub(crate) struct AgentArgs {
     /// Import every OCI image archive (`*.tar`) of this directory at start.
     #[arg(long)]
     pub image_dir: Option<PathBuf>,
-    /// Comma-separated cluster DNS server IPs given to ClusterFirst pods.
+    /// Comma-separated cluster DNS server IPs given to ClusterFirst pods (default: 10.96.0.10,
+    /// the `kube-system/kube-dns` Service in front of the agents' resolvers, unless --disable-dns).
     #[arg(long, value_delimiter = ',')]
     pub cluster_dns: Vec<String>,
+    /// Do not run the node's cluster DNS resolver (pods get --cluster-dns only when it is given).
+    #[arg(long)]
+    pub disable_dns: bool,
+    /// Comma-separated resolvers (`ip` or `ip:port`) for names outside the cluster domain
+    /// (default: the nameservers of /etc/resolv.conf).
+    #[arg(long, value_delimiter = ',')]
+    pub dns_upstream: Vec<String>,
     /// The cluster's DNS domain.
     #[arg(long, default_value = "cluster.local")]
     pub cluster_domain: String,

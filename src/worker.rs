@@ -123,6 +123,9 @@ impl LocalWorker {
             .arg(format!("unix://{}", socket.display()))
             .args(["--node-name", &node, "--node-ip", "127.0.0.1"])
             .args(["--pod-cidr", POD_CIDR])
+            // The node IP is 127.0.0.1, which pods cannot be DNATed to: they use the host's
+            // resolvers here, and the cluster resolver runs on agents with a real node address.
+            .arg("--disable-dns")
             .args([
                 "--cluster-cidr",
                 CLUSTER_CIDR,

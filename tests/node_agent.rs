@@ -60,6 +60,8 @@ fn node() -> &'static std::sync::Mutex<AgentNode> {
             // This agent shares the host's network namespace: Services are tested in tests/services.rs,
             // in namespaces of their own, and the host's nftables and sysctls stay untouched.
             "--disable-kube-proxy",
+            // ...and cluster DNS (port 53 on the host), tested in tests/services.rs too.
+            "--disable-dns",
         ];
         let n = AgentNode::start(
             keel_bin!().as_ref(),

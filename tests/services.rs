@@ -26,6 +26,49 @@ const WAIT: Duration = Duration::from_secs(120);
 /// The worker nodes: name, pod CIDR. They live in the Net's namespaces 1 and 2 (0 holds the member).
 const NODES: [(&str, &str); 2] = [("svc-a", "10.42.1.0/24"), ("svc-b", "10.42.2.0/24")];
 
+/// The name the test's upstream resolver knows, and its (documentation-range, never contacted) address.
+const UPSTREAM_NAME: &str = "upstream.example.";
+const UPSTREAM_ADDR: std::net::Ipv4Addr = std::net::Ipv4Addr::new(192, 0, 2, 7);
+
+/// A resolver the test runs on the host's address in the namespaces' network, standing in for the
+/// nodes' upstream: it knows [`UPSTREAM_NAME`] and answers NXDOMAIN otherwise.
+fn start_upstream() -> std::net::SocketAddr {
+    use hickory_proto::op::{Message, OpCode, ResponseCode};
+    use hickory_proto::rr::rdata::A;
+    use hickory_proto::rr::{RData, Record, RecordType};
+    let ip = cluster().cluster().net().root_ip();
+    let socket = std::net::UdpSocket::bind((ip, 0)).unwrap();
+    let addr = socket.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 1500];
+        while let Ok((n, from)) = socket.recv_from(&mut buf) {
+            let Ok(q) = Message::from_vec(&buf[..n]) else {
+                continue;
+            };
+            let Some(question) = q.queries.first().cloned() else {
+                continue;
+            };
+            let mut m = Message::response(q.metadata.id, OpCode::Query);
+            m.metadata.recursion_available = true;
+            m.add_query(question.clone());
+            let name = question.name().to_ascii().to_ascii_lowercase();
+            if name == UPSTREAM_NAME && question.query_type() == RecordType::A {
+                m.add_answer(Record::from_rdata(
+                    question.name().clone(),
+                    60,
+                    RData::A(A(UPSTREAM_ADDR)),
+                ));
+            } else if name != UPSTREAM_NAME {
+                m.metadata.response_code = ResponseCode::NXDomain;
+            }
+            if let Ok(bytes) = m.to_vec() {
+                let _ = socket.send_to(&bytes, from);
+            }
+        }
+    });
+    addr
+}
+
 /// The host's ruleset when the test began (the test must leave it as it was).
 static HOST_RULESET: OnceLock<String> = OnceLock::new();
 
@@ -62,6 +105,7 @@ extern "C" fn drop_nodes() {
 fn nodes() -> &'static [AgentNode] {
     let c = cluster();
     let ptr = *NODES_PTR.get_or_init(|| {
+        let upstream = format!("--dns-upstream={}", start_upstream());
         let mut v = Vec::new();
         for (i, (name, cidr)) in NODES.iter().enumerate() {
             let ns = c.cluster().net().ns(i + 1).to_string();
@@ -71,7 +115,7 @@ fn nodes() -> &'static [AgentNode] {
                 name,
                 &c.member(0).kubeconfig(),
                 cidr,
-                &[],
+                &[upstream.as_str()],
                 Some(&ns),
             ));
         }
@@ -579,4 +623,75 @@ fn other_tables_are_never_touched() {
     assert_eq!(after, before, "the other table changed");
     // The host (outside every node) has the ruleset it had when the test began.
     assert_eq!(&host_ruleset(), HOST_RULESET.get().unwrap());
+}
+
+/// Runs `nslookup` in pod `pod` (busybox's own resolver, which reads the pod's resolv.conf).
+fn nslookup(ns: &str, pod: &str, args: &str) -> String {
+    exec(ns, pod, &format!("nslookup {args}"))
+}
+
+#[test]
+fn cluster_dns_answers_services_pods_and_forwards() {
+    nodes();
+    let ns = namespace("dns");
+    servers(&ns, "dweb", "dweb", NODES[0].0, 2);
+    service(&ns, "dweb", "dweb", "");
+    service(&ns, "dweb-h", "dweb", "  clusterIP: None");
+    let cli = client(&ns, NODES[1].0);
+    wait_for("two endpoints", || ready_endpoints(&ns, "dweb").len() == 2);
+    wait_for("two headless endpoints", || {
+        ready_endpoints(&ns, "dweb-h").len() == 2
+    });
+
+    // The agents published the resolver: kube-dns at 10.96.0.10, one slice per node.
+    assert_eq!(cluster_ip("kube-system", "kube-dns"), "10.96.0.10");
+    wait_for("a kube-dns slice per node", || {
+        let slices = kubectl(&["-n", "kube-system", "get", "endpointslices", "-o", "name"]);
+        NODES
+            .iter()
+            .all(|(node, _)| slices.contains(&format!("kube-dns-{node}")))
+    });
+
+    // The pod's resolv.conf is upstream's ClusterFirst one.
+    let conf = exec(&ns, &cli, "cat /etc/resolv.conf");
+    assert!(conf.contains("nameserver 10.96.0.10"), "{conf}");
+    assert!(
+        conf.contains(&format!(
+            "search {ns}.svc.cluster.local svc.cluster.local cluster.local"
+        )),
+        "{conf}"
+    );
+    assert!(conf.contains("ndots:5"), "{conf}");
+
+    // A for a ClusterIP Service.
+    let ip = cluster_ip(&ns, "dweb");
+    let fqdn = format!("dweb.{ns}.svc.cluster.local");
+    let mut out = String::new();
+    wait_for("the Service's A record", || {
+        out = nslookup(&ns, &cli, &fqdn);
+        out.contains(&ip)
+    });
+    // One A per ready endpoint for a headless Service.
+    let eps = ready_endpoints(&ns, "dweb-h");
+    wait_for("the headless Service's addresses", || {
+        out = nslookup(&ns, &cli, &format!("dweb-h.{ns}.svc.cluster.local"));
+        eps.iter().all(|e| out.contains(e.as_str()))
+    });
+    // SRV for the named port.
+    out = nslookup(&ns, &cli, &format!("-type=srv _http._tcp.{fqdn}"));
+    assert!(out.contains(&fqdn) && out.contains(" 80 "), "{out}");
+    // <dashed pod IP>.<ns>.pod.
+    let dashed = eps[0].replace('.', "-");
+    out = nslookup(&ns, &cli, &format!("{dashed}.{ns}.pod.cluster.local"));
+    assert!(out.contains(eps[0].as_str()), "{out}");
+    // A Service that does not exist: NXDOMAIN.
+    out = nslookup(&ns, &cli, &format!("nothing.{ns}.svc.cluster.local"));
+    assert!(
+        out.contains("NXDOMAIN") || out.contains("can't find"),
+        "{out}"
+    );
+    // Anything else goes to the node's upstream (the test's resolver).
+    out = nslookup(&ns, &cli, UPSTREAM_NAME.trim_end_matches('.'));
+    assert!(out.contains(&UPSTREAM_ADDR.to_string()), "{out}");
+    eprintln!("cluster DNS: Service, headless, SRV, pod and forwarded names answered");
 }

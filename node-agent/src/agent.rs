@@ -44,6 +44,8 @@ pub struct Options {
     pub server: Option<crate::server::ServerOptions>,
     /// Services on this node (None: `--disable-kube-proxy`, someone else programs them).
     pub netprog: Option<keel_netprog::Options>,
+    /// The node's cluster DNS resolver (None: `--disable-dns`).
+    pub resolver: Option<crate::dns::DnsOptions>,
 }
 
 fn socket_path(endpoint: &str) -> PathBuf {
@@ -136,10 +138,19 @@ pub async fn run(client: Client, opts: Options) -> Result<()> {
             None => std::future::pending().await,
         }
     };
+    let resolver = async {
+        match opts.resolver.clone() {
+            Some(d) => {
+                crate::dns::run(client.clone(), d, Arc::new(crate::dns::DnsStats::default())).await
+            }
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         _ = async { tokio::join!(lease, status, pods) } => Ok(()),
         r = api => r,
         r = netprog => r,
+        r = resolver => r,
     }
 }
 

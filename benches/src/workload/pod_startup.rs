@@ -111,6 +111,7 @@ pub(crate) async fn run(
                 "127.0.0.1",
                 // Pod startup only: the host's nftables and sysctls stay untouched.
                 "--disable-kube-proxy",
+                "--disable-dns",
             ],
         )
     })

@@ -137,16 +137,36 @@ pub async fn ensure_service(client: &Client, ip: Ipv4Addr) -> Result<()> {
         field_manager: Some(MANAGER.to_string()),
         ..PostParams::default()
     };
+    if exists(&api, ip).await {
+        return Ok(());
+    }
     match api.create(&params, &dns_service(ip)).await {
         Ok(_) => {
             info!(%ip, "created Service {NAMESPACE}/{SERVICE}");
             Ok(())
         }
         Err(e) if is_status(&e, 409) => Ok(()),
+        // Another agent made it between our read and our create: asking for the same IP then
+        // fails validation (422, "provided IP is already allocated") before the name clashes.
+        Err(_) if exists(&api, ip).await => Ok(()),
         Err(e) => Err(Error::kube(
             format!("create Service {NAMESPACE}/{SERVICE}"),
             e,
         )),
+    }
+}
+
+/// Whether `kube-dns` exists (noting when it has another ClusterIP than ours).
+async fn exists(api: &Api<Service>, ip: Ipv4Addr) -> bool {
+    match api.get_opt(SERVICE).await {
+        Ok(Some(svc)) => {
+            let have = svc.spec.and_then(|s| s.cluster_ip).unwrap_or_default();
+            if have != ip.to_string() {
+                warn!(%have, want = %ip, "Service {NAMESPACE}/{SERVICE} has another ClusterIP than --cluster-dns");
+            }
+            true
+        }
+        _ => false,
     }
 }
 
