@@ -695,3 +695,135 @@ fn cluster_dns_answers_services_pods_and_forwards() {
     assert!(out.contains(&UPSTREAM_ADDR.to_string()), "{out}");
     eprintln!("cluster DNS: Service, headless, SRV, pod and forwarded names answered");
 }
+
+/// A sleeping pod named `name` on `node` with `labels` (a YAML flow map).
+fn labelled(ns: &str, name: &str, node: &str, labels: &str) -> String {
+    apply(&format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: {ns}, labels: {labels}}}
+spec:
+  nodeName: {node}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    command: ["sleep", "100000"]
+"#
+    ));
+    wait_for(&format!("pod {name} running"), || {
+        kubectl_run(&[
+            "-n",
+            ns,
+            "get",
+            "pod",
+            name,
+            "-o",
+            "jsonpath={.status.phase}",
+        ])
+        .stdout
+            == "Running"
+    });
+    name.to_string()
+}
+
+#[test]
+fn network_policies_isolate_pods_in_both_directions() {
+    nodes();
+    let ns = namespace("netpol");
+    servers(&ns, "guarded", "guarded", NODES[0].0, 1);
+    let front = labelled(&ns, "front", NODES[1].0, "{role: front}");
+    let other = labelled(&ns, "other", NODES[1].0, "{role: other}");
+    // On the server's own node: its traffic is bridged, not routed.
+    let near = labelled(&ns, "near", NODES[0].0, "{role: front}");
+    wait_for("the server's address", || {
+        json(&["-n", &ns, "get", "pods", "-l", "deploy=guarded"])["items"][0]["status"]["podIP"]
+            .is_string()
+    });
+    let srv = json(&["-n", &ns, "get", "pods", "-l", "deploy=guarded"])["items"][0]["status"]
+        ["podIP"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let reaches = |pod: &str| {
+        exec(
+            &ns,
+            pod,
+            &format!("timeout 3 wget -q -O- http://{srv}:8080/cgi-bin/who"),
+        )
+        .contains("guarded-")
+    };
+    wait_for("every pod to reach the server", || {
+        reaches(&front) && reaches(&other) && reaches(&near)
+    });
+
+    // Default deny for the server: nobody gets in.
+    apply(&format!(
+        r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {{name: deny, namespace: {ns}}}
+spec:
+  podSelector: {{matchLabels: {{app: guarded}}}}
+  policyTypes: [Ingress]
+"#
+    ));
+    wait_for("the server to be isolated", || {
+        !reaches(&front) && !reaches(&other) && !reaches(&near)
+    });
+
+    // Allow role=front on the named port: front (other node) and near (same node) get in, other not.
+    apply(&format!(
+        r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {{name: allow-front, namespace: {ns}}}
+spec:
+  podSelector: {{matchLabels: {{app: guarded}}}}
+  ingress:
+  - from: [{{podSelector: {{matchLabels: {{role: front}}}}}}]
+    ports: [{{port: http}}]
+"#
+    ));
+    wait_for("role=front to get in", || reaches(&front) && reaches(&near));
+    assert!(!reaches(&other), "role=other must stay out");
+    let listed = kubectl(&["-n", &ns, "get", "netpol"]);
+    assert!(
+        listed.contains("allow-front") && listed.contains("app=guarded"),
+        "{listed}"
+    );
+
+    // Egress isolation of role=front: only node b's pod range is allowed, so the server (on node a)
+    // is out of reach for both front pods, whatever its ingress allows.
+    apply(&format!(
+        r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {{name: front-out, namespace: {ns}}}
+spec:
+  podSelector: {{matchLabels: {{role: front}}}}
+  policyTypes: [Egress]
+  egress:
+  - to: [{{ipBlock: {{cidr: {b_range}}}}}]
+"#,
+        b_range = NODES[1].1
+    ));
+    wait_for("front's egress to be cut", || {
+        !reaches(&front) && !reaches(&near)
+    });
+
+    // Policies deleted: everyone gets in again.
+    kubectl(&[
+        "-n",
+        &ns,
+        "delete",
+        "netpol",
+        "deny",
+        "allow-front",
+        "front-out",
+    ]);
+    wait_for("isolation to end", || {
+        reaches(&front) && reaches(&other) && reaches(&near)
+    });
+}

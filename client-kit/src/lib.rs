@@ -3,8 +3,10 @@
 //!
 //! - [`lease`]: a leader Lease in `kube-system`, taken (Raft decided) or elected (client-go's way);
 //! - [`leading`]: runs a component while this process leads, holding its Lease;
-//! - [`quantity`]: resource quantities (`100m`, `1.5Gi`) as integers.
+//! - [`quantity`]: resource quantities (`100m`, `1.5Gi`) as integers;
+//! - [`labels`]: label selector matching.
 
+pub mod labels;
 pub mod leading;
 pub mod lease;
 pub mod quantity;

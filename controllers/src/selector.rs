@@ -7,27 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 /// Whether `selector` selects an object with `labels`. An empty selector selects everything (callers that
 /// must not adopt everything check [`is_empty`] first).
-pub fn matches(selector: &LabelSelector, labels: Option<&BTreeMap<String, String>>) -> bool {
-    let empty = BTreeMap::new();
-    let labels = labels.unwrap_or(&empty);
-    let by_label = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    let by_expression = selector.match_expressions.iter().flatten().all(|e| {
-        let values = e.values.as_deref().unwrap_or(&[]);
-        let have = labels.get(&e.key);
-        match e.operator.as_str() {
-            "In" => have.is_some_and(|v| values.contains(v)),
-            "NotIn" => have.is_none_or(|v| !values.contains(v)),
-            "Exists" => have.is_some(),
-            "DoesNotExist" => have.is_none(),
-            _ => false,
-        }
-    });
-    by_label && by_expression
-}
+pub use keel_client_kit::labels::matches;
 
 /// Whether `sel` picks an object with `labels`; a missing selector picks nothing (as upstream's workloads
 /// and policy/v1 budgets read it), an empty one everything.

@@ -15,6 +15,7 @@ pub mod error;
 pub mod model;
 pub mod names;
 pub mod nft;
+pub mod policy;
 pub mod render;
 pub mod routes;
 pub mod sync;

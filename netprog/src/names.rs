@@ -34,6 +34,12 @@ fn name(prefix: &str, rest: &str) -> String {
     n
 }
 
+/// The chain that checks traffic into (`in`) or out of (`out`) the pod `namespace/name` against
+/// the NetworkPolicies that isolate it.
+pub fn policy_chain(direction: &str, pod_key: &str) -> String {
+    name(&format!("policy-{direction}"), pod_key)
+}
+
 /// The chain that load-balances ClusterIP traffic of a Service port over its endpoints.
 pub fn service_chain(key: &PortKey) -> String {
     name("service", &key.to_string())

@@ -16,6 +16,7 @@ use std::fmt::Write as _;
 
 use crate::model::{Endpoint, ProxyState, ServicePort, TrafficPolicy};
 use crate::names;
+use crate::policy::{self, PodRules};
 
 /// The table's family and name.
 pub const TABLE: &str = "ip keel";
@@ -34,6 +35,15 @@ const BASE_CHAINS: &[(&str, &str)] = &[
     (
         "filter-output",
         "type filter hook output priority -110; policy accept;",
+    ),
+    // NetworkPolicy, after DNAT (the destination is the pod) and after the Service filters.
+    (
+        "policy-forward",
+        "type filter hook forward priority 0; policy accept;",
+    ),
+    (
+        "policy-input",
+        "type filter hook input priority 0; policy accept;",
     ),
     (
         "nat-prerouting",
@@ -58,6 +68,8 @@ const MAPS: &[(&str, &str)] = &[
         "ipv4_addr . inet_proto . inet_service",
     ),
     ("no-endpoint-nodeports", "inet_proto . inet_service"),
+    ("policy-ingress", "ipv4_addr"),
+    ("policy-egress", "ipv4_addr"),
 ];
 
 /// A rendered table: the transaction's text and what it holds.
@@ -91,6 +103,8 @@ struct Parts {
     nodeports: Vec<String>,
     noep_services: Vec<String>,
     noep_nodeports: Vec<String>,
+    policy_ingress: Vec<String>,
+    policy_egress: Vec<String>,
     /// (name, rules).
     chains: Vec<(String, Vec<String>)>,
     /// (name, timeout seconds).
@@ -100,9 +114,28 @@ struct Parts {
 
 /// Renders `state`; `existing` is what the table holds now (empty when it does not exist).
 pub fn render(state: &ProxyState, existing: &Existing) -> Ruleset {
+    render_with_policy(state, &[], existing)
+}
+
+/// Renders `state` and the NetworkPolicy isolation of this node's pods.
+pub fn render_with_policy(state: &ProxyState, policy: &[PodRules], existing: &Existing) -> Ruleset {
     let mut parts = Parts::default();
     for port in state.ports.values() {
         service_port(state, port, &mut parts);
+    }
+    for pod in policy {
+        for (direction, allows, field, map) in [
+            ("in", &pod.ingress, "saddr", &mut parts.policy_ingress),
+            ("out", &pod.egress, "daddr", &mut parts.policy_egress),
+        ] {
+            if let Some(allows) = allows {
+                let chain = names::policy_chain(direction, &pod.key);
+                map.push(format!("{} : jump {chain}", pod.ip));
+                parts
+                    .chains
+                    .push((chain, policy::chain_rules(allows, field)));
+            }
+        }
     }
     let cluster = state.node.cluster_cidr;
 
@@ -159,6 +192,8 @@ pub fn render(state: &ProxyState, existing: &Existing) -> Ruleset {
         ("service-nodeports", &parts.nodeports),
         ("no-endpoint-services", &parts.noep_services),
         ("no-endpoint-nodeports", &parts.noep_nodeports),
+        ("policy-ingress", &parts.policy_ingress),
+        ("policy-egress", &parts.policy_egress),
     ] {
         if elements.is_empty() {
             continue;
@@ -222,6 +257,17 @@ fn base_rules(name: &str, cluster: &str) -> Vec<String> {
             vec!["ct state new jump endpoints-check".into()]
         }
         "nat-prerouting" | "nat-output" => vec!["jump services".into()],
+        // Replies and the rest of admitted connections pass; a new one from a pod meets its
+        // egress chain, then (forwarded) the destination pod's ingress chain.
+        "policy-forward" => vec![
+            "ct state established,related accept".into(),
+            "ip saddr vmap @policy-egress".into(),
+            "ip daddr vmap @policy-ingress".into(),
+        ],
+        "policy-input" => vec![
+            "ct state established,related accept".into(),
+            "ip saddr vmap @policy-egress".into(),
+        ],
         "nat-postrouting" => vec![
             "jump masquerading".into(),
             // Pods leaving the cluster's range (to the node's LAN or beyond) leave as the node: the

@@ -1,6 +1,7 @@
-//! The loop: one reflector each for Services, EndpointSlices and Nodes; every change wakes the loop,
+//! The loop: one reflector each for Services, EndpointSlices, Nodes, and (for NetworkPolicy) Pods,
+//! Namespaces and NetworkPolicies; every change wakes the loop,
 //! which waits a moment for the rest of a burst, renders the whole table and applies it in one
-//! transaction when the text differs from what is in force. Nothing is written until all three
+//! transaction when the text differs from what is in force. Nothing is written until all the
 //! caches have synced (a half-listed cluster would delete good rules). A table `nft` refuses is
 //! logged, counted, reported as a `SyncProxyRulesFailed` Event on the Node, and retried; the last good
 //! table stays in force meanwhile.
@@ -12,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use ipnet::Ipv4Net;
-use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
+use k8s_openapi::api::core::v1::{Namespace, Node, ObjectReference, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -22,6 +24,7 @@ use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
 use crate::error::{Error, Result};
+use crate::policy::{self, PolicyPod};
 use crate::render::{self, Existing};
 use crate::{build, nft, routes};
 
@@ -70,6 +73,8 @@ pub struct Stats {
     pub routes: AtomicU64,
     /// The size of the last applied script, in bytes.
     pub script_bytes: AtomicU64,
+    /// This node's pods some NetworkPolicy isolates.
+    pub isolated_pods: AtomicU64,
     /// The last failure, if the last sync failed.
     pub last_error: Mutex<Option<String>>,
 }
@@ -126,6 +131,21 @@ pub async fn run(client: Client, opts: Options, stats: Arc<Stats>) -> Result<()>
         watcher::Config::default(),
         wake.clone(),
     );
+    let (pods, p_driver) = reflect(
+        Api::<Pod>::all(client.clone()),
+        watcher::Config::default(),
+        wake.clone(),
+    );
+    let (namespaces, ns_driver) = reflect(
+        Api::<Namespace>::all(client.clone()),
+        watcher::Config::default(),
+        wake.clone(),
+    );
+    let (policies, np_driver) = reflect(
+        Api::<NetworkPolicy>::all(client.clone()),
+        watcher::Config::default(),
+        wake.clone(),
+    );
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -145,6 +165,9 @@ pub async fn run(client: Client, opts: Options, stats: Arc<Stats>) -> Result<()>
             (services.wait_until_ready().await.is_ok(), "services"),
             (slices.wait_until_ready().await.is_ok(), "endpointslices"),
             (nodes.wait_until_ready().await.is_ok(), "nodes"),
+            (pods.wait_until_ready().await.is_ok(), "pods"),
+            (namespaces.wait_until_ready().await.is_ok(), "namespaces"),
+            (policies.wait_until_ready().await.is_ok(), "networkpolicies"),
         ] {
             if !store {
                 return Err(Error::Watch {
@@ -168,7 +191,23 @@ pub async fn run(client: Client, opts: Options, stats: Arc<Stats>) -> Result<()>
                 all_services.iter().map(|s| s.as_ref()),
                 all_slices.iter().map(|s| s.as_ref()),
             );
-            let ruleset = render::render(&state, &existing);
+            let all_pods: Vec<PolicyPod> = pods
+                .state()
+                .iter()
+                .filter_map(|p| PolicyPod::from_pod(p))
+                .collect();
+            let all_namespaces = namespaces.state();
+            let all_policies = policies.state();
+            let isolation = policy::compile(
+                &opts.node,
+                &all_pods,
+                all_namespaces.iter().map(|n| n.as_ref()),
+                all_policies.iter().map(|p| p.as_ref()),
+            );
+            stats
+                .isolated_pods
+                .store(isolation.len() as u64, Ordering::Relaxed);
+            let ruleset = render::render_with_policy(&state, &isolation, &existing);
             let stale = last_apply.elapsed() >= opts.resync;
             if applied.as_deref() != Some(ruleset.text.as_str()) || stale || failing {
                 let started = Instant::now();
@@ -248,6 +287,9 @@ pub async fn run(client: Client, opts: Options, stats: Arc<Stats>) -> Result<()>
         _ = s_driver => Err(Error::Watch { what: "services", message: "stream ended".into() }),
         _ = e_driver => Err(Error::Watch { what: "endpointslices", message: "stream ended".into() }),
         _ = n_driver => Err(Error::Watch { what: "nodes", message: "stream ended".into() }),
+        _ = p_driver => Err(Error::Watch { what: "pods", message: "stream ended".into() }),
+        _ = ns_driver => Err(Error::Watch { what: "namespaces", message: "stream ended".into() }),
+        _ = np_driver => Err(Error::Watch { what: "networkpolicies", message: "stream ended".into() }),
     }
 }
 

@@ -181,7 +181,7 @@ fn a_thousand_services_render_and_load() {
         f.display()
     ));
     let chains: usize = out.trim().parse().unwrap();
-    assert_eq!(chains, 11_000 + 10, "{out}");
+    assert_eq!(chains, 11_000 + 12, "{out}");
 }
 
 /// As root a plain network namespace is used: nft inside a user namespace cannot raise its netlink
@@ -195,4 +195,67 @@ fn is_root() -> bool {
                 .map(|l| l.split_whitespace().nth(1) == Some("0"))
         })
         .unwrap_or(false)
+}
+
+#[test]
+fn network_policy_chains_load_and_go_when_the_policy_does() {
+    use keel_netprog::policy::{compile, PolicyPod};
+    let pod = |name: &str, ip: [u8; 4], role: &str, node: &str| PolicyPod {
+        namespace: "app".into(),
+        name: name.into(),
+        ip: Ipv4Addr::from(ip),
+        labels: BTreeMap::from([("role".to_string(), role.to_string())]),
+        node: Some(node.into()),
+        named_ports: BTreeMap::from([(("http".to_string(), Protocol::Tcp), 8080)]),
+    };
+    let pods = vec![
+        pod("db", [10, 42, 0, 5], "db", "a"),
+        pod("web", [10, 42, 1, 6], "web", "b"),
+    ];
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "app"}})).unwrap();
+    let policy: k8s_openapi::api::networking::v1::NetworkPolicy = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "db", "namespace": "app"},
+        "spec": {"podSelector": {"matchLabels": {"role": "db"}}, "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "web"}}},
+                                   {"ipBlock": {"cidr": "192.168.0.0/16", "except": ["192.168.1.0/24"]}}],
+                         "ports": [{"port": "http"}, {"port": 9000, "endPort": 9010}]}],
+            "egress": [{"ports": [{"port": 53, "protocol": "UDP"}]}]}
+    }))
+    .unwrap();
+    let isolation = compile("a", &pods, [&ns], [&policy]);
+    assert_eq!(isolation.len(), 1);
+    let with = render::render_with_policy(&full(), &isolation, &Existing::default());
+    let without = render::render_with_policy(
+        &full(),
+        &[],
+        &Existing {
+            chains: with.chains.clone(),
+            sets: with.sets.clone(),
+        },
+    );
+    assert!(
+        without.text.contains("delete chain ip keel policy-in-"),
+        "{}",
+        without.text
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (f1, f2) = (dir.path().join("1.nft"), dir.path().join("2.nft"));
+    std::fs::write(&f1, &with.text).unwrap();
+    std::fs::write(&f2, &without.text).unwrap();
+    let out = in_netns(&format!(
+        "nft -f {}; nft list table ip keel; echo '== without'; nft -f {}; nft list table ip keel",
+        f1.display(),
+        f2.display()
+    ));
+    let (on, off) = out.split_once("== without").unwrap();
+    assert!(on.contains("10.42.0.5 : jump policy-in-"), "{on}");
+    assert!(
+        on.contains("ip saddr 10.42.1.6 meta l4proto tcp tcp dport 8080 return")
+            || on.contains("ip saddr 10.42.1.6 tcp dport 8080 return"),
+        "{on}"
+    );
+    assert!(on.contains("ip saddr != 192.168.1.0/24"), "{on}");
+    assert!(on.contains("udp dport 53 return"), "{on}");
+    assert!(!off.contains("policy-in-"), "{off}");
 }

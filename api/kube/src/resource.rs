@@ -35,6 +35,7 @@ pub enum Printer {
     CronJob,
     Lease,
     EndpointSlice,
+    NetworkPolicy,
     RoleBinding,
     PodDisruptionBudget,
     ControllerRevision,
@@ -589,6 +590,22 @@ pub static BUILTIN: LazyLock<Vec<Arc<ResourceDef>>> = LazyLock::new(|| {
             fields = NONE,
             cou = false,
             gen = false
+        ),
+        res!(
+            "networking.k8s.io",
+            "NetworkPolicy",
+            "networkpolicies",
+            "networkpolicy",
+            ns = true,
+            short = &["netpol"],
+            cat = NONE,
+            status = false,
+            scale = false,
+            storage = "networkpolicies",
+            printer = NetworkPolicy,
+            fields = NONE,
+            cou = false,
+            gen = true
         ),
         res!(
             "apiextensions.k8s.io",

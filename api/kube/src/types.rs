@@ -7,7 +7,8 @@ macro_rules! with_builtin_type {
         #[allow(unused_imports)]
         use k8s_openapi::api::{
             apps::v1 as apps, batch::v1 as batch, coordination::v1 as coord, core::v1 as core,
-            discovery::v1 as disc, events::v1 as events, policy::v1 as policy, rbac::v1 as rbac,
+            discovery::v1 as disc, events::v1 as events, networking::v1 as net, policy::v1 as policy,
+            rbac::v1 as rbac,
         };
         macro_rules! arm {
             ($ty:ty) => {{
@@ -41,6 +42,7 @@ macro_rules! with_builtin_type {
             ("rbac.authorization.k8s.io", "Role") => arm!(rbac::Role),
             ("coordination.k8s.io", "Lease") => arm!(coord::Lease),
             ("discovery.k8s.io", "EndpointSlice") => arm!(disc::EndpointSlice),
+            ("networking.k8s.io", "NetworkPolicy") => arm!(net::NetworkPolicy),
             ("apiextensions.k8s.io", "CustomResourceDefinition") => arm!(
                 k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition
             ),

@@ -319,6 +319,16 @@ pub fn columns(p: Printer) -> Vec<Column> {
             IMAGES,
             SELECTOR,
         ],
+        Printer::NetworkPolicy => vec![
+            NAME,
+            col(
+                "Pod-Selector",
+                "string",
+                0,
+                "The label selector of the pods the policy applies to.",
+            ),
+            AGE,
+        ],
         Printer::Lease => vec![
             NAME,
             col("Holder", "string", 0, "The current holder of the lease."),
@@ -902,6 +912,12 @@ pub fn cells(p: Printer, o: &Value) -> Vec<Value> {
             v
         }
         Printer::Lease => vec![name, or_none(s(o, "spec.holderIdentity")), age(o)],
+        Printer::NetworkPolicy => {
+            let q = path(o, "spec.podSelector")
+                .map(|v| LabelSelector::from_object(v).to_query())
+                .unwrap_or_default();
+            vec![name, or_none(&q), age(o)]
+        }
         Printer::EndpointSlice => {
             let ports: Vec<String> = arr(o, "ports")
                 .iter()
