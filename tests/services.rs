@@ -493,6 +493,37 @@ fn a_cluster_ip_spreads_over_both_nodes_and_follows_scaling() {
         "rules followed the scale-down {:?} after the EndpointSlice did",
         start.elapsed()
     );
+
+    // The agent's counters, through the API server's node proxy as an operator scrapes them.
+    let metrics = kubectl(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{}/proxy/metrics", NODES[0].0),
+    ]);
+    let value = |name: &str| -> Option<f64> {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+    };
+    assert!(
+        value("keel_agent_proxy_syncs_total").is_some_and(|v| v >= 1.0),
+        "{metrics}"
+    );
+    assert!(
+        value("keel_agent_proxy_service_ports").is_some_and(|v| v >= 1.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        value("keel_agent_proxy_sync_failing"),
+        Some(0.0),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("keel_agent_dns_queries_total"),
+        "{metrics}"
+    );
 }
 
 #[test]
@@ -826,4 +857,62 @@ spec:
     wait_for("isolation to end", || {
         reaches(&front) && reaches(&other) && reaches(&near)
     });
+}
+
+#[test]
+fn external_traffic_policy_local_keeps_the_client_address_and_skips_nodes_without_endpoints() {
+    nodes();
+    let ns = namespace("local");
+    servers(&ns, "lc-a", "lc", NODES[0].0, 1);
+    service(
+        &ns,
+        "lc",
+        "lc",
+        "  type: NodePort\n  externalTrafficPolicy: Local",
+    );
+    wait_for("an endpoint", || ready_endpoints(&ns, "lc").len() == 1);
+    let port = kubectl(&[
+        "-n",
+        &ns,
+        "get",
+        "svc",
+        "lc",
+        "-o",
+        "jsonpath={.spec.ports[0].nodePort}",
+    ]);
+    let net = cluster().cluster().net();
+    let (a_ip, b_ip, me) = (
+        net.ip(1).to_string(),
+        net.ip(2).to_string(),
+        net.root_ip().to_string(),
+    );
+    let get = |ip: &str| {
+        std::process::Command::new("timeout")
+            .args([
+                "5",
+                "wget",
+                "-q",
+                "-t",
+                "1",
+                "-T",
+                "3",
+                "-O-",
+                &format!("http://{ip}:{port}/cgi-bin/who"),
+            ])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    };
+    let mut body = String::new();
+    wait_for("node a to answer", || {
+        body = get(&a_ip);
+        body.contains("lc-a-")
+    });
+    // Local: not masqueraded, the server sees the test process's own address.
+    assert_eq!(client_addr(&body), me, "{body}");
+    // Node b has no local endpoint: its NodePort drops instead of forwarding.
+    let from_b = get(&b_ip);
+    assert!(!from_b.contains("lc-a-"), "{from_b}");
+    let table = in_node(1, &["nft", "list", "table", "ip", "keel"]);
+    assert!(table.contains(&format!("tcp . {port} : drop")), "{table}");
 }

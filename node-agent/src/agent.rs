@@ -121,29 +121,29 @@ pub async fn run(client: Client, opts: Options) -> Result<()> {
         node.status.clone(),
     );
     let pods = crate::pod::run(shared);
+    let sources = crate::server::metrics::Sources {
+        netprog: opts.netprog.as_ref().map(|_| Arc::default()),
+        dns: opts.resolver.as_ref().map(|_| Arc::default()),
+    };
     let netprog = async {
-        match opts.netprog.clone() {
-            Some(n) => {
-                keel_netprog::sync::run(client.clone(), n, Arc::new(keel_netprog::Stats::default()))
-                    .await
-                    .map_err(|e| Error::Config(format!("netprog: {e}")))
-            }
-            None => std::future::pending().await,
+        match (opts.netprog.clone(), sources.netprog.clone()) {
+            (Some(n), Some(stats)) => keel_netprog::sync::run(client.clone(), n, stats)
+                .await
+                .map_err(|e| Error::Config(format!("netprog: {e}"))),
+            _ => std::future::pending().await,
         }
     };
     info!(node = %opts.node.name, "agent running");
     let api = async {
         match opts.server.clone() {
-            Some(s) => crate::server::run(cri.clone(), s).await,
+            Some(s) => crate::server::run(cri.clone(), s, sources.clone()).await,
             None => std::future::pending().await,
         }
     };
     let resolver = async {
-        match opts.resolver.clone() {
-            Some(d) => {
-                crate::dns::run(client.clone(), d, Arc::new(crate::dns::DnsStats::default())).await
-            }
-            None => std::future::pending().await,
+        match (opts.resolver.clone(), sources.dns.clone()) {
+            (Some(d), Some(stats)) => crate::dns::run(client.clone(), d, stats).await,
+            _ => std::future::pending().await,
         }
     };
     tokio::select! {

@@ -177,7 +177,9 @@ pub async fn allocate(
         }
         if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
             spec.insert("ports".into(), Value::Array(out));
-            spec.insert("externalTrafficPolicy".into(), json!("Cluster"));
+            // Defaulted as upstream does, never overriding the client's choice (Local).
+            spec.entry("externalTrafficPolicy")
+                .or_insert_with(|| json!("Cluster"));
         }
     }
     Ok(claims)

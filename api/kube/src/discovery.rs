@@ -88,6 +88,13 @@ fn aggregated_resource(r: &ResourceDef) -> Value {
             "verbs": ["get", "patch", "update"],
         }));
     }
+    if r.group.is_empty() && r.kind == "Node" {
+        subs.push(json!({
+            "subresource": "proxy",
+            "responseKind": {"group": "", "version": "v1", "kind": "NodeProxyOptions"},
+            "verbs": ["get"],
+        }));
+    }
     if r.group.is_empty() && r.kind == "Pod" {
         subs.push(json!({
             "subresource": "binding",
@@ -253,6 +260,12 @@ pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<V
             list.push(json!({
                 "name": format!("{}/scale", r.plural), "singularName": "", "namespaced": r.namespaced,
                 "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"],
+            }));
+        }
+        if r.group.is_empty() && r.kind == "Node" {
+            list.push(json!({
+                "name": "nodes/proxy", "singularName": "", "namespaced": false,
+                "kind": "NodeProxyOptions", "verbs": ["get"],
             }));
         }
         if r.group.is_empty() && r.kind == "Pod" {

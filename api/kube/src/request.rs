@@ -20,6 +20,8 @@ pub struct Route {
     pub subresource: Option<String>,
     /// A legacy `/watch/` path.
     pub legacy_watch: bool,
+    /// For `nodes/{name}/proxy/...`: the path on the node's agent (`/` and what follows `proxy`).
+    pub proxy_path: Option<String>,
 }
 
 /// Parses the segments after `/api/v1/` or `/apis/<group>/<version>/`.
@@ -45,7 +47,13 @@ pub fn parse_route(
         }
         _ => (None, &segs[..]),
     };
+    let mut proxy_path = None;
     let (plural, name, sub) = match rest {
+        // `nodes/{name}/proxy/<path on the agent>`: the only subresource with a path of its own.
+        ["nodes", name, "proxy", tail @ ..] => {
+            proxy_path = Some(format!("/{}", tail.join("/")));
+            ("nodes", Some(*name), Some("proxy"))
+        }
         [plural] => (*plural, None, None),
         [plural, name] => (*plural, Some(*name), None),
         [plural, name, sub] => (*plural, Some(*name), Some(*sub)),
@@ -64,6 +72,7 @@ pub fn parse_route(
             "eviction" | "binding" | "log" | "exec" | "attach" | "portforward" => {
                 def.group.is_empty() && def.kind == "Pod"
             }
+            "proxy" => def.group.is_empty() && def.kind == "Node",
             other => super::strategy::of(&def).subresource(other).is_some(),
         };
         if !served {
@@ -79,6 +88,7 @@ pub fn parse_route(
         name: name.map(str::to_string),
         subresource: sub.map(str::to_string),
         legacy_watch,
+        proxy_path,
     })
 }
 
@@ -98,6 +108,17 @@ impl Params {
             }
         }
         Params { raw }
+    }
+
+    /// The parameters as a query string again (order not kept).
+    pub fn encoded(&self) -> String {
+        let mut q = form_urlencoded::Serializer::new(String::new());
+        let mut pairs: Vec<(&String, &String)> = self.raw.iter().collect();
+        pairs.sort();
+        for (k, v) in pairs {
+            q.append_pair(k, v);
+        }
+        q.finish()
     }
 
     /// A parameter's value, if present.

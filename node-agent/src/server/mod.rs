@@ -12,10 +12,12 @@
 //! - `/exec/{namespace}/{pod}/{container}?command=…&input=&output=&error=&tty=`,
 //!   `/attach/{namespace}/{pod}/{container}` and `/portForward/{namespace}/{pod}`: upgrade requests
 //!   relayed to the runtime's streaming server ([`stream`]);
+//! - `GET /metrics`: netprog's and the resolver's counters, Prometheus text ([`metrics`]);
 //! - `GET /stats/summary`: CPU and memory of the node and its pods' containers ([`stats`]), which the
 //!   API server's `metrics.k8s.io` serves to `kubectl top`.
 
 pub mod logs;
+pub mod metrics;
 pub mod stats;
 pub mod stream;
 
@@ -153,7 +155,7 @@ fn text(code: StatusCode, msg: impl Into<String>) -> Response {
 }
 
 /// Serves the agent's API until the future is dropped.
-pub async fn run(cri: Cri, opts: ServerOptions) -> Result<()> {
+pub async fn run(cri: Cri, opts: ServerOptions, sources: metrics::Sources) -> Result<()> {
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls_config(&opts)?));
     let listener = TcpListener::bind(opts.listen)
         .await
@@ -169,6 +171,21 @@ pub async fn run(cri: Cri, opts: ServerOptions) -> Result<()> {
             get(port_forward).post(port_forward),
         )
         .route("/stats/summary", get(stats_summary))
+        .route(
+            "/metrics",
+            get(move || {
+                let sources = sources.clone();
+                async move {
+                    (
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        metrics::render(&sources),
+                    )
+                }
+            }),
+        )
         .with_state(App {
             cri,
             node: opts.node.clone(),

@@ -6,6 +6,7 @@ pub mod apply;
 pub mod binding;
 pub mod delete;
 pub mod eviction;
+pub mod node_proxy;
 pub mod pod_log;
 pub mod pod_stream;
 pub mod read;
@@ -121,6 +122,7 @@ pub async fn serve(
         (&Method::GET, true, None) if watching => watch::watch(call).await,
         (&Method::GET, true, Some("scale")) => scale::get(call).await,
         (&Method::GET, true, Some("log")) => pod_log::log(call).await,
+        (&Method::GET, true, Some("proxy")) => node_proxy::get(call).await,
         (&Method::GET, true, None | Some("status")) => read::get(call).await,
         (&Method::POST, false, None) => write::create(call).await,
         (&Method::POST, true, Some("eviction")) => eviction::evict(call).await,
