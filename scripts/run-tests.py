@@ -18,7 +18,7 @@ import time
 LANES = int(os.environ.get("KEEL_TEST_LANES", "2"))
 # Longest first (seconds measured on 2 cores); the rest keep cargo's order.
 LONG = ["campaign", "controllers_batch", "cluster", "controllers_nodes", "controllers_deployment",
-        "node_agent", "controllers", "snapshot", "controllers_sets", "crash", "etcdctl_diff", "scheduler"]
+        "node_agent", "services", "controllers", "snapshot", "controllers_sets", "crash", "etcdctl_diff", "scheduler"]
 
 
 def executables():
