@@ -40,12 +40,21 @@ pub(crate) enum BenchError {
     /// A Kubernetes API call or client setup failed.
     #[error("Kubernetes API: {0}")]
     Kube(String),
+    /// The service rules step (netprog, nft in a namespace of its own) could not run.
+    #[error("service rules (netprog): {0}")]
+    Netprog(String),
     /// Reading or writing a local file failed.
     #[error("{what}: {source}")]
     Io {
         what: String,
         source: std::io::Error,
     },
+}
+
+impl From<keel_netprog::Error> for BenchError {
+    fn from(e: keel_netprog::Error) -> Self {
+        BenchError::Netprog(e.to_string())
+    }
 }
 
 /// Result of a benchmark step.

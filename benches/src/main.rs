@@ -3,7 +3,9 @@
 //! their ratio for every workload.
 //!
 //! `cargo build --release -p keel && cargo run --release -p keel-benches` runs everything and
-//! rewrites the generated part of `docs/benchmarks.md`; `-- --quick` is the CI subset.
+//! rewrites the generated part of `docs/benchmarks.md`; `-- --quick` is the CI subset. Steps that
+//! stand beside upstream's published figures rather than a second system (controllers, pod startup,
+//! service rules) print their own tables; `--controllers`, `--pods` and `--netprog` run one alone.
 
 mod error;
 mod load;
@@ -114,6 +116,23 @@ struct Args {
     /// Skip the pod startup step of a full or quick run.
     #[arg(long)]
     no_pods: bool,
+    /// Run only the service rules step: netprog's nftables table for N Services of 10 endpoints,
+    /// rendered and applied with `nft -f` in a network namespace of its own (needs root).
+    #[arg(long)]
+    netprog: bool,
+    /// Service counts of the service rules step [--quick: 100,1000; else 100,1000,5000].
+    #[arg(long, value_delimiter = ',')]
+    netprog_services: Vec<usize>,
+    /// Timed runs per figure in the service rules step [--quick: 3; else 5].
+    #[arg(long)]
+    netprog_runs: Option<usize>,
+    /// Skip the service rules step of a full or quick run.
+    #[arg(long)]
+    no_netprog: bool,
+    /// Internal: the service rules step's child, inside its own network namespace (the value is the
+    /// parent's namespace, which the child refuses to work in).
+    #[arg(long, hide = true)]
+    netprog_child: Option<String>,
 }
 
 /// `target/release` (or wherever this binary lives).
@@ -147,6 +166,12 @@ fn main() {
 }
 
 async fn run(args: Args) -> Result<()> {
+    if let Some(parent) = &args.netprog_child {
+        return workload::netprog::child(parent, &netprog_sizes(&args), netprog_runs(&args)).await;
+    }
+    if args.netprog {
+        return netprog_step(&args).await;
+    }
     if args.controllers {
         return controllers(&args).await;
     }
@@ -242,6 +267,9 @@ async fn run(args: Args) -> Result<()> {
     if !args.no_pods && args.only.is_none() {
         let root_path = root.path().to_path_buf();
         pod_step(&args, &root_path, &bins).await?;
+    }
+    if !args.no_netprog && args.only.is_none() {
+        netprog_step(&args).await?;
     }
 
     if !args.quick && !args.no_doc {
@@ -558,6 +586,57 @@ async fn pod_step(args: &Args, root: &Path, bins: &Binaries) -> Result<()> {
     .await?;
     bar.finish_and_clear();
     println!("{}", workload::pod_startup::text(&f));
+    Ok(())
+}
+
+fn netprog_sizes(args: &Args) -> Vec<usize> {
+    if !args.netprog_services.is_empty() {
+        return args.netprog_services.clone();
+    }
+    let sizes = if args.quick {
+        workload::netprog::QUICK_SIZES
+    } else {
+        workload::netprog::SIZES
+    };
+    sizes.to_vec()
+}
+
+fn netprog_runs(args: &Args) -> usize {
+    args.netprog_runs
+        .unwrap_or(if args.quick { 3 } else { 5 })
+        .max(1)
+}
+
+/// The service rules step: netprog's table at several Service counts, in a throwaway network
+/// namespace, printed beside kube-proxy's published nftables-mode figures.
+async fn netprog_step(args: &Args) -> Result<()> {
+    let sizes = netprog_sizes(args);
+    let runs = netprog_runs(args);
+    eprintln!(
+        "service rules (netprog): {sizes:?} Services of {} endpoints, up to {runs} runs per figure, in a network namespace of its own",
+        workload::netprog::ENDPOINTS
+    );
+    let bar = ProgressBar::new_spinner();
+    let figures = workload::netprog::run(&sizes, runs, &|m| {
+        if bar.is_hidden() {
+            eprintln!("service rules: {m}");
+        } else {
+            bar.set_message(m);
+        }
+    })
+    .await?;
+    bar.finish_and_clear();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let header = format!(
+        "service rules (netprog): ClusterIP Services of {} ready endpoints, one node; {}, kernel {}, {} CPUs; \
+         ms as median (min–max) over `runs` runs ({runs} asked; 3 once a figure's runs took a minute); \
+         apply = one `nft -f -` as netprog runs it; nft CPU = mean per apply, user + system (the kernel's share)",
+        workload::netprog::ENDPOINTS,
+        workload::netprog::nft_version(),
+        kernel.trim(),
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+    );
+    println!("{}", workload::netprog::text(&figures, &header));
     Ok(())
 }
 

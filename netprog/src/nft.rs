@@ -62,7 +62,16 @@ pub async fn apply(script: &str) -> Result<()> {
     }
 }
 
-/// Checks `script` without applying it (`nft -c`).
+/// Whether `table ip keel` exists (a cheap listing of table names only).
+pub async fn table_exists() -> Result<bool> {
+    let (family, name) = TABLE.split_once(' ').unwrap_or(("ip", "keel"));
+    let listed = run(&["list", "tables", family], None).await?;
+    Ok(listed
+        .lines()
+        .any(|l| l.trim() == format!("table {family} {name}")))
+}
+
+/// Checks `script` with `nft -c` without applying it.
 pub async fn check(script: &str) -> Result<()> {
     run(&["-c", "-f", "-"], Some(script)).await.map(|_| ())
 }

@@ -291,21 +291,18 @@ fn balance(port: &ServicePort, eps: &[&Endpoint]) -> Vec<String> {
             ));
         }
     }
-    let arms: Vec<String> = eps
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            format!(
-                "{i} : goto {}",
-                names::endpoint_chain(&port.key, e.ip, e.port)
-            )
-        })
-        .collect();
-    rules.push(format!(
-        "numgen random mod {} vmap {{ {} }}",
-        eps.len(),
-        arms.join(", ")
-    ));
+    // iptables' cascade rather than kube-proxy's `numgen … vmap { … }`: endpoint i of n is taken with
+    // probability 1/(n-i) when reached, which is 1/n overall. Each vmap is an anonymous map, and
+    // thousands of them make the kernel's transaction many times slower (docs/benchmarks.md).
+    for (i, e) in eps.iter().enumerate() {
+        let chain = names::endpoint_chain(&port.key, e.ip, e.port);
+        let remaining = eps.len() - i;
+        if remaining > 1 {
+            rules.push(format!("numgen random mod {remaining} 0 goto {chain}"));
+        } else {
+            rules.push(format!("goto {chain}"));
+        }
+    }
     rules
 }
 
@@ -492,7 +489,11 @@ mod tests {
             "{}",
             r.text
         );
-        assert!(r.text.contains("numgen random mod 2 vmap"), "{}", r.text);
+        assert!(
+            r.text.contains("numgen random mod 2 0 goto endpoint-"),
+            "{}",
+            r.text
+        );
         assert!(r.text.contains("meta l4proto tcp dnat to 10.42.0.2:8080"));
         assert!(r
             .text

@@ -39,8 +39,12 @@ pub struct Options {
     pub state_dir: PathBuf,
     /// How long a change waits for the rest of its burst before the table is written.
     pub batch: Duration,
-    /// The longest the loop goes without re-applying (a table someone removed comes back).
+    /// The longest the loop goes without re-applying the whole table, changed or not (kube-proxy's
+    /// full-sync period). A whole-table transaction costs seconds at thousands of Services, so this
+    /// is long; a table someone removed is noticed sooner, by [`Options::check`].
     pub resync: Duration,
+    /// How often the loop checks, cheaply (`nft list tables`), that the table is still there.
+    pub check: Duration,
 }
 
 impl Options {
@@ -51,7 +55,8 @@ impl Options {
             cluster_cidr,
             state_dir,
             batch: Duration::from_millis(100),
-            resync: Duration::from_secs(30),
+            resync: Duration::from_secs(3600),
+            check: Duration::from_secs(30),
         }
     }
 }
@@ -208,7 +213,8 @@ pub async fn run(client: Client, opts: Options, stats: Arc<Stats>) -> Result<()>
                 .isolated_pods
                 .store(isolation.len() as u64, Ordering::Relaxed);
             let ruleset = render::render_with_policy(&state, &isolation, &existing);
-            let stale = last_apply.elapsed() >= opts.resync;
+            let stale = last_apply.elapsed() >= opts.resync
+                || (applied.is_some() && !nft::table_exists().await.unwrap_or(true));
             if applied.as_deref() != Some(ruleset.text.as_str()) || stale || failing {
                 let started = Instant::now();
                 match nft::apply(&ruleset.text).await {
@@ -275,7 +281,7 @@ pub async fn run(client: Client, opts: Options, stats: Arc<Stats>) -> Result<()>
             let wait = if failing {
                 Duration::from_secs(5)
             } else {
-                opts.resync
+                opts.check
             };
             let _ = tokio::time::timeout(wait, wake.notified()).await;
             // Let the rest of a burst arrive, so it becomes one transaction.

@@ -4,6 +4,7 @@ pub(crate) mod controllers;
 pub(crate) mod failover;
 pub(crate) mod footprint;
 pub(crate) mod lease;
+pub(crate) mod netprog;
 pub(crate) mod pod_startup;
 pub(crate) mod put;
 pub(crate) mod range;
