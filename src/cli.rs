@@ -133,6 +133,42 @@ pub(crate) struct ServerArgs {
     /// elsewhere instead).
     #[arg(long)]
     pub disable_scheduler: bool,
+    #[command(flatten)]
+    pub network: NetworkControllerArgs,
+}
+
+/// The network controllers' flags (node-ipam and ServiceLB), in `keel server` and `keel controllers`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct NetworkControllerArgs {
+    /// The pod network node-ipam cuts into per-node ranges (kube-controller-manager's `--cluster-cidr`;
+    /// IPv4 only).
+    #[arg(long, default_value = keel_controllers::nodeipam::allocator::DEFAULT_CLUSTER_CIDR)]
+    pub cluster_cidr: keel_controllers::nodeipam::Ipv4Cidr,
+    /// The prefix length of each node's range (kube-controller-manager's `--node-cidr-mask-size`).
+    #[arg(long, default_value_t = keel_controllers::nodeipam::allocator::DEFAULT_NODE_MASK)]
+    pub node_cidr_mask_size: u8,
+    /// Give every Node without `spec.podCIDR` a free range of `--cluster-cidr` (on by default, as in k3s;
+    /// `--allocate-node-cidrs=false` leaves pod CIDRs to the agents' `--pod-cidr`).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub allocate_node_cidrs: bool,
+    /// Do not write the status of LoadBalancer Services from the nodes' addresses (k3s's
+    /// `--disable servicelb`), e.g. to use another load-balancer implementation.
+    #[arg(long)]
+    pub disable_servicelb: bool,
+}
+
+impl NetworkControllerArgs {
+    /// The ranges node-ipam hands out (`None` when it hands out none), or why the flags do not fit.
+    pub(crate) fn node_cidrs(
+        &self,
+    ) -> Result<Option<keel_controllers::nodeipam::Allocator>, String> {
+        if !self.allocate_node_cidrs {
+            return Ok(None);
+        }
+        keel_controllers::nodeipam::Allocator::new(self.cluster_cidr, self.node_cidr_mask_size)
+            .map(Some)
+            .map_err(|e| e.to_string())
+    }
 }
 
 /// Flags of `keel controllers`.
@@ -151,6 +187,8 @@ pub(crate) struct ControllersArgs {
     /// marks its conditions Unknown (kube-controller-manager's `--node-monitor-grace-period`).
     #[arg(long, default_value = "50s", value_parser = parse_duration)]
     pub node_monitor_grace_period: std::time::Duration,
+    #[command(flatten)]
+    pub network: NetworkControllerArgs,
     /// Log level: error, warn, info, debug, trace (or a tracing filter).
     #[arg(long, env = "KEEL_LOG", default_value = "warn")]
     pub log_level: String,

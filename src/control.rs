@@ -8,7 +8,7 @@ use keel_kube_api::authn::Identity;
 use keel_kube_api::{ApiServer, Storage};
 use tokio::sync::watch;
 
-use crate::cli::{ControllersArgs, SchedulerArgs};
+use crate::cli::{ControllersArgs, NetworkControllerArgs, SchedulerArgs};
 use crate::server::{init_logging, ServerError};
 
 /// This member's Raft leadership as a flag.
@@ -27,13 +27,28 @@ fn leading(storage: &Storage) -> watch::Receiver<bool> {
     rx
 }
 
-/// Starts the controller manager on `api`: it runs while this member is the Raft leader, until `stop`.
+/// The controller manager's options from its flags (the cluster CA is added where it is known).
+pub(crate) fn controller_options(
+    holder: String,
+    controllers: &str,
+    node_monitor_grace_period: std::time::Duration,
+    network: &NetworkControllerArgs,
+) -> Result<keel_controllers::Options, ServerError> {
+    Ok(keel_controllers::Options {
+        selection: Selection::parse(controllers).map_err(ServerError::Config)?,
+        node_monitor_grace_period,
+        node_cidrs: network.node_cidrs().map_err(ServerError::Config)?,
+        servicelb: !network.disable_servicelb,
+        ..keel_controllers::Options::new(holder)
+    })
+}
+
+/// Starts the controller manager on `api` with `opts` (and the cluster CA): it runs while this member is
+/// the Raft leader, until `stop`.
 pub(crate) fn spawn_controllers(
     api: &ApiServer,
     storage: &Storage,
-    holder: String,
-    selection: Selection,
-    node_monitor_grace_period: std::time::Duration,
+    mut opts: keel_controllers::Options,
     stop: watch::Receiver<bool>,
 ) {
     let identity = Identity {
@@ -42,12 +57,7 @@ pub(crate) fn spawn_controllers(
     };
     let client = kube::Client::new(api.service(identity), "default");
     let leading = leading(storage);
-    let opts = keel_controllers::Options {
-        holder,
-        selection,
-        root_ca: Some(api.ca_pem().to_string()),
-        node_monitor_grace_period,
-    };
+    opts.root_ca = Some(api.ca_pem().to_string());
     tokio::spawn(keel_controllers::run_while_leading(
         client,
         opts,
@@ -127,7 +137,12 @@ pub(crate) async fn run_scheduler(args: SchedulerArgs) -> Result<(), ServerError
 /// `keel controllers --kubeconfig FILE`: elect through the Lease, then run the controllers while leading.
 pub(crate) async fn run_controllers(args: ControllersArgs) -> Result<(), ServerError> {
     init_logging(&args.log_level)?;
-    let selection = Selection::parse(&args.controllers).map_err(ServerError::Config)?;
+    let mut opts = controller_options(
+        String::new(),
+        &args.controllers,
+        args.node_monitor_grace_period,
+        &args.network,
+    )?;
     let config = load_kubeconfig(&args.kubeconfig).await?;
     let root_ca = config
         .root_cert
@@ -142,12 +157,8 @@ pub(crate) async fn run_controllers(args: ControllersArgs) -> Result<(), ServerE
         &holder,
     );
     let (stop_tx, stop) = watch::channel(false);
-    let opts = keel_controllers::Options {
-        holder,
-        selection,
-        root_ca,
-        node_monitor_grace_period: args.node_monitor_grace_period,
-    };
+    opts.holder = holder;
+    opts.root_ca = root_ca;
     let run = keel_controllers::run_while_leading(client, opts, leading, stop, Mode::Elect);
     tokio::select! {
         _ = run => {}

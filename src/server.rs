@@ -178,12 +178,16 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), ServerError> {
     let (kube_tx, kube_rx) = tokio::sync::oneshot::channel::<()>();
     let kube_node = node.clone();
     let controllers = (!args.disable_controller_manager).then(|| {
-        keel_controllers::Selection::parse(&args.controllers).map_err(ServerError::Config)
+        crate::control::controller_options(
+            args.name.clone(),
+            &args.controllers,
+            args.node_monitor_grace_period,
+            &args.network,
+        )
     });
     let controllers = controllers.transpose()?;
     let holder = args.name.clone();
     let scheduler = !args.disable_scheduler;
-    let node_grace = args.node_monitor_grace_period;
     let mut kube_serving = tokio::spawn(async move {
         match kube {
             Some(opts) => {
@@ -195,17 +199,10 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), ServerError> {
                 };
                 let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
                 if scheduler {
-                    crate::control::spawn_scheduler(
-                        &api,
-                        &storage,
-                        holder.clone(),
-                        stop_rx.clone(),
-                    );
+                    crate::control::spawn_scheduler(&api, &storage, holder, stop_rx.clone());
                 }
-                if let Some(selection) = controllers {
-                    crate::control::spawn_controllers(
-                        &api, &storage, holder, selection, node_grace, stop_rx,
-                    );
+                if let Some(opts) = controllers {
+                    crate::control::spawn_controllers(&api, &storage, opts, stop_rx);
                 }
                 let served = api
                     .serve_https(async move {

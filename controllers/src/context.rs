@@ -68,6 +68,8 @@ pub struct Context {
     pub root_ca: Option<String>,
     /// How long a node may stay silent before the node-lifecycle controller calls it Unknown.
     pub node_monitor_grace_period: Duration,
+    /// How node-ipam cuts the cluster CIDR into node ranges; `None` when it allocates none.
+    pub node_cidrs: Option<crate::nodeipam::Allocator>,
     informers: Informers,
 }
 
@@ -79,6 +81,7 @@ impl Context {
             holder: holder.into(),
             root_ca,
             node_monitor_grace_period: crate::manager::DEFAULT_NODE_MONITOR_GRACE_PERIOD,
+            node_cidrs: Some(crate::nodeipam::Allocator::default()),
             informers: Informers::default(),
         })
     }
@@ -90,6 +93,7 @@ impl Context {
             holder: opts.holder.clone(),
             root_ca: opts.root_ca.clone(),
             node_monitor_grace_period: opts.node_monitor_grace_period,
+            node_cidrs: opts.node_cidrs,
             informers: Informers::default(),
         })
     }

@@ -9,6 +9,9 @@ pub enum Error {
     /// An object the controller read does not make sense (it is reported, then retried).
     #[error("{0}")]
     Invalid(String),
+    /// A shared cache the controller waited on will never be filled (its watch task ended).
+    #[error("the {0} cache stopped before it was filled")]
+    CacheStopped(&'static str),
 }
 
 /// A reconcile's result.

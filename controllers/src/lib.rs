@@ -20,6 +20,7 @@ pub use keel_client_kit::lease;
 pub mod manager;
 pub mod namespace;
 pub mod node_lifecycle;
+pub mod nodeipam;
 pub mod owner;
 pub mod pod_state;
 pub mod podgc;
@@ -28,6 +29,7 @@ pub mod root_ca;
 pub mod runner;
 pub mod selector;
 pub mod serviceaccount;
+pub mod servicelb;
 pub mod statefulset;
 pub mod ttl_after_finished;
 
@@ -45,8 +47,10 @@ fn registry() -> Vec<ControllerDef> {
         root_ca::def(),
         endpointslice::def(),
         endpoints::def(),
+        servicelb::def(),
         node_lifecycle::def(),
         node_lifecycle::taint_eviction::def(),
+        nodeipam::def(),
         podgc::def(),
         replicaset::def(),
         replicaset::replication_controller_def(),

@@ -82,6 +82,36 @@ pub struct Options {
     /// How long a node may stay silent before its conditions turn Unknown (upstream's
     /// `--node-monitor-grace-period`, [`DEFAULT_NODE_MONITOR_GRACE_PERIOD`]).
     pub node_monitor_grace_period: Duration,
+    /// How node-ipam cuts `--cluster-cidr` into `--node-cidr-mask-size` ranges; `None` with
+    /// `--allocate-node-cidrs=false` (node-ipam does not run).
+    pub node_cidrs: Option<crate::nodeipam::Allocator>,
+    /// Whether ServiceLB writes the status of LoadBalancer Services (`--disable-servicelb` turns it off).
+    pub servicelb: bool,
+}
+
+impl Options {
+    /// Options with upstream's defaults: every controller, a 50 s grace period, node ranges of /24 from
+    /// 10.42.0.0/16, ServiceLB on.
+    pub fn new(holder: impl Into<String>) -> Options {
+        Options {
+            holder: holder.into(),
+            selection: Selection::default(),
+            root_ca: None,
+            node_monitor_grace_period: DEFAULT_NODE_MONITOR_GRACE_PERIOD,
+            node_cidrs: Some(crate::nodeipam::Allocator::default()),
+            servicelb: true,
+        }
+    }
+
+    /// Whether controller `name` runs: selected by `--controllers` and not turned off by its own flag.
+    pub fn runs(&self, name: &str) -> bool {
+        let off = match name {
+            crate::nodeipam::NAME => self.node_cidrs.is_none(),
+            crate::servicelb::NAME => !self.servicelb,
+            _ => false,
+        };
+        !off && self.selection.enabled(name)
+    }
 }
 
 /// Upstream's `--node-monitor-grace-period` default (50 s since 1.32).
@@ -93,7 +123,7 @@ pub async fn run(client: Client, opts: Options) {
     let ctx = Context::with_options(client, &opts);
     let mut loops = Vec::new();
     for c in all() {
-        if opts.selection.enabled(c.name) {
+        if opts.runs(c.name) {
             loops.push((c.name, (c.start)(&ctx)));
         }
     }
@@ -146,4 +176,23 @@ pub async fn run_while_leading(
         mode,
     };
     leading::run_while_leading(leader, leading, stop, || run(client.clone(), opts.clone())).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_turn_node_ipam_and_servicelb_off() {
+        let mut o = Options::new("m");
+        assert!(o.runs("node-ipam") && o.runs("servicelb") && o.runs("deployment"));
+        o.node_cidrs = None;
+        o.servicelb = false;
+        assert!(!o.runs("node-ipam") && !o.runs("servicelb") && o.runs("deployment"));
+        let o = Options {
+            selection: Selection::parse("*,-servicelb").unwrap(),
+            ..Options::new("m")
+        };
+        assert!(!o.runs("servicelb") && o.runs("node-ipam"));
+    }
 }

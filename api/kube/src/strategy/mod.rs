@@ -35,6 +35,7 @@ mod daemonset;
 mod deployment;
 mod job;
 mod namespace;
+mod node;
 mod pod;
 mod rbac;
 mod replicaset;
@@ -278,6 +279,7 @@ impl Strategy for Plain {}
 static BUILTIN: &[((&str, &str), &dyn Strategy)] = &[
     (("", "Pod"), &pod::Pod),
     (("", "Namespace"), &namespace::Namespace),
+    (("", "Node"), &node::Node),
     (("", "Service"), &service::Service),
     (("", "ConfigMap"), &configmap::ConfigMap),
     (("", "Secret"), &secret::Secret),

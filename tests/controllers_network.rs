@@ -1,0 +1,453 @@
+//! node-ipam and ServiceLB on a one-member cluster run with `--cluster-cidr 10.99.0.0/22` (four /24
+//! ranges, so that exhaustion is a few nodes away), seen through the real kubectl and the `kube` crate,
+//! with the test playing the kubelets (hand-made Nodes kept Ready by a [`Heartbeat`]). The two tests share
+//! the cluster and run at once: ServiceLB's nodes are made with pod CIDRs outside the cluster CIDR, so they
+//! take none of node-ipam's ranges, and node-ipam's nodes are never Ready, so no load balancer lists them.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::events::v1::Event;
+use keel_testkit::binaries::Kind;
+use keel_testkit::cluster::Options;
+use keel_testkit::heartbeat::Heartbeat;
+use keel_testkit::keel_bin;
+use keel_testkit::kube::KubeCluster;
+use keel_testkit::pods::{report_with_ip, Report};
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::{json, Value};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn cluster() -> &'static KubeCluster {
+    KubeCluster::shared(|| {
+        KubeCluster::start_with(
+            Options::new(Kind::Keel, 1)
+                .keel_bin(keel_bin!())
+                .arg("--cluster-cidr")
+                .arg("10.99.0.0/22")
+                .arg("--disable-scheduler"),
+        )
+    })
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn json_of(c: &KubeCluster, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    serde_json::from_str(&c.ok(0, &all)).unwrap()
+}
+
+fn create_node(c: &KubeCluster, name: &str, pod_cidr: Option<&str>) {
+    let spec = pod_cidr
+        .map(|p| format!("spec:\n  podCIDR: {p}\n"))
+        .unwrap_or_default();
+    let yaml = format!(
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:\n    kubernetes.io/hostname: {name}\n{spec}"
+    );
+    c.ok_stdin(0, &["create", "-f", "-"], Some(&yaml));
+}
+
+/// The node's `(spec.podCIDR, spec.podCIDRs)`.
+fn pod_cidrs(c: &KubeCluster, name: &str) -> (Option<String>, Vec<String>) {
+    let n = json_of(c, &["get", "node", name]);
+    let one = n["spec"]["podCIDR"].as_str().map(String::from);
+    let all = n["spec"]["podCIDRs"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    (one, all)
+}
+
+/// Waits until `name` has a pod CIDR; returns it (checking podCIDRs is the same single range).
+fn wait_pod_cidr(c: &KubeCluster, name: &str) -> String {
+    c.wait_until(&format!("a pod CIDR for {name}"), WAIT, || {
+        pod_cidrs(c, name).0.is_some()
+    });
+    let (one, all) = pod_cidrs(c, name);
+    let one = one.unwrap();
+    assert_eq!(all, vec![one.clone()], "{name}: podCIDRs follows podCIDR");
+    one
+}
+
+/// The notes of the `reason` Events about Node `node`.
+fn node_events(c: &KubeCluster, node: &str, reason: &str) -> Vec<String> {
+    rt().block_on(async {
+        let events: Api<Event> = Api::namespaced(c.client(0).await, "default");
+        events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .filter(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node)
+                    && e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("Node")
+            })
+            .filter_map(|e| e.note)
+            .collect()
+    })
+}
+
+#[test]
+fn node_ipam_gives_free_ranges_keeps_preset_ones_and_reuses_freed_ones() {
+    let c = cluster();
+    // A node registered with a range of its own (as `keel agent --pod-cidr` does) keeps it, and the API
+    // makes podCIDRs from it.
+    create_node(c, "ipam-preset", Some("10.99.1.0/24"));
+    assert_eq!(
+        pod_cidrs(c, "ipam-preset"),
+        (
+            Some("10.99.1.0/24".to_string()),
+            vec!["10.99.1.0/24".to_string()]
+        )
+    );
+    // Nodes without one get the free /24s, lowest first, never the preset one.
+    create_node(c, "ipam-a", None);
+    create_node(c, "ipam-b", None);
+    let a = wait_pod_cidr(c, "ipam-a");
+    let b = wait_pod_cidr(c, "ipam-b");
+    let mut got = vec![a.clone(), b.clone()];
+    got.sort();
+    assert_eq!(got, ["10.99.0.0/24", "10.99.2.0/24"], "a={a} b={b}");
+    create_node(c, "ipam-c", None);
+    assert_eq!(wait_pod_cidr(c, "ipam-c"), "10.99.3.0/24");
+    assert_eq!(
+        pod_cidrs(c, "ipam-preset").0.as_deref(),
+        Some("10.99.1.0/24")
+    );
+    println!(
+        "{}",
+        c.ok(
+            0,
+            &[
+                "get",
+                "nodes",
+                "-o",
+                "custom-columns=NAME:.metadata.name,PODCIDR:.spec.podCIDR,PODCIDRS:.spec.podCIDRs"
+            ]
+        )
+    );
+
+    // The cluster CIDR is used up: the next node waits, with upstream's Event.
+    create_node(c, "ipam-d", None);
+    c.wait_until("CIDRNotAvailable on ipam-d", WAIT, || {
+        !node_events(c, "ipam-d", "CIDRNotAvailable").is_empty()
+    });
+    assert_eq!(
+        node_events(c, "ipam-d", "CIDRNotAvailable")[0],
+        "Node ipam-d status is now: CIDRNotAvailable"
+    );
+    assert_eq!(pod_cidrs(c, "ipam-d"), (None, vec![]));
+
+    // Deleting the node holding 10.99.0.0/24 frees it for the waiting one.
+    let holder = if a == "10.99.0.0/24" {
+        "ipam-a"
+    } else {
+        "ipam-b"
+    };
+    c.ok(0, &["delete", "node", holder]);
+    assert_eq!(wait_pod_cidr(c, "ipam-d"), "10.99.0.0/24");
+
+    // The API server lets a range be set on a node that has none (here by hand: none is free) and
+    // refuses any change once set, as upstream.
+    create_node(c, "ipam-e", None);
+    c.wait_until("CIDRNotAvailable on ipam-e", WAIT, || {
+        !node_events(c, "ipam-e", "CIDRNotAvailable").is_empty()
+    });
+    c.ok(
+        0,
+        &[
+            "patch",
+            "node",
+            "ipam-e",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"podCIDR":"10.200.0.0/24"}}"#,
+        ],
+    );
+    assert_eq!(
+        pod_cidrs(c, "ipam-e"),
+        (
+            Some("10.200.0.0/24".to_string()),
+            vec!["10.200.0.0/24".to_string()]
+        )
+    );
+    let err = c.err(
+        0,
+        &[
+            "patch",
+            "node",
+            "ipam-c",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"podCIDR":"10.99.9.0/24","podCIDRs":["10.99.9.0/24"]}}"#,
+        ],
+    );
+    assert!(
+        err.contains(
+            r#"spec.podCIDRs: Forbidden: node updates may not change podCIDR except from "" to valid"#
+        ),
+        "{err}"
+    );
+    let err = c.err(
+        0,
+        &[
+            "patch",
+            "node",
+            "ipam-c",
+            "--type=json",
+            "-p",
+            r#"[{"op":"remove","path":"/spec/podCIDRs"},{"op":"remove","path":"/spec/podCIDR"}]"#,
+        ],
+    );
+    assert!(err.contains("node updates may not change podCIDR"), "{err}");
+    assert_eq!(pod_cidrs(c, "ipam-c").0.as_deref(), Some("10.99.3.0/24"));
+    let err = c.err_stdin(
+        0,
+        &["create", "-f", "-"],
+        Some("apiVersion: v1\nkind: Node\nmetadata:\n  name: ipam-bad\nspec:\n  podCIDRs: [10.99.0.0/24, 10.98.0.0/24]\n"),
+    );
+    assert!(
+        err.contains("may specify no more than one CIDR for each IP family"),
+        "{err}"
+    );
+
+    for n in [
+        "ipam-preset",
+        "ipam-a",
+        "ipam-b",
+        "ipam-c",
+        "ipam-d",
+        "ipam-e",
+    ] {
+        c.ok(0, &["delete", "node", n, "--ignore-not-found"]);
+    }
+}
+
+/// A node kept Ready by a heartbeat, with `addresses` in its status and a pod CIDR outside the cluster
+/// CIDR (so node-ipam gives it none).
+fn lb_node(c: &'static KubeCluster, name: &str, cidr: &str, addresses: Value) -> Heartbeat {
+    create_node(c, name, Some(cidr));
+    let beat = Heartbeat::start(c, name);
+    rt().block_on(async {
+        let nodes: Api<Node> = Api::all(c.client(0).await);
+        nodes
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"addresses": addresses}})),
+            )
+            .await
+            .unwrap();
+    });
+    beat
+}
+
+/// The ingress IPs (or hostnames) of Service `ns/name`.
+fn ingress(c: &KubeCluster, ns: &str, name: &str) -> Vec<String> {
+    let svc = json_of(c, &["get", "service", "-n", ns, name]);
+    svc["status"]["loadBalancer"]["ingress"]
+        .as_array()
+        .map(|l| {
+            l.iter()
+                .map(|i| {
+                    i["ip"]
+                        .as_str()
+                        .or(i["hostname"].as_str())
+                        .unwrap_or("")
+                        .to_string()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn wait_ingress(c: &KubeCluster, ns: &str, name: &str, want: &[&str], what: &str) {
+    c.wait_until(what, WAIT, || ingress(c, ns, name) == want);
+}
+
+#[test]
+fn servicelb_lists_the_ready_nodes_addresses() {
+    let c = cluster();
+    let ns = "lb";
+    c.ok(0, &["create", "namespace", ns]);
+    let b1 = lb_node(
+        c,
+        "lb-1",
+        "10.201.1.0/24",
+        json!([{"type": "InternalIP", "address": "192.0.2.11"}, {"type": "Hostname", "address": "lb-1"}]),
+    );
+    let b2 = lb_node(
+        c,
+        "lb-2",
+        "10.201.2.0/24",
+        json!([{"type": "InternalIP", "address": "192.0.2.12"}, {"type": "ExternalIP", "address": "198.51.100.12"}]),
+    );
+    let b3 = lb_node(
+        c,
+        "lb-3",
+        "10.201.3.0/24",
+        json!([{"type": "InternalIP", "address": "192.0.2.13"}]),
+    );
+    let web = format!(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n  namespace: {ns}\nspec:\n  type: LoadBalancer\n  selector:\n    app: web\n  ports:\n  - name: http\n    port: 80\n"
+    );
+    c.ok_stdin(0, &["apply", "-f", "-"], Some(&web));
+    // Another implementation's Service (it has a class): its status is its own.
+    let other = format!(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: other\n  namespace: {ns}\nspec:\n  type: LoadBalancer\n  loadBalancerClass: example.com/other-lb\n  ports:\n  - port: 80\n"
+    );
+    c.ok_stdin(0, &["apply", "-f", "-"], Some(&other));
+    c.ok(
+        0,
+        &[
+            "patch",
+            "service",
+            "-n",
+            ns,
+            "other",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"loadBalancer":{"ingress":[{"ip":"203.0.113.7"}]}}}"#,
+        ],
+    );
+
+    // Every Ready, schedulable node: its ExternalIP if it has one, else its InternalIP; sorted.
+    wait_ingress(
+        c,
+        ns,
+        "web",
+        &["192.0.2.11", "192.0.2.13", "198.51.100.12"],
+        "the three nodes' addresses",
+    );
+    let table = c.ok(0, &["get", "service", "-n", ns]);
+    println!("{table}");
+    assert!(
+        table.contains("192.0.2.11,192.0.2.13,198.51.100.12"),
+        "{table}"
+    );
+
+    // externalTrafficPolicy Local: only the nodes running a ready endpoint.
+    c.ok(
+        0,
+        &[
+            "patch",
+            "service",
+            "-n",
+            ns,
+            "web",
+            "-p",
+            r#"{"spec":{"externalTrafficPolicy":"Local"}}"#,
+        ],
+    );
+    wait_ingress(c, ns, "web", &[], "no node runs an endpoint");
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web-0\n  namespace: {ns}\n  labels:\n    app: web\nspec:\n  nodeName: lb-3\n  containers:\n  - name: c\n    image: registry.k8s.io/pause:3.9\n"
+    );
+    c.ok_stdin(0, &["apply", "-f", "-"], Some(&pod));
+    rt().block_on(async {
+        report_with_ip(&c.client(0).await, ns, "web-0", Report::Ready, "10.201.3.5")
+            .await
+            .unwrap();
+    });
+    wait_ingress(
+        c,
+        ns,
+        "web",
+        &["192.0.2.13"],
+        "the node of the ready endpoint",
+    );
+    c.ok(
+        0,
+        &[
+            "patch",
+            "service",
+            "-n",
+            ns,
+            "web",
+            "-p",
+            r#"{"spec":{"externalTrafficPolicy":"Cluster"}}"#,
+        ],
+    );
+    wait_ingress(
+        c,
+        ns,
+        "web",
+        &["192.0.2.11", "192.0.2.13", "198.51.100.12"],
+        "every node again",
+    );
+
+    // A cordoned node, a NotReady one and a deleted one drop out; an uncordoned one comes back.
+    c.ok(0, &["cordon", "lb-3"]);
+    wait_ingress(
+        c,
+        ns,
+        "web",
+        &["192.0.2.11", "198.51.100.12"],
+        "the cordoned node gone",
+    );
+    rt().block_on(async {
+        let nodes: Api<Node> = Api::all(c.client(0).await);
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let not_ready = json!({"status": {"conditions": [{"type": "Ready", "status": "False",
+            "reason": "KubeletNotReady", "message": "test", "lastHeartbeatTime": now, "lastTransitionTime": now}]}});
+        nodes
+            .patch_status("lb-1", &PatchParams::default(), &Patch::Strategic(not_ready))
+            .await
+            .unwrap();
+    });
+    wait_ingress(c, ns, "web", &["198.51.100.12"], "the NotReady node gone");
+    b2.stop();
+    c.ok(0, &["delete", "node", "lb-2"]);
+    wait_ingress(c, ns, "web", &[], "no node left");
+    let svc = json_of(c, &["get", "service", "-n", ns, "web"]);
+    assert_eq!(svc["status"]["loadBalancer"], json!({}), "{svc}");
+    c.ok(0, &["uncordon", "lb-3"]);
+    wait_ingress(c, ns, "web", &["192.0.2.13"], "the uncordoned node back");
+
+    // No longer a LoadBalancer: the ingress is cleared.
+    c.ok(
+        0,
+        &[
+            "patch",
+            "service",
+            "-n",
+            ns,
+            "web",
+            "--type=json",
+            "-p",
+            r#"[{"op":"replace","path":"/spec/type","value":"ClusterIP"},{"op":"remove","path":"/spec/ports/0/nodePort"},{"op":"remove","path":"/spec/externalTrafficPolicy"}]"#,
+        ],
+    );
+    wait_ingress(
+        c,
+        ns,
+        "web",
+        &[],
+        "the ingress of a ClusterIP Service cleared",
+    );
+    // The classed Service was never touched.
+    assert_eq!(ingress(c, ns, "other"), ["203.0.113.7"]);
+
+    b1.stop();
+    b3.stop();
+    for n in ["lb-1", "lb-3"] {
+        c.ok(0, &["delete", "node", n]);
+    }
+}
