@@ -916,3 +916,50 @@ fn external_traffic_policy_local_keeps_the_client_address_and_skips_nodes_withou
     let table = in_node(1, &["nft", "list", "table", "ip", "keel"]);
     assert!(table.contains(&format!("tcp . {port} : drop")), "{table}");
 }
+
+#[test]
+fn a_load_balancer_gets_the_nodes_addresses_and_answers_on_each() {
+    nodes();
+    let ns = namespace("lb");
+    servers(&ns, "lb-a", "lb", NODES[0].0, 1);
+    service(&ns, "lb", "lb", "  type: LoadBalancer");
+    wait_for("an endpoint", || ready_endpoints(&ns, "lb").len() == 1);
+    let net = cluster().cluster().net();
+    let (a_ip, b_ip) = (net.ip(1).to_string(), net.ip(2).to_string());
+    // The ServiceLB controller writes the Ready nodes' addresses, as k3s's does.
+    let mut ingress = String::new();
+    wait_for("both nodes in status.loadBalancer.ingress", || {
+        ingress = kubectl(&[
+            "-n",
+            &ns,
+            "get",
+            "svc",
+            "lb",
+            "-o",
+            "jsonpath={.status.loadBalancer.ingress[*].ip}",
+        ]);
+        ingress.split_whitespace().any(|i| i == a_ip)
+            && ingress.split_whitespace().any(|i| i == b_ip)
+    });
+    // Each node answers on the Service's own port, with or without a local endpoint.
+    for ip in [&a_ip, &b_ip] {
+        wait_for(&format!("{ip}:80 to answer"), || {
+            std::process::Command::new("timeout")
+                .args([
+                    "5",
+                    "wget",
+                    "-q",
+                    "-t",
+                    "1",
+                    "-T",
+                    "3",
+                    "-O-",
+                    &format!("http://{ip}/cgi-bin/who"),
+                ])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).contains("lb-a-"))
+                .unwrap_or(false)
+        });
+    }
+    eprintln!("LoadBalancer ingress {ingress} answered on both nodes");
+}
