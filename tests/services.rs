@@ -23,8 +23,14 @@ use keel_testkit::kube::KubeCluster;
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(120);
-/// The worker nodes: name, pod CIDR. They live in the Net's namespaces 1 and 2 (0 holds the member).
-const NODES: [(&str, &str); 2] = [("svc-a", "10.42.1.0/24"), ("svc-b", "10.42.2.0/24")];
+/// The worker nodes: name, pod CIDR given with `--pod-cidr` ("": none, the node IPAM controller
+/// assigns one). They live in the Net's namespaces 1 and 2 (0 holds the member).
+const NODES: [(&str, &str); 2] = [("svc-a", "10.42.1.0/24"), ("svc-b", "")];
+
+/// Worker `i`'s pod CIDR as its Node says.
+fn pod_cidr(i: usize) -> String {
+    kubectl(&["get", "node", NODES[i].0, "-o", "jsonpath={.spec.podCIDR}"])
+}
 
 /// The name the test's upstream resolver knows, and its (documentation-range, never contacted) address.
 const UPSTREAM_NAME: &str = "upstream.example.";
@@ -412,7 +418,10 @@ fn pods_on_two_nodes_talk_directly() {
         .to_string();
     let cli_ip = pod_ip(&ns, &cli);
     assert!(srv_ip.starts_with("10.42.1."), "{srv_ip}");
-    assert!(cli_ip.starts_with("10.42.2."), "{cli_ip}");
+    // Node b was started without --pod-cidr: node IPAM gave it the lowest free /24, and the agent
+    // waited for it.
+    assert_eq!(pod_cidr(1), "10.42.0.0/24");
+    assert!(cli_ip.starts_with("10.42.0."), "{cli_ip}");
     let mut answer = String::new();
     wait_for("the server pod to answer across nodes", || {
         answer = exec(
@@ -838,7 +847,7 @@ spec:
   egress:
   - to: [{{ipBlock: {{cidr: {b_range}}}}}]
 "#,
-        b_range = NODES[1].1
+        b_range = pod_cidr(1)
     ));
     wait_for("front's egress to be cut", || {
         !reaches(&front) && !reaches(&near)

@@ -84,7 +84,13 @@ pub async fn run(client: Client, opts: Options) -> Result<()> {
     }
     let machine = Machine::read(&opts.root);
     let node = register::register(&client, &opts.node).await?;
-    let cidr = register::pod_cidr(&node, &opts.node);
+    // Without --pod-cidr the node IPAM controller assigns one moments after the Node exists.
+    let cidr = match register::pod_cidr(&node, &opts.node) {
+        Some(c) => Some(c),
+        None => {
+            register::wait_for_pod_cidr(&client, &opts.node.name, Duration::from_secs(60)).await
+        }
+    };
     match &cidr {
         Some(c) => {
             let bridge = crate::cni::bridge_name(&opts.node.name);

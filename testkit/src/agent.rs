@@ -104,8 +104,6 @@ impl AgentNode {
             .arg(self.containerd.endpoint())
             .arg("--node-name")
             .arg(&self.name)
-            .arg("--pod-cidr")
-            .arg(&self.pod_cidr)
             .arg("--root-dir")
             .arg(self.dir.join("agent"))
             .arg("--pod-log-dir")
@@ -115,6 +113,12 @@ impl AgentNode {
             .arg("--image-dir")
             .arg(self.dir.join("images"))
             .args(&self.extra)
+            // Empty: the cluster's node IPAM controller assigns the node's range.
+            .args(if self.pod_cidr.is_empty() {
+                vec![]
+            } else {
+                vec!["--pod-cidr".to_string(), self.pod_cidr.clone()]
+            })
             .env(
                 "KEEL_LOG",
                 std::env::var("KEEL_LOG").unwrap_or_else(|_| "info".into()),

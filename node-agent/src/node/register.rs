@@ -97,3 +97,24 @@ pub fn pod_cidr(node: &Node, cfg: &NodeConfig) -> Option<String> {
         .filter(|c| !c.is_empty())
         .or_else(|| cfg.pod_cidr.clone())
 }
+
+/// Waits up to `limit` for the cluster (the node IPAM controller) to give Node `name` a
+/// `spec.podCIDR`; None when it does not.
+pub async fn wait_for_pod_cidr(
+    client: &Client,
+    name: &str,
+    limit: std::time::Duration,
+) -> Option<String> {
+    let api: Api<Node> = Api::all(client.clone());
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        if let Ok(n) = api.get(name).await {
+            if let Some(c) = n.spec.and_then(|s| s.pod_cidr).filter(|c| !c.is_empty()) {
+                info!(cidr = %c, "pod CIDR assigned by the cluster");
+                return Some(c);
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    None
+}
