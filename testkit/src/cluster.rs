@@ -426,7 +426,16 @@ impl Cluster {
             dir: Some(dir),
         };
         let n = cluster.opts.size;
-        let addrs: Vec<Addr> = (0..n).map(|i| cluster.new_addr(i, &[])).collect();
+        // Members are pushed only after all addresses are known, so each pick must avoid the earlier picks.
+        let mut addrs: Vec<Addr> = Vec::with_capacity(n);
+        for i in 0..n {
+            let used: Vec<u16> = addrs
+                .iter()
+                .flat_map(|a| [Some(a.client_port), Some(a.peer_port), a.kube_port])
+                .flatten()
+                .collect();
+            addrs.push(cluster.new_addr(i, &used));
+        }
         let initial_cluster = addrs
             .iter()
             .enumerate()

@@ -1105,7 +1105,14 @@ async fn wire_streams_get_what_plain_streams_get() {
     }
     let from_plain = drain(&mut plain_rx, reqs.len(), rev).await;
     let from_wire = drain(&mut wire_rx, reqs.len(), rev).await;
-    assert_eq!(from_wire, from_plain);
+    // How history and live events group into responses depends on when the hub's sync loop runs, so
+    // compare each watcher's events in order, not the response boundaries.
+    let events = |seen: &Seen| -> HashMap<i64, Vec<Event>> {
+        seen.iter()
+            .map(|(id, rs)| (*id, rs.iter().flat_map(|(_, _, evs)| evs.clone()).collect()))
+            .collect()
+    };
+    assert_eq!(events(&from_wire), events(&from_plain));
     // The fragmenting watcher did get fragments, and prev_kv came through encoded.
     assert!(from_wire[&3].iter().any(|(_, frag, _)| *frag));
     assert!(from_wire[&1]
