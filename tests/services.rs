@@ -730,6 +730,13 @@ fn cluster_dns_answers_services_pods_and_forwards() {
         out.contains("NXDOMAIN") || out.contains("can't find"),
         "{out}"
     );
+    // By its short name through the search path, as an application would: resolved by the pod's
+    // libc (busybox's wget), then through the ClusterIP to a backend.
+    let mut body = String::new();
+    wait_for("wget by the Service's short name", || {
+        body = exec(&ns, &cli, "timeout 5 wget -q -O- http://dweb/cgi-bin/who");
+        body.contains("dweb-")
+    });
     // Anything else goes to the node's upstream (the test's resolver).
     out = nslookup(&ns, &cli, UPSTREAM_NAME.trim_end_matches('.'));
     assert!(out.contains(&UPSTREAM_ADDR.to_string()), "{out}");
