@@ -504,11 +504,25 @@ fn a_cluster_ip_spreads_over_both_nodes_and_follows_scaling() {
     );
 
     // The agent's counters, through the API server's node proxy as an operator scrapes them.
-    let metrics = kubectl(&[
-        "get",
-        "--raw",
-        &format!("/api/v1/nodes/{}/proxy/metrics", NODES[0].0),
-    ]);
+    let scrape = || {
+        kubectl(&[
+            "get",
+            "--raw",
+            &format!("/api/v1/nodes/{}/proxy/metrics", NODES[0].0),
+        ])
+    };
+    // The scale-down moved pods' Ready conditions: the slice write carried that change's time, and
+    // netprog observed the network programming latency once the rules were in force.
+    let mut metrics = String::new();
+    wait_for("a network programming latency observation", || {
+        metrics = scrape();
+        metrics
+            .lines()
+            .find(|l| l.starts_with("keel_agent_proxy_network_programming_duration_seconds_count "))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<f64>().ok())
+            .is_some_and(|v| v >= 1.0)
+    });
     let value = |name: &str| -> Option<f64> {
         metrics
             .lines()

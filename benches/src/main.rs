@@ -5,7 +5,8 @@
 //! `cargo build --release -p keel && cargo run --release -p keel-benches` runs everything and
 //! rewrites the generated part of `docs/benchmarks.md`; `-- --quick` is the CI subset. Steps that
 //! stand beside upstream's published figures rather than a second system (controllers, pod startup,
-//! service rules) print their own tables; `--controllers`, `--pods` and `--netprog` run one alone.
+//! service rules, programming latency) print their own tables; `--controllers`, `--pods`, `--netprog` and
+//! `--programming` run one alone.
 
 mod error;
 mod load;
@@ -133,6 +134,24 @@ struct Args {
     /// parent's namespace, which the child refuses to work in).
     #[arg(long, hide = true)]
     netprog_child: Option<String>,
+    /// Run only the network programming latency step: one keel member, netprog and a node's
+    /// worth of Services in a network namespace of its own; pod readiness changes timed until a
+    /// probe connection to the ClusterIP sees them (needs root).
+    #[arg(long)]
+    programming: bool,
+    /// Background Services (10 endpoints each) of the programming latency step [--quick: 100; else 1000].
+    #[arg(long)]
+    programming_background: Option<usize>,
+    /// Readiness changes the programming latency step times [--quick: 10; else 100].
+    #[arg(long)]
+    programming_changes: Option<usize>,
+    /// Skip the programming latency step of a full or quick run.
+    #[arg(long)]
+    no_programming: bool,
+    /// Internal: the programming latency step's child, inside its own network namespace (the value
+    /// is the parent's namespace, which the child refuses to work in).
+    #[arg(long, hide = true)]
+    programming_child: Option<String>,
 }
 
 /// `target/release` (or wherever this binary lives).
@@ -169,8 +188,21 @@ async fn run(args: Args) -> Result<()> {
     if let Some(parent) = &args.netprog_child {
         return workload::netprog::child(parent, &netprog_sizes(&args), netprog_runs(&args)).await;
     }
+    if let Some(parent) = &args.programming_child {
+        let keel = args.keel.clone().unwrap_or_else(|| own_dir().join("keel"));
+        return workload::programming::child(
+            parent,
+            &keel,
+            programming_background(&args),
+            programming_changes(&args),
+        )
+        .await;
+    }
     if args.netprog {
         return netprog_step(&args).await;
+    }
+    if args.programming {
+        return programming_step(&args).await;
     }
     if args.controllers {
         return controllers(&args).await;
@@ -270,6 +302,9 @@ async fn run(args: Args) -> Result<()> {
     }
     if !args.no_netprog && args.only.is_none() {
         netprog_step(&args).await?;
+    }
+    if !args.no_programming && args.only.is_none() {
+        programming_step(&args).await?;
     }
 
     if !args.quick && !args.no_doc {
@@ -637,6 +672,47 @@ async fn netprog_step(args: &Args) -> Result<()> {
         std::thread::available_parallelism().map_or(1, |n| n.get()),
     );
     println!("{}", workload::netprog::text(&figures, &header));
+    Ok(())
+}
+
+fn programming_background(args: &Args) -> usize {
+    args.programming_background.unwrap_or(if args.quick {
+        workload::programming::QUICK_BACKGROUND
+    } else {
+        workload::programming::BACKGROUND
+    })
+}
+
+fn programming_changes(args: &Args) -> usize {
+    args.programming_changes
+        .unwrap_or(if args.quick {
+            workload::programming::QUICK_CHANGES
+        } else {
+            workload::programming::CHANGES
+        })
+        .max(1)
+}
+
+/// The network programming latency step: pod readiness changes timed until the node's rules carry
+/// them, beside kube-proxy's published SLI figures.
+async fn programming_step(args: &Args) -> Result<()> {
+    let keel = args.keel.clone().unwrap_or_else(|| own_dir().join("keel"));
+    let background = programming_background(args);
+    let changes = programming_changes(args);
+    eprintln!(
+        "network programming latency: {background} background Services, {changes} changes, in a network namespace of its own"
+    );
+    let bar = ProgressBar::new_spinner();
+    let figures = workload::programming::run(&keel, background, changes, &|m| {
+        if bar.is_hidden() {
+            eprintln!("programming latency: {m}");
+        } else {
+            bar.set_message(m);
+        }
+    })
+    .await?;
+    bar.finish_and_clear();
+    println!("{}", workload::programming::text(&figures));
     Ok(())
 }
 

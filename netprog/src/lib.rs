@@ -12,6 +12,7 @@
 
 pub mod build;
 pub mod error;
+pub mod latency;
 pub mod model;
 pub mod names;
 pub mod nft;

@@ -24,6 +24,7 @@ use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
 use crate::error::{Error, Result};
+use crate::latency::ProgrammingLatency;
 use crate::policy::{self, PolicyPod};
 use crate::render::{self, Existing};
 use crate::{build, nft, routes};
@@ -82,6 +83,8 @@ pub struct Stats {
     pub isolated_pods: AtomicU64,
     /// The last failure, if the last sync failed.
     pub last_error: Mutex<Option<String>>,
+    /// Network programming latency: EndpointSlice change to rules in force.
+    pub programming: ProgrammingLatency,
 }
 
 /// Runs a reflector for `K`, waking `wake` on every change.
@@ -271,6 +274,13 @@ pub async fn run(client: Client, opts: Options, stats: Arc<Stats>) -> Result<()>
                         existing = nft::existing().await.unwrap_or_default();
                     }
                 }
+            }
+            if !failing {
+                // What the slices said is in force now (applied, or it changed nothing in the table).
+                stats.programming.programmed(
+                    all_slices.iter().map(|s| s.as_ref()),
+                    std::time::SystemTime::now(),
+                );
             }
             let all_nodes = nodes.state();
             let wanted = routes::wanted(all_nodes.iter().map(|n| n.as_ref()), &opts.node);

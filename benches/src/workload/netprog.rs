@@ -19,7 +19,6 @@
 
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use keel_netprog::model::{
@@ -27,9 +26,8 @@ use keel_netprog::model::{
 };
 use keel_netprog::nft;
 use keel_netprog::render::{self, Existing, Ruleset};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
 
+use super::netns;
 use crate::error::{BenchError, Result};
 
 /// Service counts of a full run.
@@ -490,20 +488,6 @@ fn decode(line: &str) -> Result<Figures> {
     })
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid(2) has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn own_netns() -> Result<String> {
-    std::fs::read_link("/proc/self/ns/net")
-        .map(|p| p.display().to_string())
-        .map_err(|source| BenchError::Io {
-            what: "read /proc/self/ns/net".into(),
-            source,
-        })
-}
-
 /// The parent's side: runs this binary again as `unshare -n <self> --netprog-child …` and collects
 /// its results.
 pub(crate) async fn run(
@@ -511,107 +495,32 @@ pub(crate) async fn run(
     runs: usize,
     progress: &dyn Fn(String),
 ) -> Result<Vec<Figures>> {
-    if !is_root() {
-        return Err(bench_error(
-            "needs root",
-            "the step creates a network namespace (unshare -n) and loads nftables rules in it; run it as root, as CI does",
-        ));
-    }
-    let exe = std::env::current_exe().map_err(|source| BenchError::Io {
-        what: "locate this binary".into(),
-        source,
-    })?;
     let sizes_arg = sizes
         .iter()
         .map(usize::to_string)
         .collect::<Vec<_>>()
         .join(",");
-    let mut child = Command::new("unshare")
-        .arg("-n")
-        .arg(&exe)
-        .args(["--netprog-child", &own_netns()?])
-        .args(["--netprog-services", &sizes_arg])
-        .args(["--netprog-runs", &runs.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        // Dropped on error or timeout: the child dies and its namespace with it.
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|source| BenchError::Spawn {
-            what: format!("unshare -n {} --netprog-child", exe.display()),
-            source,
-        })?;
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| bench_error("child", "no stdout"))?;
-    let collect = async {
-        let mut lines = BufReader::new(stdout).lines();
-        let mut out = Vec::new();
-        while let Some(line) = lines
-            .next_line()
-            .await
-            .map_err(|e| bench_error("child output", e))?
-        {
-            if let Some(msg) = line.strip_prefix(PROGRESS) {
-                progress(msg.trim().to_string());
-            } else if line.starts_with(RESULT) {
-                out.push(decode(&line)?);
-            }
-        }
-        let status = child.wait().await.map_err(|e| bench_error("child", e))?;
-        if !status.success() {
-            return Err(bench_error(
-                "child",
-                format!("{status} (its error is printed above)"),
-            ));
-        }
-        Ok(out)
+    let args = [
+        "--netprog-services".to_string(),
+        sizes_arg,
+        "--netprog-runs".to_string(),
+        runs.to_string(),
+    ];
+    let prefixes = netns::Prefixes {
+        progress: PROGRESS,
+        result: RESULT,
     };
-    match tokio::time::timeout(DEADLINE, collect).await {
-        Ok(r) => r,
-        Err(_) => Err(bench_error(
-            "child",
-            format!("not done after {} s; killed", DEADLINE.as_secs()),
-        )),
-    }
+    netns::run_child("--netprog-child", &args, &prefixes, DEADLINE, progress)
+        .await?
+        .iter()
+        .map(|l| decode(l))
+        .collect()
 }
 
 /// The child's side (`--netprog-child <parent's netns>`): checks that it is alone in a fresh
 /// namespace, measures every size, prints one result line each.
 pub(crate) async fn child(parent_netns: &str, sizes: &[usize], runs: usize) -> Result<()> {
-    // Stop if the benchmark dies (SIGKILL included); the namespace goes with this process.
-    // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a flag of the calling process.
-    unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-    }
-    let mine = own_netns()?;
-    if mine == parent_netns {
-        return Err(bench_error(
-            "refusing to run",
-            format!("this process is in the parent's network namespace ({mine}), not a fresh one"),
-        ));
-    }
-    let ruleset = Command::new("nft")
-        .args(["list", "ruleset"])
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .map_err(|source| BenchError::Spawn {
-            what: "nft list ruleset".into(),
-            source,
-        })?;
-    if !ruleset.status.success() || !ruleset.stdout.iter().all(u8::is_ascii_whitespace) {
-        return Err(bench_error(
-            "refusing to run",
-            format!(
-                "the namespace's ruleset is not empty or unreadable: {}{}",
-                String::from_utf8_lossy(&ruleset.stdout),
-                String::from_utf8_lossy(&ruleset.stderr)
-            ),
-        ));
-    }
+    netns::enter(parent_netns).await?;
     let progress = |m: String| println!("{PROGRESS} {m}");
     for &n in sizes {
         let f = measure(n, runs, &progress).await;

@@ -4,6 +4,7 @@
 pub mod pods;
 pub mod reconciler;
 pub mod tracker;
+pub mod trigger;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use crate::manager::ControllerDef;
 use crate::runner;
 use reconciler::Group;
 use tracker::Tracker;
+use trigger::TriggerTimes;
 
 /// The label naming a slice's Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -67,10 +69,12 @@ fn start(ctx: &Arc<Context>) -> BoxFuture<'static, ()> {
             services_on(&n.name_any(), &node_pods, &node_svcs)
         });
     let tracker = Arc::new(Tracker::default());
+    let triggers = Arc::new(TriggerTimes::default());
+    let forget = triggers.clone();
     let work = runner::run("endpointslice", controller, ctx, move |svc, ctx| {
-        reconcile(svc, ctx, tracker.clone())
+        reconcile(svc, ctx, tracker.clone(), triggers.clone())
     });
-    let cleanup = cleanup(ctx.clone(), services.subscribe(), services.store());
+    let cleanup = cleanup(ctx.clone(), services.subscribe(), services.store(), forget);
     futures::future::join(work, cleanup).map(|_| ()).boxed()
 }
 
@@ -135,12 +139,14 @@ async fn cleanup(
     ctx: Arc<Context>,
     mut touched: futures::channel::mpsc::UnboundedReceiver<Arc<Service>>,
     services: Store<Service>,
+    triggers: Arc<TriggerTimes>,
 ) {
     while let Some(svc) = touched.next().await {
         if services.get(&ObjectRef::from_obj(svc.as_ref())).is_some() {
             continue;
         }
         let Some(ns) = svc.namespace() else { continue };
+        triggers.forget(&format!("{ns}/{}", svc.name_any()));
         let selector = format!(
             "{SERVICE_NAME_LABEL}={},{MANAGED_BY_LABEL}={MANAGED_BY}",
             svc.name_any()
@@ -230,7 +236,12 @@ fn groups(svc: &Service, pods: &Store<Pod>, nodes: &Store<Node>) -> Vec<Group> {
     out
 }
 
-async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>, tracker: Arc<Tracker>) -> Result<Action> {
+async fn reconcile(
+    svc: Arc<Service>,
+    ctx: Arc<Context>,
+    tracker: Arc<Tracker>,
+    triggers: Arc<TriggerTimes>,
+) -> Result<Action> {
     if pods::selector(&svc).is_none() || svc.metadata.deletion_timestamp.is_some() {
         // Services without a selector keep the endpoints their users (or the API server) write.
         return Ok(Action::await_change());
@@ -255,14 +266,31 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Context>, tracker: Arc<Tracker>) 
         ports: None,
     };
     let groups = groups(&svc, &ctx.store::<Pod>(), &ctx.store::<Node>());
+    let selected = pods::selected(&svc, &ctx.store::<Pod>());
+    let trigger = triggers.compute(&key, &svc, &selected);
     let primary = pods::families(&svc).first().copied().unwrap_or("IPv4");
-    let plan = reconciler::plan(
+    let mut plan = reconciler::plan(
         groups,
         &existing,
         &template,
         MAX_ENDPOINTS_PER_SLICE,
         primary,
     );
+    // Slices written now carry the change that caused the write; others keep what they had.
+    for s in plan.update.iter_mut().chain(plan.create.iter_mut()) {
+        let annotations = s.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        match trigger {
+            Some(t) => {
+                annotations.insert(trigger::LAST_CHANGE_TRIGGER_TIME.into(), trigger::format(t));
+            }
+            None => {
+                annotations.remove(trigger::LAST_CHANGE_TRIGGER_TIME);
+            }
+        }
+        if annotations.is_empty() {
+            s.metadata.annotations = None;
+        }
+    }
     let api = ctx.api::<EndpointSlice>(&ns);
     let mut retry = false;
     for s in &plan.delete {

@@ -5,10 +5,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
+use prometheus_client::registry::Unit;
 
 use crate::dns::DnsStats;
 
@@ -31,6 +34,24 @@ fn gauge(r: &mut Registry, name: &str, help: &str, v: u64) {
     let g = Gauge::<i64>::default();
     g.set(i64::try_from(v).unwrap_or(i64::MAX));
     r.register(name, help, g);
+}
+
+/// A histogram read from netprog's snapshot at scrape time.
+#[derive(Debug)]
+struct SnapshotHistogram(keel_netprog::latency::Snapshot);
+
+impl TypedMetric for SnapshotHistogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for SnapshotHistogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encoder.encode_histogram::<NoLabelSet>(self.0.sum, self.0.count, &self.0.buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
 }
 
 /// The exposition text.
@@ -85,6 +106,12 @@ pub fn render(s: &Sources) -> String {
             "proxy_isolated_pods",
             "This node's pods that some NetworkPolicy isolates",
             get(&n.isolated_pods),
+        );
+        r.register_with_unit(
+            "proxy_network_programming_duration",
+            "From the change that caused an EndpointSlice write (its last-change-trigger-time) to its rules in force",
+            Unit::Seconds,
+            SnapshotHistogram(n.programming.snapshot()),
         );
         let failing = n.last_error.lock().map(|e| e.is_some()).unwrap_or(false);
         gauge(
@@ -155,6 +182,7 @@ mod tests {
     fn counters_and_labels_are_exposed() {
         let n = Arc::new(keel_netprog::Stats::default());
         n.syncs.store(3, Ordering::Relaxed);
+        n.programming.observe(0.7);
         let d = Arc::new(DnsStats::default());
         d.nxdomain.store(2, Ordering::Relaxed);
         let text = render(&Sources {
@@ -164,6 +192,16 @@ mod tests {
         assert!(text.contains("keel_agent_proxy_syncs_total 3"), "{text}");
         assert!(
             text.contains("keel_agent_dns_replies_total{rcode=\"NXDOMAIN\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "keel_agent_proxy_network_programming_duration_seconds_bucket{le=\"1.0\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("keel_agent_proxy_network_programming_duration_seconds_count 1"),
             "{text}"
         );
         assert!(text.ends_with("# EOF\n"), "{text}");
