@@ -767,3 +767,82 @@ fn service_updates_allocate_and_release_node_ports_and_cluster_ips() {
     // Deleting the Services gives everything back.
     c.ok(0, &["delete", "namespace", ns]);
 }
+
+/// Updates racing for one node port: exactly one Service gets it, the others are refused with upstream's
+/// error and hold nothing of the update (their other port got no node port either); once the winner gives
+/// it back, a loser takes it.
+#[test]
+fn racing_updates_give_a_node_port_to_one_service() {
+    let c = cluster();
+    let ns = "svc-race";
+    c.ok(0, &["create", "namespace", ns]);
+    const N: usize = 6;
+    for i in 0..N {
+        let yaml = format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: r{i}\n  namespace: {ns}\nspec:\n  ports:\n  - name: a\n    port: 80\n  - name: b\n    port: 81\n"
+        );
+        c.ok_stdin(0, &["apply", "-f", "-"], Some(&yaml));
+    }
+    let port = free_node_port(c, &[]);
+    let results: Vec<Result<(), String>> = rt().block_on(async {
+        let client = c.client(0).await;
+        let api: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client, ns);
+        let body = json!({"spec": {"type": "NodePort", "ports": [{"port": 81, "nodePort": port}]}});
+        let tries = (0..N).map(|i| {
+            let api = api.clone();
+            let body = body.clone();
+            async move {
+                api.patch(
+                    &format!("r{i}"),
+                    &PatchParams::default(),
+                    &Patch::Strategic(body),
+                )
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+            }
+        });
+        futures::future::join_all(tries).await
+    });
+    let winners: Vec<usize> = (0..N).filter(|i| results[*i].is_ok()).collect();
+    assert_eq!(winners.len(), 1, "{results:?}");
+    let winner = winners[0];
+    for (i, r) in results.iter().enumerate() {
+        if i == winner {
+            continue;
+        }
+        let err = r.as_ref().unwrap_err();
+        assert!(
+            err.contains(&format!(
+                "spec.ports[1].nodePort: Invalid value: {port}: provided port is already allocated"
+            )),
+            "{err}"
+        );
+        let spec = spec_of(c, ns, &format!("r{i}"));
+        assert_eq!(spec["type"], json!("ClusterIP"), "{spec}");
+    }
+    let won = node_ports(c, ns, &format!("r{winner}"));
+    assert!(won[1] == port && in_range(won[0]), "{won:?}");
+
+    // The winner goes back to ClusterIP: both its ports are free, and a loser takes the contended one.
+    patch(
+        c,
+        ns,
+        &format!("r{winner}"),
+        "strategic",
+        r#"{"spec":{"type":"ClusterIP"}}"#,
+    );
+    let loser = (winner + 1) % N;
+    patch(
+        c,
+        ns,
+        &format!("r{loser}"),
+        "strategic",
+        &format!(
+            r#"{{"spec":{{"type":"NodePort","ports":[{{"port":80,"nodePort":{}}},{{"port":81,"nodePort":{port}}}]}}}}"#,
+            won[0]
+        ),
+    );
+    assert_eq!(node_ports(c, ns, &format!("r{loser}")), [won[0], port]);
+    c.ok(0, &["delete", "namespace", ns]);
+}
