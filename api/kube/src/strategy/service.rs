@@ -121,7 +121,12 @@ fn cluster_ips_kept(old: &Value, new: &Value, causes: &mut Vec<Cause>) {
     if headless(&was) && headless(&now) {
         return;
     }
-    let printed = go_strings(&now);
+    // Go prints the absent list upstream holds here as a nil slice.
+    let printed = if now.is_empty() {
+        "[]string(nil)".to_string()
+    } else {
+        go_strings(&now)
+    };
     if was.len() == now.len() {
         for (i, ip) in was.iter().enumerate() {
             if Some(ip) != now.get(i) {
@@ -278,5 +283,90 @@ fn check_service(obj: &Value, causes: &mut Vec<Cause>) {
             &json!(hc),
             "may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'",
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn svc(spec: Value) -> Value {
+        json!({"metadata": {"name": "s"}, "spec": spec})
+    }
+
+    fn lines(causes: &[Cause]) -> Vec<String> {
+        causes
+            .iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect()
+    }
+
+    #[test]
+    fn cluster_ips_may_not_change_except_through_external_name() {
+        let old = svc(
+            json!({"type": "ClusterIP", "clusterIP": "10.96.0.9", "clusterIPs": ["10.96.0.9"]}),
+        );
+        let mut causes = Vec::new();
+        cluster_ips_kept(
+            &old,
+            &svc(
+                json!({"type": "ClusterIP", "clusterIP": "10.96.0.8", "clusterIPs": ["10.96.0.8"]}),
+            ),
+            &mut causes,
+        );
+        assert_eq!(
+            lines(&causes),
+            [
+                r#"spec.clusterIPs[0]: Invalid value: []string{"10.96.0.8"}: may not change once set"#
+            ]
+        );
+        causes.clear();
+        cluster_ips_kept(&old, &svc(json!({"type": "ClusterIP"})), &mut causes);
+        assert_eq!(
+            lines(&causes),
+            ["spec.clusterIPs[0]: Invalid value: []string(nil): primary clusterIP can not be unset"]
+        );
+        causes.clear();
+        cluster_ips_kept(
+            &old,
+            &svc(json!({"type": "ExternalName", "externalName": "example.com"})),
+            &mut causes,
+        );
+        cluster_ips_kept(&old, &old, &mut causes);
+        assert!(causes.is_empty(), "{causes:?}");
+    }
+
+    #[test]
+    fn type_dependent_fields_are_checked() {
+        let mut causes = Vec::new();
+        check_service(
+            &svc(
+                json!({"type": "ExternalName", "externalName": "example.com", "clusterIP": "10.96.0.9"}),
+            ),
+            &mut causes,
+        );
+        check_service(
+            &svc(
+                json!({"type": "ClusterIP", "externalTrafficPolicy": "Cluster", "healthCheckNodePort": 31000,
+                "ports": [{"port": 80}]}),
+            ),
+            &mut causes,
+        );
+        check_service(
+            &svc(json!({"type": "NodePort", "ports": [
+                {"name": "a", "port": 80, "protocol": "TCP", "nodePort": 30080},
+                {"name": "b", "port": 81, "protocol": "UDP", "nodePort": 30080},
+                {"name": "c", "port": 82, "protocol": "TCP", "nodePort": 30080}]})),
+            &mut causes,
+        );
+        assert_eq!(
+            lines(&causes),
+            [
+                "spec.clusterIPs: Forbidden: may not be set for ExternalName services",
+                r#"spec.externalTrafficPolicy: Invalid value: "Cluster": may only be set for externally-accessible services"#,
+                "spec.healthCheckNodePort: Invalid value: 31000: may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'",
+                "spec.ports[2].nodePort: Duplicate value: 30080",
+            ]
+        );
     }
 }
