@@ -1042,3 +1042,142 @@ spec:
         pods(c, ns, "app=web").is_empty()
     });
 }
+
+/// Every live pod of `ns` with the uids of its owners, comma-separated (empty for an orphan).
+fn pod_owners(c: &KubeCluster, ns: &str) -> Vec<(String, String)> {
+    let out = c.ok(0, &["get", "pods", "-n", ns, "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .map(|p| {
+            let uids: Vec<&str> = p["metadata"]["ownerReferences"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|r| r["uid"].as_str()).collect())
+                .unwrap_or_default();
+            (
+                p["metadata"]["name"].as_str().unwrap().to_string(),
+                uids.join(","),
+            )
+        })
+        .collect()
+}
+
+fn create_rc(c: &KubeCluster, ns: &str, name: &str) -> String {
+    let rc = format!(
+        r#"apiVersion: v1
+kind: ReplicationController
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  replicas: 2
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      containers: [{{name: c, image: registry.k8s.io/pause:3.9}}]
+"#
+    );
+    c.ok_stdin(0, &["apply", "-f", "-"], Some(&rc));
+    c.wait_until("2 pods", WAIT, || {
+        pods(c, ns, &format!("app={name}")).len() == 2
+    });
+    jsonpath(c, ns, &format!("rc/{name}"), "{.metadata.uid}")
+}
+
+#[test]
+fn deleting_a_replication_controller_neither_releases_nor_orphans_its_pods() {
+    let c = cluster();
+    let ns = "dep-rc-delete";
+    namespace(c, ns);
+
+    // A matching orphan is adopted and counts as one of the replicas.
+    let stray = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: stray, namespace: {ns}, labels: {{app: fg}}}}\nspec: {{containers: [{{name: c, image: registry.k8s.io/pause:3.9}}]}}\n"
+    );
+    c.ok_stdin(0, &["apply", "-f", "-"], Some(&stray));
+    let fg = create_rc(c, ns, "fg");
+    c.wait_until("the orphan adopted", WAIT, || {
+        jsonpath(c, ns, "pod/stray", "{.metadata.ownerReferences[0].uid}") == fg
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(pods(c, ns, "app=fg").len(), 2, "only one pod was made");
+
+    // Foreground: kubectl waits until the controller is gone, its pods first.
+    c.ok(0, &["delete", "rc", "fg", "-n", ns, "--cascade=foreground"]);
+    c.wait_until("the foreground delete's pods gone", WAIT, || {
+        pod_owners(c, ns).is_empty()
+    });
+
+    // Background, with the controller held in deletion by a finalizer: a pod that stops matching is not
+    // released (it would escape the delete), no replacement is made, and the pod goes with the rest.
+    let bg = create_rc(c, ns, "bg");
+    c.ok(
+        0,
+        &[
+            "patch",
+            "rc",
+            "bg",
+            "-n",
+            ns,
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":["example.com/hold"]}}"#,
+        ],
+    );
+    c.ok(
+        0,
+        &[
+            "delete",
+            "rc",
+            "bg",
+            "-n",
+            ns,
+            "--cascade=background",
+            "--wait=false",
+        ],
+    );
+    let moved = pods(c, ns, "app=bg").remove(0);
+    c.ok(
+        0,
+        &["label", "pod", "-n", ns, &moved, "app=moved", "--overwrite"],
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let owners = pod_owners(c, ns);
+    assert_eq!(owners.len(), 2, "no replacement while deleting: {owners:?}");
+    assert!(
+        owners.iter().all(|(_, uids)| uids == &bg),
+        "a deleting controller released a pod: {owners:?}"
+    );
+    c.ok(
+        0,
+        &[
+            "patch",
+            "rc",
+            "bg",
+            "-n",
+            ns,
+            "--type=json",
+            "-p",
+            r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+        ],
+    );
+    c.wait_until("the background delete's pods gone", WAIT, || {
+        pod_owners(c, ns).is_empty()
+    });
+
+    // Orphan: the pods stay, with no owner reference, and nobody deletes or replaces them.
+    create_rc(c, ns, "keep");
+    c.ok(0, &["delete", "rc", "keep", "-n", ns, "--cascade=orphan"]);
+    c.wait_until("the orphans' owner references removed", WAIT, || {
+        let owners = pod_owners(c, ns);
+        owners.len() == 2 && owners.iter().all(|(_, uids)| uids.is_empty())
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(pods(c, ns, "app=keep").len(), 2);
+    assert!(c
+        .ok(0, &["get", "rc", "-n", ns, "-o", "name"])
+        .trim()
+        .is_empty());
+    c.ok(0, &["delete", "pods", "-n", ns, "-l", "app=keep"]);
+}

@@ -451,3 +451,398 @@ fn servicelb_lists_the_ready_nodes_addresses() {
         c.ok(0, &["delete", "node", n]);
     }
 }
+
+/// The nodePorts of Service `name`, in port order (0 for a port without one).
+fn node_ports(c: &KubeCluster, ns: &str, name: &str) -> Vec<i64> {
+    let svc = json_of(c, &["get", "service", "-n", ns, name]);
+    svc["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["nodePort"].as_i64().unwrap_or(0))
+        .collect()
+}
+
+fn spec_of(c: &KubeCluster, ns: &str, name: &str) -> Value {
+    json_of(c, &["get", "service", "-n", ns, name])["spec"].clone()
+}
+
+/// A node port no Service of the cluster holds now.
+fn free_node_port(c: &KubeCluster, avoid: &[i64]) -> i64 {
+    let all = json_of(c, &["get", "services", "-A"]);
+    let mut used: Vec<i64> = avoid.to_vec();
+    for s in all["items"].as_array().unwrap() {
+        for p in s["spec"]["ports"].as_array().into_iter().flatten() {
+            used.extend(p["nodePort"].as_i64());
+        }
+        used.extend(s["spec"]["healthCheckNodePort"].as_i64());
+    }
+    (32000..32767).find(|p| !used.contains(p)).unwrap()
+}
+
+fn patch(c: &KubeCluster, ns: &str, name: &str, kind: &str, body: &str) -> String {
+    c.ok(
+        0,
+        &[
+            "patch",
+            "service",
+            "-n",
+            ns,
+            name,
+            &format!("--type={kind}"),
+            "-p",
+            body,
+        ],
+    )
+}
+
+fn patch_err(c: &KubeCluster, ns: &str, name: &str, kind: &str, body: &str) -> String {
+    c.err(
+        0,
+        &[
+            "patch",
+            "service",
+            "-n",
+            ns,
+            name,
+            &format!("--type={kind}"),
+            "-p",
+            body,
+        ],
+    )
+}
+
+fn in_range(p: i64) -> bool {
+    (30000..=32767).contains(&p)
+}
+
+/// Service updates allocate and release as upstream's Service REST does: node ports when the type starts
+/// using them and for new or changed ports, given back when ports, types or requests change (a released
+/// port can be taken by another Service at once); the cluster IP when leaving or entering ExternalName;
+/// the health-check node port of a LoadBalancer with `externalTrafficPolicy: Local`; the error texts
+/// upstream answers, and nothing held after a refused update.
+#[test]
+fn service_updates_allocate_and_release_node_ports_and_cluster_ips() {
+    let c = cluster();
+    let ns = "svc-alloc";
+    c.ok(0, &["create", "namespace", ns]);
+    let service = |name: &str, extra: &str| {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n{extra}  selector:\n    app: {name}\n  ports:\n  - name: http\n    port: 80\n  - name: metrics\n    port: 81\n"
+        )
+    };
+    // One NodePort port asking for `port`.
+    let node_port = |name: &str, port: i64| {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  type: NodePort\n  ports:\n  - name: http\n    port: 80\n    nodePort: {port}\n"
+        )
+    };
+    c.ok_stdin(0, &["apply", "-f", "-"], Some(&service("a", "")));
+    c.ok_stdin(0, &["apply", "-f", "-"], Some(&service("b", "")));
+    let ip_a = spec_of(c, ns, "a")["clusterIP"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // ClusterIP -> NodePort: every port gets a node port; the cluster IP stays.
+    patch(c, ns, "a", "strategic", r#"{"spec":{"type":"NodePort"}}"#);
+    let np = node_ports(c, ns, "a");
+    assert!(np.iter().all(|p| in_range(*p)) && np[0] != np[1], "{np:?}");
+    let spec = spec_of(c, ns, "a");
+    assert_eq!(spec["clusterIP"], json!(ip_a));
+    assert_eq!(spec["externalTrafficPolicy"], json!("Cluster"));
+    let table = c.ok(0, &["get", "svc", "-n", ns, "a"]);
+    assert!(
+        table.contains(&format!("80:{}/TCP,81:{}/TCP", np[0], np[1])),
+        "{table}"
+    );
+
+    // Another Service asking for a held port, or one out of range, is refused and holds nothing.
+    let err = patch_err(
+        c,
+        ns,
+        "b",
+        "strategic",
+        &format!(
+            r#"{{"spec":{{"type":"NodePort","ports":[{{"port":80,"nodePort":{}}}]}}}}"#,
+            np[0]
+        ),
+    );
+    assert!(
+        err.contains(&format!(
+            "spec.ports[0].nodePort: Invalid value: {}: provided port is already allocated",
+            np[0]
+        )),
+        "{err}"
+    );
+    let err = patch_err(
+        c,
+        ns,
+        "b",
+        "strategic",
+        r#"{"spec":{"type":"NodePort","ports":[{"port":81,"nodePort":80}]}}"#,
+    );
+    assert!(
+        err.contains("spec.ports[1].nodePort: Invalid value: 80: provided port is not in the valid range. The range of valid ports is 30000-32767"),
+        "{err}"
+    );
+    let b = spec_of(c, ns, "b");
+    assert_eq!(b["type"], json!("ClusterIP"), "{b}");
+    assert_eq!(node_ports(c, ns, "b"), [0, 0]);
+
+    // A node port the user changes is claimed and the old one given back: b can take it now.
+    let moved = free_node_port(c, &np);
+    patch(
+        c,
+        ns,
+        "a",
+        "json",
+        &format!(r#"[{{"op":"replace","path":"/spec/ports/0/nodePort","value":{moved}}}]"#),
+    );
+    assert_eq!(node_ports(c, ns, "a"), [moved, np[1]]);
+    patch(
+        c,
+        ns,
+        "b",
+        "strategic",
+        &format!(
+            r#"{{"spec":{{"type":"NodePort","ports":[{{"port":80,"nodePort":{}}}]}}}}"#,
+            np[0]
+        ),
+    );
+    let np_b = node_ports(c, ns, "b");
+    assert_eq!(np_b[0], np[0]);
+    assert!(in_range(np_b[1]), "{np_b:?}");
+
+    // Removing a port releases its node port; adding one allocates.
+    patch(
+        c,
+        ns,
+        "a",
+        "json",
+        r#"[{"op":"remove","path":"/spec/ports/1"}]"#,
+    );
+    assert_eq!(node_ports(c, ns, "a"), [moved]);
+    c.ok_stdin(0, &["apply", "-f", "-"], Some(&node_port("c", np[1])));
+    patch(
+        c,
+        ns,
+        "a",
+        "json",
+        r#"[{"op":"add","path":"/spec/ports/-","value":{"name":"extra","port":82}}]"#,
+    );
+    let np_a = node_ports(c, ns, "a");
+    assert_eq!(np_a.len(), 2);
+    assert!(np_a[0] == moved && in_range(np_a[1]), "{np_a:?}");
+
+    // NodePort -> ClusterIP: node ports and the traffic policy are cleared and released.
+    patch(c, ns, "a", "strategic", r#"{"spec":{"type":"ClusterIP"}}"#);
+    assert_eq!(node_ports(c, ns, "a"), [0, 0]);
+    let spec = spec_of(c, ns, "a");
+    assert!(spec.get("externalTrafficPolicy").is_none(), "{spec}");
+    assert_eq!(spec["clusterIP"], json!(ip_a));
+    patch(
+        c,
+        ns,
+        "c",
+        "strategic",
+        &format!(r#"{{"spec":{{"ports":[{{"port":80,"nodePort":{moved}}}]}}}}"#),
+    );
+    assert_eq!(node_ports(c, ns, "c"), [moved]);
+    // Node ports on a ClusterIP Service are refused.
+    let err = patch_err(
+        c,
+        ns,
+        "a",
+        "json",
+        &format!(
+            r#"[{{"op":"add","path":"/spec/ports/0/nodePort","value":{}}}]"#,
+            np_a[1]
+        ),
+    );
+    assert!(
+        err.contains(
+            "spec.ports[0].nodePort: Forbidden: may not be used when `type` is 'ClusterIP'"
+        ),
+        "{err}"
+    );
+
+    // The cluster IP may not change once set.
+    let err = patch_err(
+        c,
+        ns,
+        "a",
+        "merge",
+        r#"{"spec":{"clusterIP":"10.96.250.250"}}"#,
+    );
+    assert!(
+        err.contains(r#"spec.clusterIPs[0]: Invalid value: []string{"10.96.250.250"}: may not change once set"#),
+        "{err}"
+    );
+
+    // To ExternalName: the cluster IP must not be changed on the way, and is released.
+    let err = patch_err(
+        c,
+        ns,
+        "a",
+        "merge",
+        r#"{"spec":{"type":"ExternalName","externalName":"example.com","clusterIP":"10.96.250.250"}}"#,
+    );
+    assert!(
+        err.contains("spec.clusterIPs: Forbidden: may not be set for ExternalName services"),
+        "{err}"
+    );
+    patch(
+        c,
+        ns,
+        "a",
+        "merge",
+        r#"{"spec":{"type":"ExternalName","externalName":"example.com"}}"#,
+    );
+    let spec = spec_of(c, ns, "a");
+    for gone in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
+        assert!(spec.get(gone).is_none(), "{gone}: {spec}");
+    }
+    c.ok_stdin(
+        0,
+        &["apply", "-f", "-"],
+        Some(&service("d", &format!("  clusterIP: {ip_a}\n"))),
+    );
+    assert_eq!(spec_of(c, ns, "d")["clusterIP"], json!(ip_a));
+
+    // From ExternalName: a new cluster IP.
+    patch(
+        c,
+        ns,
+        "a",
+        "merge",
+        r#"{"spec":{"type":"ClusterIP","externalName":null}}"#,
+    );
+    let spec = spec_of(c, ns, "a");
+    let ip = spec["clusterIP"].as_str().unwrap();
+    assert!(ip.starts_with("10.96.") && ip != ip_a, "{spec}");
+    assert_eq!(spec["clusterIPs"], json!([ip]));
+
+    // LoadBalancer + Local: a health-check node port, kept across updates, released when not needed.
+    patch(
+        c,
+        ns,
+        "a",
+        "merge",
+        r#"{"spec":{"type":"LoadBalancer","externalTrafficPolicy":"Local"}}"#,
+    );
+    let hc = spec_of(c, ns, "a")["healthCheckNodePort"].as_i64().unwrap();
+    assert!(
+        in_range(hc) && !node_ports(c, ns, "a").contains(&hc),
+        "{hc}"
+    );
+    c.ok(0, &["label", "service", "-n", ns, "a", "touched=yes"]);
+    assert_eq!(spec_of(c, ns, "a")["healthCheckNodePort"], json!(hc));
+    patch(
+        c,
+        ns,
+        "a",
+        "merge",
+        r#"{"spec":{"externalTrafficPolicy":"Cluster"}}"#,
+    );
+    let spec = spec_of(c, ns, "a");
+    assert!(spec.get("healthCheckNodePort").is_none(), "{spec}");
+    c.ok_stdin(0, &["apply", "-f", "-"], Some(&node_port("e", hc)));
+    assert_eq!(node_ports(c, ns, "e"), [hc]);
+    // A requested health-check port already held is refused as upstream does (an internal error).
+    let err = patch_err(
+        c,
+        ns,
+        "a",
+        "merge",
+        &format!(r#"{{"spec":{{"externalTrafficPolicy":"Local","healthCheckNodePort":{hc}}}}}"#),
+    );
+    assert!(
+        err.contains(&format!(
+            "failed to allocate requested HealthCheck NodePort {hc}: provided port is already allocated"
+        )),
+        "{err}"
+    );
+
+    // Deleting the Services gives everything back.
+    c.ok(0, &["delete", "namespace", ns]);
+}
+
+/// Updates racing for one node port: exactly one Service gets it, the others are refused with upstream's
+/// error and hold nothing of the update (their other port got no node port either); once the winner gives
+/// it back, a loser takes it.
+#[test]
+fn racing_updates_give_a_node_port_to_one_service() {
+    let c = cluster();
+    let ns = "svc-race";
+    c.ok(0, &["create", "namespace", ns]);
+    const N: usize = 6;
+    for i in 0..N {
+        let yaml = format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: r{i}\n  namespace: {ns}\nspec:\n  ports:\n  - name: a\n    port: 80\n  - name: b\n    port: 81\n"
+        );
+        c.ok_stdin(0, &["apply", "-f", "-"], Some(&yaml));
+    }
+    let port = free_node_port(c, &[]);
+    let results: Vec<Result<(), String>> = rt().block_on(async {
+        let client = c.client(0).await;
+        let api: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client, ns);
+        let body = json!({"spec": {"type": "NodePort", "ports": [{"port": 81, "nodePort": port}]}});
+        let tries = (0..N).map(|i| {
+            let api = api.clone();
+            let body = body.clone();
+            async move {
+                api.patch(
+                    &format!("r{i}"),
+                    &PatchParams::default(),
+                    &Patch::Strategic(body),
+                )
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+            }
+        });
+        futures::future::join_all(tries).await
+    });
+    let winners: Vec<usize> = (0..N).filter(|i| results[*i].is_ok()).collect();
+    assert_eq!(winners.len(), 1, "{results:?}");
+    let winner = winners[0];
+    for (i, r) in results.iter().enumerate() {
+        if i == winner {
+            continue;
+        }
+        let err = r.as_ref().unwrap_err();
+        assert!(
+            err.contains(&format!(
+                "spec.ports[1].nodePort: Invalid value: {port}: provided port is already allocated"
+            )),
+            "{err}"
+        );
+        let spec = spec_of(c, ns, &format!("r{i}"));
+        assert_eq!(spec["type"], json!("ClusterIP"), "{spec}");
+    }
+    let won = node_ports(c, ns, &format!("r{winner}"));
+    assert!(won[1] == port && in_range(won[0]), "{won:?}");
+
+    // The winner goes back to ClusterIP: both its ports are free, and a loser takes the contended one.
+    patch(
+        c,
+        ns,
+        &format!("r{winner}"),
+        "strategic",
+        r#"{"spec":{"type":"ClusterIP"}}"#,
+    );
+    let loser = (winner + 1) % N;
+    patch(
+        c,
+        ns,
+        &format!("r{loser}"),
+        "strategic",
+        &format!(
+            r#"{{"spec":{{"type":"NodePort","ports":[{{"port":80,"nodePort":{}}},{{"port":81,"nodePort":{port}}}]}}}}"#,
+            won[0]
+        ),
+    );
+    assert_eq!(node_ports(c, ns, &format!("r{loser}")), [won[0], port]);
+    c.ok(0, &["delete", "namespace", ns]);
+}

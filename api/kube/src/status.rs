@@ -68,6 +68,16 @@ impl Cause {
         }
     }
 
+    /// A `FieldValueInvalid` cause whose value is already printed as Go's `%#v` would (a `[]string{..}`
+    /// that JSON cannot spell).
+    pub fn invalid_printed(field: &str, printed: &str, detail: &str) -> Self {
+        Cause {
+            reason: "FieldValueInvalid",
+            message: format!("Invalid value: {printed}: {detail}"),
+            field: field.to_string(),
+        }
+    }
+
     /// A `FieldValueNotSupported` cause listing the allowed values.
     pub fn not_supported(field: &str, value: &Value, allowed: &[&str]) -> Self {
         let list: Vec<String> = allowed.iter().map(|a| format!("\"{a}\"")).collect();
@@ -104,6 +114,12 @@ impl Cause {
     fn line(&self) -> String {
         format!("{}: {}", self.field, self.message)
     }
+}
+
+/// A list of strings printed as Go's `%#v` prints a `[]string`: `[]string{"a", "b"}`.
+pub fn go_strings(items: &[String]) -> String {
+    let quoted: Vec<String> = items.iter().map(|s| format!("{s:?}")).collect();
+    format!("[]string{{{}}}", quoted.join(", "))
 }
 
 /// Values in messages printed as Go's `%#v` would: strings quoted, numbers bare.

@@ -364,7 +364,7 @@ impl Storage {
         object: &Value,
         expected: i64,
     ) -> Result<WriteOutcome, ApiError> {
-        self.put_full(key, object, expected, &[], 0).await
+        self.put_full(key, object, expected, &[], &[], 0).await
     }
 
     /// Like [`Storage::put_if`], with the key attached to `lease` (0 = none), so it expires with it.
@@ -375,7 +375,7 @@ impl Storage {
         expected: i64,
         lease: i64,
     ) -> Result<WriteOutcome, ApiError> {
-        self.put_full(key, object, expected, &[], lease).await
+        self.put_full(key, object, expected, &[], &[], lease).await
     }
 
     /// Like [`Storage::put_if`], and in the same Txn claims each of `claims` (keys that must not exist yet,
@@ -387,7 +387,24 @@ impl Storage {
         expected: i64,
         claims: &[String],
     ) -> Result<WriteOutcome, ApiError> {
-        self.put_full(key, object, expected, claims, 0).await
+        self.put_full(key, object, expected, claims, &[], 0).await
+    }
+
+    /// An update that changes what the object holds: like [`Storage::put_claiming`], and the same Txn
+    /// deletes the claim keys in `release`, so a failed write neither takes nor frees anything and a
+    /// released value is free the moment the new object is visible. A lost claim answers
+    /// `Lost(Some(current))` with the object's unchanged mod revision.
+    pub async fn update_claiming(
+        &self,
+        key: &str,
+        object: &Value,
+        expected: i64,
+        claims: &[String],
+        release: &[String],
+        lease: i64,
+    ) -> Result<WriteOutcome, ApiError> {
+        self.put_full(key, object, expected, claims, release, lease)
+            .await
     }
 
     async fn put_full(
@@ -396,6 +413,7 @@ impl Storage {
         object: &Value,
         expected: i64,
         claims: &[String],
+        release: &[String],
         lease: i64,
     ) -> Result<WriteOutcome, ApiError> {
         let value = encode(object)?;
@@ -416,6 +434,16 @@ impl Storage {
                     value: Bytes::copy_from_slice(key.as_bytes()),
                     ..Default::default()
                 })),
+            });
+        }
+        for r in release {
+            ops.push(RequestOp {
+                request: Some(request_op::Request::RequestDeleteRange(
+                    DeleteRangeRequest {
+                        key: Bytes::copy_from_slice(r.as_bytes()),
+                        ..Default::default()
+                    },
+                )),
             });
         }
         let t = TxnRequest {

@@ -162,8 +162,16 @@ async fn reconcile<K: Replicated>(
     })
 }
 
+/// Whether the ReplicaSet may adopt or release pods. One being deleted does neither, as upstream's
+/// controller-ref manager: its pods are the garbage collector's to delete (background, foreground) or to
+/// orphan (orphan), and a pod released now would escape a cascading delete, one adopted now would be
+/// deleted with an owner that never ran it.
+fn claims_change(rs: &ReplicaSet) -> bool {
+    rs.metadata.deletion_timestamp.is_none()
+}
+
 /// The ReplicaSet's pods: those it controls that still match, plus the orphans it adopts; it releases the
-/// ones it controls that no longer match.
+/// ones it controls that no longer match (neither while it is being deleted).
 async fn claim<K: Replicated>(
     rs: &ReplicaSet,
     ctx: &Context,
@@ -187,7 +195,7 @@ async fn claim<K: Replicated>(
         if ours && matches {
             owned.push(pod);
         } else if ours {
-            if pod.metadata.deletion_timestamp.is_some() {
+            if pod.metadata.deletion_timestamp.is_some() || !claims_change(rs) {
                 continue;
             }
             let refs: Vec<_> = pod
@@ -217,7 +225,7 @@ async fn claim<K: Replicated>(
         } else if matches
             && owner::controller_of(&pod.metadata).is_none()
             && pod.metadata.deletion_timestamp.is_none()
-            && rs.metadata.deletion_timestamp.is_none()
+            && claims_change(rs)
         {
             // Adopt only if the ReplicaSet is still the one we read (not deleted and made again).
             if !checked_fresh {

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use super::read::respond_object;
 use super::Call;
 use crate::admission::{defaults, validate};
+use crate::alloc::Reallocation;
 use crate::apply::managed::{self, Owner};
 use crate::apply::shape::Shape;
 use crate::body::{self, media_type};
@@ -297,6 +298,9 @@ pub async fn create_object(
     if let Some(ns) = call.ns() {
         lifecycle::check_namespace_open(&call.state.storage, ns).await?;
     }
+    // Allocation fills in values the client left out; a retry after a lost claim starts again from
+    // what the client sent, so a value picked for it is never mistaken for a request.
+    let sent = obj.clone();
     for attempt in 0..RETRIES {
         let claims = strategy
             .allocate(&call.state.storage, sdef, &mut obj)
@@ -338,7 +342,9 @@ pub async fn create_object(
             }
             // A claim was taken by a concurrent create: allocate again.
             WriteOutcome::Lost(None) => {
-                strategy.forget(&mut obj);
+                let name = object::name(&obj).to_string();
+                obj = sent.clone();
+                object::meta_mut(&mut obj).insert("name".into(), json!(name));
                 continue;
             }
         }
@@ -466,6 +472,16 @@ where
                 };
             }
         }
+        // Allocations first, as upstream's BeginUpdate: validation then sees the values they fill in
+        // and the fields they clear. Nothing is claimed until the Txn below writes the object.
+        let realloc = match sub {
+            None => {
+                strategy
+                    .allocate_update(&call.state.storage, def, &cur.object, &mut new)
+                    .await?
+            }
+            Some(_) => Reallocation::default(),
+        };
         let causes = match sub_rules {
             Some(rules) => rules.validate_update(def, &cur.object, &new),
             None => validate::update(def, &cur.object, &new),
@@ -496,7 +512,8 @@ where
             && object::finalizers(&new).is_empty()
             && !strategy.kept_after_finalizers(&new)
         {
-            let release = strategy.claims(&new);
+            // What the stored object holds is what goes; the update's own allocations are never made.
+            let release = strategy.claims(&cur.object);
             match call
                 .state
                 .storage
@@ -517,7 +534,14 @@ where
         match call
             .state
             .storage
-            .put_if_leased(&key, &new, cur.mod_revision, lease)
+            .update_claiming(
+                &key,
+                &new,
+                cur.mod_revision,
+                &realloc.take,
+                &realloc.release,
+                lease,
+            )
             .await?
         {
             WriteOutcome::Done(rev) => {
@@ -525,7 +549,12 @@ where
                 return Ok(Updated::Object(new));
             }
             WriteOutcome::Lost(now) => {
-                if client_rv.is_some() {
+                // The object unchanged means a claim was taken by another write meanwhile: allocate
+                // again even for a client that pinned the resourceVersion, which is still current.
+                let claim_lost = now
+                    .as_ref()
+                    .is_some_and(|n| n.mod_revision == cur.mod_revision);
+                if client_rv.is_some() && !claim_lost {
                     return Err(conflict(call));
                 }
                 current = now;

@@ -11,7 +11,8 @@
 //!   rule of [`Strategy::name_rule`]), [`Strategy::warnings_on_create`], [`Strategy::canonicalize`], then
 //!   [`Strategy::allocate`] (a Service's ClusterIP and node ports, written as claims in the same Txn);
 //! - update of the object itself: [`Strategy::prepare_for_update`] (status kept, generation bumped when
-//!   [`Strategy::generation_changes`]), [`Strategy::validate_update`] (immutable fields);
+//!   [`Strategy::generation_changes`]), [`Strategy::allocate_update`] (a Service's claims taken and
+//!   released in the Txn that writes it), [`Strategy::validate_update`] (immutable fields);
 //! - update of a subresource: the [`Subresource`] [`Strategy::subresource`] names (`status` for every kind
 //!   with a status, `finalize` for namespaces) builds the stored object from the stored one and the
 //!   client's, and validates it; a kind's own subresource rules (pod bindings, evictions, the node agent's
@@ -52,6 +53,7 @@ use serde_json::{json, Value};
 
 use crate::admission::names::NameRule;
 use crate::admission::validate;
+use crate::alloc::Reallocation;
 use crate::body;
 use crate::object;
 use crate::resource::ResourceDef;
@@ -60,6 +62,10 @@ use crate::storage::Storage;
 
 /// What [`Strategy::allocate`] returns: the claim keys to write with the object.
 pub type Allocation<'a> = Pin<Box<dyn Future<Output = Result<Vec<String>, ApiError>> + Send + 'a>>;
+
+/// What [`Strategy::allocate_update`] returns: the claim keys to take and to release with the write.
+pub type UpdateAllocation<'a> =
+    Pin<Box<dyn Future<Output = Result<Reallocation, ApiError>> + Send + 'a>>;
 
 /// Where a resource keeps what its `/scale` subresource shows (dotted paths).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -164,8 +170,19 @@ pub trait Strategy: Sync {
         Box::pin(std::future::ready(Ok(Vec::new())))
     }
 
-    /// Drops allocations after a create lost a race for a claim, so the next attempt allocates afresh.
-    fn forget(&self, _obj: &mut Value) {}
+    /// Allocates and releases what an update of the object itself changes (a Service changing type,
+    /// ports or traffic policy), fills in and clears the fields that go with it, and returns the claim
+    /// keys to take and to release in the Txn that writes it. Runs before the update is validated, as
+    /// upstream's BeginUpdate does, so a failed validation or a lost write changes no claim.
+    fn allocate_update<'a>(
+        &'a self,
+        _storage: &'a Storage,
+        _def: &'a ResourceDef,
+        _old: &'a Value,
+        _new: &'a mut Value,
+    ) -> UpdateAllocation<'a> {
+        Box::pin(std::future::ready(Ok(Reallocation::default())))
+    }
 
     /// The claim keys a stored object holds (released in the Txn that deletes it).
     fn claims(&self, _obj: &Value) -> Vec<String> {
