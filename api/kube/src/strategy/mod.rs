@@ -27,6 +27,7 @@
 //! what its kind changes. Shared building blocks (pod spec defaults and checks, selector/template checks,
 //! name rules) stay in `admission`, which also runs defaulting and validation through this table.
 
+mod apiservice;
 mod configmap;
 mod crd;
 mod cronjob;
@@ -44,6 +45,8 @@ mod secret;
 mod service;
 mod statefulset;
 mod workload;
+
+pub use apiservice::ca_bundle_len;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -306,6 +309,10 @@ static BUILTIN: &[((&str, &str), &dyn Strategy)] = &[
     (
         (crate::crd::GROUP, "CustomResourceDefinition"),
         &crd::CustomResourceDefinition,
+    ),
+    (
+        ("apiregistration.k8s.io", "APIService"),
+        &apiservice::ApiService,
     ),
 ];
 
