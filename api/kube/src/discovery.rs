@@ -3,6 +3,7 @@
 
 use serde_json::{json, Value};
 
+use super::aggregator::Remote;
 use super::crd::registry::Registry;
 use super::resource::ResourceDef;
 
@@ -163,8 +164,9 @@ fn aggregated_group(reg: &Registry, group: &str, versions: &[String]) -> Value {
     })
 }
 
-/// The aggregated document for `/api` (core) or `/apis` (every named group).
-pub fn aggregated(reg: &Registry, core: bool, content_type: &str) -> Value {
+/// The aggregated document for `/api` (core) or `/apis` (every named group, then the groups of remote
+/// APIServices).
+pub fn aggregated(reg: &Registry, remote: &[Remote], core: bool, content_type: &str) -> Value {
     let version = if content_type == AGGREGATED_V2BETA1 {
         "apidiscovery.k8s.io/v2beta1"
     } else {
@@ -178,7 +180,14 @@ pub fn aggregated(reg: &Registry, core: bool, content_type: &str) -> Value {
             .iter()
             .map(|(g, vs)| aggregated_group(reg, g, vs))
             .collect();
-        items.push(crate::metrics_api::aggregated_item());
+        if !remote.iter().any(|r| r.group == crate::metrics_api::GROUP) {
+            items.push(crate::metrics_api::aggregated_item());
+        }
+        items.extend(
+            remote_groups(remote)
+                .iter()
+                .map(|(g, rs)| aggregated_remote(g, rs)),
+        );
         items
     };
     json!({
@@ -208,18 +217,31 @@ fn group_doc(group: &str, versions: &[String]) -> Value {
 }
 
 /// Legacy `/apis`.
-pub fn api_group_list(reg: &Registry) -> Value {
+pub fn api_group_list(reg: &Registry, remote: &[Remote]) -> Value {
     let mut groups: Vec<Value> = reg
         .groups()
         .iter()
         .map(|(g, vs)| group_doc(g, vs))
         .collect();
-    groups.push(crate::metrics_api::group_doc());
+    if !remote.iter().any(|r| r.group == crate::metrics_api::GROUP) {
+        groups.push(crate::metrics_api::group_doc());
+    }
+    for (g, rs) in remote_groups(remote) {
+        let versions: Vec<String> = rs.iter().map(|r| r.version.clone()).collect();
+        groups.push(group_doc(&g, &versions));
+    }
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
 /// Legacy `/apis/<group>`, if served.
-pub fn api_group(reg: &Registry, group: &str) -> Option<Value> {
+pub fn api_group(reg: &Registry, remote: &[Remote], group: &str) -> Option<Value> {
+    if let Some((g, rs)) = remote_groups(remote).into_iter().find(|(g, _)| g == group) {
+        let versions: Vec<String> = rs.iter().map(|r| r.version.clone()).collect();
+        let mut doc = group_doc(&g, &versions);
+        doc["kind"] = json!("APIGroup");
+        doc["apiVersion"] = json!("v1");
+        return Some(doc);
+    }
     if group == crate::metrics_api::GROUP {
         let mut g = crate::metrics_api::group_doc();
         g["kind"] = json!("APIGroup");
@@ -306,6 +328,91 @@ pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<V
     )
 }
 
+/// Remote group-versions grouped by group, keeping [`crate::aggregator::Aggregator::remote`]'s order
+/// (group priority, then version priority). Group-versions keel serves itself are left out.
+fn remote_groups(remote: &[Remote]) -> Vec<(String, Vec<&Remote>)> {
+    let mut out: Vec<(String, Vec<&Remote>)> = Vec::new();
+    for r in remote {
+        match out.iter_mut().find(|(g, _)| *g == r.group) {
+            Some((_, list)) => list.push(r),
+            None => out.push((r.group.clone(), vec![r])),
+        }
+    }
+    out
+}
+
+/// One remote group in aggregated discovery, its resources converted from the backend's APIResourceList
+/// (`plural/sub` entries become subresources). A version whose check failed is listed `Stale`, without
+/// resources, as upstream lists a group-version it could not fetch.
+fn aggregated_remote(group: &str, versions: &[&Remote]) -> Value {
+    let versions: Vec<Value> = versions
+        .iter()
+        .map(|r| {
+            let Some(list) = &r.resources else {
+                return json!({"version": r.version, "resources": [], "freshness": "Stale"});
+            };
+            let entries: Vec<&Value> = list
+                .get("resources")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().collect())
+                .unwrap_or_default();
+            let text =
+                |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+            let kind_of = |v: &Value| {
+                let g = v.get("group").and_then(Value::as_str).unwrap_or(group);
+                let ver = v
+                    .get("version")
+                    .and_then(Value::as_str)
+                    .unwrap_or(&r.version);
+                json!({"group": g, "version": ver, "kind": text(v, "kind")})
+            };
+            let mut resources = Vec::new();
+            for e in entries.iter().filter(|e| !text(e, "name").contains('/')) {
+                let name = text(e, "name");
+                let namespaced = e
+                    .get("namespaced")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
+                let mut v = json!({
+                    "resource": name,
+                    "responseKind": kind_of(e),
+                    "scope": if namespaced { "Namespaced" } else { "Cluster" },
+                    "singularResource": text(e, "singularName"),
+                    "verbs": e.get("verbs").cloned().unwrap_or_else(|| json!([])),
+                });
+                for k in ["shortNames", "categories"] {
+                    if let Some(x) = e
+                        .get(k)
+                        .filter(|x| x.as_array().is_some_and(|a| !a.is_empty()))
+                    {
+                        v[k] = x.clone();
+                    }
+                }
+                let subs: Vec<Value> = entries
+                    .iter()
+                    .filter_map(|s| {
+                        let n = text(s, "name");
+                        let (parent, sub) = n.split_once('/')?;
+                        (parent == name).then(|| {
+                            json!({"subresource": sub, "responseKind": kind_of(s),
+                                   "verbs": s.get("verbs").cloned().unwrap_or_else(|| json!([]))})
+                        })
+                    })
+                    .collect();
+                if !subs.is_empty() {
+                    v["subresources"] = Value::Array(subs);
+                }
+                resources.push(v);
+            }
+            json!({"version": r.version, "resources": resources, "freshness": "Current"})
+        })
+        .collect();
+    json!({
+        "metadata": {"name": group, "creationTimestamp": null},
+        "versions": versions,
+    })
+}
+
 /// The kind discovery names for a pod streaming subresource.
 fn sub_kind(sub: &str) -> &'static str {
     match sub {
@@ -329,7 +436,7 @@ mod tests {
     #[test]
     fn apps_group_lists_deployments_with_scale() {
         let reg = Registry::default();
-        let doc = aggregated(&reg, false, AGGREGATED_V2);
+        let doc = aggregated(&reg, &[], false, AGGREGATED_V2);
         let apps = doc["items"]
             .as_array()
             .and_then(|a| a.iter().find(|g| g["metadata"]["name"] == "apps"))
@@ -342,7 +449,7 @@ mod tests {
             .expect("deployments");
         assert_eq!(deploy["subresources"][0]["subresource"], "scale");
         assert_eq!(deploy["shortNames"][0], "deploy");
-        let core = aggregated(&reg, true, AGGREGATED_V2);
+        let core = aggregated(&reg, &[], true, AGGREGATED_V2);
         assert_eq!(core["items"][0]["metadata"]["name"], "");
     }
 }

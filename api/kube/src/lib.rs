@@ -13,9 +13,12 @@
 //! - `apply`: server-side apply and managedFields.
 //! - `handler::pod_log`, `handler::pod_stream`, `metrics_api`: what goes through to the node agents (logs,
 //!   exec/attach/port-forward, `metrics.k8s.io` for `kubectl top`).
+//! - `aggregator`: APIServices (Local ones for what keel serves, availability) and the relay of remote
+//!   group-versions to their Services.
 //! - `table`: `kubectl get` columns; `selector`: label and field selectors; `status`: every error answer.
 
 pub mod admission;
+pub mod aggregator;
 pub mod alloc;
 pub mod apply;
 pub mod authn;

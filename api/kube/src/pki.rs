@@ -25,6 +25,8 @@ pub const PKI_KEY: &str = "/keel/bootstrap/pki";
 pub const ADMIN_USER: &str = "kubernetes-admin";
 /// The user the API server is to node agents.
 pub const KUBELET_CLIENT_USER: &str = "kube-apiserver-kubelet-client";
+/// The user the API server is to aggregated API servers (kubeadm's front-proxy client name).
+pub const FRONT_PROXY_CLIENT_USER: &str = "front-proxy-client";
 /// The group that may do everything (RBAC comes later; today every authenticated user may).
 pub const ADMIN_GROUP: &str = "system:masters";
 
@@ -170,6 +172,18 @@ impl ClusterPki {
         params
             .distinguished_name
             .push(DnType::OrganizationName, ADMIN_GROUP);
+        self.sign(params, ExtendedKeyUsagePurpose::ClientAuth)
+    }
+
+    /// Signs the client certificate this member's API server shows aggregated API servers when it relays
+    /// to them (CN [`FRONT_PROXY_CLIENT_USER`]). Upstream uses a separate front-proxy CA; keel has one
+    /// cluster CA, which `extension-apiserver-authentication` publishes as the request-header CA, and the
+    /// CN is what aggregated servers check (`requestheader-allowed-names`).
+    pub fn front_proxy_client_cert(&self) -> Result<ServingCert, PkiError> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, FRONT_PROXY_CLIENT_USER);
         self.sign(params, ExtendedKeyUsagePurpose::ClientAuth)
     }
 

@@ -39,6 +39,8 @@ pub enum Printer {
     RoleBinding,
     PodDisruptionBudget,
     ControllerRevision,
+    /// `apiregistration.k8s.io` APIServices: Service (or `Local`), Available.
+    APIService,
     /// Upstream's fallback: Name and Created At.
     Default,
     /// A custom resource: Name, then its CRD's additionalPrinterColumns (Age when it declares none).
@@ -622,6 +624,22 @@ pub static BUILTIN: LazyLock<Vec<Arc<ResourceDef>>> = LazyLock::new(|| {
             fields = NONE,
             cou = false,
             gen = true
+        ),
+        res!(
+            "apiregistration.k8s.io",
+            "APIService",
+            "apiservices",
+            "apiservice",
+            ns = false,
+            short = NONE,
+            cat = &["api-extensions"],
+            status = true,
+            scale = false,
+            storage = "apiregistration.k8s.io/apiservices",
+            printer = APIService,
+            fields = NONE,
+            cou = false,
+            gen = false
         ),
     ]
 });

@@ -209,6 +209,17 @@ impl ApiServer {
         if let Some(f) = &opts.token_file {
             tokens.load_file(f)?;
         }
+        let front_proxy = match pki.front_proxy_client_cert() {
+            Ok(c) => Some((c.cert, c.key)),
+            Err(e) => {
+                warn!(error = %e, "no front-proxy client certificate: aggregated APIs get no client identity");
+                None
+            }
+        };
+        let aggregator = Arc::new(crate::aggregator::Aggregator::new(
+            front_proxy,
+            pki.ca_cert.clone(),
+        ));
         let registry = Arc::new(Registry::default());
         let state = Arc::new(KubeState {
             storage: storage.clone(),
@@ -229,8 +240,12 @@ impl ApiServer {
                     None
                 }
             },
+            aggregator,
         });
-        let app = Arc::new(App { state, tokens });
+        let app = Arc::new(App {
+            state: state.clone(),
+            tokens,
+        });
         let router = Router::new().fallback(route).with_state(app);
         let mut tasks = vec![
             tokio::spawn(lifecycle::run(storage.clone(), stop_rx.clone())),
@@ -245,6 +260,16 @@ impl ApiServer {
                 stop_rx.clone(),
             )),
             tokio::spawn(kubernetes_service::run(storage.clone(), stop_rx.clone())),
+            tokio::spawn(crate::aggregator::available::run(
+                state.clone(),
+                stop_rx.clone(),
+            )),
+            tokio::spawn(crate::aggregator::autoregister::run(
+                storage.clone(),
+                registry.clone(),
+                pki.ca_cert.clone(),
+                stop_rx.clone(),
+            )),
             tokio::spawn(compaction::run(
                 storage.clone(),
                 opts.compaction_interval,
@@ -454,6 +479,16 @@ async fn dispatch(app: Arc<App>, peer: PeerIdentity, req: Request) -> Result<Res
     if identity.is_none() && !authn::is_public(req.uri().path()) {
         return Err(ApiError::Unauthorized);
     }
+    // A remote APIService's group-version goes to its backend with the request whole (body streamed).
+    if let Some(apiservice) = crate::aggregator::proxy::target(&app.state, req.uri().path()) {
+        return crate::aggregator::proxy::serve(
+            app.state.clone(),
+            apiservice,
+            identity.clone(),
+            req,
+        )
+        .await;
+    }
     // exec, attach and portforward keep the request whole: its connection is upgraded and relayed.
     if let Some((ns, name, sub)) = pod_stream_target(req.uri().path()) {
         return handler::pod_stream::serve(app.state.clone(), &ns, &name, &sub, req).await;
@@ -480,18 +515,30 @@ async fn dispatch(app: Arc<App>, peer: PeerIdentity, req: Request) -> Result<Res
         [p] | [p, _] if matches!(*p, "healthz" | "livez" | "readyz") && read_only => {
             Ok(health(&app, &path, query.as_deref()).await)
         }
-        ["api"] if read_only => Ok(discovery_answer(reg, &headers, &accept, true, || {
-            discovery::api_versions(&app.state.server_address)
-        })),
-        ["apis"] if read_only => Ok(discovery_answer(reg, &headers, &accept, false, || {
-            discovery::api_group_list(reg)
-        })),
+        ["api"] if read_only => Ok(discovery_answer(
+            reg,
+            &app.state.aggregator.remote(),
+            &headers,
+            &accept,
+            true,
+            || discovery::api_versions(&app.state.server_address),
+        )),
+        ["apis"] if read_only => Ok(discovery_answer(
+            reg,
+            &app.state.aggregator.remote(),
+            &headers,
+            &accept,
+            false,
+            || discovery::api_group_list(reg, &app.state.aggregator.remote()),
+        )),
         ["api", "v1"] if read_only => discovery::api_resource_list(reg, "", "v1")
             .map(|v| respond(StatusCode::OK, &v))
             .ok_or(ApiError::NoRoute),
-        ["apis", group] if read_only => discovery::api_group(reg, group)
-            .map(|v| respond(StatusCode::OK, &v))
-            .ok_or(ApiError::NoRoute),
+        ["apis", group] if read_only => {
+            discovery::api_group(reg, &app.state.aggregator.remote(), group)
+                .map(|v| respond(StatusCode::OK, &v))
+                .ok_or(ApiError::NoRoute)
+        }
         ["apis", "metrics.k8s.io", "v1beta1", rest @ ..] if read_only => {
             crate::metrics_api::serve(app.state.clone(), rest).await
         }
@@ -627,6 +674,7 @@ fn user_name(id: Option<&Identity>) -> String {
 /// CRD's resources appear and disappear.
 fn discovery_answer(
     reg: &Registry,
+    remote: &[crate::aggregator::Remote],
     headers: &header::HeaderMap,
     accept: &str,
     core: bool,
@@ -634,7 +682,7 @@ fn discovery_answer(
 ) -> Response {
     match discovery::wants_aggregated(accept) {
         Some(ct) => {
-            let doc = discovery::aggregated(reg, core, ct);
+            let doc = discovery::aggregated(reg, remote, core, ct);
             let body = serde_json::to_vec(&doc).unwrap_or_default();
             let digest = ring::digest::digest(&ring::digest::SHA512, &body);
             let hex: String = digest.as_ref().iter().map(|b| format!("{b:02X}")).collect();
@@ -675,13 +723,13 @@ mod tests {
     fn aggregated_discovery_revalidates_by_etag() {
         let reg = Registry::default();
         let mut h = header::HeaderMap::new();
-        let first = discovery_answer(&reg, &h, discovery::AGGREGATED_V2, false, || {
+        let first = discovery_answer(&reg, &[], &h, discovery::AGGREGATED_V2, false, || {
             serde_json::json!({})
         });
         assert_eq!(first.status(), StatusCode::OK);
         let etag = first.headers().get(header::ETAG).cloned().expect("etag");
         h.insert(header::IF_NONE_MATCH, etag.clone());
-        let again = discovery_answer(&reg, &h, discovery::AGGREGATED_V2, false, || {
+        let again = discovery_answer(&reg, &[], &h, discovery::AGGREGATED_V2, false, || {
             serde_json::json!({})
         });
         assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
@@ -693,7 +741,7 @@ mod tests {
                          "versions": [{"name": "v1", "served": true, "storage": true}]}})],
             2,
         );
-        let changed = discovery_answer(&reg, &h, discovery::AGGREGATED_V2, false, || {
+        let changed = discovery_answer(&reg, &[], &h, discovery::AGGREGATED_V2, false, || {
             serde_json::json!({})
         });
         assert_eq!(changed.status(), StatusCode::OK);

@@ -46,6 +46,9 @@ macro_rules! with_builtin_type {
             ("apiextensions.k8s.io", "CustomResourceDefinition") => arm!(
                 k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition
             ),
+            ("apiregistration.k8s.io", "APIService") => arm!(
+                k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService
+            ),
             _ => $default,
         }
     }};

@@ -340,7 +340,7 @@ mod tests {
         use crate::{discovery, openapi};
         let r = Registry::default();
         r.load(&[crd()], 7);
-        let agg = discovery::aggregated(&r, false, discovery::AGGREGATED_V2);
+        let agg = discovery::aggregated(&r, &[], false, discovery::AGGREGATED_V2);
         let group = agg["items"]
             .as_array()
             .and_then(|a| a.iter().find(|g| g["metadata"]["name"] == "example.com"))
@@ -352,7 +352,7 @@ mod tests {
         assert_eq!(res["resource"], "widgets");
         assert_eq!(res["shortNames"], json!(["wd"]));
         assert_eq!(res["subresources"][0]["subresource"], "scale");
-        let legacy = discovery::api_group(&r, "example.com").expect("legacy group");
+        let legacy = discovery::api_group(&r, &[], "example.com").expect("legacy group");
         assert_eq!(legacy["preferredVersion"]["version"], "v1");
         assert!(discovery::api_resource_list(&r, "example.com", "v1").is_some());
         let doc = openapi::v3_document(&r, "apis/example.com/v1").expect("v3 document");
@@ -367,7 +367,7 @@ mod tests {
         assert!(v2["definitions"]["com.example.v1.Widget"].is_object());
         assert!(v2["paths"]["/apis/example.com/v1/namespaces/{namespace}/widgets"].is_object());
         r.load(&[], 8);
-        assert!(discovery::api_group(&r, "example.com").is_none());
+        assert!(discovery::api_group(&r, &[], "example.com").is_none());
         assert!(openapi::v3_document(&r, "apis/example.com/v1").is_none());
     }
 

@@ -41,6 +41,8 @@ pub struct KubeState {
     pub event_ttl: std::time::Duration,
     /// TLS to node agents (the kubelet-client certificate), for `pods/log`.
     pub kubelet_tls: Option<Arc<rustls::ClientConfig>>,
+    /// The aggregation layer: remote APIServices' TLS and this member's view of their discovery.
+    pub aggregator: Arc<crate::aggregator::Aggregator>,
 }
 
 impl KubeState {

@@ -28,6 +28,7 @@
 //! what its kind changes. Shared building blocks (pod spec defaults and checks, selector/template checks,
 //! name rules) stay in `admission`, which also runs defaulting and validation through this table.
 
+mod apiservice;
 mod configmap;
 mod crd;
 mod cronjob;
@@ -45,6 +46,8 @@ mod secret;
 mod service;
 mod statefulset;
 mod workload;
+
+pub use apiservice::ca_bundle_len;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -323,6 +326,10 @@ static BUILTIN: &[((&str, &str), &dyn Strategy)] = &[
     (
         (crate::crd::GROUP, "CustomResourceDefinition"),
         &crd::CustomResourceDefinition,
+    ),
+    (
+        ("apiregistration.k8s.io", "APIService"),
+        &apiservice::ApiService,
     ),
 ];
 

@@ -379,6 +379,22 @@ pub fn columns(p: Printer) -> Vec<Column> {
             ),
             AGE,
         ],
+        Printer::APIService => vec![
+            NAME,
+            col(
+                "Service",
+                "string",
+                0,
+                "The reference to the service that hosts this API endpoint.",
+            ),
+            col(
+                "Available",
+                "string",
+                0,
+                "Whether this service is available.",
+            ),
+            AGE,
+        ],
         Printer::RoleBinding => vec![
             NAME,
             col("Role", "string", 0, "The role being bound."),
@@ -981,6 +997,24 @@ pub fn cells(p: Printer, o: &Value) -> Vec<Value> {
                 })
                 .unwrap_or_else(|| "<none>".into());
             vec![name, json!(owner), json!(i(o, "revision")), age(o)]
+        }
+        Printer::APIService => {
+            // Upstream prints `namespace/name`, or `Local` for a group-version the server serves itself.
+            let service = match path(o, "spec.service") {
+                Some(svc) if !svc.is_null() => {
+                    format!("{}/{}", s(svc, "namespace"), s(svc, "name"))
+                }
+                _ => "Local".to_string(),
+            };
+            let available = arr(o, "status.conditions")
+                .iter()
+                .find(|c| s(c, "type") == "Available")
+                .map(|c| match s(c, "status") {
+                    "True" => "True".to_string(),
+                    st => format!("{st} ({})", s(c, "reason")),
+                })
+                .unwrap_or_else(|| "Unknown".into());
+            vec![name, json!(service), json!(available), age(o)]
         }
         Printer::RoleBinding => {
             let subjects = arr(o, "subjects");

@@ -1,0 +1,357 @@
+//! Availability of APIServices (upstream's `APIServiceAvailabilityController`), plus this member's cache of
+//! the aggregated servers' discovery documents.
+//!
+//! Every member checks every remote APIService each [`PERIOD`]: its Service exists and listens on the port,
+//! an EndpointSlice of the Service has a ready address for that port, and `GET /apis/<group>/<version>` on
+//! it answers 2xx. The answer feeds this member's discovery (`/apis`, aggregated discovery), so each
+//! member's documents follow its own view. Only the Raft leader writes the `Available` condition (Local
+//! APIServices are always `True`/`Local`), and only when it changes, so members never fight over it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use tracing::{debug, info};
+
+use super::{group_version, service_of, Aggregator, Remote, PREFIX};
+use crate::handler::KubeState;
+use crate::object::{self, path};
+use crate::status::ApiError;
+use crate::storage::{prefix_end, Storage};
+
+/// How often the checks run (upstream re-checks every 30 s and on every change; a short period stands in
+/// for the change notifications).
+pub const PERIOD: Duration = Duration::from_secs(2);
+/// How long one discovery check may take.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why a remote APIService is not available: upstream's condition reason and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unavailable {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+fn unavailable(reason: &'static str, message: String) -> Unavailable {
+    Unavailable { reason, message }
+}
+
+/// A ready endpoint of an APIService's Service: where to connect and the TLS server name to check.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub host: String,
+    pub port: u16,
+    /// `<service>.<namespace>.svc`, the name upstream verifies the backend's certificate for.
+    pub server_name: String,
+}
+
+impl Endpoint {
+    pub fn authority(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+fn s<'a>(v: &'a Value, p: &str) -> &'a str {
+    path(v, p).and_then(Value::as_str).unwrap_or("")
+}
+
+/// Resolves the APIService's Service to one ready endpoint (picked at random among the ready ones), with
+/// upstream's reasons when it cannot.
+pub fn resolve(storage: &Storage, apiservice: &Value) -> Result<Endpoint, Unavailable> {
+    let svc_ref = service_of(apiservice).cloned().unwrap_or(Value::Null);
+    let ns = s(&svc_ref, "namespace");
+    let name = s(&svc_ref, "name");
+    let port = svc_ref.get("port").and_then(Value::as_i64).unwrap_or(443);
+    let server_name = format!("{name}.{ns}.svc");
+    let key = format!("/registry/services/specs/{ns}/{name}");
+    let not_present = || {
+        unavailable(
+            "ServiceNotFound",
+            format!("service/{name} in {ns:?} is not present"),
+        )
+    };
+    let svc = match storage.range(key.as_bytes(), &prefix_end(key.as_bytes()), 0, 1) {
+        Ok(page) => page
+            .items
+            .into_iter()
+            .find(|(k, _)| k == key.as_bytes())
+            .map(|(_, st)| st.object)
+            .ok_or_else(not_present)?,
+        Err(e) => return Err(unavailable("ServiceNotFound", e.to_string())),
+    };
+    if s(&svc, "spec.type") == "ExternalName" {
+        let host = s(&svc, "spec.externalName").to_string();
+        return Ok(Endpoint {
+            host,
+            port: u16::try_from(port).unwrap_or(443),
+            server_name,
+        });
+    }
+    let ports = path(&svc, "spec.ports")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let Some(svc_port) = ports
+        .iter()
+        .find(|p| p.get("port").and_then(Value::as_i64) == Some(port))
+    else {
+        return Err(unavailable(
+            "ServicePortError",
+            format!("service/{name} in {ns:?} is not listening on port {port}"),
+        ));
+    };
+    let port_name = s(svc_port, "name").to_string();
+    let prefix = format!("/registry/endpointslices/{ns}/");
+    let slices: Vec<Value> = storage
+        .range(prefix.as_bytes(), &prefix_end(prefix.as_bytes()), 0, 0)
+        .map(|p| p.items.into_iter().map(|(_, st)| st.object).collect())
+        .unwrap_or_default();
+    let slices: Vec<&Value> = slices
+        .iter()
+        .filter(|sl| {
+            object::labels(sl)
+                .and_then(|l| l.get("kubernetes.io/service-name"))
+                .and_then(Value::as_str)
+                == Some(name)
+        })
+        .collect();
+    if slices.is_empty() {
+        return Err(unavailable(
+            "EndpointsNotFound",
+            format!("cannot find endpoints for service/{name} in {ns:?}"),
+        ));
+    }
+    let mut ready = Vec::new();
+    for slice in slices {
+        let Some(p) = path(slice, "ports")
+            .and_then(Value::as_array)
+            .and_then(|ps| ps.iter().find(|p| s(p, "name") == port_name))
+            .and_then(|p| p.get("port").and_then(Value::as_u64))
+            .and_then(|p| u16::try_from(p).ok())
+        else {
+            continue;
+        };
+        for ep in path(slice, "endpoints")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            // An absent `ready` means ready (EndpointSlice's rule for unknown readiness).
+            if path(ep, "conditions.ready").and_then(Value::as_bool) == Some(false) {
+                continue;
+            }
+            if let Some(addr) = path(ep, "addresses")
+                .and_then(Value::as_array)
+                .and_then(|a| a.first())
+                .and_then(Value::as_str)
+            {
+                ready.push((addr.to_string(), p));
+            }
+        }
+    }
+    if ready.is_empty() {
+        return Err(unavailable(
+            "MissingEndpoints",
+            format!("endpoints for service/{name} in {ns:?} have no addresses with port name {port_name:?}"),
+        ));
+    }
+    let pick = rand::Rng::gen_range(&mut rand::thread_rng(), 0..ready.len());
+    let (host, port) = ready.swap_remove(pick);
+    Ok(Endpoint {
+        host,
+        port,
+        server_name,
+    })
+}
+
+/// Opens an HTTP/1.1 connection to `ep` over TLS.
+pub async fn connect(
+    tls: Arc<rustls::ClientConfig>,
+    ep: &Endpoint,
+) -> Result<hyper::client::conn::http1::SendRequest<axum::body::Body>, String> {
+    let addr = ep.authority();
+    let tcp = tokio::time::timeout(CHECK_TIMEOUT, tokio::net::TcpStream::connect(&addr))
+        .await
+        .map_err(|_| format!("dial tcp {addr}: i/o timeout"))?
+        .map_err(|e| format!("dial tcp {addr}: {e}"))?;
+    let name = rustls::pki_types::ServerName::try_from(ep.server_name.clone())
+        .map_err(|e| e.to_string())?;
+    let stream = tokio::time::timeout(
+        CHECK_TIMEOUT,
+        tokio_rustls::TlsConnector::from(tls).connect(name, tcp),
+    )
+    .await
+    .map_err(|_| "net/http: TLS handshake timeout".to_string())?
+    .map_err(|e| format!("tls: {e}"))?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            debug!(error = %e, "aggregated API connection ended");
+        }
+    });
+    Ok(sender)
+}
+
+/// The discovery check: `GET /apis/<group>/<version>` answering 2xx, as the aggregator itself
+/// (`system:kube-aggregator` in `system:masters`). Returns the APIResourceList.
+async fn discovery_check(
+    agg: &Aggregator,
+    storage: &Storage,
+    apiservice: &Value,
+) -> Result<Value, Unavailable> {
+    let ep = resolve(storage, apiservice)?;
+    let (group, version) = group_version(apiservice);
+    let url = format!("https://{}/apis/{group}/{version}", ep.authority());
+    let failed = |e: String| {
+        unavailable(
+            "FailedDiscoveryCheck",
+            format!("failing or missing response from {url}: {e}"),
+        )
+    };
+    let tls = agg.tls_for(apiservice).map_err(failed)?;
+    let work = async {
+        let mut sender = connect(tls, &ep).await?;
+        let req = hyper::Request::get(format!("/apis/{group}/{version}"))
+            .header(hyper::header::HOST, ep.server_name.as_str())
+            .header(hyper::header::ACCEPT, "application/json")
+            .header("X-Remote-User", "system:kube-aggregator")
+            .header("X-Remote-Group", "system:masters")
+            .body(axum::body::Body::new(Empty::<bytes::Bytes>::new()))
+            .map_err(|e| e.to_string())?;
+        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+        let status = resp.status();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        if !status.is_success() {
+            return Err(format!("bad status from {url}: {}", status.as_u16()));
+        }
+        serde_json::from_slice::<Value>(&body).map_err(|e| format!("decoding discovery: {e}"))
+    };
+    match tokio::time::timeout(CHECK_TIMEOUT, work).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(failed(e)),
+        Err(_) => Err(failed("context deadline exceeded".into())),
+    }
+}
+
+/// The condition an APIService should carry now.
+fn wanted(result: &Result<(), Unavailable>, local: bool) -> Value {
+    match (local, result) {
+        (true, _) => json!({"type": "Available", "status": "True", "reason": "Local",
+                            "message": "Local APIServices are always available"}),
+        (false, Ok(())) => json!({"type": "Available", "status": "True", "reason": "Passed",
+                                  "message": "all checks passed"}),
+        (false, Err(u)) => json!({"type": "Available", "status": "False", "reason": u.reason,
+                                  "message": u.message}),
+    }
+}
+
+/// Writes the `Available` condition if it differs (leader only), keeping `lastTransitionTime` while
+/// the status stays the same.
+async fn write_condition(
+    storage: &Storage,
+    key: &str,
+    obj: &Value,
+    rev: i64,
+    mut cond: Value,
+) -> Result<(), ApiError> {
+    let conds: Vec<Value> = path(obj, "status.conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let old = conds
+        .iter()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some("Available"));
+    if let Some(o) = old {
+        if ["status", "reason", "message"]
+            .iter()
+            .all(|f| o.get(*f) == cond.get(*f))
+        {
+            return Ok(());
+        }
+    }
+    let ts = match old {
+        Some(o) if o.get("status") == cond.get("status") => o
+            .get("lastTransitionTime")
+            .cloned()
+            .unwrap_or_else(|| json!(object::now_rfc3339())),
+        _ => json!(object::now_rfc3339()),
+    };
+    if let Some(m) = cond.as_object_mut() {
+        m.insert("lastTransitionTime".into(), ts);
+    }
+    let mut new_conds: Vec<Value> = conds
+        .into_iter()
+        .filter(|c| c.get("type").and_then(Value::as_str) != Some("Available"))
+        .collect();
+    new_conds.push(cond.clone());
+    let mut out = obj.clone();
+    out["status"] = json!({"conditions": new_conds});
+    info!(apiservice = object::name(obj), status = %cond["status"], reason = %cond["reason"],
+          "APIService availability changed");
+    // A lost race means someone wrote meanwhile; the next pass looks again.
+    let _ = storage.put_if(key, &out, rev).await?;
+    Ok(())
+}
+
+/// One pass over every APIService.
+pub async fn pass(state: &KubeState) -> Result<(), ApiError> {
+    let storage = &state.storage;
+    let agg = &state.aggregator;
+    let page = storage.range(PREFIX.as_bytes(), &prefix_end(PREFIX.as_bytes()), 0, 0)?;
+    let leader = storage.is_leader();
+    let mut remote = Vec::new();
+    for (key, st) in page.items {
+        let key = String::from_utf8_lossy(&key).to_string();
+        let obj = st.object;
+        if object::is_deleting(&obj) {
+            continue;
+        }
+        let local = service_of(&obj).is_none();
+        let result = if local {
+            Ok(())
+        } else {
+            let (group, version) = group_version(&obj);
+            let checked = discovery_check(agg, storage, &obj).await;
+            let num = |p: &str| path(&obj, p).and_then(Value::as_i64).unwrap_or(0);
+            remote.push(Remote {
+                group,
+                version,
+                group_priority: num("spec.groupPriorityMinimum"),
+                version_priority: num("spec.versionPriority"),
+                resources: checked.as_ref().ok().cloned(),
+            });
+            checked.map(|_| ())
+        };
+        if leader {
+            write_condition(storage, &key, &obj, st.mod_revision, wanted(&result, local)).await?;
+        }
+    }
+    agg.set_remote(remote);
+    Ok(())
+}
+
+/// Runs the checks on this member until `stop` fires.
+pub async fn run(state: Arc<KubeState>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    loop {
+        if let Err(e) = pass(&state).await {
+            debug!(error = %e, "APIService availability pass failed; retrying");
+        }
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tokio::time::sleep(PERIOD) => {}
+        }
+    }
+}

@@ -1,0 +1,528 @@
+//! APIServices and the aggregation layer with the real kubectl (1.32) and the `kube` crate: Local
+//! APIServices for the built-in groups and for a CRD (added and removed with it), upstream's validation
+//! messages, and a real aggregated API: an HTTPS server in this test process (its own CA, requiring the
+//! API server's front-proxy client certificate) behind a selector-less Service and a hand-made
+//! EndpointSlice on 127.0.0.1, reached through `kubectl get --raw`, discovery (`api-resources`) and
+//! `kubectl get`, with the user passed in `X-Remote-User`; when it stops, the APIService goes
+//! `Available=False` with `FailedDiscoveryCheck`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response};
+use keel_testkit::keel_bin;
+use keel_testkit::kube::KubeCluster;
+use serde_json::{json, Value};
+
+fn cluster() -> &'static KubeCluster {
+    KubeCluster::shared(|| KubeCluster::start(keel_bin!(), 1))
+}
+
+fn apiservice_json(c: &KubeCluster, name: &str) -> Value {
+    let out = c.ok(0, &["get", "apiservice", name, "-o", "json"]);
+    serde_json::from_str(&out).unwrap()
+}
+
+fn available(v: &Value) -> (String, String, String) {
+    let conds = v["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let c = conds
+        .iter()
+        .find(|c| c["type"] == "Available")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let s = |k: &str| c[k].as_str().unwrap_or("").to_string();
+    (s("status"), s("reason"), s("message"))
+}
+
+#[test]
+fn local_apiservices_for_builtins_and_crds() {
+    let c = cluster();
+    c.wait_until("v1.apps registered", Duration::from_secs(30), || {
+        c.kubectl(0, &["get", "apiservice", "v1.apps"]).ok
+    });
+    let table = c.ok(0, &["get", "apiservices"]);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "SERVICE", "AVAILABLE", "AGE"], "{table}");
+    for name in [
+        "v1.",
+        "v1.apps",
+        "v1.batch",
+        "v1.apiextensions.k8s.io",
+        "v1.apiregistration.k8s.io",
+        "v1.rbac.authorization.k8s.io",
+        "v1beta1.metrics.k8s.io",
+    ] {
+        let row = table
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("{name} missing:\n{table}"));
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cells[1..3], ["Local", "True"], "{table}");
+    }
+    let core = apiservice_json(c, "v1.");
+    assert_eq!(core["spec"]["groupPriorityMinimum"], 18000);
+    assert_eq!(core["spec"]["versionPriority"], 1);
+    assert!(core["spec"].get("service").is_none(), "{core}");
+    assert_eq!(
+        available(&core),
+        (
+            "True".into(),
+            "Local".into(),
+            "Local APIServices are always available".into()
+        )
+    );
+    let apps = apiservice_json(c, "v1.apps");
+    assert_eq!(apps["spec"]["groupPriorityMinimum"], 17800);
+    assert_eq!(apps["spec"]["versionPriority"], 15);
+    assert_eq!(apps["spec"]["group"], "apps");
+    // Discovery lists the group, as upstream does.
+    let res = c.ok(0, &["api-resources", "--api-group=apiregistration.k8s.io"]);
+    assert!(
+        res.contains("apiservices") && res.contains("APIService"),
+        "{res}"
+    );
+
+    // A CRD's group-version gets a Local APIService, and loses it with the CRD.
+    let crd = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gadgets.agg.example.com}
+spec:
+  group: agg.example.com
+  scope: Namespaced
+  names: {plural: gadgets, singular: gadget, kind: Gadget}
+  versions:
+  - name: v1beta1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+"#;
+    c.ok_stdin(0, &["apply", "-f", "-"], Some(crd));
+    c.wait_until("the CRD's APIService", Duration::from_secs(30), || {
+        c.kubectl(0, &["get", "apiservice", "v1beta1.agg.example.com"])
+            .ok
+    });
+    let a = apiservice_json(c, "v1beta1.agg.example.com");
+    assert_eq!(a["spec"]["groupPriorityMinimum"], 1000);
+    assert_eq!(a["spec"]["versionPriority"], 100);
+    assert_eq!(
+        a["metadata"]["labels"]["kube-aggregator.kubernetes.io/automanaged"],
+        "true"
+    );
+    c.ok(
+        0,
+        &["delete", "crd", "gadgets.agg.example.com", "--wait=true"],
+    );
+    c.wait_until(
+        "the CRD's APIService removed",
+        Duration::from_secs(30),
+        || {
+            !c.kubectl(0, &["get", "apiservice", "v1beta1.agg.example.com"])
+                .ok
+        },
+    );
+}
+
+#[test]
+fn apiservice_validation_messages() {
+    let c = cluster();
+    let bad = r#"
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {name: v1.wrong.example.com}
+spec:
+  group: right.example.com
+  version: v1
+  groupPriorityMinimum: 0
+  versionPriority: 1001
+  insecureSkipTLSVerify: true
+  caBundle: YWJj
+  service: {name: "", port: 70000}
+"#;
+    let err = c.err_stdin(0, &["create", "-f", "-"], Some(bad));
+    for want in [
+        r#"The APIService "v1.wrong.example.com" is invalid"#,
+        r#"metadata.name: Invalid value: "v1.wrong.example.com": must be `spec.version+"."+spec.group`: "v1.right.example.com""#,
+        "spec.groupPriorityMinimum: Invalid value: 0: must be positive and less than 20000",
+        "spec.versionPriority: Invalid value: 1001: must be positive and less than 1000",
+        "spec.service.namespace: Required value",
+        "spec.service.name: Required value",
+        "spec.service.port: Invalid value: 70000: port is not valid: must be between 1 and 65535, inclusive",
+        "spec.insecureSkipTLSVerify: Invalid value: true: may not be true if caBundle is present",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in:\n{err}");
+    }
+    let local = r#"
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {name: v2.}
+spec: {version: v2, groupPriorityMinimum: 1, versionPriority: 1, insecureSkipTLSVerify: true}
+"#;
+    let err = c.err_stdin(0, &["create", "-f", "-"], Some(local));
+    assert!(
+        err.contains("spec.group: Required value: only v1 may have an empty group and it better be legacy kube")
+            && err.contains("spec.insecureSkipTLSVerify: Invalid value: true: local APIServices may not have insecureSkipTLSVerify"),
+        "{err}"
+    );
+    // The port defaults to 443; a remote APIService without a backend is unavailable, with the reason.
+    let ok = r#"
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {name: v1.nowhere.example.com}
+spec:
+  group: nowhere.example.com
+  version: v1
+  groupPriorityMinimum: 10
+  versionPriority: 10
+  insecureSkipTLSVerify: true
+  service: {namespace: default, name: nowhere}
+"#;
+    c.ok_stdin(0, &["create", "-f", "-"], Some(ok));
+    let a = apiservice_json(c, "v1.nowhere.example.com");
+    assert_eq!(a["spec"]["service"]["port"], 443, "{a}");
+    c.wait_until("ServiceNotFound", Duration::from_secs(30), || {
+        available(&apiservice_json(c, "v1.nowhere.example.com")).1 == "ServiceNotFound"
+    });
+    let (st, _, msg) = available(&apiservice_json(c, "v1.nowhere.example.com"));
+    assert_eq!(
+        (st.as_str(), msg.as_str()),
+        ("False", r#"service/nowhere in "default" is not present"#)
+    );
+    let table = c.ok(0, &["get", "apiservice", "v1.nowhere.example.com"]);
+    assert!(
+        table.contains("default/nowhere") && table.contains("False (ServiceNotFound)"),
+        "{table}"
+    );
+    // Its group-version answers 503 while unavailable.
+    let err = c.err(0, &["get", "--raw", "/apis/nowhere.example.com/v1"]);
+    assert!(
+        err.contains("ServiceUnavailable") || err.contains("503"),
+        "{err}"
+    );
+    c.ok(0, &["delete", "apiservice", "v1.nowhere.example.com"]);
+}
+
+/// The aggregated server's state, shared with the test.
+#[derive(Default)]
+struct Seen {
+    users: Vec<String>,
+    groups: Vec<Vec<String>>,
+}
+
+const GROUP: &str = "metrics.agg-test.example.com";
+
+fn backend_answer(req: &Request<hyper::body::Incoming>) -> Value {
+    let path = req.uri().path();
+    let wants_table = req
+        .headers()
+        .get("accept")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("as=Table"));
+    if path == format!("/apis/{GROUP}/v1alpha1") {
+        return json!({
+            "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{GROUP}/v1alpha1"),
+            "resources": [{"name": "samples", "singularName": "sample", "namespaced": true,
+                           "kind": "Sample", "verbs": ["get", "list"], "shortNames": ["smp"]}],
+        });
+    }
+    let item = json!({"apiVersion": format!("{GROUP}/v1alpha1"), "kind": "Sample",
+                      "metadata": {"name": "cpu-load", "namespace": "agg-test",
+                                   "creationTimestamp": "2026-01-01T00:00:00Z"},
+                      "value": "42m"});
+    if wants_table {
+        return json!({
+            "kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {},
+            "columnDefinitions": [
+                {"name": "Name", "type": "string", "format": "name", "description": "", "priority": 0},
+                {"name": "Value", "type": "string", "format": "", "description": "", "priority": 0}],
+            "rows": [{"cells": ["cpu-load", "42m"], "object": item}],
+        });
+    }
+    json!({"kind": "SampleList", "apiVersion": format!("{GROUP}/v1alpha1"), "metadata": {},
+           "items": [item]})
+}
+
+/// Starts the aggregated server on 127.0.0.1 (a free port): HTTPS with a certificate for
+/// `metrics-sample.agg-test.svc` from its own CA, requiring a client certificate from the cluster CA.
+/// Returns its port, its CA (PEM) and a handle that stops it.
+async fn start_backend(
+    cluster_ca: &str,
+    seen: Arc<Mutex<Seen>>,
+) -> (u16, String, tokio::task::JoinHandle<()>) {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "agg-test-ca");
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let ca_pem = ca_cert.pem();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["metrics-sample.agg-test.svc".to_string()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(cluster_ca.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .unwrap();
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(
+            vec![leaf.der().clone()],
+            PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes()).unwrap(),
+        )
+        .unwrap();
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let task = tokio::spawn(async move {
+        let mut conns = tokio::task::JoinSet::new();
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let acceptor = acceptor.clone();
+            let seen = seen.clone();
+            conns.spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let seen = seen.clone();
+                    async move {
+                        let h = req.headers();
+                        let user = h
+                            .get("x-remote-user")
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("")
+                            .to_string();
+                        let groups: Vec<String> = h
+                            .get_all("x-remote-group")
+                            .iter()
+                            .filter_map(|v| v.to_str().ok().map(str::to_string))
+                            .collect();
+                        {
+                            let mut s = seen.lock().unwrap();
+                            s.users.push(user);
+                            s.groups.push(groups);
+                        }
+                        let body = serde_json::to_vec(&backend_answer(&req)).unwrap();
+                        Ok::<_, Infallible>(
+                            Response::builder()
+                                .header("content-type", "application/json")
+                                .body(Full::new(Bytes::from(body)))
+                                .unwrap(),
+                        )
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
+                    .await;
+            });
+        }
+    });
+    (port, ca_pem, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aggregated_api_through_kubectl() {
+    let c = cluster();
+    let ca_path = c
+        .member(0)
+        .kubeconfig()
+        .parent()
+        .unwrap()
+        .join("pki/ca.crt");
+    let cluster_ca = std::fs::read_to_string(&ca_path).unwrap();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let (port, backend_ca, task) = start_backend(&cluster_ca, seen.clone()).await;
+    let ca_b64 = base64::engine::general_purpose::STANDARD.encode(backend_ca.as_bytes());
+    let manifests = format!(
+        r#"
+apiVersion: v1
+kind: Namespace
+metadata: {{name: agg-test}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: metrics-sample, namespace: agg-test}}
+spec:
+  ports: [{{name: https, port: 443, targetPort: {port}}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: metrics-sample-1
+  namespace: agg-test
+  labels: {{kubernetes.io/service-name: metrics-sample}}
+addressType: IPv4
+endpoints: [{{addresses: [127.0.0.1], conditions: {{ready: true}}}}]
+ports: [{{name: https, port: {port}, protocol: TCP}}]
+---
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {{name: v1alpha1.{GROUP}}}
+spec:
+  group: {GROUP}
+  version: v1alpha1
+  groupPriorityMinimum: 100
+  versionPriority: 100
+  caBundle: {ca_b64}
+  service: {{namespace: agg-test, name: metrics-sample, port: 443}}
+"#
+    );
+    let name = format!("v1alpha1.{GROUP}");
+    let run = {
+        let name = name.clone();
+        move || {
+            c.ok_stdin(0, &["apply", "-f", "-"], Some(&manifests));
+            c.wait_until("the APIService available", Duration::from_secs(30), || {
+                available(&apiservice_json(c, &name)).0 == "True"
+            });
+            let a = apiservice_json(c, &name);
+            assert_eq!(
+                available(&a),
+                ("True".into(), "Passed".into(), "all checks passed".into())
+            );
+            let table = c.ok(0, &["get", "apiservice", &name]);
+            assert!(
+                table.contains("agg-test/metrics-sample") && table.contains("True"),
+                "{table}"
+            );
+
+            // Raw requests reach the backend, with the user in X-Remote-User.
+            let raw = c.ok(0, &["get", "--raw", &format!("/apis/{GROUP}/v1alpha1")]);
+            assert!(raw.contains("\"samples\""), "{raw}");
+            let raw = c.ok(
+                0,
+                &[
+                    "get",
+                    "--raw",
+                    &format!("/apis/{GROUP}/v1alpha1/namespaces/agg-test/samples"),
+                ],
+            );
+            assert!(raw.contains("cpu-load") && raw.contains("42m"), "{raw}");
+
+            // Discovery: legacy and aggregated (kubectl api-resources), then kubectl get by kind.
+            let groups = c.ok(0, &["get", "--raw", "/apis"]);
+            assert!(groups.contains(&format!("{GROUP}/v1alpha1")), "{groups}");
+            let res = c.ok(0, &["api-resources", &format!("--api-group={GROUP}")]);
+            assert!(
+                res.contains("samples") && res.contains("smp") && res.contains("Sample"),
+                "{res}"
+            );
+            let got = c.ok(0, &["get", "samples", "-n", "agg-test"]);
+            let header: Vec<&str> = got
+                .lines()
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .collect();
+            assert_eq!(header, ["NAME", "VALUE"], "{got}");
+            assert!(got.contains("cpu-load") && got.contains("42m"), "{got}");
+        }
+    };
+    tokio::task::spawn_blocking(run).await.unwrap();
+    {
+        let s = seen.lock().unwrap();
+        assert!(
+            s.users.iter().any(|u| u == "kubernetes-admin"),
+            "users seen: {:?}",
+            s.users
+        );
+        let i = s
+            .users
+            .iter()
+            .position(|u| u == "kubernetes-admin")
+            .unwrap();
+        assert!(
+            s.groups[i].iter().any(|g| g == "system:masters"),
+            "{:?}",
+            s.groups[i]
+        );
+        // The availability check identifies itself as the aggregator.
+        assert!(
+            s.users.iter().any(|u| u == "system:kube-aggregator"),
+            "{:?}",
+            s.users
+        );
+    }
+
+    // A client cannot pass its own X-Remote-User through.
+    {
+        let client = c.client(0).await;
+        let req = http::Request::get(format!(
+            "/apis/{GROUP}/v1alpha1/namespaces/agg-test/samples"
+        ))
+        .header("X-Remote-User", "mallory")
+        .body(Vec::new())
+        .unwrap();
+        let text = client.request_text(req).await.unwrap();
+        assert!(text.contains("cpu-load"), "{text}");
+        assert!(!seen.lock().unwrap().users.iter().any(|u| u == "mallory"));
+    }
+
+    // The backend stops: the APIService goes unavailable with the discovery check's reason.
+    task.abort();
+    let _ = task.await;
+    let run = {
+        let name = name.clone();
+        move || {
+            c.wait_until(
+                "the APIService unavailable",
+                Duration::from_secs(30),
+                || available(&apiservice_json(c, &name)).0 == "False",
+            );
+            let (_, reason, msg) = available(&apiservice_json(c, &name));
+            assert_eq!(reason, "FailedDiscoveryCheck", "{msg}");
+            assert!(
+                msg.starts_with(&format!(
+                    "failing or missing response from https://127.0.0.1:{port}/apis/{GROUP}/v1alpha1:"
+                )),
+                "{msg}"
+            );
+            let table = c.ok(0, &["get", "apiservice", &name]);
+            assert!(table.contains("False (FailedDiscoveryCheck)"), "{table}");
+            // No endpoints: the reason says so.
+            c.ok(
+                0,
+                &[
+                    "delete",
+                    "endpointslice",
+                    "-n",
+                    "agg-test",
+                    "metrics-sample-1",
+                ],
+            );
+            c.wait_until("EndpointsNotFound", Duration::from_secs(30), || {
+                available(&apiservice_json(c, &name)).1 == "EndpointsNotFound"
+            });
+            c.ok(0, &["delete", "apiservice", &name]);
+            c.ok(0, &["delete", "namespace", "agg-test", "--wait=false"]);
+        }
+    };
+    tokio::task::spawn_blocking(run).await.unwrap();
+}
