@@ -1,7 +1,7 @@
 //! The official Kubernetes Python client (`kubernetes` on PyPI, installed by this test into a venv
 //! under `target/`) against one keel member: watches and informer-style list+watch with the client's
 //! own defaults (it sends `watch=True`), a conflict's error body byte for byte, typed create/read of a
-//! DaemonSet and a ReplicationController (the client refuses objects missing Go's zero values).
+//! DaemonSet and a ReplicationController (the client refuses objects missing Go's zero values), and APIServices.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
 
@@ -238,4 +238,44 @@ print(json.dumps([rc.spec.replicas, scale.spec.replicas, scale.status.selector])
     );
     let out: serde_json::Value = serde_json::from_str(run(c, ns, &script).trim()).unwrap();
     assert_eq!(out, serde_json::json!([2, 2, "app=r"]));
+}
+
+#[test]
+fn typed_apiservices_round_trip() {
+    let c = cluster();
+    let ns = "py-apiservice";
+    c.ok(0, &["create", "namespace", ns]);
+    let script = format!(
+        "{PRELUDE}{}",
+        r#"
+reg = client.ApiregistrationV1Api()
+local = reg.read_api_service("v1.apps")
+made = reg.create_api_service(client.V1APIService(
+    metadata=client.V1ObjectMeta(name="v1alpha1.py.example.com"),
+    spec=client.V1APIServiceSpec(group="py.example.com", version="v1alpha1",
+        group_priority_minimum=1000, version_priority=15, insecure_skip_tls_verify=True,
+        service=client.ApiregistrationV1ServiceReference(namespace=ns, name="nowhere"))))
+def reason():
+    s = reg.read_api_service("v1alpha1.py.example.com").status
+    conds = (s.conditions or []) if s else []
+    return [c.reason for c in conds if c.type == "Available" and c.status == "False"]
+wait_for(lambda: reason() == ["ServiceNotFound"], "Available=False ServiceNotFound")
+names = [a.metadata.name for a in reg.list_api_service().items]
+reg.delete_api_service("v1alpha1.py.example.com")
+print(json.dumps({
+    "local": [local.spec.group, local.spec.version, local.spec.service,
+              [(c.type, c.status, c.reason) for c in local.status.conditions]],
+    "made": [made.spec.service.port, made.spec.group_priority_minimum],
+    "listed": ["v1.apps" in names, "v1alpha1.py.example.com" in names],
+}))
+"#
+    );
+    let out: serde_json::Value = serde_json::from_str(run(c, ns, &script).trim()).unwrap();
+    assert_eq!(
+        out["local"],
+        serde_json::json!(["apps", "v1", null, [["Available", "True", "Local"]]])
+    );
+    // The port defaults to 443, as upstream's defaulting does.
+    assert_eq!(out["made"], serde_json::json!([443, 1000]));
+    assert_eq!(out["listed"], serde_json::json!([true, true]));
 }
