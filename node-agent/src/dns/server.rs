@@ -619,9 +619,17 @@ mod tests {
     }
 
     async fn fake_upstream() -> FakeUpstream {
-        let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let addr = udp.local_addr().unwrap();
-        let tcp = TcpListener::bind(addr).await.unwrap();
+        // The UDP port the kernel picks may be taken on TCP by another test: pick again until both bind.
+        let mut bound = None;
+        for _ in 0..50 {
+            let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+            let addr = udp.local_addr().unwrap();
+            if let Ok(tcp) = TcpListener::bind(addr).await {
+                bound = Some((udp, addr, tcp));
+                break;
+            }
+        }
+        let (udp, addr, tcp) = bound.expect("no loopback port free on both UDP and TCP");
         let received = Arc::new(AtomicUsize::new(0));
         let mut tasks = JoinSet::new();
         let count = received.clone();
