@@ -20,6 +20,15 @@ use etcd_client::{Client, Txn, TxnOp};
 
 use crate::error::Result;
 
+/// The `q` quantile (0..1, nearest rank) of `sorted`; the default value when it is empty.
+pub(crate) fn nearest_rank<T: Copy + Default>(sorted: &[T], q: f64) -> T {
+    if sorted.is_empty() {
+        return T::default();
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
 /// Most operations etcd accepts in one transaction (`--max-txn-ops` default 128).
 const TXN_OPS: usize = 100;
 

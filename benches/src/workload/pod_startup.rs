@@ -55,14 +55,6 @@ fn kube_error(what: &str, e: impl std::fmt::Display) -> BenchError {
     BenchError::Kube(format!("{what}: {e}"))
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[i.clamp(1, sorted.len()) - 1]
-}
-
 fn started(p: &Pod) -> bool {
     let Some(st) = p.status.as_ref() else {
         return false;
@@ -255,9 +247,9 @@ pub(crate) async fn run(
         members,
         pods,
         rate,
-        p50: percentile(&lat, 50.0),
-        p90: percentile(&lat, 90.0),
-        p99: percentile(&lat, 99.0),
+        p50: super::nearest_rank(&lat, 0.50),
+        p90: super::nearest_rank(&lat, 0.90),
+        p99: super::nearest_rank(&lat, 0.99),
         max: lat.last().copied().unwrap_or(0.0),
         total_secs,
         agent_cpu_ms,

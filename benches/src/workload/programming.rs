@@ -99,15 +99,6 @@ fn error(what: &str, e: impl std::fmt::Display) -> BenchError {
     BenchError::Netprog(format!("programming latency: {what}: {e}"))
 }
 
-/// The `q` quantile (nearest rank) of sorted `d`.
-pub(crate) fn quantile(d: &[Duration], q: f64) -> Duration {
-    if d.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((q * d.len() as f64).ceil() as usize).clamp(1, d.len());
-    d[rank - 1]
-}
-
 fn micros(d: &[Duration]) -> Value {
     Value::from(d.iter().map(|x| x.as_micros() as u64).collect::<Vec<_>>())
 }
@@ -566,9 +557,9 @@ pub(crate) fn text(f: &Figures) -> String {
         format!(
             "| {what} | {} | {} | {} | {} | {} |\n",
             d.len(),
-            ms(quantile(d, 0.5)),
-            ms(quantile(d, 0.9)),
-            ms(quantile(d, 0.99)),
+            ms(super::nearest_rank(d, 0.5)),
+            ms(super::nearest_rank(d, 0.9)),
+            ms(super::nearest_rank(d, 0.99)),
             ms(d.last().copied().unwrap_or_default()),
         )
     };

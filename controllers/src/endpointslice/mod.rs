@@ -176,7 +176,7 @@ fn slice_labels(svc: &Service) -> BTreeMap<String, String> {
 }
 
 /// The endpoints of `svc` grouped by family and resolved ports, from the pods in the cache.
-fn groups(svc: &Service, pods: &Store<Pod>, nodes: &Store<Node>) -> Vec<Group> {
+fn groups(svc: &Service, selected: &[Arc<Pod>], nodes: &Store<Node>) -> Vec<Group> {
     let publish = pods::publish_not_ready(svc);
     let svc_ports = svc
         .spec
@@ -185,17 +185,17 @@ fn groups(svc: &Service, pods: &Store<Pod>, nodes: &Store<Node>) -> Vec<Group> {
         .unwrap_or_default();
     let mut out: Vec<Group> = Vec::new();
     for fam in pods::families(svc) {
-        for pod in pods::selected(svc, pods) {
-            if !pods::eligible(&pod, true) {
+        for pod in selected {
+            if !pods::eligible(pod, true) {
                 continue;
             }
-            let Some(ip) = pods::ip_of(&pod, fam) else {
+            let Some(ip) = pods::ip_of(pod, fam) else {
                 continue;
             };
             let ports: Vec<EndpointPort> = svc_ports
                 .iter()
                 .filter_map(|sp| {
-                    pods::target_port(&pod, sp).map(|n| EndpointPort {
+                    pods::target_port(pod, sp).map(|n| EndpointPort {
                         name: Some(sp.name.clone().unwrap_or_default()),
                         port: Some(n),
                         protocol: Some(sp.protocol.clone().unwrap_or_else(|| "TCP".into())),
@@ -203,8 +203,8 @@ fn groups(svc: &Service, pods: &Store<Pod>, nodes: &Store<Node>) -> Vec<Group> {
                     })
                 })
                 .collect();
-            let serving = publish || pods::ready(&pod);
-            let terminating = pods::terminating(&pod);
+            let serving = publish || pods::ready(pod);
+            let terminating = pods::terminating(pod);
             let node_name = pod.spec.as_ref().and_then(|s| s.node_name.clone());
             let zone = node_name
                 .as_ref()
@@ -217,10 +217,10 @@ fn groups(svc: &Service, pods: &Store<Pod>, nodes: &Store<Node>) -> Vec<Group> {
                     serving: Some(serving),
                     terminating: Some(terminating),
                 }),
-                hostname: pods::hostname(&pod, svc),
+                hostname: pods::hostname(pod, svc),
                 node_name,
                 zone,
-                target_ref: Some(pods::target_ref(&pod)),
+                target_ref: Some(pods::target_ref(pod)),
                 ..Default::default()
             };
             match out.iter_mut().find(|g| g.family == fam && g.ports == ports) {
@@ -265,8 +265,8 @@ async fn reconcile(
         endpoints: Vec::new(),
         ports: None,
     };
-    let groups = groups(&svc, &ctx.store::<Pod>(), &ctx.store::<Node>());
     let selected = pods::selected(&svc, &ctx.store::<Pod>());
+    let groups = groups(&svc, &selected, &ctx.store::<Node>());
     let trigger = triggers.compute(&key, &svc, &selected);
     let primary = pods::families(&svc).first().copied().unwrap_or("IPv4");
     let mut plan = reconciler::plan(

@@ -49,11 +49,7 @@ pub struct Endpoint {
 
 impl Endpoint {
     pub fn authority(&self) -> String {
-        if self.host.contains(':') {
-            format!("[{}]:{}", self.host, self.port)
-        } else {
-            format!("{}:{}", self.host, self.port)
-        }
+        crate::handler::pod_log::join_host_port(&self.host, self.port)
     }
 }
 
@@ -175,20 +171,9 @@ pub async fn connect(
     tls: Arc<rustls::ClientConfig>,
     ep: &Endpoint,
 ) -> Result<hyper::client::conn::http1::SendRequest<axum::body::Body>, String> {
-    let addr = ep.authority();
-    let tcp = tokio::time::timeout(CHECK_TIMEOUT, tokio::net::TcpStream::connect(&addr))
-        .await
-        .map_err(|_| format!("dial tcp {addr}: i/o timeout"))?
-        .map_err(|e| format!("dial tcp {addr}: {e}"))?;
-    let name = rustls::pki_types::ServerName::try_from(ep.server_name.clone())
-        .map_err(|e| e.to_string())?;
-    let stream = tokio::time::timeout(
-        CHECK_TIMEOUT,
-        tokio_rustls::TlsConnector::from(tls).connect(name, tcp),
-    )
-    .await
-    .map_err(|_| "net/http: TLS handshake timeout".to_string())?
-    .map_err(|e| format!("tls: {e}"))?;
+    let stream =
+        crate::handler::pod_log::dial_tls(tls, &ep.authority(), &ep.server_name, CHECK_TIMEOUT)
+            .await?;
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| e.to_string())?;

@@ -308,12 +308,35 @@ pub async fn log(call: Call) -> Result<Response, ApiError> {
         .map_err(|e| ApiError::Internal(e.to_string()))
 }
 
-fn join_host_port(host: &str, port: u16) -> String {
+/// `host:port`, with an IPv6 host in brackets.
+pub(crate) fn join_host_port(host: &str, port: u16) -> String {
     if host.contains(':') {
         format!("[{host}]:{port}")
     } else {
         format!("{host}:{port}")
     }
+}
+
+/// A TLS connection to `addr` whose certificate must name `server_name`; the dial and the handshake
+/// are each bounded by `timeout`. Errors read as Go's net/http writes them.
+pub(crate) async fn dial_tls(
+    tls: Arc<rustls::ClientConfig>,
+    addr: &str,
+    server_name: &str,
+    timeout: Duration,
+) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
+    let tcp = tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr))
+        .await
+        .map_err(|_| format!("dial tcp {addr}: i/o timeout"))?
+        .map_err(|e| format!("dial tcp {addr}: {e}"))?;
+    let name = ServerName::try_from(server_name.to_string()).map_err(|e| e.to_string())?;
+    tokio::time::timeout(
+        timeout,
+        tokio_rustls::TlsConnector::from(tls).connect(name, tcp),
+    )
+    .await
+    .map_err(|_| "net/http: TLS handshake timeout".to_string())?
+    .map_err(|e| e.to_string())
 }
 
 /// A TLS connection to the agent at `host:port`, with this member's kubelet-client certificate.
@@ -322,19 +345,7 @@ pub(crate) async fn connect_agent(
     host: &str,
     port: u16,
 ) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
-    let addr = join_host_port(host, port);
-    let tcp = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(&addr))
-        .await
-        .map_err(|_| "dial tcp: i/o timeout".to_string())?
-        .map_err(|e| format!("dial tcp {addr}: {e}"))?;
-    let server_name = ServerName::try_from(host.to_string()).map_err(|e| e.to_string())?;
-    tokio::time::timeout(
-        CONNECT_TIMEOUT,
-        tokio_rustls::TlsConnector::from(tls).connect(server_name, tcp),
-    )
-    .await
-    .map_err(|_| "TLS handshake timeout".to_string())?
-    .map_err(|e| e.to_string())
+    dial_tls(tls, &join_host_port(host, port), host, CONNECT_TIMEOUT).await
 }
 
 /// One GET to an agent over HTTPS (HTTP/1.1); the response with its body still streaming.
