@@ -38,6 +38,10 @@ pub struct PodInfo {
     pub non_zero: Resources,
     /// Host ports of its containers.
     pub ports: Vec<HostPort>,
+    /// Whether it declares pod affinity or anti-affinity (InterPodAffinity looks at such pods only).
+    pub has_affinity: bool,
+    /// Whether it declares required pod anti-affinity (which binds pods that come after it).
+    pub has_required_anti_affinity: bool,
 }
 
 /// `namespace/name` of a pod.
@@ -75,7 +79,19 @@ impl PodInfo {
                 }
             }
         }
+        let affinity = spec.and_then(|s| s.affinity.as_ref());
+        let has_affinity =
+            affinity.is_some_and(|a| a.pod_affinity.is_some() || a.pod_anti_affinity.is_some());
+        let has_required_anti_affinity = affinity
+            .and_then(|a| a.pod_anti_affinity.as_ref())
+            .and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .is_some_and(|t| !t.is_empty());
         PodInfo {
+            has_affinity,
+            has_required_anti_affinity,
             key: key_of(&pod),
             uid: pod.metadata.uid.clone().unwrap_or_default(),
             priority: spec.and_then(|s| s.priority).unwrap_or(0),

@@ -7,7 +7,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ReplicationController, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::Api;
 use kube::Client;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
@@ -15,10 +17,11 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use crate::binder;
-use crate::cache::{Cache, Snapshot};
+use crate::cache::objects::ClusterKind;
+use crate::cache::{Cache, ClusterObjects, Snapshot};
 use crate::framework::fit_error::NO_NODES_AVAILABLE;
 use crate::framework::schedule::{Algorithm, Failure};
-use crate::framework::Framework;
+use crate::framework::{CycleState, Framework};
 use crate::informer::{self, Change};
 use crate::plugins::{default_framework, default_preemption};
 use crate::pod_info::{is_ours, is_terminal, key_of, PodInfo};
@@ -29,9 +32,38 @@ use crate::Options;
 /// How often back-off and the unschedulable leftovers are flushed.
 const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 
+/// A change of one of the [`ClusterObjects`] kinds, ready to apply.
+pub struct ClusterChange {
+    kind: &'static str,
+    listed: bool,
+    apply: Box<dyn FnOnce(&mut ClusterObjects) + Send>,
+}
+
+impl std::fmt::Debug for ClusterChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterChange")
+            .field("kind", &self.kind)
+            .field("listed", &self.listed)
+            .finish()
+    }
+}
+
+fn cluster_input<K: ClusterKind + Send + 'static>(change: Change<K>) -> Input {
+    Input::Cluster(ClusterChange {
+        kind: std::any::type_name::<K>(),
+        listed: matches!(change, Change::Listed(_)),
+        apply: Box::new(move |o: &mut ClusterObjects| o.apply(change)),
+    })
+}
+
+/// How many kinds the scheduler watches besides Pods and Nodes.
+const CLUSTER_KINDS: usize = 6;
+
 /// What reaches the loop.
 #[derive(Debug)]
 pub enum Input {
+    /// A namespace, Service, workload or PodDisruptionBudget changed.
+    Cluster(ClusterChange),
     /// A pod changed.
     Pod(Box<Change<Pod>>),
     /// A node changed.
@@ -58,6 +90,7 @@ pub struct Scheduler {
     snapshot: Snapshot,
     pods_synced: bool,
     nodes_synced: bool,
+    kinds_synced: std::collections::HashSet<&'static str>,
     tx: UnboundedSender<Input>,
     tasks: JoinSet<()>,
     last_flush: Instant,
@@ -73,7 +106,38 @@ pub async fn run(client: Client, opts: Options) {
     let nodes = informer::watch(Api::<Node>::all(client.clone()), tx.clone(), |c| {
         Input::Node(Box::new(c))
     });
-    let _abort = AbortOnDrop(vec![pods, nodes]);
+    let mut handles = vec![pods, nodes];
+    handles.push(informer::watch(
+        Api::<Namespace>::all(client.clone()),
+        tx.clone(),
+        cluster_input,
+    ));
+    handles.push(informer::watch(
+        Api::<Service>::all(client.clone()),
+        tx.clone(),
+        cluster_input,
+    ));
+    handles.push(informer::watch(
+        Api::<ReplicaSet>::all(client.clone()),
+        tx.clone(),
+        cluster_input,
+    ));
+    handles.push(informer::watch(
+        Api::<StatefulSet>::all(client.clone()),
+        tx.clone(),
+        cluster_input,
+    ));
+    handles.push(informer::watch(
+        Api::<ReplicationController>::all(client.clone()),
+        tx.clone(),
+        cluster_input,
+    ));
+    handles.push(informer::watch(
+        Api::<PodDisruptionBudget>::all(client.clone()),
+        tx.clone(),
+        cluster_input,
+    ));
+    let _abort = AbortOnDrop(handles);
     let mut s = Scheduler::new(client, opts, tx);
     info!(plugins = ?s.fw.plugins(), "scheduler started");
     s.run(rx).await;
@@ -103,6 +167,7 @@ impl Scheduler {
             snapshot: Snapshot::default(),
             pods_synced: false,
             nodes_synced: false,
+            kinds_synced: std::collections::HashSet::new(),
             tx,
             tasks: JoinSet::new(),
             last_flush: Instant::now(),
@@ -120,7 +185,7 @@ impl Scheduler {
                 self.last_flush = Instant::now();
                 self.queue.flush(Instant::now());
             }
-            if self.pods_synced && self.nodes_synced {
+            if self.pods_synced && self.nodes_synced && self.kinds_synced.len() == CLUSTER_KINDS {
                 if let Some(qp) = self.queue.pop() {
                     self.schedule_one(qp.info);
                     tokio::task::yield_now().await;
@@ -143,6 +208,7 @@ impl Scheduler {
             Input::Pod(change) => self.on_pod_change(*change, now),
             Input::Node(change) => self.on_node_change(*change, now),
             Input::Bound { key, node, result } => self.on_bound(&key, &node, result, now),
+            Input::Cluster(change) => self.on_cluster_change(change, now),
         }
     }
 
@@ -169,6 +235,19 @@ impl Scheduler {
                 }
                 self.pods_synced = true;
             }
+        }
+    }
+
+    fn on_cluster_change(&mut self, change: ClusterChange, now: Instant) {
+        if change.listed {
+            self.kinds_synced.insert(change.kind);
+        }
+        let kind = change.kind;
+        (change.apply)(self.cache.objects_mut());
+        // Namespace labels steer InterPodAffinity's namespaceSelector: a pod refused before may fit
+        // now. Workloads, Services and budgets only weigh nodes, so they move nothing (as upstream).
+        if kind == std::any::type_name::<Namespace>() {
+            self.queue.move_all(now);
         }
     }
 
@@ -262,7 +341,11 @@ impl Scheduler {
             return;
         }
         self.cache.update_snapshot(&mut self.snapshot);
-        match self.alg.schedule(&self.fw, &self.snapshot, &info) {
+        let mut state = CycleState::default();
+        match self
+            .alg
+            .schedule(&self.fw, &mut state, &self.snapshot, &info)
+        {
             Ok(decision) => {
                 debug!(pod = %key, node = %decision.node, feasible = decision.feasible,
                        evaluated = decision.evaluated, "scheduled");
@@ -304,6 +387,7 @@ impl Scheduler {
                     Failure::Fit(mut e) => {
                         e.diagnosis.post_filter_msg = default_preemption::post_filter_message(
                             &self.fw,
+                            &state,
                             &self.snapshot,
                             &info,
                             &e.diagnosis,

@@ -7,6 +7,7 @@
 //! cache changed (NodeInfos are shared, copied on write).
 
 pub mod node_info;
+pub mod objects;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Node;
 
 pub use node_info::NodeInfo;
+pub use objects::ClusterObjects;
 
 use crate::pod_info::PodInfo;
 
@@ -30,6 +32,7 @@ struct Placed {
 pub struct Cache {
     nodes: BTreeMap<String, Arc<NodeInfo>>,
     pods: HashMap<String, Placed>,
+    objects: Arc<ClusterObjects>,
     generation: u64,
 }
 
@@ -38,6 +41,8 @@ pub struct Cache {
 pub struct Snapshot {
     /// Nodes that exist, in a stable order (by name).
     pub nodes: Vec<Arc<NodeInfo>>,
+    /// The other objects plugins read.
+    pub objects: Arc<ClusterObjects>,
     generation: u64,
 }
 
@@ -146,6 +151,17 @@ impl Cache {
         true
     }
 
+    /// The cluster objects for changing (the next snapshot sees the change).
+    pub fn objects_mut(&mut self) -> &mut ClusterObjects {
+        self.generation += 1;
+        Arc::make_mut(&mut self.objects)
+    }
+
+    /// The cluster objects as they are now.
+    pub fn objects(&self) -> &ClusterObjects {
+        &self.objects
+    }
+
     /// Refreshes `snap` if the cache changed since it was taken.
     pub fn update_snapshot(&self, snap: &mut Snapshot) {
         if snap.generation == self.generation && self.generation != 0 {
@@ -157,6 +173,7 @@ impl Cache {
             .filter(|n| n.node.is_some())
             .cloned()
             .collect();
+        snap.objects = self.objects.clone();
         snap.generation = self.generation;
     }
 }

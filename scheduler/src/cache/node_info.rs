@@ -23,6 +23,10 @@ pub struct NodeInfo {
     pub allocatable: Resources,
     /// Host ports in use.
     pub used_ports: Vec<HostPort>,
+    /// How many of its pods declare pod affinity or anti-affinity.
+    pub pods_with_affinity: usize,
+    /// How many of its pods declare required pod anti-affinity.
+    pub pods_with_required_anti_affinity: usize,
 }
 
 impl NodeInfo {
@@ -52,6 +56,8 @@ impl NodeInfo {
         self.requested.add(&pod.requests);
         self.non_zero_requested.add(&pod.non_zero);
         self.used_ports.extend(pod.ports.iter().cloned());
+        self.pods_with_affinity += usize::from(pod.has_affinity);
+        self.pods_with_required_anti_affinity += usize::from(pod.has_required_anti_affinity);
         self.pods.push(pod);
     }
 
@@ -63,12 +69,24 @@ impl NodeInfo {
         let pod = self.pods.swap_remove(i);
         self.requested.sub(&pod.requests);
         self.non_zero_requested.sub(&pod.non_zero);
+        self.pods_with_affinity -= usize::from(pod.has_affinity);
+        self.pods_with_required_anti_affinity -= usize::from(pod.has_required_anti_affinity);
         for port in &pod.ports {
             if let Some(j) = self.used_ports.iter().position(|u| u == port) {
                 self.used_ports.swap_remove(j);
             }
         }
         true
+    }
+
+    /// The node's labels.
+    pub fn labels(&self) -> &std::collections::BTreeMap<String, String> {
+        static EMPTY: std::collections::BTreeMap<String, String> =
+            std::collections::BTreeMap::new();
+        self.node
+            .as_ref()
+            .and_then(|n| n.metadata.labels.as_ref())
+            .unwrap_or(&EMPTY)
     }
 
     /// The node's taints.

@@ -3,13 +3,16 @@
 //! scores. [`schedule`] is one scheduling cycle over a snapshot; [`fit_error`] words a failure as
 //! upstream does; [`feasible`] is percentageOfNodesToScore.
 
+pub mod cycle_state;
 pub mod feasible;
 pub mod fit_error;
 pub mod schedule;
 
 use std::fmt;
 
-use crate::cache::NodeInfo;
+pub use cycle_state::CycleState;
+
+use crate::cache::{NodeInfo, Snapshot};
 use crate::pod_info::PodInfo;
 
 /// The highest score a plugin gives a node after normalising.
@@ -86,18 +89,33 @@ impl fmt::Display for Status {
 }
 
 /// A scheduler plugin. Every extension point has a default that takes no part, so a plugin implements
-/// only its own points.
+/// only its own points. Plugins that need the whole cluster compute it in `pre_filter` / `pre_score`
+/// into the [`CycleState`] and read it per node.
 pub trait Plugin: Send + Sync {
     /// Upstream's plugin name.
     fn name(&self) -> &'static str;
 
     /// PreFilter: a refusal here rejects the pod on every node at once.
-    fn pre_filter(&self, _pod: &PodInfo) -> Status {
+    fn pre_filter(&self, _state: &mut CycleState, _pod: &PodInfo, _snap: &Snapshot) -> Status {
         Status::success()
     }
 
+    /// PreFilterExtensions.AddPod: `added` now counts on `node` (preemption's dry runs).
+    fn add_pod(&self, _state: &mut CycleState, _pod: &PodInfo, _added: &PodInfo, _node: &NodeInfo) {
+    }
+
+    /// PreFilterExtensions.RemovePod: `removed` no longer counts on `node` (a preemption victim).
+    fn remove_pod(
+        &self,
+        _state: &mut CycleState,
+        _pod: &PodInfo,
+        _removed: &PodInfo,
+        _node: &NodeInfo,
+    ) {
+    }
+
     /// Filter: whether `pod` may run on `node`.
-    fn filter(&self, _pod: &PodInfo, _node: &NodeInfo) -> Status {
+    fn filter(&self, _state: &CycleState, _pod: &PodInfo, _node: &NodeInfo) -> Status {
         Status::success()
     }
 
@@ -106,13 +124,23 @@ pub trait Plugin: Send + Sync {
         false
     }
 
+    /// PreScore: runs once before scoring with the feasible nodes.
+    fn pre_score(
+        &self,
+        _state: &mut CycleState,
+        _pod: &PodInfo,
+        _snap: &Snapshot,
+        _nodes: &[&NodeInfo],
+    ) {
+    }
+
     /// Score: the raw score of `node` for `pod`.
-    fn score(&self, _pod: &PodInfo, _node: &NodeInfo) -> i64 {
+    fn score(&self, _state: &CycleState, _pod: &PodInfo, _node: &NodeInfo) -> i64 {
         0
     }
 
     /// NormalizeScore: scales the raw scores of every feasible node to 0..=[`MAX_NODE_SCORE`].
-    fn normalize(&self, _scores: &mut [i64]) {}
+    fn normalize(&self, _state: &CycleState, _scores: &mut [i64]) {}
 }
 
 /// Upstream's DefaultNormalizeScore: scales to `max` by the highest score; `reverse` makes the lowest
@@ -147,20 +175,46 @@ impl Framework {
     }
 
     /// Runs every PreFilter; the first refusal stops the cycle.
-    pub fn run_pre_filter(&self, pod: &PodInfo) -> Status {
+    pub fn run_pre_filter(&self, state: &mut CycleState, pod: &PodInfo, snap: &Snapshot) -> Status {
         for (p, _) in &self.plugins {
-            let s = p.pre_filter(pod);
+            let s = p.pre_filter(state, pod, snap);
             if !s.is_success() {
                 return s.with_plugin(p.name());
             }
         }
         Status::success()
+    }
+
+    /// Tells every plugin's state that `added` now counts on `node`.
+    pub fn run_add_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        added: &PodInfo,
+        node: &NodeInfo,
+    ) {
+        for (p, _) in &self.plugins {
+            p.add_pod(state, pod, added, node);
+        }
+    }
+
+    /// Tells every plugin's state that `removed` no longer counts on `node`.
+    pub fn run_remove_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        removed: &PodInfo,
+        node: &NodeInfo,
+    ) {
+        for (p, _) in &self.plugins {
+            p.remove_pod(state, pod, removed, node);
+        }
     }
 
     /// Runs the filters in order on one node; the first refusal is the node's status.
-    pub fn run_filters(&self, pod: &PodInfo, node: &NodeInfo) -> Status {
+    pub fn run_filters(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         for (p, _) in &self.plugins {
-            let s = p.filter(pod, node);
+            let s = p.filter(state, pod, node);
             if !s.is_success() {
                 return s.with_plugin(p.name());
             }
@@ -168,15 +222,27 @@ impl Framework {
         Status::success()
     }
 
-    /// The weighted sum of every score plugin's normalised scores, one per node of `nodes`.
-    pub fn run_scores(&self, pod: &PodInfo, nodes: &[&NodeInfo]) -> Vec<i64> {
+    /// PreScore, then the weighted sum of every score plugin's normalised scores, one per node of
+    /// `nodes`.
+    pub fn run_scores(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snap: &Snapshot,
+        nodes: &[&NodeInfo],
+    ) -> Vec<i64> {
+        for (p, _) in &self.plugins {
+            if p.scores() {
+                p.pre_score(state, pod, snap, nodes);
+            }
+        }
         let mut total = vec![0i64; nodes.len()];
         for (p, weight) in &self.plugins {
             if !p.scores() {
                 continue;
             }
-            let mut scores: Vec<i64> = nodes.iter().map(|n| p.score(pod, n)).collect();
-            p.normalize(&mut scores);
+            let mut scores: Vec<i64> = nodes.iter().map(|n| p.score(state, pod, n)).collect();
+            p.normalize(state, &mut scores);
             for (t, s) in total.iter_mut().zip(scores) {
                 *t = t.saturating_add(s.saturating_mul(*weight));
             }

@@ -7,7 +7,7 @@ use rand::{Rng, SeedableRng};
 
 use super::feasible::num_feasible_nodes_to_find;
 use super::fit_error::{Diagnosis, FitError};
-use super::Framework;
+use super::{CycleState, Framework};
 use crate::cache::{NodeInfo, Snapshot};
 use crate::pod_info::PodInfo;
 
@@ -59,10 +59,12 @@ impl Algorithm {
         }
     }
 
-    /// Chooses a node for `pod` among `snap`'s nodes.
+    /// Chooses a node for `pod` among `snap`'s nodes; `state` keeps what the plugins computed (for
+    /// preemption after a failure).
     pub fn schedule(
         &mut self,
         fw: &Framework,
+        state: &mut CycleState,
         snap: &Snapshot,
         pod: &PodInfo,
     ) -> Result<Decision, Failure> {
@@ -71,7 +73,7 @@ impl Algorithm {
             return Err(Failure::NoNodes);
         }
         let mut diagnosis = Diagnosis::default();
-        let pre = fw.run_pre_filter(pod);
+        let pre = fw.run_pre_filter(state, pod, snap);
         if !pre.is_success() {
             diagnosis.pre_filter_msg = Some(pre.to_string());
             for n in &snap.nodes {
@@ -93,7 +95,7 @@ impl Algorithm {
             }
             let node = &snap.nodes[(self.next_start + i) % all];
             processed += 1;
-            let status = fw.run_filters(pod, node);
+            let status = fw.run_filters(state, pod, node);
             if status.is_success() {
                 feasible.push(node);
             } else {
@@ -117,7 +119,7 @@ impl Algorithm {
                 evaluated: processed,
             });
         }
-        let scores = fw.run_scores(pod, &feasible);
+        let scores = fw.run_scores(state, pod, snap, &feasible);
         Ok(Decision {
             node: self.select_host(&feasible, &scores),
             feasible: count,
@@ -165,11 +167,15 @@ mod tests {
         let fw = default_framework();
         let mut alg = Algorithm::seeded(11);
         let p = pod("p", Some("100m"), None, json!({}));
-        let first = alg.schedule(&fw, &snap, &p).unwrap();
+        let first = alg
+            .schedule(&fw, &mut CycleState::default(), &snap, &p)
+            .unwrap();
         // 200 nodes: max(50 - 200/125, 5) = 49 % = 98, at least 100.
         assert_eq!((first.feasible, first.evaluated), (100, 100));
         assert!(first.node.as_str() < "n100", "{}", first.node);
-        let second = alg.schedule(&fw, &snap, &p).unwrap();
+        let second = alg
+            .schedule(&fw, &mut CycleState::default(), &snap, &p)
+            .unwrap();
         assert!(second.node.as_str() >= "n100", "{}", second.node);
     }
 
@@ -211,7 +217,7 @@ mod tests {
             json!({"spec": {"nodeSelector": {"disk": "ssd"}}}),
         );
         let d = Algorithm::seeded(2)
-            .schedule(&default_framework(), &snap, &p)
+            .schedule(&default_framework(), &mut CycleState::default(), &snap, &p)
             .unwrap();
         assert_eq!(d.node, "right");
         assert_eq!(d.feasible, 1);
@@ -238,7 +244,12 @@ mod tests {
         let mut seen = std::collections::BTreeSet::new();
         for _ in 0..40 {
             let d = alg
-                .schedule(&fw, &snap, &pod("p", Some("100m"), None, json!({})))
+                .schedule(
+                    &fw,
+                    &mut CycleState::default(),
+                    &snap,
+                    &pod("p", Some("100m"), None, json!({})),
+                )
                 .unwrap();
             seen.insert(d.node);
         }
@@ -250,6 +261,7 @@ mod tests {
         let snap = snapshot(vec![], vec![]);
         let r = Algorithm::seeded(1).schedule(
             &default_framework(),
+            &mut CycleState::default(),
             &snap,
             &pod("p", None, None, json!({})),
         );

@@ -2,7 +2,7 @@
 //! once the pod is on them: score = (1 - standard deviation of the shares) * 100 (weight 1).
 
 use crate::cache::NodeInfo;
-use crate::framework::{Plugin, MAX_NODE_SCORE};
+use crate::framework::{CycleState, Plugin, MAX_NODE_SCORE};
 use crate::pod_info::PodInfo;
 
 /// Upstream's balancedResourceScorer over (requested, allocatable) pairs.
@@ -40,7 +40,7 @@ impl Plugin for BalancedAllocation {
         true
     }
 
-    fn score(&self, pod: &PodInfo, node: &NodeInfo) -> i64 {
+    fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> i64 {
         // Actual requests, not the scoring defaults (upstream's useRequested).
         balanced_score(&[
             (
@@ -88,7 +88,12 @@ mod tests {
         );
         let fw = Framework::new(vec![(Box::new(BalancedAllocation), 1)]);
         let d = Algorithm::seeded(9)
-            .schedule(&fw, &snap, &pod("p", Some("2"), None, json!({})))
+            .schedule(
+                &fw,
+                &mut CycleState::default(),
+                &snap,
+                &pod("p", Some("2"), None, json!({})),
+            )
             .unwrap();
         assert_eq!(d.node, "memory-used");
     }

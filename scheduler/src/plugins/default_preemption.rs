@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::fit_error::{Diagnosis, FitError};
-use crate::framework::{Code, Framework, Status};
+use crate::framework::{Code, CycleState, Framework, Status};
 use crate::pod_info::PodInfo;
 
 /// Upstream's status for nodes where preemption cannot help.
@@ -20,6 +20,7 @@ pub const NO_VICTIMS: &str = "No preemption victims found for incoming pod";
 /// would find a node.
 pub fn post_filter_message(
     fw: &Framework,
+    state: &CycleState,
     snap: &Snapshot,
     pod: &PodInfo,
     diagnosis: &Diagnosis,
@@ -40,7 +41,7 @@ pub fn post_filter_message(
             .get(&name)
             .is_some_and(|s| s.code == Code::Unschedulable);
         let status = if helps {
-            try_without_lower_priority(fw, node, pod)?
+            try_without_lower_priority(fw, state, node, pod)?
         } else {
             Status::unresolvable(NOT_HELPFUL)
         };
@@ -56,6 +57,7 @@ pub fn post_filter_message(
 /// The node's status with its lower-priority pods gone; None when the pod would then fit.
 fn try_without_lower_priority(
     fw: &Framework,
+    state: &CycleState,
     node: &Arc<NodeInfo>,
     pod: &PodInfo,
 ) -> Option<Status> {
@@ -68,10 +70,12 @@ fn try_without_lower_priority(
         return Some(Status::unresolvable(NO_VICTIMS));
     }
     let mut without = NodeInfo::clone(node);
+    let mut state = state.clone();
     for v in victims {
         without.remove_pod(&v.key);
+        fw.run_remove_pod(&mut state, pod, v, &without);
     }
-    let status = fw.run_filters(pod, &without);
+    let status = fw.run_filters(&state, pod, &without);
     if status.is_success() {
         None
     } else {
@@ -89,9 +93,11 @@ mod tests {
 
     fn message(snap: &Snapshot, p: &PodInfo) -> String {
         let fw = default_framework();
-        match Algorithm::seeded(1).schedule(&fw, snap, p) {
+        let mut state = CycleState::default();
+        match Algorithm::seeded(1).schedule(&fw, &mut state, snap, p) {
             Err(Failure::Fit(mut e)) => {
-                e.diagnosis.post_filter_msg = post_filter_message(&fw, snap, p, &e.diagnosis);
+                e.diagnosis.post_filter_msg =
+                    post_filter_message(&fw, &state, snap, p, &e.diagnosis);
                 e.to_string()
             }
             other => panic!("expected a fit error, got {other:?}"),

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, NodeSelectorTerm};
 
 use crate::cache::NodeInfo;
-use crate::framework::{default_normalize, Plugin, Status};
+use crate::framework::{default_normalize, CycleState, Plugin, Status};
 use crate::pod_info::PodInfo;
 
 /// Upstream's reason.
@@ -93,7 +93,7 @@ impl Plugin for NodeAffinity {
         "NodeAffinity"
     }
 
-    fn filter(&self, pod: &PodInfo, node: &NodeInfo) -> Status {
+    fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         match node.node.as_ref() {
             Some(n) if required_matches(pod, n) => Status::success(),
             _ => Status::unresolvable(ERR_REASON_POD),
@@ -104,7 +104,7 @@ impl Plugin for NodeAffinity {
         true
     }
 
-    fn score(&self, pod: &PodInfo, node: &NodeInfo) -> i64 {
+    fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> i64 {
         let (Some(spec), Some(n)) = (pod.pod.spec.as_ref(), node.node.as_ref()) else {
             return 0;
         };
@@ -124,7 +124,7 @@ impl Plugin for NodeAffinity {
             .sum()
     }
 
-    fn normalize(&self, scores: &mut [i64]) {
+    fn normalize(&self, _state: &CycleState, scores: &mut [i64]) {
         default_normalize(scores, false);
     }
 }
@@ -156,9 +156,11 @@ mod tests {
         );
         let both = labelled("both", json!({"disk": "ssd", "zone": "a"}));
         let one = labelled("one", json!({"disk": "ssd"}));
-        assert!(NodeAffinity.filter(&p, &both).is_success());
+        assert!(NodeAffinity
+            .filter(&CycleState::default(), &p, &both)
+            .is_success());
         assert_eq!(
-            NodeAffinity.filter(&p, &one),
+            NodeAffinity.filter(&CycleState::default(), &p, &one),
             Status::unresolvable(ERR_REASON_POD)
         );
     }
@@ -176,19 +178,39 @@ mod tests {
             ])),
         );
         assert!(NodeAffinity
-            .filter(&p, &labelled("a", json!({"zone": "a"})))
+            .filter(
+                &CycleState::default(),
+                &p,
+                &labelled("a", json!({"zone": "a"}))
+            )
             .is_success());
         assert!(!NodeAffinity
-            .filter(&p, &labelled("g", json!({"zone": "a", "gpu": "1"})))
+            .filter(
+                &CycleState::default(),
+                &p,
+                &labelled("g", json!({"zone": "a", "gpu": "1"}))
+            )
             .is_success());
         assert!(NodeAffinity
-            .filter(&p, &labelled("big", json!({"cores": "32"})))
+            .filter(
+                &CycleState::default(),
+                &p,
+                &labelled("big", json!({"cores": "32"}))
+            )
             .is_success());
         assert!(!NodeAffinity
-            .filter(&p, &labelled("small", json!({"cores": "8"})))
+            .filter(
+                &CycleState::default(),
+                &p,
+                &labelled("small", json!({"cores": "8"}))
+            )
             .is_success());
         assert!(!NodeAffinity
-            .filter(&p, &labelled("c", json!({"zone": "c"})))
+            .filter(
+                &CycleState::default(),
+                &p,
+                &labelled("c", json!({"zone": "c"}))
+            )
             .is_success());
     }
 
@@ -211,11 +233,17 @@ mod tests {
             vec![],
         );
         let fw = Framework::new(vec![(Box::new(NodeAffinity), 2)]);
-        let d = Algorithm::seeded(3).schedule(&fw, &snap, &p).unwrap();
+        let d = Algorithm::seeded(3)
+            .schedule(&fw, &mut CycleState::default(), &snap, &p)
+            .unwrap();
         assert_eq!(d.node, "n2");
         let empty_term = pod("q", None, None, required(json!([{}])));
         assert!(!NodeAffinity
-            .filter(&empty_term, &labelled("n1", json!({})))
+            .filter(
+                &CycleState::default(),
+                &empty_term,
+                &labelled("n1", json!({}))
+            )
             .is_success());
     }
 
@@ -241,7 +269,12 @@ mod tests {
         let fw = Framework::new(vec![(Box::new(NodeAffinity), 2)]);
         let mut alg = Algorithm::seeded(7);
         for _ in 0..5 {
-            assert_eq!(alg.schedule(&fw, &snap, &p).unwrap().node, "ssd");
+            assert_eq!(
+                alg.schedule(&fw, &mut CycleState::default(), &snap, &p)
+                    .unwrap()
+                    .node,
+                "ssd"
+            );
         }
     }
 }

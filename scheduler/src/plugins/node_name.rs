@@ -1,7 +1,7 @@
 //! NodeName: a pod that names its node fits only there.
 
 use crate::cache::NodeInfo;
-use crate::framework::{Plugin, Status};
+use crate::framework::{CycleState, Plugin, Status};
 use crate::pod_info::PodInfo;
 
 /// Upstream's reason.
@@ -15,7 +15,7 @@ impl Plugin for NodeName {
         "NodeName"
     }
 
-    fn filter(&self, pod: &PodInfo, node: &NodeInfo) -> Status {
+    fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         let wanted = pod.node_name();
         if wanted.is_empty() || wanted == node.name() {
             Status::success()
@@ -36,10 +36,19 @@ mod tests {
         let p = pod("p", None, None, json!({"spec": {"nodeName": "n2"}}));
         let n1 = node("n1", "1", "1Gi", json!({}));
         let n2 = node("n2", "1", "1Gi", json!({}));
-        assert_eq!(NodeName.filter(&p, &n1), Status::unresolvable(ERR_REASON));
-        assert!(NodeName.filter(&p, &n2).is_success());
+        assert_eq!(
+            NodeName.filter(&CycleState::default(), &p, &n1),
+            Status::unresolvable(ERR_REASON)
+        );
         assert!(NodeName
-            .filter(&pod("q", None, None, json!({})), &n1)
+            .filter(&CycleState::default(), &p, &n2)
+            .is_success());
+        assert!(NodeName
+            .filter(
+                &CycleState::default(),
+                &pod("q", None, None, json!({})),
+                &n1
+            )
             .is_success());
     }
 }

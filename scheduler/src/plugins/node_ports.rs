@@ -2,7 +2,7 @@
 //! when the host IPs are equal or either is `0.0.0.0`.
 
 use crate::cache::NodeInfo;
-use crate::framework::{Plugin, Status};
+use crate::framework::{CycleState, Plugin, Status};
 use crate::pod_info::{HostPort, PodInfo};
 
 /// Upstream's reason.
@@ -22,7 +22,7 @@ impl Plugin for NodePorts {
         "NodePorts"
     }
 
-    fn filter(&self, pod: &PodInfo, node: &NodeInfo) -> Status {
+    fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         let taken = pod
             .ports
             .iter()
@@ -56,20 +56,32 @@ mod tests {
         let mut n = node("n", "4", "8Gi", json!({}));
         n.add_pod(with_port("a", 8080, "10.0.0.1", "TCP"));
         assert_eq!(
-            NodePorts.filter(&with_port("b", 8080, "10.0.0.1", "TCP"), &n),
+            NodePorts.filter(
+                &CycleState::default(),
+                &with_port("b", 8080, "10.0.0.1", "TCP"),
+                &n
+            ),
             Status::unschedulable(ERR_REASON)
         );
         assert!(!NodePorts
-            .filter(&with_port("c", 8080, "", "TCP"), &n)
+            .filter(&CycleState::default(), &with_port("c", 8080, "", "TCP"), &n)
             .is_success());
         assert!(NodePorts
-            .filter(&with_port("d", 8080, "10.0.0.2", "TCP"), &n)
+            .filter(
+                &CycleState::default(),
+                &with_port("d", 8080, "10.0.0.2", "TCP"),
+                &n
+            )
             .is_success());
         assert!(NodePorts
-            .filter(&with_port("e", 8080, "10.0.0.1", "UDP"), &n)
+            .filter(
+                &CycleState::default(),
+                &with_port("e", 8080, "10.0.0.1", "UDP"),
+                &n
+            )
             .is_success());
         assert!(NodePorts
-            .filter(&with_port("f", 9090, "", "TCP"), &n)
+            .filter(&CycleState::default(), &with_port("f", 9090, "", "TCP"), &n)
             .is_success());
     }
 }

@@ -4,7 +4,7 @@
 //! requests at the scoring defaults.
 
 use crate::cache::NodeInfo;
-use crate::framework::{Code, Plugin, Status, MAX_NODE_SCORE};
+use crate::framework::{Code, CycleState, Plugin, Status, MAX_NODE_SCORE};
 use crate::pod_info::PodInfo;
 
 /// Every resource the pod lacks on `node`, in upstream's words and order.
@@ -60,7 +60,7 @@ impl Plugin for NodeResourcesFit {
         "NodeResourcesFit"
     }
 
-    fn filter(&self, pod: &PodInfo, node: &NodeInfo) -> Status {
+    fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         let reasons = insufficient(pod, node);
         if reasons.is_empty() {
             Status::success()
@@ -73,7 +73,7 @@ impl Plugin for NodeResourcesFit {
         true
     }
 
-    fn score(&self, pod: &PodInfo, node: &NodeInfo) -> i64 {
+    fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> i64 {
         let pairs = [
             (
                 node.non_zero_requested.milli_cpu + pod.non_zero.milli_cpu,
@@ -113,17 +113,29 @@ mod tests {
         let mut n = node("n", "2", "4Gi", json!({}));
         n.add_pod(pod("a", Some("1500m"), Some("1Gi"), json!({})));
         assert_eq!(
-            NodeResourcesFit.filter(&pod("b", Some("1"), Some("1Gi"), json!({})), &n),
+            NodeResourcesFit.filter(
+                &CycleState::default(),
+                &pod("b", Some("1"), Some("1Gi"), json!({})),
+                &n
+            ),
             Status::unschedulable("Insufficient cpu")
         );
         assert_eq!(
             NodeResourcesFit
-                .filter(&pod("c", Some("1"), Some("8Gi"), json!({})), &n)
+                .filter(
+                    &CycleState::default(),
+                    &pod("c", Some("1"), Some("8Gi"), json!({})),
+                    &n
+                )
                 .reasons,
             vec!["Insufficient cpu", "Insufficient memory"]
         );
         assert!(NodeResourcesFit
-            .filter(&pod("d", Some("500m"), Some("3Gi"), json!({})), &n)
+            .filter(
+                &CycleState::default(),
+                &pod("d", Some("500m"), Some("3Gi"), json!({})),
+                &n
+            )
             .is_success());
     }
 
@@ -137,7 +149,7 @@ mod tests {
             json!({"spec": {"initContainers": [{"name": "i", "image": "x", "resources": {"requests": {"cpu": "2"}}}]}}),
         );
         assert_eq!(
-            NodeResourcesFit.filter(&init, &n),
+            NodeResourcesFit.filter(&CycleState::default(), &init, &n),
             Status::unschedulable("Insufficient cpu")
         );
         let overhead = pod(
@@ -146,7 +158,9 @@ mod tests {
             None,
             json!({"spec": {"overhead": {"cpu": "200m"}}}),
         );
-        assert!(!NodeResourcesFit.filter(&overhead, &n).is_success());
+        assert!(!NodeResourcesFit
+            .filter(&CycleState::default(), &overhead, &n)
+            .is_success());
     }
 
     #[test]
@@ -164,12 +178,12 @@ mod tests {
             json!({"spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"example.com/gpu": "2"}}}]}}),
         );
         assert_eq!(
-            NodeResourcesFit.filter(&gpu, &n),
+            NodeResourcesFit.filter(&CycleState::default(), &gpu, &n),
             Status::unschedulable("Insufficient example.com/gpu")
         );
         n.add_pod(pod("a", None, None, json!({})));
         assert_eq!(
-            NodeResourcesFit.filter(&pod("b", None, None, json!({})), &n),
+            NodeResourcesFit.filter(&CycleState::default(), &pod("b", None, None, json!({})), &n),
             Status::unschedulable("Too many pods")
         );
     }
@@ -193,14 +207,19 @@ mod tests {
         let mut alg = Algorithm::seeded(5);
         for _ in 0..5 {
             let d = alg
-                .schedule(&fw, &snap, &pod("p", Some("500m"), Some("1Gi"), json!({})))
+                .schedule(
+                    &fw,
+                    &mut CycleState::default(),
+                    &snap,
+                    &pod("p", Some("500m"), Some("1Gi"), json!({})),
+                )
                 .unwrap();
             assert_eq!(d.node, "empty");
         }
         // (4000-100-0)*100/4000 = 97 for cpu at the 100m default; memory 200Mi of 8Gi = 97.
         let n = node("n", "4", "8Gi", json!({}));
         assert_eq!(
-            NodeResourcesFit.score(&pod("q", None, None, json!({})), &n),
+            NodeResourcesFit.score(&CycleState::default(), &pod("q", None, None, json!({})), &n),
             97
         );
     }

@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::Taint;
 
 use super::taint_toleration::tolerates;
 use crate::cache::NodeInfo;
-use crate::framework::{Plugin, Status};
+use crate::framework::{CycleState, Plugin, Status};
 use crate::pod_info::PodInfo;
 
 /// Upstream's reason.
@@ -19,7 +19,7 @@ impl Plugin for NodeUnschedulable {
         "NodeUnschedulable"
     }
 
-    fn filter(&self, pod: &PodInfo, node: &NodeInfo) -> Status {
+    fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         let cordoned = node
             .node
             .as_ref()
@@ -58,7 +58,7 @@ mod tests {
         let cordoned = node("n", "1", "1Gi", json!({"spec": {"unschedulable": true}}));
         let plain = pod("p", None, None, json!({}));
         assert_eq!(
-            NodeUnschedulable.filter(&plain, &cordoned),
+            NodeUnschedulable.filter(&CycleState::default(), &plain, &cordoned),
             Status::unresolvable(ERR_REASON)
         );
         let tolerant = pod(
@@ -67,9 +67,15 @@ mod tests {
             None,
             json!({"spec": {"tolerations": [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}]}}),
         );
-        assert!(NodeUnschedulable.filter(&tolerant, &cordoned).is_success());
         assert!(NodeUnschedulable
-            .filter(&plain, &node("m", "1", "1Gi", json!({})))
+            .filter(&CycleState::default(), &tolerant, &cordoned)
+            .is_success());
+        assert!(NodeUnschedulable
+            .filter(
+                &CycleState::default(),
+                &plain,
+                &node("m", "1", "1Gi", json!({}))
+            )
             .is_success());
     }
 }

@@ -5,7 +5,7 @@
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 
 use crate::cache::NodeInfo;
-use crate::framework::{default_normalize, Plugin, Status};
+use crate::framework::{default_normalize, CycleState, Plugin, Status};
 use crate::pod_info::PodInfo;
 
 /// Whether toleration `t` tolerates `taint` (upstream's ToleratesTaint): an empty effect matches every
@@ -42,7 +42,7 @@ impl Plugin for TaintToleration {
         "TaintToleration"
     }
 
-    fn filter(&self, pod: &PodInfo, node: &NodeInfo) -> Status {
+    fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         let tols = tolerations(pod);
         let untolerated = node.taints().iter().find(|taint| {
             (taint.effect == "NoSchedule" || taint.effect == "NoExecute")
@@ -62,7 +62,7 @@ impl Plugin for TaintToleration {
         true
     }
 
-    fn score(&self, pod: &PodInfo, node: &NodeInfo) -> i64 {
+    fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> i64 {
         // Only tolerations that can match PreferNoSchedule (that effect or none) count.
         let tols: Vec<&Toleration> = tolerations(pod)
             .iter()
@@ -82,7 +82,7 @@ impl Plugin for TaintToleration {
         i64::try_from(n).unwrap_or(i64::MAX)
     }
 
-    fn normalize(&self, scores: &mut [i64]) {
+    fn normalize(&self, _state: &CycleState, scores: &mut [i64]) {
         default_normalize(scores, true);
     }
 }
@@ -109,7 +109,7 @@ mod tests {
         let n = tainted("n", "dedicated", "gpu", "NoSchedule");
         let plain = pod("p", None, None, json!({}));
         assert_eq!(
-            TaintToleration.filter(&plain, &n),
+            TaintToleration.filter(&CycleState::default(), &plain, &n),
             Status::unresolvable("node(s) had untolerated taint {dedicated: gpu}")
         );
         let equal = pod(
@@ -118,14 +118,18 @@ mod tests {
             None,
             json!({"spec": {"tolerations": [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]}}),
         );
-        assert!(TaintToleration.filter(&equal, &n).is_success());
+        assert!(TaintToleration
+            .filter(&CycleState::default(), &equal, &n)
+            .is_success());
         let wrong_value = pod(
             "w",
             None,
             None,
             json!({"spec": {"tolerations": [{"key": "dedicated", "value": "cpu"}]}}),
         );
-        assert!(!TaintToleration.filter(&wrong_value, &n).is_success());
+        assert!(!TaintToleration
+            .filter(&CycleState::default(), &wrong_value, &n)
+            .is_success());
         let everything = pod(
             "x",
             None,
@@ -133,10 +137,18 @@ mod tests {
             json!({"spec": {"tolerations": [{"operator": "Exists"}]}}),
         );
         assert!(TaintToleration
-            .filter(&everything, &tainted("m", "a", "b", "NoExecute"))
+            .filter(
+                &CycleState::default(),
+                &everything,
+                &tainted("m", "a", "b", "NoExecute")
+            )
             .is_success());
         assert!(TaintToleration
-            .filter(&plain, &tainted("s", "a", "b", "PreferNoSchedule"))
+            .filter(
+                &CycleState::default(),
+                &plain,
+                &tainted("s", "a", "b", "PreferNoSchedule")
+            )
             .is_success());
     }
 
@@ -153,7 +165,12 @@ mod tests {
         let mut alg = Algorithm::seeded(1);
         for _ in 0..10 {
             let d = alg
-                .schedule(&fw, &snap, &pod("p", None, None, json!({})))
+                .schedule(
+                    &fw,
+                    &mut CycleState::default(),
+                    &snap,
+                    &pod("p", None, None, json!({})),
+                )
                 .unwrap();
             assert_eq!(d.node, "clean");
         }
