@@ -17,6 +17,7 @@ pub mod framework;
 pub mod informer;
 pub mod plugins;
 pub mod pod_info;
+pub mod preemption;
 pub mod queue;
 pub mod report;
 pub mod resources;

@@ -32,16 +32,35 @@ fn reference(pod: &Pod) -> ObjectReference {
     }
 }
 
+/// What an Event says: its type, reason, action and note, and the pod it relates to, if any.
+#[derive(Debug, Clone)]
+pub struct Note<'a> {
+    /// Normal or Warning.
+    pub kind: Kind,
+    /// `Scheduled`, `FailedScheduling`, `Preempted`.
+    pub reason: &'a str,
+    /// `Binding`, `Scheduling`, `Preempting`.
+    pub action: &'a str,
+    /// The human-readable text.
+    pub note: String,
+    /// A second pod involved (the preemptor of a victim).
+    pub related: Option<&'a Pod>,
+}
+
 /// Posts an Event about `pod`.
 pub async fn event(
     client: &Client,
     holder: &str,
     pod: &Pod,
-    kind: Kind,
-    reason: &str,
-    action: &str,
-    note: String,
+    what: Note<'_>,
 ) -> Result<(), kube::Error> {
+    let Note {
+        kind,
+        reason,
+        action,
+        note,
+        related,
+    } = what;
     let now = k8s_openapi::jiff::Timestamp::now();
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let name = format!(
@@ -67,6 +86,7 @@ pub async fn event(
         action: Some(action.into()),
         note: Some(note),
         regarding: Some(reference(pod)),
+        related: related.map(reference),
         reporting_controller: Some(DEFAULT_SCHEDULER_NAME.into()),
         reporting_instance: Some(format!("{DEFAULT_SCHEDULER_NAME}-{holder}")),
         ..Default::default()
@@ -77,13 +97,19 @@ pub async fn event(
         .map(|_| ())
 }
 
-/// Sets `PodScheduled=False` with `reason` and `message` unless the pod already says exactly that.
+/// Sets `PodScheduled=False` with `reason` and `message`, and `status.nominatedNodeName` when
+/// preemption chose a node, unless the pod already says exactly that.
 pub async fn unschedulable_condition(
     client: &Client,
     pod: &Pod,
     reason: &str,
     message: &str,
+    nominated: Option<&str>,
 ) -> Result<(), kube::Error> {
+    let current_nominated = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.nominated_node_name.as_deref());
     let current = pod
         .status
         .as_ref()
@@ -93,6 +119,7 @@ pub async fn unschedulable_condition(
         if c.status == "False"
             && c.reason.as_deref() == Some(reason)
             && c.message.as_deref() == Some(message)
+            && (nominated.is_none() || nominated == current_nominated)
         {
             return Ok(());
         }
@@ -105,10 +132,45 @@ pub async fn unschedulable_condition(
             .unwrap_or_else(|| k8s_openapi::jiff::Timestamp::now().to_string()),
         _ => k8s_openapi::jiff::Timestamp::now().to_string(),
     };
-    let patch = json!({"status": {"conditions": [{
+    let mut patch = json!({"status": {"conditions": [{
         "type": "PodScheduled", "status": "False", "reason": reason, "message": message,
         "lastProbeTime": null, "lastTransitionTime": since,
     }]}});
+    if let Some(node) = nominated {
+        patch["status"]["nominatedNodeName"] = json!(node);
+    }
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+    let name = pod.metadata.name.as_deref().unwrap_or("");
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+        .map(|_| ())
+}
+
+/// Marks `victim` with `DisruptionTarget=True` (reason PreemptionByScheduler), as upstream does before
+/// it deletes a preemption victim, so its owner and the kubelet can tell why it goes.
+pub async fn disruption_target(
+    client: &Client,
+    victim: &Pod,
+    scheduler_name: &str,
+) -> Result<(), kube::Error> {
+    let patch = json!({"status": {"conditions": [{
+        "type": "DisruptionTarget", "status": "True",
+        "reason": crate::preemption::REASON_PREEMPTION,
+        "message": format!("{scheduler_name}: preempting to accommodate a higher priority pod"),
+        "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+    }]}});
+    let ns = victim.metadata.namespace.as_deref().unwrap_or("");
+    let name = victim.metadata.name.as_deref().unwrap_or("");
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+        .map(|_| ())
+}
+
+/// Clears `status.nominatedNodeName` of `pod`.
+pub async fn clear_nomination(client: &Client, pod: &Pod) -> Result<(), kube::Error> {
+    let patch = json!({"status": {"nominatedNodeName": null}});
     let ns = pod.metadata.namespace.as_deref().unwrap_or("");
     let name = pod.metadata.name.as_deref().unwrap_or("");
     Api::<Pod>::namespaced(client.clone(), ns)

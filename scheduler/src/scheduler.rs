@@ -20,13 +20,14 @@ use crate::binder;
 use crate::cache::objects::ClusterKind;
 use crate::cache::{Cache, ClusterObjects, Snapshot};
 use crate::framework::fit_error::NO_NODES_AVAILABLE;
-use crate::framework::schedule::{Algorithm, Failure};
+use crate::framework::schedule::{nominated_node_name, Algorithm, Failure};
 use crate::framework::{CycleState, Framework};
 use crate::informer::{self, Change};
-use crate::plugins::{default_framework, default_preemption};
+use crate::plugins::default_framework;
 use crate::pod_info::{is_ours, is_terminal, key_of, PodInfo};
+use crate::preemption::{self, Outcome};
 use crate::queue::SchedulingQueue;
-use crate::report::{self, Kind};
+use crate::report::{self, Kind, Note};
 use crate::Options;
 
 /// How often back-off and the unschedulable leftovers are flushed.
@@ -303,7 +304,11 @@ impl Scheduler {
             || !is_ours(&info.pod, &self.opts.scheduler_name)
         {
             self.queue.delete(&key);
+            self.cache.unnominate(&key);
             return;
+        }
+        if let Some(node) = nominated_node_name(&info) {
+            self.cache.nominate(info.clone(), node);
         }
         self.queue.add(info, now);
     }
@@ -368,10 +373,13 @@ impl Scheduler {
                             &client,
                             &holder,
                             &info.pod,
-                            Kind::Normal,
-                            "Scheduled",
-                            "Binding",
-                            note,
+                            Note {
+                                kind: Kind::Normal,
+                                reason: "Scheduled",
+                                action: "Binding",
+                                note,
+                                related: None,
+                            },
                         )
                         .await
                         {
@@ -382,48 +390,138 @@ impl Scheduler {
                 });
             }
             Err(failure) => {
-                let message = match failure {
-                    Failure::NoNodes => NO_NODES_AVAILABLE.to_string(),
+                let (message, nominated) = match failure {
+                    Failure::NoNodes => (NO_NODES_AVAILABLE.to_string(), None),
                     Failure::Fit(mut e) => {
-                        e.diagnosis.post_filter_msg = default_preemption::post_filter_message(
+                        match preemption::preempt(
                             &self.fw,
                             &state,
                             &self.snapshot,
                             &info,
                             &e.diagnosis,
-                        );
-                        e.to_string()
+                            self.alg.rng(),
+                        ) {
+                            Outcome::NotHelpful(msg) => {
+                                e.diagnosis.post_filter_msg = Some(msg);
+                                (e.to_string(), None)
+                            }
+                            Outcome::Preempt {
+                                node,
+                                victims,
+                                lower_nominated,
+                            } => {
+                                info!(pod = %key, node = %node, victims = victims.pods.len(),
+                                      pdb_violations = victims.pdb_violations, "preempting");
+                                self.cache.nominate(info.clone(), &node);
+                                for p in &lower_nominated {
+                                    self.cache.unnominate(&p.key);
+                                }
+                                self.evict(&info, &node, victims.pods, lower_nominated);
+                                (e.to_string(), Some(node))
+                            }
+                        }
                     }
                 };
                 debug!(pod = %key, %message, "unschedulable");
-                self.report_failure(&info, "Unschedulable", message);
+                self.report_failure(&info, "Unschedulable", message, nominated);
                 self.queue.requeue_unschedulable(&key, Instant::now());
             }
         }
     }
 
-    /// Writes the pod's condition and a FailedScheduling Event, off the loop.
-    fn report_failure(&mut self, info: &PodInfo, reason: &'static str, message: String) {
+    /// Evicts preemption victims off the loop, as upstream's prepareCandidate: each gets the
+    /// DisruptionTarget condition, is deleted (its uid as precondition) and gets a `Preempted` Event;
+    /// pods of lower priority nominated to the node lose their nomination.
+    fn evict(
+        &mut self,
+        preemptor: &PodInfo,
+        node: &str,
+        victims: Vec<PodInfo>,
+        lower: Vec<PodInfo>,
+    ) {
+        let (client, holder, scheduler_name) = (
+            self.client.clone(),
+            self.opts.holder.clone(),
+            self.opts.scheduler_name.clone(),
+        );
+        let (preemptor, node) = (preemptor.pod.clone(), node.to_string());
+        self.tasks.spawn(async move {
+            let uid = preemptor.metadata.uid.clone().unwrap_or_default();
+            for v in victims {
+                let pod = &v.pod;
+                if let Err(e) = report::disruption_target(&client, pod, &scheduler_name).await {
+                    debug!(victim = %v.key, error = %e, "marking the preemption victim failed");
+                }
+                let dp = kube::api::DeleteParams {
+                    preconditions: Some(kube::api::Preconditions {
+                        uid: pod.metadata.uid.clone(),
+                        resource_version: None,
+                    }),
+                    ..Default::default()
+                };
+                match Api::<Pod>::namespaced(client.clone(), v.namespace())
+                    .delete(v.name(), &dp)
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => continue,
+                    Err(e) => {
+                        warn!(victim = %v.key, error = %e, "deleting the preemption victim failed");
+                        continue;
+                    }
+                }
+                let note = Note {
+                    kind: Kind::Normal,
+                    reason: "Preempted",
+                    action: "Preempting",
+                    note: format!("Preempted by pod {uid} on node {node}"),
+                    related: Some(&preemptor),
+                };
+                if let Err(e) = report::event(&client, &holder, pod, note).await {
+                    debug!(error = %e, "posting the Preempted event failed");
+                }
+            }
+            for p in lower {
+                if let Err(e) = report::clear_nomination(&client, &p.pod).await {
+                    debug!(pod = %p.key, error = %e, "clearing a nomination failed");
+                }
+            }
+        });
+    }
+
+    /// Writes the pod's condition (and nomination) and a FailedScheduling Event, off the loop.
+    fn report_failure(
+        &mut self,
+        info: &PodInfo,
+        reason: &'static str,
+        message: String,
+        nominated: Option<String>,
+    ) {
         let (client, holder, pod) = (
             self.client.clone(),
             self.opts.holder.clone(),
             info.pod.clone(),
         );
         self.tasks.spawn(async move {
-            if let Err(e) = report::unschedulable_condition(&client, &pod, reason, &message).await {
-                debug!(error = %e, "writing the PodScheduled condition failed");
-            }
-            if let Err(e) = report::event(
+            if let Err(e) = report::unschedulable_condition(
                 &client,
-                &holder,
                 &pod,
-                Kind::Warning,
-                "FailedScheduling",
-                "Scheduling",
-                message,
+                reason,
+                &message,
+                nominated.as_deref(),
             )
             .await
             {
+                debug!(error = %e, "writing the PodScheduled condition failed");
+            }
+            let note = Note {
+                kind: Kind::Warning,
+                reason: "FailedScheduling",
+                action: "Scheduling",
+                note: message,
+                related: None,
+            };
+            if let Err(e) = report::event(&client, &holder, &pod, note).await {
                 debug!(error = %e, "posting the FailedScheduling event failed");
             }
         });
@@ -443,7 +541,7 @@ impl Scheduler {
                 self.queue.move_all(now);
                 let pod = self.queue_pod(key);
                 if let Some(info) = pod {
-                    self.report_failure(&info, "SchedulerError", binder::error_text(&e));
+                    self.report_failure(&info, "SchedulerError", binder::error_text(&e), None);
                 }
                 self.queue.requeue_after_error(key, now);
             }

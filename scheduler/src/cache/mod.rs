@@ -33,6 +33,8 @@ pub struct Cache {
     nodes: BTreeMap<String, Arc<NodeInfo>>,
     pods: HashMap<String, Placed>,
     objects: Arc<ClusterObjects>,
+    /// Pods nominated to a node by preemption, by pod key.
+    nominations: BTreeMap<String, (String, PodInfo)>,
     generation: u64,
 }
 
@@ -43,13 +45,23 @@ pub struct Snapshot {
     pub nodes: Vec<Arc<NodeInfo>>,
     /// The other objects plugins read.
     pub objects: Arc<ClusterObjects>,
+    /// Pods nominated to each node (preemptors waiting for their victims to go).
+    pub nominated: Arc<BTreeMap<String, Vec<PodInfo>>>,
     generation: u64,
 }
 
 impl Snapshot {
     /// The node named `name`.
     pub fn get(&self, name: &str) -> Option<&Arc<NodeInfo>> {
-        self.nodes.iter().find(|n| n.name() == name)
+        self.nodes
+            .binary_search_by(|n| n.name().cmp(name))
+            .ok()
+            .and_then(|i| self.nodes.get(i))
+    }
+
+    /// The pods nominated to `node`.
+    pub fn nominated_on(&self, node: &str) -> &[PodInfo] {
+        self.nominated.get(node).map(Vec::as_slice).unwrap_or(&[])
     }
 }
 
@@ -99,6 +111,7 @@ impl Cache {
 
     fn place(&mut self, pod: PodInfo, node: &str, assumed: bool) {
         self.remove_pod(&pod.key);
+        self.nominations.remove(&pod.key);
         self.pods.insert(
             pod.key.clone(),
             Placed {
@@ -137,6 +150,9 @@ impl Cache {
 
     /// Takes a pod off its node; returns whether it was placed.
     pub fn remove_pod(&mut self, key: &str) -> bool {
+        if self.nominations.remove(key).is_some() {
+            self.generation += 1;
+        }
         let Some(placed) = self.pods.remove(key) else {
             return false;
         };
@@ -149,6 +165,32 @@ impl Cache {
         }
         self.generation += 1;
         true
+    }
+
+    /// Records that `pod` waits for `node` (preemption chose it); replaces an earlier nomination.
+    pub fn nominate(&mut self, pod: PodInfo, node: &str) {
+        if self
+            .nominations
+            .get(&pod.key)
+            .is_some_and(|(n, p)| n == node && p.pod == pod.pod)
+        {
+            return;
+        }
+        self.nominations
+            .insert(pod.key.clone(), (node.to_string(), pod));
+        self.generation += 1;
+    }
+
+    /// Drops the nomination of `key`, if any.
+    pub fn unnominate(&mut self, key: &str) {
+        if self.nominations.remove(key).is_some() {
+            self.generation += 1;
+        }
+    }
+
+    /// The node `key` is nominated to.
+    pub fn nominated_node(&self, key: &str) -> Option<&str> {
+        self.nominations.get(key).map(|(n, _)| n.as_str())
     }
 
     /// The cluster objects for changing (the next snapshot sees the change).
@@ -174,6 +216,11 @@ impl Cache {
             .cloned()
             .collect();
         snap.objects = self.objects.clone();
+        let mut nominated: BTreeMap<String, Vec<PodInfo>> = BTreeMap::new();
+        for (node, pod) in self.nominations.values() {
+            nominated.entry(node.clone()).or_default().push(pod.clone());
+        }
+        snap.nominated = Arc::new(nominated);
         snap.generation = self.generation;
     }
 }

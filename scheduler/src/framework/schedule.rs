@@ -31,6 +31,47 @@ pub enum Failure {
     Fit(FitError),
 }
 
+/// `status.nominatedNodeName` of `pod`, if set.
+pub fn nominated_node_name(pod: &PodInfo) -> Option<&str> {
+    pod.pod
+        .status
+        .as_ref()
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .filter(|n| !n.is_empty())
+}
+
+/// Runs the filters on `node` as upstream's RunFilterPluginsWithNominatedPods: pods nominated to the
+/// node with at least `pod`'s priority count as if they were there (they will be, once their victims
+/// are gone). The filters run with them and, when that passes, without them too, because some filters
+/// (pod affinity) may pass only thanks to them.
+pub fn filter_with_nominated(
+    fw: &Framework,
+    state: &CycleState,
+    snap: &Snapshot,
+    pod: &PodInfo,
+    node: &NodeInfo,
+) -> super::Status {
+    let nominated: Vec<&PodInfo> = snap
+        .nominated_on(node.name())
+        .iter()
+        .filter(|p| p.priority >= pod.priority && p.uid != pod.uid)
+        .collect();
+    if nominated.is_empty() {
+        return fw.run_filters(state, pod, node);
+    }
+    let mut with = node.clone();
+    let mut with_state = state.clone();
+    for p in nominated {
+        with.add_pod(p.clone());
+        fw.run_add_pod(&mut with_state, pod, p, &with);
+    }
+    let status = fw.run_filters(&with_state, pod, &with);
+    if !status.is_success() {
+        return status;
+    }
+    fw.run_filters(state, pod, node)
+}
+
 /// The state kept from one cycle to the next: where the node scan resumes, the tie-break randomness.
 pub struct Algorithm {
     /// `percentageOfNodesToScore` (0 = adaptive).
@@ -57,6 +98,11 @@ impl Algorithm {
             next_start: 0,
             rng: StdRng::seed_from_u64(seed),
         }
+    }
+
+    /// The tie-break randomness (preemption draws its starting node from it too).
+    pub fn rng(&mut self) -> &mut StdRng {
+        &mut self.rng
     }
 
     /// Chooses a node for `pod` among `snap`'s nodes; `state` keeps what the plugins computed (for
@@ -86,6 +132,16 @@ impl Algorithm {
                 diagnosis,
             }));
         }
+        // A preemptor tries the node its victims are leaving first (upstream's evaluateNominatedNode).
+        if let Some(node) = nominated_node_name(pod).and_then(|n| snap.get(n)) {
+            if filter_with_nominated(fw, state, snap, pod, node).is_success() {
+                return Ok(Decision {
+                    node: node.name().to_string(),
+                    feasible: 1,
+                    evaluated: 1,
+                });
+            }
+        }
         let want = num_feasible_nodes_to_find(self.percentage_of_nodes_to_score, all);
         let mut feasible: Vec<&NodeInfo> = Vec::new();
         let mut processed = 0;
@@ -95,7 +151,7 @@ impl Algorithm {
             }
             let node = &snap.nodes[(self.next_start + i) % all];
             processed += 1;
-            let status = fw.run_filters(state, pod, node);
+            let status = filter_with_nominated(fw, state, snap, pod, node);
             if status.is_success() {
                 feasible.push(node);
             } else {

@@ -3,7 +3,6 @@
 //! NodeAffinity 2, NodeResourcesFit 1, NodeResourcesBalancedAllocation 1.
 
 pub mod balanced_allocation;
-pub mod default_preemption;
 pub mod node_affinity;
 pub mod node_name;
 pub mod node_ports;
