@@ -5,8 +5,8 @@
 //! `cargo build --release -p keel && cargo run --release -p keel-benches` runs everything and
 //! rewrites the generated part of `docs/benchmarks.md`; `-- --quick` is the CI subset. Steps that
 //! stand beside upstream's published figures rather than a second system (controllers, pod startup,
-//! service rules, programming latency) print their own tables; `--controllers`, `--pods`, `--netprog` and
-//! `--programming` run one alone.
+//! service rules, programming latency, scheduling on hollow nodes) print their own tables;
+//! `--controllers`, `--pods`, `--netprog`, `--programming` and `--scheduling` run one alone.
 
 mod error;
 mod load;
@@ -117,6 +117,25 @@ struct Args {
     /// Skip the pod startup step of a full or quick run.
     #[arg(long)]
     no_pods: bool,
+    /// Run only the scheduling step: a keel cluster with hollow nodes (`keel agent --hollow`),
+    /// SchedulingBasic, then Deployments until every pod is Running.
+    #[arg(long)]
+    scheduling: bool,
+    /// Hollow nodes of the scheduling step [--quick: 100; else 5000].
+    #[arg(long)]
+    hollow_nodes: Option<usize>,
+    /// Pods SchedulingBasic measures [--quick: 500; else 10000], after a tenth as many placed first.
+    #[arg(long)]
+    scheduling_pods: Option<usize>,
+    /// Deployments of the scheduling step's load shape [--quick: 5; else 300; 0 skips it].
+    #[arg(long)]
+    load_deployments: Option<usize>,
+    /// Replicas of each load Deployment [--quick: 20; else 100].
+    #[arg(long)]
+    load_replicas: Option<usize>,
+    /// Skip the scheduling step of a full or quick run.
+    #[arg(long)]
+    no_scheduling: bool,
     /// Run only the service rules step: netprog's nftables table for N Services of 10 endpoints,
     /// rendered and applied with `nft -f` in a network namespace of its own (needs root).
     #[arg(long)]
@@ -206,6 +225,15 @@ async fn run(args: Args) -> Result<()> {
     }
     if args.controllers {
         return controllers(&args).await;
+    }
+    if args.scheduling {
+        let bins = Binaries {
+            keel: args.keel.clone().unwrap_or_else(|| own_dir().join("keel")),
+            etcd: args.etcd.clone(),
+        };
+        bins.check()?;
+        let root = run_dir(&args)?;
+        return scheduling_step(&args, root.path(), &bins).await;
     }
     if args.pods {
         let bins = Binaries {
@@ -299,6 +327,10 @@ async fn run(args: Args) -> Result<()> {
     if !args.no_pods && args.only.is_none() {
         let root_path = root.path().to_path_buf();
         pod_step(&args, &root_path, &bins).await?;
+    }
+    if !args.no_scheduling && args.only.is_none() {
+        let root_path = root.path().to_path_buf();
+        scheduling_step(&args, &root_path, &bins).await?;
     }
     if !args.no_netprog && args.only.is_none() {
         netprog_step(&args).await?;
@@ -595,6 +627,44 @@ async fn controller_step(args: &Args, root: &Path, bins: &Binaries) -> Result<()
             )));
         }
     }
+    Ok(())
+}
+
+/// The scheduling step on 3 members (or the first of --members) with hollow nodes, beside
+/// upstream's published figures.
+async fn scheduling_step(args: &Args, root: &Path, bins: &Binaries) -> Result<()> {
+    let pods = args
+        .scheduling_pods
+        .unwrap_or(if args.quick { 500 } else { 10_000 });
+    let shape = workload::scheduling::Shape {
+        members: args.members.first().copied().unwrap_or(3),
+        nodes: args
+            .hollow_nodes
+            .unwrap_or(if args.quick { 100 } else { 5_000 }),
+        init_pods: pods / 10,
+        pods,
+        deployments: args
+            .load_deployments
+            .unwrap_or(if args.quick { 5 } else { 300 }),
+        replicas: args
+            .load_replicas
+            .unwrap_or(if args.quick { 20 } else { 100 }),
+    };
+    eprintln!(
+        "scheduling: {} members, {} hollow nodes, {} pods, then {} Deployments x {} replicas",
+        shape.members, shape.nodes, shape.pods, shape.deployments, shape.replicas
+    );
+    let bar = ProgressBar::new_spinner();
+    let f = workload::scheduling::run(&root.join("scheduling"), bins, shape, &|m| {
+        if bar.is_hidden() {
+            eprintln!("scheduling: {m}");
+        } else {
+            bar.set_message(m);
+        }
+    })
+    .await?;
+    bar.finish_and_clear();
+    println!("{}", workload::scheduling::text(&f));
     Ok(())
 }
 

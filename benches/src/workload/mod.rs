@@ -10,6 +10,7 @@ pub(crate) mod pod_startup;
 pub(crate) mod programming;
 pub(crate) mod put;
 pub(crate) mod range;
+pub(crate) mod scheduling;
 pub(crate) mod update;
 pub(crate) mod watch;
 
