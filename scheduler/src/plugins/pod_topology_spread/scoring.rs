@@ -110,6 +110,9 @@ pub(super) fn score(state: &CycleState, node: &NodeInfo) -> i64 {
     if s.require_all && !has_all_keys(labels, &s.constraints) {
         return INVALID_SCORE;
     }
+    // Hostname domains are read from the counts too rather than recounted on the node as upstream does:
+    // the same number for a scored node (it passed the filters the inclusion policies repeat) unless two
+    // nodes share a hostname label.
     let mut score = 0.0;
     for (i, c) in s.constraints.iter().enumerate() {
         let Some(value) = labels.get(&c.topology_key) else {
