@@ -1,6 +1,6 @@
 //! The default plugins of this slice, named and weighted as upstream's default profile. Filters run in
 //! upstream's order (the first refusal is the node's reason); score weights: TaintToleration 3,
-//! NodeAffinity 2, NodeResourcesFit 1, NodeResourcesBalancedAllocation 1.
+//! NodeAffinity 2, PodTopologySpread 2, NodeResourcesFit 1, NodeResourcesBalancedAllocation 1.
 
 pub mod balanced_allocation;
 pub mod node_affinity;
@@ -8,6 +8,7 @@ pub mod node_name;
 pub mod node_ports;
 pub mod node_resources_fit;
 pub mod node_unschedulable;
+pub mod pod_topology_spread;
 pub mod taint_toleration;
 
 use crate::framework::Framework;
@@ -21,6 +22,10 @@ pub fn default_framework() -> Framework {
         (Box::new(node_affinity::NodeAffinity), 2),
         (Box::new(node_ports::NodePorts), 0),
         (Box::new(node_resources_fit::NodeResourcesFit), 1),
+        (
+            Box::new(pod_topology_spread::PodTopologySpread::default()),
+            2,
+        ),
         (Box::new(balanced_allocation::BalancedAllocation), 1),
     ])
 }
