@@ -1,9 +1,11 @@
 //! The default plugins of this slice, named and weighted as upstream's default profile. Filters run in
 //! upstream's order (the first refusal is the node's reason); score weights: TaintToleration 3,
-//! NodeAffinity 2, NodeResourcesFit 1, InterPodAffinity 2, NodeResourcesBalancedAllocation 1.
+//! NodeAffinity 2, NodeResourcesFit 1, InterPodAffinity 2, NodeResourcesBalancedAllocation 1,
+//! ImageLocality 1.
 
 pub mod balanced_allocation;
 pub mod default_preemption;
+pub mod image_locality;
 pub mod inter_pod_affinity;
 pub mod node_affinity;
 pub mod node_name;
@@ -25,6 +27,7 @@ pub fn default_framework() -> Framework {
         (Box::new(node_resources_fit::NodeResourcesFit), 1),
         (Box::new(inter_pod_affinity::InterPodAffinity), 2),
         (Box::new(balanced_allocation::BalancedAllocation), 1),
+        (Box::new(image_locality::ImageLocality), 1),
     ])
 }
 
