@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::plugins::inter_pod_affinity::PodAffinityTerms;
 use crate::resources::{pod_requests, Resources};
 
 /// The scheduler name pods get when they name none.
@@ -42,6 +43,8 @@ pub struct PodInfo {
     pub has_affinity: bool,
     /// Whether it declares required pod anti-affinity (which binds pods that come after it).
     pub has_required_anti_affinity: bool,
+    /// Its pod (anti-)affinity terms, parsed once (None when it declares none).
+    pub affinity_terms: Option<Arc<PodAffinityTerms>>,
 }
 
 /// `namespace/name` of a pod.
@@ -89,7 +92,9 @@ impl PodInfo {
                     .as_ref()
             })
             .is_some_and(|t| !t.is_empty());
+        let affinity_terms = PodAffinityTerms::of(&pod).map(Arc::new);
         PodInfo {
+            affinity_terms,
             has_affinity,
             has_required_anti_affinity,
             key: key_of(&pod),

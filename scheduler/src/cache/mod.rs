@@ -35,6 +35,7 @@ pub struct Cache {
     objects: Arc<ClusterObjects>,
     /// Pods nominated to a node by preemption, by pod key.
     nominations: BTreeMap<String, (String, PodInfo)>,
+    image_node_counts: Arc<HashMap<String, usize>>,
     generation: u64,
 }
 
@@ -47,6 +48,8 @@ pub struct Snapshot {
     pub objects: Arc<ClusterObjects>,
     /// Pods nominated to each node (preemptors waiting for their victims to go).
     pub nominated: Arc<BTreeMap<String, Vec<PodInfo>>>,
+    /// How many nodes have each image (by normalised name; ImageLocality's spread).
+    pub image_node_counts: Arc<HashMap<String, usize>>,
     generation: u64,
 }
 
@@ -69,25 +72,63 @@ impl Cache {
     /// Adds or replaces a node.
     pub fn set_node(&mut self, node: Arc<Node>) {
         let name = node.metadata.name.clone().unwrap_or_default();
-        match self.nodes.get_mut(&name) {
-            Some(info) => Arc::make_mut(info).set_node(node),
+        let before = match self.nodes.get_mut(&name) {
+            Some(info) => {
+                // A NodeInfo kept only for its pods has no images counted.
+                let before = info.node.as_ref().map(|_| info.images.clone());
+                Arc::make_mut(info).set_node(node);
+                before
+            }
             None => {
-                self.nodes.insert(name, Arc::new(NodeInfo::new(node)));
+                self.nodes
+                    .insert(name.clone(), Arc::new(NodeInfo::new(node)));
+                None
+            }
+        };
+        if let Some(after) = self.nodes.get(&name).map(|n| n.images.clone()) {
+            // Most updates are status heartbeats with the same images: no recount.
+            if before.as_ref().is_none_or(|b| !Arc::ptr_eq(b, &after)) {
+                self.count_images(before.as_deref(), -1);
+                self.count_images(Some(&after), 1);
             }
         }
         self.generation += 1;
     }
 
+    fn count_images(&mut self, images: Option<&HashMap<String, i64>>, n: isize) {
+        let Some(images) = images.filter(|i| !i.is_empty()) else {
+            return;
+        };
+        let counts = Arc::make_mut(&mut self.image_node_counts);
+        for name in images.keys() {
+            let now = counts
+                .get(name)
+                .copied()
+                .unwrap_or(0)
+                .saturating_add_signed(n);
+            if now == 0 {
+                counts.remove(name);
+            } else {
+                counts.insert(name.clone(), now);
+            }
+        }
+    }
+
     /// Forgets a node (its pods stay accounted to the name until they go).
     pub fn remove_node(&mut self, name: &str) {
-        if let Some(info) = self.nodes.get_mut(name) {
-            if info.pods.is_empty() {
-                self.nodes.remove(name);
-            } else {
-                Arc::make_mut(info).node = None;
-            }
-            self.generation += 1;
+        let Some(info) = self.nodes.get_mut(name) else {
+            return;
+        };
+        let images = info.node.as_ref().map(|_| info.images.clone());
+        if info.pods.is_empty() {
+            self.nodes.remove(name);
+        } else {
+            let info = Arc::make_mut(info);
+            info.node = None;
+            info.images = Arc::default();
         }
+        self.count_images(images.as_deref(), -1);
+        self.generation += 1;
     }
 
     /// The node object named `name`, if the cache has it.
@@ -221,6 +262,7 @@ impl Cache {
             nominated.entry(node.clone()).or_default().push(pod.clone());
         }
         snap.nominated = Arc::new(nominated);
+        snap.image_node_counts = self.image_node_counts.clone();
         snap.generation = self.generation;
     }
 }
@@ -268,6 +310,43 @@ mod tests {
         cache.update_snapshot(&mut snap);
         assert_eq!(snap.nodes[0].requested.milli_cpu, 1000);
         assert_eq!(snap.nodes[0].pods.len(), 1);
+    }
+
+    fn imaged(name: &str, images: &[&str]) -> Arc<Node> {
+        let images: Vec<_> = images
+            .iter()
+            .map(|i| json!({"names": [i], "sizeBytes": 1}))
+            .collect();
+        Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": name},
+                "status": {"images": images}}))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn image_counts_follow_node_updates_and_removals() {
+        let mut cache = Cache::default();
+        let mut snap = Snapshot::default();
+        cache.set_node(imaged("n1", &["nginx", "redis:7"]));
+        cache.set_node(imaged("n2", &["docker.io/library/nginx:latest"]));
+        cache.update_snapshot(&mut snap);
+        let count = |snap: &Snapshot, image: &str| snap.image_node_counts.get(image).copied();
+        assert_eq!(count(&snap, "docker.io/library/nginx:latest"), Some(2));
+        assert_eq!(count(&snap, "docker.io/library/redis:7"), Some(1));
+        cache.set_node(imaged("n1", &["nginx", "redis:7"]));
+        cache.set_node(imaged("n2", &["redis:7"]));
+        cache.add_bound_pod(pod("a", "n2"));
+        cache.update_snapshot(&mut snap);
+        assert_eq!(count(&snap, "docker.io/library/nginx:latest"), Some(1));
+        assert_eq!(count(&snap, "docker.io/library/redis:7"), Some(2));
+        cache.remove_node("n2");
+        cache.remove_node("n1");
+        cache.update_snapshot(&mut snap);
+        assert!(snap.image_node_counts.is_empty());
+        cache.set_node(imaged("n2", &["redis:7"]));
+        cache.update_snapshot(&mut snap);
+        assert_eq!(count(&snap, "docker.io/library/redis:7"), Some(1));
     }
 
     #[test]

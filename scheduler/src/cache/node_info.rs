@@ -1,6 +1,7 @@
 //! One node as the scheduler sees it: the Node object and the pods on it (bound or assumed), with the
 //! sums the filters and scores need kept up to date as pods come and go.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
@@ -27,6 +28,9 @@ pub struct NodeInfo {
     pub pods_with_affinity: usize,
     /// How many of its pods declare required pod anti-affinity.
     pub pods_with_required_anti_affinity: usize,
+    /// Its images by normalised name, with their sizes (ImageLocality); shared, as it changes
+    /// only with the Node.
+    pub images: Arc<HashMap<String, i64>>,
 }
 
 impl NodeInfo {
@@ -48,6 +52,10 @@ impl NodeInfo {
     /// Replaces the Node object.
     pub fn set_node(&mut self, node: Arc<Node>) {
         self.allocatable = allocatable(&node);
+        let images = crate::plugins::image_locality::node_images(&node);
+        if *self.images != images {
+            self.images = Arc::new(images);
+        }
         self.node = Some(node);
     }
 

@@ -1,8 +1,11 @@
 //! The default plugins of this slice, named and weighted as upstream's default profile. Filters run in
 //! upstream's order (the first refusal is the node's reason); score weights: TaintToleration 3,
-//! NodeAffinity 2, PodTopologySpread 2, NodeResourcesFit 1, NodeResourcesBalancedAllocation 1.
+//! NodeAffinity 2, PodTopologySpread 2, InterPodAffinity 2, NodeResourcesFit 1,
+//! NodeResourcesBalancedAllocation 1, ImageLocality 1.
 
 pub mod balanced_allocation;
+pub mod image_locality;
+pub mod inter_pod_affinity;
 pub mod node_affinity;
 pub mod node_name;
 pub mod node_ports;
@@ -26,7 +29,9 @@ pub fn default_framework() -> Framework {
             Box::new(pod_topology_spread::PodTopologySpread::default()),
             2,
         ),
+        (Box::new(inter_pod_affinity::InterPodAffinity), 2),
         (Box::new(balanced_allocation::BalancedAllocation), 1),
+        (Box::new(image_locality::ImageLocality), 1),
     ])
 }
 
@@ -36,6 +41,7 @@ pub(crate) mod testing {
 
     use std::sync::Arc;
 
+    use k8s_openapi::api::core::v1::Namespace;
     use serde_json::{json, Value};
 
     use crate::cache::{Cache, NodeInfo, Snapshot};
@@ -87,7 +93,19 @@ pub(crate) mod testing {
 
     /// A snapshot of `nodes` with `placed` pods bound to the nodes they name.
     pub(crate) fn snapshot(nodes: Vec<NodeInfo>, placed: Vec<PodInfo>) -> Snapshot {
+        snapshot_with_namespaces(nodes, placed, Vec::new())
+    }
+
+    /// [`snapshot`] with `namespaces` among the cluster objects.
+    pub(crate) fn snapshot_with_namespaces(
+        nodes: Vec<NodeInfo>,
+        placed: Vec<PodInfo>,
+        namespaces: Vec<Namespace>,
+    ) -> Snapshot {
         let mut cache = Cache::default();
+        cache
+            .objects_mut()
+            .apply(crate::informer::Change::Listed(namespaces));
         for n in nodes {
             if let Some(node) = n.node {
                 cache.set_node(node);

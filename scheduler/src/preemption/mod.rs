@@ -10,7 +10,7 @@
 pub mod pick;
 pub mod victims;
 
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 
 use crate::cache::Snapshot;
 use crate::framework::fit_error::{Diagnosis, FitError};
@@ -200,6 +200,22 @@ pub fn preempt(
     }
 }
 
+/// The `preemption: …` part of the message for `pod`, or None when preemption would find a node
+/// (a dry run: nothing is evicted).
+pub fn post_filter_message(
+    fw: &Framework,
+    state: &CycleState,
+    snap: &Snapshot,
+    pod: &PodInfo,
+    diagnosis: &Diagnosis,
+) -> Option<String> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0);
+    match preempt(fw, state, snap, pod, diagnosis, &mut rng) {
+        Outcome::NotHelpful(msg) => Some(msg),
+        Outcome::Preempt { .. } => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,7 +223,6 @@ mod tests {
     use crate::framework::schedule::{Algorithm, Failure};
     use crate::plugins::default_framework;
     use crate::plugins::testing::{node, pod, snapshot};
-    use rand::SeedableRng;
     use serde_json::json;
     use std::sync::Arc;
 

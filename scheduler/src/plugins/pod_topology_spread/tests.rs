@@ -9,8 +9,8 @@ use crate::framework::fit_error::FitError;
 use crate::framework::schedule::{Algorithm, Failure};
 use crate::framework::{Code, Framework};
 use crate::plugins::default_framework;
-use crate::plugins::default_preemption::post_filter_message;
 use crate::plugins::testing::{node, pod, snapshot};
+use crate::preemption::post_filter_message;
 
 /// A node in `zone`, with `extra` merged into it (nested objects merge).
 fn zoned(name: &str, zone: &str, extra: Value) -> NodeInfo {
