@@ -4,7 +4,7 @@
 //! must be one of the built-in classes with its value and not the global default; any other class's value
 //! is at most 1000000000; `value` and `preemptionPolicy` never change. As upstream's, an update is checked
 //! for those two only (not against the create rules), and the built-in classes refuse a DELETE of one of
-//! them.
+//! them. The one-global-default rule is the Priority admission plugin's (`crate::priority`).
 //! Messages are upstream's, field by field.
 
 use serde_json::{json, Value};
