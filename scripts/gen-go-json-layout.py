@@ -81,6 +81,8 @@ KINDS = [
 ] + [
     ("rbac.authorization.k8s.io/v1", k, "k8s.io/api/rbac/v1") for k in ["Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"]
 ] + [
+    ("scheduling.k8s.io/v1", "PriorityClass", "k8s.io/api/scheduling/v1"),
+] + [
     # meta/v1 kinds are written with more than one apiVersion (v1, meta.k8s.io/v1) or none: any matches.
     ("*", k, "k8s.io/apimachinery/pkg/apis/meta/v1")
     for k in ["Status", "WatchEvent", "Table", "PartialObjectMetadata", "PartialObjectMetadataList",

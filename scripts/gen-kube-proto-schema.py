@@ -27,7 +27,7 @@ ROOTS = [
     "api.rbac.v1.RoleBinding", "api.rbac.v1.ClusterRole", "api.rbac.v1.ClusterRoleBinding",
     "api.coordination.v1.Lease", "api.discovery.v1.EndpointSlice", "api.autoscaling.v1.Scale",
     "apimachinery.pkg.apis.meta.v1.DeleteOptions", "api.policy.v1.PodDisruptionBudget", "api.policy.v1.Eviction",
-    "api.apps.v1.ControllerRevision",
+    "api.apps.v1.ControllerRevision", "api.scheduling.v1.PriorityClass",
 ]
 
 def parse_fields(body):

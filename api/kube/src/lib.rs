@@ -9,7 +9,8 @@
 //!   API server's periodic compaction of history.
 //! - `strategy`: the rules of each kind (create, update, subresources, delete), looked up from the resource
 //!   table; `admission`: defaulting and validation through them; `alloc`: Service IPs and node ports;
-//!   `lifecycle`: namespaces.
+//!   `lifecycle`: namespaces; `priority`: PriorityClasses (the built-in ones) and the Priority admission
+//!   plugin.
 //! - `apply`: server-side apply and managedFields.
 //! - `handler::pod_log`, `handler::pod_stream`, `metrics_api`: what goes through to the node agents (logs,
 //!   exec/attach/port-forward, `metrics.k8s.io` for `kubectl top`).
@@ -37,6 +38,7 @@ pub mod object;
 pub mod openapi;
 pub mod patch;
 pub mod pki;
+pub mod priority;
 pub mod protobuf;
 pub mod request;
 pub mod resource;

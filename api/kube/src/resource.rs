@@ -41,6 +41,8 @@ pub enum Printer {
     ControllerRevision,
     /// `apiregistration.k8s.io` APIServices: Service (or `Local`), Available.
     APIService,
+    /// `scheduling.k8s.io` PriorityClasses: Value, Global-Default, Age, PreemptionPolicy.
+    PriorityClass,
     /// Upstream's fallback: Name and Created At.
     Default,
     /// A custom resource: Name, then its CRD's additionalPrinterColumns (Age when it declares none).
@@ -559,6 +561,22 @@ pub static BUILTIN: LazyLock<Vec<Arc<ResourceDef>>> = LazyLock::new(|| {
             printer = Default,
             fields = NONE,
             cou = true,
+            gen = false
+        ),
+        res!(
+            "scheduling.k8s.io",
+            "PriorityClass",
+            "priorityclasses",
+            "priorityclass",
+            ns = false,
+            short = &["pc"],
+            cat = NONE,
+            status = false,
+            scale = false,
+            storage = "priorityclasses",
+            printer = PriorityClass,
+            fields = NONE,
+            cou = false,
             gen = false
         ),
         res!(

@@ -241,6 +241,7 @@ impl ApiServer {
                 }
             },
             aggregator,
+            priority_classes_ready: std::sync::atomic::AtomicBool::new(false),
         });
         let app = Arc::new(App {
             state: state.clone(),
@@ -270,6 +271,7 @@ impl ApiServer {
                 pki.ca_cert.clone(),
                 stop_rx.clone(),
             )),
+            tokio::spawn(crate::priority::bootstrap(state.clone())),
             tokio::spawn(compaction::run(
                 storage.clone(),
                 opts.compaction_interval,
@@ -437,26 +439,45 @@ fn plain(code: StatusCode, text: &str) -> Response {
 }
 
 async fn health(app: &App, path: &str, query: Option<&str>) -> Response {
+    let readyz = path.starts_with("/readyz");
     let ready = app.state.storage.has_leader() && lifecycle::bootstrapped(&app.state.storage).await;
-    let check = if path.starts_with("/readyz") {
-        ready
-    } else {
-        true
-    };
+    // As upstream's, readiness waits for the post-start hook that creates the built-in PriorityClasses.
+    let hook = app
+        .state
+        .priority_classes_ready
+        .load(std::sync::atomic::Ordering::Acquire);
+    let check = !readyz || (ready && hook);
     let verbose = query.is_some_and(|q| q.contains("verbose"));
+    let hook_line = if !readyz {
+        String::new()
+    } else if hook {
+        format!("[+]{} ok\n", crate::priority::HOOK)
+    } else {
+        format!("[-]{} failed: reason withheld\n", crate::priority::HOOK)
+    };
     match (check, verbose) {
         (true, false) => plain(StatusCode::OK, "ok"),
         (true, true) => plain(
             StatusCode::OK,
-            &format!("[+]ping ok\n[+]etcd ok\n{} check passed\n", &path[1..]),
-        ),
-        (false, _) => plain(
-            StatusCode::INTERNAL_SERVER_ERROR,
             &format!(
-                "[+]ping ok\n[-]bootstrap failed: no Raft leader yet, or the default namespaces are not created yet\n{} check failed\n",
+                "[+]ping ok\n[+]etcd ok\n{hook_line}{} check passed\n",
                 &path[1..]
             ),
         ),
+        (false, _) => {
+            let bootstrap = if ready {
+                "[+]etcd ok\n"
+            } else {
+                "[-]bootstrap failed: no Raft leader yet, or the default namespaces are not created yet\n"
+            };
+            plain(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!(
+                    "[+]ping ok\n{bootstrap}{hook_line}{} check failed\n",
+                    &path[1..]
+                ),
+            )
+        }
     }
 }
 

@@ -8,7 +8,7 @@ macro_rules! with_builtin_type {
         use k8s_openapi::api::{
             apps::v1 as apps, batch::v1 as batch, coordination::v1 as coord, core::v1 as core,
             discovery::v1 as disc, events::v1 as events, networking::v1 as net, policy::v1 as policy,
-            rbac::v1 as rbac,
+            rbac::v1 as rbac, scheduling::v1 as scheduling,
         };
         macro_rules! arm {
             ($ty:ty) => {{
@@ -40,6 +40,7 @@ macro_rules! with_builtin_type {
             ("rbac.authorization.k8s.io", "ClusterRole") => arm!(rbac::ClusterRole),
             ("rbac.authorization.k8s.io", "RoleBinding") => arm!(rbac::RoleBinding),
             ("rbac.authorization.k8s.io", "Role") => arm!(rbac::Role),
+            ("scheduling.k8s.io", "PriorityClass") => arm!(scheduling::PriorityClass),
             ("coordination.k8s.io", "Lease") => arm!(coord::Lease),
             ("discovery.k8s.io", "EndpointSlice") => arm!(disc::EndpointSlice),
             ("networking.k8s.io", "NetworkPolicy") => arm!(net::NetworkPolicy),

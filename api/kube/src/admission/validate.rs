@@ -204,13 +204,22 @@ pub fn immutable(old: &Value, new: &Value, field: &str, causes: &mut Vec<Cause>)
     }
 }
 
-/// Checks an update against the stored object: the new object as [`object`] does, then the kind's
-/// update rules ([`Strategy::validate_update`]: immutable fields).
+/// Checks an update against the stored object: the new object as [`object`] does (only its metadata when
+/// the kind's [`Strategy::revalidates_on_update`] says so), then the kind's update rules
+/// ([`Strategy::validate_update`]: immutable fields).
 ///
 /// [`Strategy::validate_update`]: crate::strategy::Strategy::validate_update
+/// [`Strategy::revalidates_on_update`]: crate::strategy::Strategy::revalidates_on_update
 pub fn update(def: &ResourceDef, old: &Value, new: &Value) -> Vec<Cause> {
-    let mut causes = object(def, new);
-    causes.extend(crate::strategy::of(def).validate_update(def, old, new));
+    let strategy = crate::strategy::of(def);
+    let mut causes = if strategy.revalidates_on_update() {
+        object(def, new)
+    } else {
+        let mut meta = Vec::new();
+        check_meta(strategy.name_rule(), new, &mut meta);
+        meta
+    };
+    causes.extend(strategy.validate_update(def, old, new));
     causes
 }
 

@@ -257,6 +257,17 @@ pub async fn delete(call: Call) -> Result<Response, ApiError> {
     let opts = options(&call)?;
     let dry_run = call.params.dry_run()? || !opts.dry_run.is_empty();
     let def = &call.route.def;
+    if let Some(reason) = strategy::of(def).delete_forbidden(call.name()) {
+        let target = crate::status::Target::new(&def.group, &def.plural, call.name());
+        return Err(ApiError::Forbidden {
+            message: format!(
+                "{} \"{}\" is forbidden: {reason}",
+                target.qualified(),
+                call.name()
+            ),
+            target,
+        });
+    }
     match delete_one(&call, &call.key(), call.name(), &opts, dry_run).await? {
         Deleted::Pending(obj) => {
             let mut r = respond_object(&call, convert::from_storage(def, obj))?;

@@ -43,6 +43,8 @@ pub struct KubeState {
     pub kubelet_tls: Option<Arc<rustls::ClientConfig>>,
     /// The aggregation layer: remote APIServices' TLS and this member's view of their discovery.
     pub aggregator: Arc<crate::aggregator::Aggregator>,
+    /// Whether this member has made sure the built-in PriorityClasses exist (a `/readyz` check).
+    pub priority_classes_ready: std::sync::atomic::AtomicBool,
 }
 
 impl KubeState {

@@ -1,5 +1,6 @@
-//! POST (create), PUT (update, `/status`, `/finalize`) and PATCH (JSON patch, merge patch): admission,
-//! optimistic concurrency on the key's mod revision, server-owned metadata. What differs by kind
+//! POST (create), PUT (update, `/status`, `/finalize`) and PATCH (JSON patch, merge patch): admission
+//! (defaulting, the Priority plugin, validation), optimistic concurrency on the key's mod revision,
+//! server-owned metadata. What differs by kind
 //! (status resets, generation bumps, allocations, subresource rules) is the kind's strategy's.
 
 use axum::http::StatusCode;
@@ -19,7 +20,7 @@ use crate::object;
 use crate::resource::ResourceDef;
 use crate::status::{ApiError, Target};
 use crate::storage::{Stored, WriteOutcome};
-use crate::{convert, lifecycle, strategy};
+use crate::{convert, lifecycle, priority, strategy};
 
 /// How many times a write retries after losing a race it may retry (no client resourceVersion).
 const RETRIES: usize = 8;
@@ -276,10 +277,16 @@ pub async fn create_object(
         });
     }
     let generate = object::meta_str(&obj, "generateName").to_string();
+    // Admission names a server-named object by its prefix, as upstream's (which picks names after it).
+    let admission_name = match object::name(&obj) {
+        "" => generate.clone(),
+        n => n.to_string(),
+    };
     if object::name(&obj).is_empty() && !generate.is_empty() {
         object::meta_mut(&mut obj).insert("name".into(), json!(generated_name(&generate)));
     }
     defaults::apply(sdef, &mut obj);
+    priority::admit_create(&call.state.storage, sdef, &admission_name, &mut obj).await?;
     let sent_fields = object::meta_mut(&mut obj).remove("managedFields");
     prepare_create(sdef, &mut obj);
     if let Some(mf) = sent_fields {
@@ -291,6 +298,7 @@ pub async fn create_object(
     }
     let name = object::name(&obj).to_string();
     validate::invalid(def, &name, validate::object(sdef, &obj))?;
+    priority::validate_write(&call.state.storage, sdef, &obj, false).await?;
     let mut warnings = warnings.to_vec();
     warnings.extend(strategy.warnings_on_create(sdef, &obj));
     let warnings = warnings.as_slice();
@@ -459,6 +467,7 @@ where
         let mut new = merge_update(def, sub, &cur.object, new);
         if sub.is_none() {
             defaults::apply(def, &mut new);
+            priority::admit_update(def, &cur.object, &mut new);
         }
         match &tracking {
             Tracking::Update(o) => {
@@ -487,6 +496,9 @@ where
             None => validate::update(def, &cur.object, &new),
         };
         validate::invalid(&call.route.def, call.name(), causes)?;
+        if sub.is_none() {
+            priority::validate_write(&call.state.storage, def, &new, true).await?;
+        }
         if object::is_deleting(&cur.object) {
             let added = object::finalizers(&new)
                 .into_iter()

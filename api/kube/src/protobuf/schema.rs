@@ -219,6 +219,7 @@ pub fn message_for(api_version: &str, kind: &str) -> Option<String> {
         "coordination.k8s.io" => "coordination",
         "discovery.k8s.io" => "discovery",
         "policy" => "policy",
+        "scheduling.k8s.io" => "scheduling",
         "meta.k8s.io" => return Some(format!("apimachinery.pkg.apis.meta.{version}.{kind}")),
         _ => return None,
     };

@@ -12,7 +12,8 @@
 //!   [`Strategy::allocate`] (a Service's ClusterIP and node ports, written as claims in the same Txn);
 //! - update of the object itself: [`Strategy::prepare_for_update`] (status kept, generation bumped when
 //!   [`Strategy::generation_changes`]), [`Strategy::allocate_update`] (a Service's claims taken and
-//!   released in the Txn that writes it), [`Strategy::validate_update`] (immutable fields);
+//!   released in the Txn that writes it), [`Strategy::validate_update`] (immutable fields; with
+//!   [`Strategy::validate`] too unless [`Strategy::revalidates_on_update`] says otherwise);
 //! - update of a subresource: the [`Subresource`] [`Strategy::subresource`] names (`status` for every kind
 //!   with a status, `finalize` for namespaces) builds the stored object from the stored one and the
 //!   client's, and validates it; a kind's own subresource rules (pod bindings, evictions, the node agent's
@@ -20,7 +21,8 @@
 //! - delete: [`Strategy::graceful_delete`] (the pod's grace period), [`Strategy::deletion_held`] and
 //!   [`Strategy::prepare_for_delete`] (a namespace's `spec.finalizers`, the CRD's cleanup finalizer),
 //!   [`Strategy::mark_deleting`] (a namespace's `Terminating` phase), [`Strategy::claims`] (what the
-//!   delete releases), [`Strategy::returns_deleted_object`];
+//!   delete releases), [`Strategy::returns_deleted_object`], [`Strategy::delete_forbidden`] (the built-in
+//!   PriorityClasses);
 //! - decoding: [`Strategy::prune_unknown`] (field validation) and [`Strategy::strategic_merge`], which
 //!   differ for CRDs and custom resources; [`Strategy::scale_paths`] for `/scale`.
 //!
@@ -39,6 +41,7 @@ mod job;
 mod namespace;
 mod node;
 mod pod;
+mod priorityclass;
 mod rbac;
 mod replicaset;
 mod replicationcontroller;
@@ -215,6 +218,12 @@ pub trait Strategy: Sync {
         Vec::new()
     }
 
+    /// Whether an update is also checked with [`Strategy::validate`]: upstream's ValidateUpdate calls the
+    /// create checks for most kinds, not for PriorityClasses. Metadata is checked either way.
+    fn revalidates_on_update(&self) -> bool {
+        true
+    }
+
     /// The rules of a subresource written with PUT or PATCH; a subresource without rules here is not
     /// served (except `scale`, which has its own handler). Default: `status`.
     fn subresource(&self, name: &str) -> Option<&'static dyn Subresource> {
@@ -224,6 +233,12 @@ pub trait Strategy: Sync {
     /// The grace period a delete waits before the object goes (CheckGracefulDelete); 0 deletes at once.
     fn graceful_delete(&self, _obj: &Value, _requested: Option<i64>) -> i64 {
         0
+    }
+
+    /// Why a DELETE of the object named `name` alone is refused (a 403 with this reason), if it is: the
+    /// built-in PriorityClasses. As upstream's registry, a collection delete does not ask.
+    fn delete_forbidden(&self, _name: &str) -> Option<&'static str> {
+        None
     }
 
     /// Whether a delete only marks the object, beyond `metadata.finalizers` and a grace period.
@@ -330,6 +345,10 @@ static BUILTIN: &[((&str, &str), &dyn Strategy)] = &[
     (
         ("apiregistration.k8s.io", "APIService"),
         &apiservice::ApiService,
+    ),
+    (
+        ("scheduling.k8s.io", "PriorityClass"),
+        &priorityclass::PriorityClass,
     ),
 ];
 

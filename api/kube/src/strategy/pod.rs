@@ -19,8 +19,8 @@ impl Strategy for Pod {
             if let Some(m) = spec.as_object_mut() {
                 set_default(m, "serviceAccountName", json!("default"));
                 set_default(m, "enableServiceLinks", json!(true));
-                set_default(m, "priority", json!(0));
-                set_default(m, "preemptionPolicy", json!("PreemptLowerPriority"));
+                // `priority` and `preemptionPolicy` are the Priority admission plugin's
+                // (`crate::priority`), which must see whether the client set them.
             }
         }
     }

@@ -395,6 +395,28 @@ pub fn columns(p: Printer) -> Vec<Column> {
             ),
             AGE,
         ],
+        Printer::PriorityClass => vec![
+            NAME,
+            col(
+                "Value",
+                "integer",
+                0,
+                "The priority pods of this class get.",
+            ),
+            col(
+                "Global-Default",
+                "boolean",
+                0,
+                "Whether pods without a class get this one.",
+            ),
+            AGE,
+            col(
+                "PreemptionPolicy",
+                "string",
+                0,
+                "Whether pods of this class preempt pods of lower priority.",
+            ),
+        ],
         Printer::RoleBinding => vec![
             NAME,
             col("Role", "string", 0, "The role being bound."),
@@ -1016,6 +1038,13 @@ pub fn cells(p: Printer, o: &Value) -> Vec<Value> {
                 .unwrap_or_else(|| "Unknown".into());
             vec![name, json!(service), json!(available), age(o)]
         }
+        Printer::PriorityClass => vec![
+            name,
+            json!(i(o, "value")),
+            json!(path(o, "globalDefault").and_then(Value::as_bool) == Some(true)),
+            age(o),
+            json!(s(o, "preemptionPolicy")),
+        ],
         Printer::RoleBinding => {
             let subjects = arr(o, "subjects");
             let of = |k: &str| {
