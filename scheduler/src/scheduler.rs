@@ -290,7 +290,13 @@ impl Scheduler {
         }
         if !info.node_name().is_empty() {
             self.queue.delete(&key);
+            let new_here = !self.cache.has_pod(&key);
             self.cache.add_bound_pod(info);
+            if new_here {
+                // A pod this scheduler did not place (another scheduler's, or one created with
+                // spec.nodeName) may satisfy an affinity or change a spread: retry the waiting pods.
+                self.queue.move_all(now);
+            }
             return;
         }
         if self.cache.is_assumed(&key) {

@@ -177,6 +177,11 @@ impl Cache {
         self.place(pod, node, true);
     }
 
+    /// Whether the cache has `key` on a node (bound or assumed).
+    pub fn has_pod(&self, key: &str) -> bool {
+        self.pods.contains_key(key)
+    }
+
     /// Whether `key` is assumed and not yet confirmed.
     pub fn is_assumed(&self, key: &str) -> bool {
         self.pods.get(key).is_some_and(|p| p.assumed)
