@@ -159,6 +159,9 @@ pub(crate) async fn run(args: AgentArgs) -> Result<(), ServerError> {
     let client_ca = config.root_cert.clone().unwrap_or_default();
     let client = kube::Client::try_from(config)
         .map_err(|e| ServerError::Config(format!("cannot make a client: {e}")))?;
+    if args.hollow > 0 {
+        return hollow(client, &args).await;
+    }
     let mut labels = BTreeMap::new();
     for l in &args.node_labels {
         let (k, v) = l
@@ -222,6 +225,28 @@ pub(crate) async fn run(args: AgentArgs) -> Result<(), ServerError> {
     tokio::select! {
         r = agent::run(client, opts) => r.map_err(|e| ServerError::Config(e.to_string())),
         r = crate::server::terminated() => r.map_err(ServerError::Signal),
+    }
+}
+
+/// `keel agent --hollow N`: until SIGINT or SIGTERM, after which the Nodes stay as a stopped
+/// kubelet's do.
+async fn hollow(client: kube::Client, args: &AgentArgs) -> Result<(), ServerError> {
+    let opts = keel_node_agent::hollow::Options {
+        count: args.hollow,
+        prefix: args.hollow_prefix.clone(),
+        cpu: args.hollow_cpu.clone(),
+        memory: args.hollow_memory.clone(),
+        pods: args.hollow_pods,
+        zones: args.hollow_zones,
+        kubelet_port: args.port,
+        concurrency: args.hollow_concurrency,
+    };
+    tokio::select! {
+        r = keel_node_agent::hollow::run(client, opts) => r.map_err(|e| ServerError::Config(e.to_string())),
+        r = crate::server::terminated() => {
+            tracing::info!("stopping; the hollow Nodes stay registered and go NotReady when their Leases expire");
+            r.map_err(ServerError::Signal)
+        }
     }
 }
 

@@ -282,6 +282,28 @@ pub(crate) struct AgentArgs {
     /// Do not program Services (the nftables table): another proxy does it.
     #[arg(long)]
     pub disable_kube_proxy: bool,
+    /// Simulate this many nodes without containers instead of running this machine's (kubemark's hollow
+    /// nodes, KWOK): Nodes, Leases and pod statuses only. Needs only --kubeconfig; see docs/node-agent.md.
+    #[arg(long, default_value_t = 0)]
+    pub hollow: u32,
+    /// Hollow nodes are named `<prefix>-0` … `<prefix>-<N-1>`.
+    #[arg(long, default_value = "hollow")]
+    pub hollow_prefix: String,
+    /// CPU capacity (and allocatable) of each hollow node.
+    #[arg(long, default_value = "8")]
+    pub hollow_cpu: String,
+    /// Memory capacity (and allocatable) of each hollow node.
+    #[arg(long, default_value = "32Gi")]
+    pub hollow_memory: String,
+    /// Pod capacity (and allocatable) of each hollow node.
+    #[arg(long, default_value_t = 110)]
+    pub hollow_pods: u32,
+    /// Spread the hollow nodes over this many zones (`topology.kubernetes.io/zone=zone-<i mod K>`); 0: none.
+    #[arg(long, default_value_t = 0)]
+    pub hollow_zones: u32,
+    /// API writes the hollow nodes have in flight at most (registrations, Leases, statuses, deletes).
+    #[arg(long, default_value_t = 32)]
+    pub hollow_concurrency: usize,
     /// Log level: error, warn, info, debug, trace (or a tracing filter).
     #[arg(long, env = "KEEL_LOG", default_value = "warn")]
     pub log_level: String,

@@ -11,6 +11,7 @@
 //! - [`server`]: the agent's own HTTPS API on :10250 (container logs) for the API server;
 //! - [`dns`]: the node's cluster DNS resolver (Services and pods by name), in place of CoreDNS;
 //! - [`runtime`]: the config of a private containerd (`keel up`);
+//! - [`hollow`]: `keel agent --hollow N`, N simulated nodes without containers (kubemark, KWOK);
 //! - [`agent`]: all of it put together ([`agent::run`]).
 
 pub mod agent;
@@ -18,6 +19,7 @@ pub mod cni;
 pub mod cri;
 pub mod dns;
 pub mod error;
+pub mod hollow;
 pub mod image;
 pub mod node;
 pub mod pod;

@@ -1,7 +1,8 @@
 //! Nodes (upstream's `pkg/registry/core/node` and the v1 conversion of `NodeSpec`): `spec.podCIDRs` is the
 //! truth and `spec.podCIDR` its first entry (a client that sets only `podCIDR` gets the list made from
 //! it); every pod CIDR is a valid CIDR, at most one per IP family; and once set the pod CIDRs never change
-//! (the node-ipam controller may set them on a Node that has none).
+//! (the node-ipam controller may set them on a Node that has none). A Node keeps the status it is created
+//! with (a kubelet registers with its capacity and conditions in one POST), unlike most kinds.
 
 use std::net::IpAddr;
 
@@ -41,6 +42,11 @@ fn cidr_family(s: &str) -> Option<&'static str> {
 }
 
 impl Strategy for Node {
+    fn prepare_for_create(&self, def: &ResourceDef, obj: &mut Value) {
+        // Upstream lets every field of a Node be set on create, status included.
+        super::start_generation(def, obj);
+    }
+
     fn set_defaults(&self, _def: &ResourceDef, obj: &mut Value) {
         let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
             return;
@@ -112,6 +118,13 @@ mod tests {
     fn defaulted(mut v: Value) -> Value {
         Node.set_defaults(&def(), &mut v);
         v
+    }
+
+    #[test]
+    fn create_keeps_the_status() {
+        let mut v = json!({"metadata": {"name": "n"}, "status": {"capacity": {"pods": "110"}}});
+        Node.prepare_for_create(&def(), &mut v);
+        assert_eq!(v["status"]["capacity"]["pods"], "110");
     }
 
     #[test]
