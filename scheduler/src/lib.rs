@@ -15,6 +15,7 @@ pub mod cache;
 pub mod error;
 pub mod framework;
 pub mod informer;
+pub mod metrics;
 pub mod plugins;
 pub mod pod_info;
 pub mod preemption;
@@ -46,6 +47,8 @@ pub struct Options {
     pub scheduler_name: String,
     /// percentageOfNodesToScore (0 = adaptive, upstream's default).
     pub percentage_of_nodes_to_score: i64,
+    /// Where attempts, queue sizes and preemptions are counted.
+    pub metrics: metrics::Metrics,
 }
 
 impl Options {
@@ -55,6 +58,7 @@ impl Options {
             holder: holder.into(),
             scheduler_name: DEFAULT_SCHEDULER_NAME.into(),
             percentage_of_nodes_to_score: 0,
+            metrics: metrics::Metrics::default(),
         }
     }
 }

@@ -77,6 +77,8 @@ pub enum Input {
         node: String,
         /// What the API server answered.
         result: Result<(), kube::Error>,
+        /// Seconds from the start of the scheduling attempt to the answer.
+        secs: f64,
     },
 }
 
@@ -185,6 +187,7 @@ impl Scheduler {
             if self.last_flush.elapsed() >= FLUSH_INTERVAL {
                 self.last_flush = Instant::now();
                 self.queue.flush(Instant::now());
+                self.opts.metrics.queue(self.queue.sizes());
             }
             if self.pods_synced && self.nodes_synced && self.kinds_synced.len() == CLUSTER_KINDS {
                 if let Some(qp) = self.queue.pop() {
@@ -208,7 +211,12 @@ impl Scheduler {
         match input {
             Input::Pod(change) => self.on_pod_change(*change, now),
             Input::Node(change) => self.on_node_change(*change, now),
-            Input::Bound { key, node, result } => self.on_bound(&key, &node, result, now),
+            Input::Bound {
+                key,
+                node,
+                result,
+                secs,
+            } => self.on_bound(&key, &node, result, secs, now),
             Input::Cluster(change) => self.on_cluster_change(change, now),
         }
     }
@@ -351,6 +359,7 @@ impl Scheduler {
             self.queue.done(&key);
             return;
         }
+        let started = Instant::now();
         self.cache.update_snapshot(&mut self.snapshot);
         let mut state = CycleState::default();
         match self
@@ -392,21 +401,32 @@ impl Scheduler {
                             debug!(error = %e, "posting the Scheduled event failed");
                         }
                     }
-                    let _ = tx.send(Input::Bound { key, node, result });
+                    let secs = started.elapsed().as_secs_f64();
+                    let _ = tx.send(Input::Bound {
+                        key,
+                        node,
+                        result,
+                        secs,
+                    });
                 });
             }
             Err(failure) => {
                 let (message, nominated) = match failure {
                     Failure::NoNodes => (NO_NODES_AVAILABLE.to_string(), None),
                     Failure::Fit(mut e) => {
-                        match preemption::preempt(
+                        let outcome = preemption::preempt(
                             &self.fw,
                             &state,
                             &self.snapshot,
                             &info,
                             &e.diagnosis,
                             self.alg.rng(),
-                        ) {
+                        );
+                        self.opts.metrics.preemption(match &outcome {
+                            Outcome::Preempt { victims, .. } => Some(victims.pods.len()),
+                            Outcome::NotHelpful(_) => None,
+                        });
+                        match outcome {
                             Outcome::NotHelpful(msg) => {
                                 e.diagnosis.post_filter_msg = Some(msg);
                                 (e.to_string(), None)
@@ -428,6 +448,11 @@ impl Scheduler {
                         }
                     }
                 };
+                self.opts.metrics.attempt(
+                    &self.opts.scheduler_name,
+                    "unschedulable",
+                    started.elapsed().as_secs_f64(),
+                );
                 debug!(pod = %key, %message, "unschedulable");
                 self.report_failure(&info, "Unschedulable", message, nominated);
                 self.queue.requeue_unschedulable(&key, Instant::now());
@@ -533,9 +558,20 @@ impl Scheduler {
         });
     }
 
-    fn on_bound(&mut self, key: &str, node: &str, result: Result<(), kube::Error>, now: Instant) {
+    fn on_bound(
+        &mut self,
+        key: &str,
+        node: &str,
+        result: Result<(), kube::Error>,
+        secs: f64,
+        now: Instant,
+    ) {
         match result {
-            Ok(()) => self.queue.done(key),
+            Ok(()) => {
+                let name = &self.opts.scheduler_name;
+                self.opts.metrics.attempt(name, "scheduled", secs);
+                self.queue.done(key);
+            }
             Err(e) => {
                 if !self.cache.is_assumed(key) {
                     // The watch already shows the pod bound elsewhere or gone.
@@ -543,6 +579,9 @@ impl Scheduler {
                     return;
                 }
                 warn!(pod = %key, node, error = %e, "binding failed");
+                self.opts
+                    .metrics
+                    .attempt(&self.opts.scheduler_name, "error", secs);
                 self.cache.forget(key);
                 self.queue.move_all(now);
                 let pod = self.queue_pod(key);
