@@ -818,7 +818,10 @@ impl Hollow {
                 if self.slots[i as usize].cidr.is_some() {
                     debug!(pod = %uid, node = i, "no free pod address on the node; waiting");
                 }
-                self.waiting.entry(i).or_default().push(uid.to_string());
+                let waiting = self.waiting.entry(i).or_default();
+                if !waiting.iter().any(|w| w == uid) {
+                    waiting.push(uid.to_string());
+                }
                 return;
             };
             if let Some(r) = self.pods.get_mut(uid) {
@@ -845,16 +848,15 @@ impl Hollow {
     }
 
     fn on_pod_written(&mut self, uid: String, o: Outcome) {
+        if matches!(o, Outcome::Done) {
+            self.counts.pod_writes += 1;
+        }
         let Some(p) = self.pending.get_mut(&uid) else {
             return;
         };
         p.in_flight = false;
         match o {
-            Outcome::Done => {
-                self.counts.pod_writes += 1;
-                self.pending.remove(&uid);
-            }
-            Outcome::Gone => {
+            Outcome::Done | Outcome::Gone => {
                 self.pending.remove(&uid);
             }
             Outcome::Failed(e) => {
@@ -885,15 +887,17 @@ impl Hollow {
     }
 
     fn on_pod_deleted(&mut self, uid: String, o: Outcome) {
+        if matches!(o, Outcome::Done | Outcome::Gone) {
+            // Counted even when the watch's Delete (which frees the address) came first.
+            self.counts.pod_deletes += 1;
+        }
         let Some(d) = self.deleting.get_mut(&uid) else {
             return;
         };
         d.in_flight = false;
         match o {
-            Outcome::Done | Outcome::Gone => {
-                self.counts.pod_deletes += 1;
-                // The watch's Delete frees the address; the entry only stops a second delete till then.
-            }
+            // The entry only stops a second delete until the watch's Delete.
+            Outcome::Done | Outcome::Gone => {}
             Outcome::Failed(e) => {
                 debug!(pod = %uid, error = %e, "pod not deleted; retrying");
                 self.counts.errors += 1;
