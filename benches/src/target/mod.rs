@@ -83,6 +83,8 @@ pub(crate) struct Cluster {
     /// `--initial-cluster`, the same for every member.
     initial: String,
     binary: PathBuf,
+    /// Flags added to every member's command line.
+    extra: Vec<String>,
     children: Vec<Child>,
 }
 
@@ -125,6 +127,18 @@ impl Cluster {
         bins: &Binaries,
         api: Api,
     ) -> Result<Self> {
+        Self::start_with_args(kind, members, root, bins, api, &[]).await
+    }
+
+    /// Like [`Cluster::start_with`], every member also given `extra` flags.
+    pub(crate) async fn start_with_args(
+        kind: Kind,
+        members: usize,
+        root: &Path,
+        bins: &Binaries,
+        api: Api,
+        extra: &[&str],
+    ) -> Result<Self> {
         let dir = root.join(format!("{}-{members}m", kind.name()));
         let mut plan = Vec::new();
         for i in 0..members {
@@ -158,6 +172,7 @@ impl Cluster {
                 Kind::Keel => bins.keel.clone(),
                 Kind::Etcd => bins.etcd.clone(),
             },
+            extra: extra.iter().map(|s| s.to_string()).collect(),
             children: Vec::new(),
         };
         for i in 0..members {
@@ -187,7 +202,8 @@ impl Cluster {
             .args(["--initial-advertise-peer-urls", &m.peer_url])
             .args(["--initial-cluster", &self.initial])
             .args(["--initial-cluster-state", "new"])
-            .args(["--initial-cluster-token", "bench"]);
+            .args(["--initial-cluster-token", "bench"])
+            .args(&self.extra);
         // Appended, so a restarted member's log follows its previous life's.
         let log = std::fs::OpenOptions::new()
             .create(true)

@@ -530,7 +530,16 @@ pub(crate) async fn run(
     shape: Shape,
     progress: &dyn Fn(String),
 ) -> Result<Figures> {
-    let cluster = Cluster::start_with(Kind::Keel, shape.members, root, bins, Served::Kube).await?;
+    // The default cluster CIDR (a /16 cut into /24s) has room for 256 nodes; 5 000 need a /10.
+    let cluster = Cluster::start_with_args(
+        Kind::Keel,
+        shape.members,
+        root,
+        bins,
+        Served::Kube,
+        &["--cluster-cidr", "10.0.0.0/10"],
+    )
+    .await?;
     let leader = cluster.leader().await?;
     let client = super::controllers::client(&cluster, leader).await?;
     let started = Instant::now();
