@@ -43,6 +43,8 @@ pub struct KubeState {
     pub kubelet_tls: Option<Arc<rustls::ClientConfig>>,
     /// The aggregation layer: remote APIServices' TLS and this member's view of their discovery.
     pub aggregator: Arc<crate::aggregator::Aggregator>,
+    /// What `/metrics` shows; every request is recorded in it.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl KubeState {
