@@ -17,6 +17,8 @@
 //! - `aggregator`: APIServices (Local ones for what keel serves, availability) and the relay of remote
 //!   group-versions to their Services.
 //! - `table`: `kubectl get` columns; `selector`: label and field selectors; `status`: every error answer.
+//! - `metrics`: `GET /metrics` (requests, in-flight and long-running requests, store calls, object counts,
+//!   process figures) in the Prometheus text format.
 
 pub mod admission;
 pub mod aggregator;
@@ -33,6 +35,7 @@ pub mod handler;
 pub mod kubernetes_service;
 pub mod leader;
 pub mod lifecycle;
+pub mod metrics;
 pub mod metrics_api;
 pub mod object;
 pub mod openapi;

@@ -24,6 +24,7 @@ use super::body::{respond, MAX_BODY};
 use super::crd::registry::Registry;
 use super::discovery;
 use super::handler::{self, KubeState};
+use super::metrics::{Metrics, RequestInfo};
 use super::pki::{ClusterPki, PkiError, ADMIN_GROUP, ADMIN_USER, PKI_KEY};
 use super::status::ApiError;
 use super::storage::Storage;
@@ -221,6 +222,7 @@ impl ApiServer {
             pki.ca_cert.clone(),
         ));
         let registry = Arc::new(Registry::default());
+        let metrics = Arc::new(Metrics::new(&storage, registry.clone()));
         let state = Arc::new(KubeState {
             storage: storage.clone(),
             registry: registry.clone(),
@@ -242,6 +244,7 @@ impl ApiServer {
             },
             aggregator,
             priority_classes_ready: std::sync::atomic::AtomicBool::new(false),
+            metrics: metrics.clone(),
         });
         let app = Arc::new(App {
             state: state.clone(),
@@ -277,6 +280,7 @@ impl ApiServer {
                 opts.compaction_interval,
                 stop_rx.clone(),
             )),
+            tokio::spawn(metrics.run(stop_rx.clone())),
         ];
         let publish_url = opts.advertise_url.clone();
         tasks.push(tokio::spawn(async move {
@@ -481,25 +485,42 @@ async fn health(app: &App, path: &str, query: Option<&str>) -> Response {
     }
 }
 
+/// Authenticates, then serves and records the request (as upstream, requests refused by
+/// authentication are not in the request metrics).
 async fn route(
     State(app): State<Arc<App>>,
     Extension(peer): Extension<PeerIdentity>,
     req: Request,
 ) -> Response {
-    match dispatch(app, peer, req).await {
-        Ok(r) => r,
-        Err(e) => e.into_response(),
-    }
-}
-
-async fn dispatch(app: Arc<App>, peer: PeerIdentity, req: Request) -> Result<Response, ApiError> {
+    let start = std::time::Instant::now();
     let identity = peer
         .0
         .clone()
         .or_else(|| app.tokens.from_headers(req.headers()));
     if identity.is_none() && !authn::is_public(req.uri().path()) {
-        return Err(ApiError::Unauthorized);
+        return ApiError::Unauthorized.into_response();
     }
+    let metrics = app.state.metrics.clone();
+    let info = RequestInfo::of(&app.state.registry, req.method(), req.uri(), req.headers());
+    let long_running = info.as_ref().is_some_and(RequestInfo::long_running);
+    let read_only = matches!(*req.method(), Method::GET | Method::HEAD);
+    let in_flight = (!long_running).then(|| metrics.in_flight(read_only));
+    let resp = match dispatch(app, identity, req).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    };
+    drop(in_flight);
+    match info {
+        Some(info) => metrics.finish(info, resp, start),
+        None => resp,
+    }
+}
+
+async fn dispatch(
+    app: Arc<App>,
+    identity: Option<Identity>,
+    req: Request,
+) -> Result<Response, ApiError> {
     // A remote APIService's group-version goes to its backend with the request whole (body streamed).
     if let Some(apiservice) = crate::aggregator::proxy::target(&app.state, req.uri().path()) {
         return crate::aggregator::proxy::serve(
@@ -533,6 +554,14 @@ async fn dispatch(app: Arc<App>, peer: PeerIdentity, req: Request) -> Result<Res
     let reg = &app.state.registry;
     match segs.as_slice() {
         ["version"] if read_only => Ok(respond(StatusCode::OK, &discovery::version())),
+        ["metrics"] if read_only => {
+            let mut r = (StatusCode::OK, app.state.metrics.render()).into_response();
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+            );
+            Ok(r)
+        }
         [p] | [p, _] if matches!(*p, "healthz" | "livez" | "readyz") && read_only => {
             Ok(health(&app, &path, query.as_deref()).await)
         }

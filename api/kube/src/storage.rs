@@ -6,6 +6,7 @@
 //! read. Values in upstream's protobuf encoding (`k8s\0` prefix) are decoded by [`super::protobuf`].
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use keel_raft::error::ProposeError;
@@ -24,6 +25,7 @@ mod watch;
 
 pub use watch::{StoreWatch, WatchBatch};
 
+use super::metrics::StoreCalls;
 use super::object;
 use super::protobuf;
 use super::status::ApiError;
@@ -63,6 +65,8 @@ pub struct Page {
 pub struct Storage {
     node: Arc<Node>,
     ttl_leases: Arc<tokio::sync::Mutex<Option<TtlLease>>>,
+    /// Timings of the calls below, for `/metrics` (`etcd_request_duration_seconds`).
+    calls: Arc<StoreCalls>,
 }
 
 /// The lease objects written with a time to live (Events) are attached to. As kube-apiserver's lease
@@ -169,7 +173,28 @@ impl Storage {
         Storage {
             node,
             ttl_leases: Arc::default(),
+            calls: Arc::default(),
         }
+    }
+
+    /// The timings of this member's API calls into the store.
+    pub fn calls(&self) -> &StoreCalls {
+        &self.calls
+    }
+
+    /// How many keys are under `prefix` now (a count-only range: no values are read).
+    pub fn count(&self, prefix: &[u8]) -> Result<i64, ApiError> {
+        let r = self
+            .node
+            .store()
+            .range(&RangeRequest {
+                key: Bytes::copy_from_slice(prefix),
+                range_end: Bytes::from(prefix_end(prefix)),
+                count_only: true,
+                ..Default::default()
+            })
+            .map_err(|e| store_error(&e))?;
+        Ok(r.count)
     }
 
     /// A lease that expires `ttl_secs` (or up to 5 % more) from now, for an object with a time to live.
@@ -284,10 +309,16 @@ impl Storage {
 
     /// Reads one key; `consistent` waits for a ReadIndex first.
     pub async fn get(&self, key: &str, consistent: bool) -> Result<Option<Stored>, ApiError> {
-        if consistent {
-            self.barrier().await?;
+        let start = Instant::now();
+        let r = async {
+            if consistent {
+                self.barrier().await?;
+            }
+            self.local(key)
         }
-        self.local(key)?.map(|kv| decode(&kv)).transpose()
+        .await;
+        self.calls.record("get", key.as_bytes(), start, r.is_ok());
+        r?.map(|kv| decode(&kv)).transpose()
     }
 
     /// Reads keys in `[start, end)` at `revision` (0 = current), at most `limit` (0 = all).
@@ -298,6 +329,7 @@ impl Storage {
         revision: i64,
         limit: i64,
     ) -> Result<Page, ApiError> {
+        let began = Instant::now();
         let r = self
             .node
             .store()
@@ -308,7 +340,9 @@ impl Storage {
                 limit,
                 ..Default::default()
             })
-            .map_err(|e| store_error(&e))?;
+            .map_err(|e| store_error(&e));
+        self.calls.record("list", start, began, r.is_ok());
+        let r = r?;
         let rev = if revision > 0 {
             revision
         } else {
@@ -451,7 +485,11 @@ impl Storage {
             success: ops,
             failure: vec![get_op(key)],
         };
-        let r = self.txn(t).await?;
+        let start = Instant::now();
+        let r = self.txn(t).await;
+        let op = if expected == 0 { "create" } else { "update" };
+        self.calls.record(op, key.as_bytes(), start, r.is_ok());
+        let r = r?;
         if !r.succeeded {
             return Self::lost(&r);
         }
@@ -489,7 +527,11 @@ impl Storage {
             success: ops,
             failure: vec![get_op(key)],
         };
-        let r = self.txn(t).await?;
+        let start = Instant::now();
+        let r = self.txn(t).await;
+        self.calls
+            .record("delete", key.as_bytes(), start, r.is_ok());
+        let r = r?;
         if !r.succeeded {
             return Self::lost(&r);
         }
@@ -510,7 +552,11 @@ impl Storage {
             }],
             failure: vec![],
         };
-        Ok(self.txn(t).await?.succeeded)
+        let start = Instant::now();
+        let r = self.txn(t).await;
+        self.calls
+            .record("create", key.as_bytes(), start, r.is_ok());
+        Ok(r?.succeeded)
     }
 
     /// Compacts the store's history before `revision` (every member, through the log).
@@ -535,25 +581,35 @@ impl Storage {
 
     /// Writes a raw (non-object) value at `key` unconditionally.
     pub async fn put_raw(&self, key: &str, value: Vec<u8>) -> Result<(), ApiError> {
-        self.propose(CommandKind::Put(PutRequest {
-            key: Bytes::copy_from_slice(key.as_bytes()),
-            value: Bytes::from(value),
-            ..Default::default()
-        }))
-        .await
+        let start = Instant::now();
+        let r = self
+            .propose(CommandKind::Put(PutRequest {
+                key: Bytes::copy_from_slice(key.as_bytes()),
+                value: Bytes::from(value),
+                ..Default::default()
+            }))
+            .await;
+        self.calls
+            .record("update", key.as_bytes(), start, r.is_ok());
+        r
     }
 
     /// Deletes one raw key unconditionally.
     pub async fn delete_raw(&self, key: &[u8]) -> Result<(), ApiError> {
-        self.propose(CommandKind::DeleteRange(DeleteRangeRequest {
-            key: Bytes::copy_from_slice(key),
-            ..Default::default()
-        }))
-        .await
+        let start = Instant::now();
+        let r = self
+            .propose(CommandKind::DeleteRange(DeleteRangeRequest {
+                key: Bytes::copy_from_slice(key),
+                ..Default::default()
+            }))
+            .await;
+        self.calls.record("delete", key, start, r.is_ok());
+        r
     }
 
     /// The raw keys and values under `prefix` in this member's store (no barrier).
     pub fn list_raw(&self, prefix: &[u8]) -> Result<Vec<(Bytes, Bytes)>, ApiError> {
+        let start = Instant::now();
         let r = self
             .node
             .store()
@@ -562,13 +618,20 @@ impl Storage {
                 range_end: Bytes::from(prefix_end(prefix)),
                 ..Default::default()
             })
-            .map_err(|e| store_error(&e))?;
-        Ok(r.kvs.into_iter().map(|kv| (kv.key, kv.value)).collect())
+            .map_err(|e| store_error(&e));
+        self.calls.record("list", prefix, start, r.is_ok());
+        Ok(r?.kvs.into_iter().map(|kv| (kv.key, kv.value)).collect())
     }
 
     /// Reads a raw value after a ReadIndex barrier.
     pub async fn get_raw(&self, key: &str) -> Result<Option<Vec<u8>>, ApiError> {
-        self.barrier().await?;
-        Ok(self.local(key)?.map(|kv| kv.value.to_vec()))
+        let start = Instant::now();
+        let r = async {
+            self.barrier().await?;
+            self.local(key)
+        }
+        .await;
+        self.calls.record("get", key.as_bytes(), start, r.is_ok());
+        Ok(r?.map(|kv| kv.value.to_vec()))
     }
 }

@@ -45,6 +45,8 @@ pub struct KubeState {
     pub aggregator: Arc<crate::aggregator::Aggregator>,
     /// Whether this member has made sure the built-in PriorityClasses exist (a `/readyz` check).
     pub priority_classes_ready: std::sync::atomic::AtomicBool,
+    /// What `/metrics` shows; every request is recorded in it.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl KubeState {
