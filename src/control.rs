@@ -79,9 +79,12 @@ pub(crate) fn spawn_scheduler(
         groups: vec!["system:authenticated".into()],
     };
     let client = kube::Client::new(api.service(identity), "default");
+    let opts = keel_scheduler::Options::new(holder);
+    // The scheduler's metrics appear in this member's `/metrics` (they stay at zero on followers).
+    api.metrics().register_more(|r| opts.metrics.register(r));
     tokio::spawn(keel_scheduler::run_while_leading(
         client,
-        keel_scheduler::Options::new(holder),
+        opts,
         leading(storage),
         stop,
         keel_scheduler::lease::Mode::Follow,

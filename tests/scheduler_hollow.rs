@@ -372,6 +372,26 @@ fn a_higher_priority_pod_preempts_a_lower_one() {
             .any(|m| m == "0/1 nodes are available: 1 Insufficient cpu."),
         "the preemptor's first attempt failed without a preemption part: {failed:?}"
     );
+    // The leader's /metrics counted the preemption, its victim and the scheduled attempts.
+    let scraped: Vec<String> = (0..3)
+        .map(|i| c.ok(i, &["get", "--raw", "/metrics"]))
+        .collect();
+    let value = |text: &str, series: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or(0.0)
+    };
+    assert!(
+        scraped
+            .iter()
+            .any(|t| value(t, "scheduler_preemption_attempts_total ") >= 1.0
+                && value(t, "scheduler_preemption_victims_count ") >= 1.0
+                && value(
+                    t,
+                    "scheduler_schedule_attempts_total{result=\"scheduled\",profile=\"default-scheduler\"} "
+                ) >= 2.0),
+        "no member shows the preemption in /metrics"
+    );
     drop(h);
     c.ok(0, &["delete", "namespace", "preempt", "--wait=false"]);
     c.ok(0, &["delete", "priorityclass", "bench-low", "bench-high"]);

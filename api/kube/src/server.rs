@@ -176,6 +176,7 @@ fn serving_hosts(storage: &Storage, opts: &KubeOptions) -> Vec<String> {
 /// requests can be served over HTTPS ([`ApiServer::serve_https`]) and in process ([`ApiServer::service`]).
 pub struct ApiServer {
     router: Router,
+    metrics: Arc<Metrics>,
     opts: KubeOptions,
     acceptor: tokio_rustls::TlsAcceptor,
     kubeconfig: PathBuf,
@@ -280,7 +281,7 @@ impl ApiServer {
                 opts.compaction_interval,
                 stop_rx.clone(),
             )),
-            tokio::spawn(metrics.run(stop_rx.clone())),
+            tokio::spawn(metrics.clone().run(stop_rx.clone())),
         ];
         let publish_url = opts.advertise_url.clone();
         tasks.push(tokio::spawn(async move {
@@ -300,6 +301,7 @@ impl ApiServer {
         }));
         Ok(ApiServer {
             router,
+            metrics,
             opts,
             acceptor,
             kubeconfig,
@@ -333,6 +335,11 @@ impl ApiServer {
                 }
             }))
             .layer(Extension(PeerIdentity(Some(identity))))
+    }
+
+    /// What `/metrics` serves (other components of the member may add to it).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// The cluster CA certificate (PEM), as published in every namespace's `kube-root-ca.crt`.

@@ -278,7 +278,8 @@ pub struct Metrics {
     durations: HistogramFamily<RequestLabels>,
     long_running: Family<LongRunningLabels, Gauge>,
     inflight: Arc<InflightCounts>,
-    registry: Registry,
+    // Behind a lock so the member's other components (the scheduler) can add theirs once started.
+    registry: std::sync::Mutex<Registry>,
 }
 
 impl Metrics {
@@ -317,7 +318,7 @@ impl Metrics {
             durations,
             long_running,
             inflight,
-            registry: r,
+            registry: std::sync::Mutex::new(r),
         }
     }
 
@@ -390,12 +391,18 @@ impl Metrics {
         }
     }
 
+    /// Lets another component of this member register its metrics in the same `/metrics`.
+    pub fn register_more(&self, f: impl FnOnce(&mut Registry)) {
+        let mut r = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut r);
+    }
+
     /// The exposition in the Prometheus text format 0.0.4.
     pub fn render(&self) -> String {
         let mut out = String::new();
+        let registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
         // Writing into a String cannot fail; a collector's error only cuts the text short.
-        if let Err(e) = prometheus_client::encoding::text::encode_registry(&mut out, &self.registry)
-        {
+        if let Err(e) = prometheus_client::encoding::text::encode_registry(&mut out, &registry) {
             tracing::warn!(error = %e, "encoding /metrics failed part way");
         }
         prometheus_text(&out)
