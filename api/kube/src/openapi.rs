@@ -70,8 +70,14 @@ fn custom_schema(def: &ResourceDef, prefix: &str) -> Value {
         Some(Value::Object(m)) => Value::Object(m),
         _ => json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
     };
-    s["type"] = json!("object");
     int_or_string_alternatives(&mut s);
+    add_type_and_object_meta(&mut s, prefix);
+    s
+}
+
+/// `type: object` and the `apiVersion`, `kind` and `metadata` properties every custom resource has.
+fn add_type_and_object_meta(s: &mut Value, prefix: &str) {
+    s["type"] = json!("object");
     let meta_name = <ObjectMeta as schemars::JsonSchema>::schema_name().to_string();
     if !s.get("properties").is_some_and(Value::is_object) {
         s["properties"] = json!({});
@@ -79,14 +85,32 @@ fn custom_schema(def: &ResourceDef, prefix: &str) -> Value {
     s["properties"]["apiVersion"] = json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values."});
     s["properties"]["kind"] = json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. In CamelCase."});
     s["properties"]["metadata"] = json!({"$ref": format!("{prefix}{meta_name}"), "description": "Standard object's metadata."});
-    s
 }
 
-fn param(name: &str, description: &str) -> Value {
-    json!({"name": name, "in": "query", "description": description, "schema": {"type": "string"}, "uniqueItems": true})
+fn param(v3: bool, name: &str, description: &str) -> Value {
+    if v3 {
+        json!({"name": name, "in": "query", "description": description, "schema": {"type": "string"}, "uniqueItems": true})
+    } else {
+        json!({"name": name, "in": "query", "description": description, "type": "string", "uniqueItems": true})
+    }
 }
 
-fn operations(def: &ResourceDef, schema_ref: &str) -> Vec<(String, Value)> {
+/// Swagger 2.0 path parameters of a path's `{name}` and `{namespace}`, declared on the path item as
+/// upstream does.
+fn path_params(path: &str) -> Value {
+    let mut out = Vec::new();
+    for (name, what) in [
+        ("name", "name of the object"),
+        ("namespace", "namespace of the object"),
+    ] {
+        if path.contains(&format!("{{{name}}}")) {
+            out.push(json!({"name": name, "in": "path", "description": what, "required": true, "type": "string", "uniqueItems": true}));
+        }
+    }
+    Value::Array(out)
+}
+
+fn operations(def: &ResourceDef, schema_ref: &str, v3: bool) -> Vec<(String, Value)> {
     let base = if def.group.is_empty() {
         format!("/api/{}", def.version)
     } else {
@@ -98,22 +122,34 @@ fn operations(def: &ResourceDef, schema_ref: &str) -> Vec<(String, Value)> {
         format!("{base}/{}", def.plural)
     };
     let gvk = json!({"group": def.group, "version": def.version, "kind": def.kind});
-    let body = json!({"content": {"application/json": {"schema": {"$ref": schema_ref}}}, "required": true});
-    let ok = json!({"200": {"description": "OK", "content": {"application/json": {"schema": {"$ref": schema_ref}}}}});
-    let write_params = json!([
+    let (body, ok) = if v3 {
+        (
+            json!({"content": {"application/json": {"schema": {"$ref": schema_ref}}}, "required": true}),
+            json!({"200": {"description": "OK", "content": {"application/json": {"schema": {"$ref": schema_ref}}}}}),
+        )
+    } else {
+        (
+            json!({"name": "body", "in": "body", "required": true, "schema": {"$ref": schema_ref}}),
+            json!({"200": {"description": "OK", "schema": {"$ref": schema_ref}}}),
+        )
+    };
+    let write_params = [
         param(
+            v3,
             "dryRun",
-            "When present, indicates that modifications should not be persisted."
+            "When present, indicates that modifications should not be persisted.",
         ),
         param(
+            v3,
             "fieldManager",
-            "A name associated with the actor or entity that is making these changes."
+            "A name associated with the actor or entity that is making these changes.",
         ),
         param(
+            v3,
             "fieldValidation",
-            "How the server treats unknown or duplicate fields: Ignore, Warn or Strict."
+            "How the server treats unknown or duplicate fields: Ignore, Warn or Strict.",
         ),
-    ]);
+    ];
     let op = |action: &str, verb: &str| {
         let mut o = json!({
             "operationId": format!("{verb}{}", def.kind),
@@ -122,8 +158,14 @@ fn operations(def: &ResourceDef, schema_ref: &str) -> Vec<(String, Value)> {
             "x-kubernetes-group-version-kind": gvk,
         });
         if matches!(action, "post" | "put" | "patch") {
-            o["parameters"] = write_params.clone();
-            o["requestBody"] = body.clone();
+            if v3 {
+                o["parameters"] = json!(write_params);
+                o["requestBody"] = body.clone();
+            } else {
+                let mut params = vec![body.clone()];
+                params.extend(write_params.iter().cloned());
+                o["parameters"] = Value::Array(params);
+            }
         }
         o
     };
@@ -139,6 +181,14 @@ fn operations(def: &ResourceDef, schema_ref: &str) -> Vec<(String, Value)> {
     ];
     if def.status {
         out.push((format!("{coll}/{{name}}/status"), json!({"get": op("get", "readStatus"), "put": op("put", "replaceStatus"), "patch": op("patch", "patchStatus")})));
+    }
+    if !v3 {
+        for (path, item) in &mut out {
+            let params = path_params(path);
+            if params.as_array().is_some_and(|a| !a.is_empty()) {
+                item["parameters"] = params;
+            }
+        }
     }
     out
 }
@@ -161,6 +211,19 @@ fn schemas(v3: bool, defs: &[Arc<ResourceDef>]) -> (Map<String, Value>, Vec<(Str
     }
     let mut definitions = gen.take_definitions(true);
     add_merge_metadata(&mut definitions);
+    if !v3 {
+        for s in definitions.values_mut() {
+            v2_compatible(s);
+        }
+        // Upstream publishes arbitrary JSON (a CRD schema's `default`, `enum`, `example`) untyped, so a
+        // client does not take a scalar there for a wrong type.
+        if let Some(s) = definitions
+            .get_mut("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSON")
+            .and_then(Value::as_object_mut)
+        {
+            s.remove("type");
+        }
+    }
     let prefix = if v3 {
         "#/components/schemas/"
     } else {
@@ -169,15 +232,135 @@ fn schemas(v3: bool, defs: &[Arc<ResourceDef>]) -> (Map<String, Value>, Vec<(Str
     let mut paths = Vec::new();
     for (name, def) in names {
         if def.custom.is_some() {
-            definitions.insert(name.clone(), custom_schema(def, prefix));
+            let s = if v3 {
+                custom_schema(def, prefix)
+            } else {
+                custom_schema_v2(def, prefix)
+            };
+            definitions.insert(name.clone(), s);
         }
         if let Some(s) = definitions.get_mut(&name).and_then(Value::as_object_mut) {
             let gvk = json!([{"group": def.group, "version": def.version, "kind": def.kind}]);
             s.insert("x-kubernetes-group-version-kind".into(), gvk);
         }
-        paths.extend(operations(def, &format!("{prefix}{name}")));
+        paths.extend(operations(def, &format!("{prefix}{name}"), v3));
     }
     (definitions, paths)
+}
+
+/// The schema positions below a schema: properties, items, additionalProperties, allOf.
+fn sub_schemas(m: &mut Map<String, Value>) -> Vec<&mut Value> {
+    let mut out = Vec::new();
+    for (k, v) in m.iter_mut() {
+        match (k.as_str(), v) {
+            ("properties", Value::Object(props)) => out.extend(props.values_mut()),
+            ("items" | "allOf", Value::Array(a)) => out.extend(a.iter_mut()),
+            ("items" | "additionalProperties", v @ Value::Object(_)) => out.push(v),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Makes a generated schema Swagger 2.0, as upstream's v2 is: a lone `allOf: [{$ref}]` (how the generator
+/// adds a description to a reference) becomes the `$ref` itself, and the OpenAPI 3 keywords Swagger 2.0 lacks
+/// are dropped. kubectl's v2 reader treats anything under an `allOf` as untyped, so without this it would not
+/// see unknown fields below `metadata` or `spec`.
+fn v2_compatible(s: &mut Value) {
+    let Value::Object(m) = s else {
+        return;
+    };
+    for k in ["oneOf", "anyOf", "not", "nullable"] {
+        m.remove(k);
+    }
+    let lone_ref = match m.get("allOf") {
+        Some(Value::Array(a)) if a.len() == 1 => a[0]
+            .as_object()
+            .filter(|o| o.len() == 1)
+            .and_then(|o| o.get("$ref"))
+            .cloned(),
+        _ => None,
+    };
+    if let Some(r) = lone_ref {
+        if !m.contains_key("type") && !m.contains_key("properties") {
+            m.remove("allOf");
+            m.insert("$ref".into(), r);
+        }
+    }
+    for child in sub_schemas(m) {
+        v2_compatible(child);
+    }
+}
+
+/// What upstream does to a CRD's structural schema for v2: no junctors, nullable values untyped (and
+/// without properties or items), no properties or items where unknown fields are kept, no `type: array`
+/// without items, and nullable properties not required.
+fn structural_v2(s: &mut Value) {
+    let Value::Object(m) = s else {
+        return;
+    };
+    for k in ["allOf", "oneOf", "anyOf", "not"] {
+        m.remove(k);
+    }
+    if m.remove("nullable") == Some(json!(true)) {
+        for k in ["type", "properties", "items"] {
+            m.remove(k);
+        }
+    }
+    if m.get("x-kubernetes-preserve-unknown-fields") == Some(&json!(true)) {
+        m.remove("properties");
+        m.remove("items");
+    }
+    if m.get("type") == Some(&json!("array")) && !m.contains_key("items") {
+        m.remove("type");
+    }
+    let nullable: Vec<String> = m
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|p| {
+            p.iter()
+                .filter(|(_, v)| v.get("nullable") == Some(&json!(true)))
+                .map(|(k, _)| k.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    let nullable_values = m
+        .get("additionalProperties")
+        .and_then(|a| a.get("nullable"))
+        == Some(&json!(true));
+    if nullable_values {
+        m.remove("required");
+    } else if let Some(Value::Array(req)) = m.get_mut("required") {
+        req.retain(|r| !r.as_str().is_some_and(|r| nullable.iter().any(|n| n == r)));
+        if req.is_empty() {
+            m.remove("required");
+        }
+    }
+    for child in sub_schemas(m) {
+        structural_v2(child);
+    }
+}
+
+/// A custom resource's v2 definition, as upstream builds it: without a schema, or when its root keeps
+/// unknown fields, only `type: object` (kubectl would refuse every field not listed); otherwise the schema
+/// made v2-compatible, with `apiVersion`, `kind` and `metadata`.
+fn custom_schema_v2(def: &ResourceDef, prefix: &str) -> Value {
+    let schema = def
+        .custom
+        .as_ref()
+        .and_then(|c| c.schema.as_ref())
+        .and_then(|s| serde_json::to_value(s).ok());
+    let mut s = match schema {
+        Some(Value::Object(m))
+            if m.get("x-kubernetes-preserve-unknown-fields") != Some(&json!(true)) =>
+        {
+            Value::Object(m)
+        }
+        _ => return json!({"type": "object"}),
+    };
+    structural_v2(&mut s);
+    add_type_and_object_meta(&mut s, prefix);
+    s
 }
 
 /// Adds the strategic-merge and list-type extensions of every property the schema table knows, so kubectl
@@ -384,5 +567,34 @@ mod tests {
             .as_str()
             .expect("url")
             .contains("?hash="));
+    }
+    #[test]
+    fn crd_schemas_lose_for_v2_what_upstream_drops() {
+        let mut s = json!({
+            "type": "object",
+            "required": ["a", "n"],
+            "properties": {
+                "a": {"type": "string", "anyOf": [{"pattern": "x"}]},
+                "n": {"type": "object", "nullable": true, "properties": {"x": {"type": "string"}}},
+                "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                         "properties": {"y": {"type": "string"}}},
+                "list": {"type": "array", "x-kubernetes-preserve-unknown-fields": true,
+                         "items": {"type": "string"}},
+            },
+        });
+        structural_v2(&mut s);
+        assert_eq!(
+            s,
+            json!({
+                "type": "object",
+                "required": ["a"],
+                "properties": {
+                    "a": {"type": "string"},
+                    "n": {},
+                    "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    "list": {"x-kubernetes-preserve-unknown-fields": true},
+                },
+            })
+        );
     }
 }
