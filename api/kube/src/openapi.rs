@@ -1,9 +1,13 @@
 //! OpenAPI documents generated from the types keel serves (`k8s-openapi`'s JSON schemas):
 //! `/openapi/v3` (index), `/openapi/v3/<api|apis/group>/<version>` (one document per group-version, named by
-//! the uppercase hex SHA-512 of its body, as kube-apiserver does) and `/openapi/v2` (JSON).
+//! the uppercase hex SHA-512 of its body, as kube-apiserver does) and `/openapi/v2` (JSON, or gnostic's
+//! protobuf messages, see [`gnostic`]).
 //!
-//! kubectl reads these for `explain` (schemas found by `x-kubernetes-group-version-kind`) and to decide
-//! whether the server validates fields (`fieldValidation` among the operations' parameters).
+//! kubectl reads these for `explain` (schemas found by `x-kubernetes-group-version-kind`), to decide
+//! whether the server validates fields (`fieldValidation` among the operations' parameters) and, for what
+//! the server cannot validate (a `kind: List` of objects), to validate on the client against `/openapi/v2`.
+
+pub mod gnostic;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
@@ -508,7 +512,18 @@ pub fn v3_index(reg: &Registry) -> Value {
     json!({"paths": paths})
 }
 
-fn build_v2(defs: &[Arc<ResourceDef>]) -> Bytes {
+/// The `/openapi/v2` document in both encodings.
+#[derive(Debug, Clone)]
+pub struct V2 {
+    /// The JSON body.
+    pub json: Bytes,
+    /// The same document as gnostic's `openapi.v2.Document` message.
+    pub protobuf: Bytes,
+    /// Uppercase hex SHA-512 of `json`: the ETag of both encodings, as upstream.
+    pub hash: String,
+}
+
+fn build_v2(defs: &[Arc<ResourceDef>]) -> V2 {
     let (definitions, paths) = schemas(false, defs);
     let paths: Map<String, Value> = paths.into_iter().collect();
     let doc = json!({
@@ -517,12 +532,17 @@ fn build_v2(defs: &[Arc<ResourceDef>]) -> Bytes {
         "paths": paths,
         "definitions": definitions,
     });
-    Bytes::from(serde_json::to_vec(&doc).unwrap_or_default())
+    let body = serde_json::to_vec(&doc).unwrap_or_default();
+    V2 {
+        hash: hash(&body),
+        json: Bytes::from(body),
+        protobuf: Bytes::from(gnostic::encode(&doc)),
+    }
 }
 
-/// The `/openapi/v2` document (JSON): built once for the built-ins, and once per change of CRDs.
-pub fn v2(reg: &Registry) -> Bytes {
-    static BUILTIN_DOC: OnceLock<Bytes> = OnceLock::new();
+/// The `/openapi/v2` document: built once for the built-ins, and once per change of CRDs.
+pub fn v2(reg: &Registry) -> V2 {
+    static BUILTIN_DOC: OnceLock<V2> = OnceLock::new();
     let served = reg.served();
     if served.defs.is_empty() {
         return BUILTIN_DOC.get_or_init(|| build_v2(&BUILTIN)).clone();
@@ -568,6 +588,130 @@ mod tests {
             .expect("url")
             .contains("?hash="));
     }
+    fn named<'a>(list: &'a [gnostic::NamedSchema], name: &str) -> &'a gnostic::Schema {
+        list.iter()
+            .find(|n| n.name == name)
+            .and_then(|n| n.value.as_ref())
+            .unwrap_or_else(|| panic!("no {name}"))
+    }
+
+    fn extension(ext: &[gnostic::NamedAny], name: &str) -> Value {
+        let yaml = ext
+            .iter()
+            .find(|e| e.name == name)
+            .and_then(|e| e.value.as_ref())
+            .map(|v| v.yaml.clone())
+            .unwrap_or_else(|| panic!("no {name}"));
+        serde_yaml_ng::from_str(&yaml).unwrap_or_else(|e| panic!("{name}: {e}: {yaml}"))
+    }
+
+    #[test]
+    fn v2_protobuf_decodes_with_gvks_references_and_field_validation() {
+        use prost::Message;
+        let doc = v2(&Registry::default());
+        assert_eq!(doc.hash, hash(&doc.json));
+        let pb = gnostic::Document::decode(doc.protobuf.as_ref()).expect("protobuf");
+        assert_eq!(pb.swagger, "2.0");
+        let defs = pb.definitions.expect("definitions").additional_properties;
+        let json: Value = serde_json::from_slice(&doc.json).expect("json");
+        assert_eq!(
+            defs.len(),
+            json["definitions"].as_object().map_or(0, Map::len)
+        );
+
+        let deploy = named(&defs, "io.k8s.api.apps.v1.Deployment");
+        assert_eq!(
+            extension(&deploy.vendor_extension, "x-kubernetes-group-version-kind"),
+            json!([{"group": "apps", "kind": "Deployment", "version": "v1"}])
+        );
+        let props = &deploy
+            .properties
+            .as_ref()
+            .expect("properties")
+            .additional_properties;
+        // A described reference is a plain `$ref`, not an `allOf`, so clients look into the referenced type.
+        assert_eq!(
+            named(props, "spec").r#ref,
+            "#/definitions/io.k8s.api.apps.v1.DeploymentSpec"
+        );
+        assert!(named(props, "spec").all_of.is_empty());
+        let pod_spec = named(&defs, "io.k8s.api.core.v1.PodSpec");
+        let containers = named(
+            &pod_spec
+                .properties
+                .as_ref()
+                .expect("properties")
+                .additional_properties,
+            "containers",
+        );
+        assert_eq!(
+            containers.r#type.as_ref().map(|t| t.value.clone()),
+            Some(vec!["array".to_string()])
+        );
+        assert_eq!(
+            containers.items.as_ref().map(|i| i.schema[0].r#ref.clone()),
+            Some("#/definitions/io.k8s.api.core.v1.Container".to_string())
+        );
+        assert_eq!(
+            extension(&containers.vendor_extension, "x-kubernetes-patch-merge-key"),
+            json!("name")
+        );
+        let labels = named(
+            &named(&defs, "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta")
+                .properties
+                .as_ref()
+                .expect("properties")
+                .additional_properties,
+            "labels",
+        );
+        assert!(matches!(
+            labels.additional_properties.as_ref().and_then(|a| a.oneof.as_ref()),
+            Some(gnostic::additional_properties_item::Oneof::Schema(s))
+                if s.r#type.as_ref().is_some_and(|t| t.value == ["string"])
+        ));
+
+        // kubectl's fallback check for server-side field validation: the patch operation of the kind's
+        // path, found by its GVK, has a `fieldValidation` query parameter.
+        let paths = pb.paths.expect("paths").path;
+        let item = paths
+            .iter()
+            .find(|p| p.name == "/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
+            .and_then(|p| p.value.as_ref())
+            .expect("deployment path");
+        let patch = item.patch.as_ref().expect("patch");
+        assert_eq!(
+            extension(&patch.vendor_extension, "x-kubernetes-group-version-kind"),
+            json!({"group": "apps", "kind": "Deployment", "version": "v1"})
+        );
+        let query: Vec<&str> = patch
+            .parameters
+            .iter()
+            .filter_map(|p| match &p.oneof {
+                Some(gnostic::parameters_item::Oneof::Parameter(gnostic::Parameter {
+                    oneof: Some(gnostic::parameter::Oneof::NonBodyParameter(n)),
+                })) => match &n.oneof {
+                    Some(gnostic::non_body_parameter::Oneof::QueryParameterSubSchema(q)) => {
+                        Some(q.name.as_str())
+                    }
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        assert_eq!(query, ["dryRun", "fieldManager", "fieldValidation"]);
+        assert!(matches!(
+            patch.parameters.first().and_then(|p| p.oneof.as_ref()),
+            Some(gnostic::parameters_item::Oneof::Parameter(gnostic::Parameter {
+                oneof: Some(gnostic::parameter::Oneof::BodyParameter(b)),
+            })) if b.schema.as_ref().is_some_and(|s| s.r#ref.ends_with("apps.v1.Deployment"))
+        ));
+        assert_eq!(
+            item.parameters.len(),
+            2,
+            "name and namespace path parameters"
+        );
+    }
+
     #[test]
     fn crd_schemas_lose_for_v2_what_upstream_drops() {
         let mut s = json!({

@@ -572,7 +572,7 @@ async fn dispatch(app: Arc<App>, peer: PeerIdentity, req: Request) -> Result<Res
         }
         ["openapi", "v2"] if read_only => {
             json_only(&accept, "/openapi/v2")?;
-            let mut r = (StatusCode::OK, openapi::v2(reg)).into_response();
+            let mut r = (StatusCode::OK, openapi::v2(reg).json).into_response();
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
                 header::HeaderValue::from_static("application/json"),
