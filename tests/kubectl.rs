@@ -893,3 +893,117 @@ fn client_side_apply_through_five_revisions() {
         );
     }
 }
+
+/// The cluster the `kind: List` tests share (each keeps to its own namespace).
+fn shared() -> &'static KubeCluster {
+    KubeCluster::shared(|| KubeCluster::start(keel_bin!(), 1))
+}
+
+/// A `kind: List` of a Pod and a ConfigMap, as `kubectl get -o yaml` writes several objects, with extra
+/// lines for the container and the ConfigMap.
+fn pod_and_configmap(container_extra: &str, configmap_extra: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: List\nitems:\n\
+         - apiVersion: v1\n  kind: Pod\n  metadata: {{name: lp}}\n  spec:\n    containers:\n\
+         \x20   - name: c\n      image: nginx:1.25\n      ports: [{{containerPort: 80, name: http}}]\n\
+         \x20     resources: {{limits: {{cpu: 1, memory: 64Mi}}}}\n{container_extra}\
+         - apiVersion: v1\n  kind: ConfigMap\n  metadata: {{name: lc}}\n  data: {{k: v}}\n{configmap_extra}"
+    )
+}
+
+// kubectl cannot ask the server to validate a List (it is no resource), so it validates it itself against
+// /openapi/v2, fetched as protobuf.
+#[test]
+fn list_manifests_are_validated_on_the_client_and_created() {
+    let c = shared();
+    c.ok(0, &["create", "namespace", "list-ok"]);
+    let list = pod_and_configmap("", "");
+    let r = c.kubectl_stdin(
+        0,
+        &["-n", "list-ok", "create", "-f", "-", "-v=6"],
+        Some(&list),
+    );
+    assert!(r.ok, "kubectl create: {}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains("pod/lp created") && r.stdout.contains("configmap/lc created"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stderr
+            .lines()
+            .any(|l| l.contains("GET") && l.contains("/openapi/v2") && l.contains("200 OK")),
+        "kubectl did not read /openapi/v2: {}",
+        r.stderr
+    );
+    // apply validates the same way, then merges each object.
+    let relabelled = list.replace(
+        "metadata: {name: lc}",
+        "metadata: {name: lc, labels: {a: b}}",
+    );
+    let applied = c.ok_stdin(0, &["-n", "list-ok", "apply", "-f", "-"], Some(&relabelled));
+    assert!(applied.contains("configmap/lc configured"), "{applied}");
+    assert_eq!(
+        c.ok(
+            0,
+            &[
+                "-n",
+                "list-ok",
+                "get",
+                "cm",
+                "lc",
+                "-o",
+                "jsonpath={.metadata.labels.a}"
+            ]
+        ),
+        "b"
+    );
+    let explain = c.ok(
+        0,
+        &[
+            "explain",
+            "--output",
+            "plaintext-openapiv2",
+            "configmap.data",
+        ],
+    );
+    assert!(
+        explain.contains("FIELD:    data <map[string]string>"),
+        "{explain}"
+    );
+}
+
+#[test]
+fn list_with_unknown_fields_is_refused_by_client_validation() {
+    let c = shared();
+    c.ok(0, &["create", "namespace", "list-bad"]);
+    let list = pod_and_configmap("      imagee: typo\n", "  datta: {a: b}\n");
+    let err = c.err_stdin(0, &["-n", "list-bad", "create", "-f", "-"], Some(&list));
+    assert!(
+        err.contains(
+            "error validating data: [ValidationError(Pod.spec.containers[0]): unknown field \"imagee\" in \
+             io.k8s.api.core.v1.Container, ValidationError(ConfigMap): unknown field \"datta\" in \
+             io.k8s.api.core.v1.ConfigMap]; if you choose to ignore these errors, turn validation off with \
+             --validate=false"
+        ),
+        "{err}"
+    );
+    let bad_meta = list.replace("metadata: {name: lc}", "metadata: {name: lc, labelz: {}}");
+    let err = c.err_stdin(0, &["-n", "list-bad", "apply", "-f", "-"], Some(&bad_meta));
+    assert!(
+        err.contains(
+            "ValidationError(ConfigMap.metadata): unknown field \"labelz\" in \
+             io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+        ),
+        "{err}"
+    );
+    // Nothing was created: validation comes before the first request.
+    let none = c.ok(
+        0,
+        &["-n", "list-bad", "get", "pods,configmaps", "-o", "name"],
+    );
+    assert!(
+        !none.contains("pod/lp") && !none.contains("configmap/lc"),
+        "{none}"
+    );
+}

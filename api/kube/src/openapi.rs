@@ -1,9 +1,13 @@
 //! OpenAPI documents generated from the types keel serves (`k8s-openapi`'s JSON schemas):
 //! `/openapi/v3` (index), `/openapi/v3/<api|apis/group>/<version>` (one document per group-version, named by
-//! the uppercase hex SHA-512 of its body, as kube-apiserver does) and `/openapi/v2` (JSON).
+//! the uppercase hex SHA-512 of its body, as kube-apiserver does) and `/openapi/v2` (JSON, or gnostic's
+//! protobuf messages, see [`gnostic`]).
 //!
-//! kubectl reads these for `explain` (schemas found by `x-kubernetes-group-version-kind`) and to decide
-//! whether the server validates fields (`fieldValidation` among the operations' parameters).
+//! kubectl reads these for `explain` (schemas found by `x-kubernetes-group-version-kind`), to decide
+//! whether the server validates fields (`fieldValidation` among the operations' parameters) and, for what
+//! the server cannot validate (a `kind: List` of objects), to validate on the client against `/openapi/v2`.
+
+pub mod gnostic;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
@@ -70,8 +74,14 @@ fn custom_schema(def: &ResourceDef, prefix: &str) -> Value {
         Some(Value::Object(m)) => Value::Object(m),
         _ => json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
     };
-    s["type"] = json!("object");
     int_or_string_alternatives(&mut s);
+    add_type_and_object_meta(&mut s, prefix);
+    s
+}
+
+/// `type: object` and the `apiVersion`, `kind` and `metadata` properties every custom resource has.
+fn add_type_and_object_meta(s: &mut Value, prefix: &str) {
+    s["type"] = json!("object");
     let meta_name = <ObjectMeta as schemars::JsonSchema>::schema_name().to_string();
     if !s.get("properties").is_some_and(Value::is_object) {
         s["properties"] = json!({});
@@ -79,14 +89,32 @@ fn custom_schema(def: &ResourceDef, prefix: &str) -> Value {
     s["properties"]["apiVersion"] = json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values."});
     s["properties"]["kind"] = json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. In CamelCase."});
     s["properties"]["metadata"] = json!({"$ref": format!("{prefix}{meta_name}"), "description": "Standard object's metadata."});
-    s
 }
 
-fn param(name: &str, description: &str) -> Value {
-    json!({"name": name, "in": "query", "description": description, "schema": {"type": "string"}, "uniqueItems": true})
+fn param(v3: bool, name: &str, description: &str) -> Value {
+    if v3 {
+        json!({"name": name, "in": "query", "description": description, "schema": {"type": "string"}, "uniqueItems": true})
+    } else {
+        json!({"name": name, "in": "query", "description": description, "type": "string", "uniqueItems": true})
+    }
 }
 
-fn operations(def: &ResourceDef, schema_ref: &str) -> Vec<(String, Value)> {
+/// Swagger 2.0 path parameters of a path's `{name}` and `{namespace}`, declared on the path item as
+/// upstream does.
+fn path_params(path: &str) -> Value {
+    let mut out = Vec::new();
+    for (name, what) in [
+        ("name", "name of the object"),
+        ("namespace", "namespace of the object"),
+    ] {
+        if path.contains(&format!("{{{name}}}")) {
+            out.push(json!({"name": name, "in": "path", "description": what, "required": true, "type": "string", "uniqueItems": true}));
+        }
+    }
+    Value::Array(out)
+}
+
+fn operations(def: &ResourceDef, schema_ref: &str, v3: bool) -> Vec<(String, Value)> {
     let base = if def.group.is_empty() {
         format!("/api/{}", def.version)
     } else {
@@ -98,22 +126,34 @@ fn operations(def: &ResourceDef, schema_ref: &str) -> Vec<(String, Value)> {
         format!("{base}/{}", def.plural)
     };
     let gvk = json!({"group": def.group, "version": def.version, "kind": def.kind});
-    let body = json!({"content": {"application/json": {"schema": {"$ref": schema_ref}}}, "required": true});
-    let ok = json!({"200": {"description": "OK", "content": {"application/json": {"schema": {"$ref": schema_ref}}}}});
-    let write_params = json!([
+    let (body, ok) = if v3 {
+        (
+            json!({"content": {"application/json": {"schema": {"$ref": schema_ref}}}, "required": true}),
+            json!({"200": {"description": "OK", "content": {"application/json": {"schema": {"$ref": schema_ref}}}}}),
+        )
+    } else {
+        (
+            json!({"name": "body", "in": "body", "required": true, "schema": {"$ref": schema_ref}}),
+            json!({"200": {"description": "OK", "schema": {"$ref": schema_ref}}}),
+        )
+    };
+    let write_params = [
         param(
+            v3,
             "dryRun",
-            "When present, indicates that modifications should not be persisted."
+            "When present, indicates that modifications should not be persisted.",
         ),
         param(
+            v3,
             "fieldManager",
-            "A name associated with the actor or entity that is making these changes."
+            "A name associated with the actor or entity that is making these changes.",
         ),
         param(
+            v3,
             "fieldValidation",
-            "How the server treats unknown or duplicate fields: Ignore, Warn or Strict."
+            "How the server treats unknown or duplicate fields: Ignore, Warn or Strict.",
         ),
-    ]);
+    ];
     let op = |action: &str, verb: &str| {
         let mut o = json!({
             "operationId": format!("{verb}{}", def.kind),
@@ -122,8 +162,14 @@ fn operations(def: &ResourceDef, schema_ref: &str) -> Vec<(String, Value)> {
             "x-kubernetes-group-version-kind": gvk,
         });
         if matches!(action, "post" | "put" | "patch") {
-            o["parameters"] = write_params.clone();
-            o["requestBody"] = body.clone();
+            if v3 {
+                o["parameters"] = json!(write_params);
+                o["requestBody"] = body.clone();
+            } else {
+                let mut params = vec![body.clone()];
+                params.extend(write_params.iter().cloned());
+                o["parameters"] = Value::Array(params);
+            }
         }
         o
     };
@@ -139,6 +185,14 @@ fn operations(def: &ResourceDef, schema_ref: &str) -> Vec<(String, Value)> {
     ];
     if def.status {
         out.push((format!("{coll}/{{name}}/status"), json!({"get": op("get", "readStatus"), "put": op("put", "replaceStatus"), "patch": op("patch", "patchStatus")})));
+    }
+    if !v3 {
+        for (path, item) in &mut out {
+            let params = path_params(path);
+            if params.as_array().is_some_and(|a| !a.is_empty()) {
+                item["parameters"] = params;
+            }
+        }
     }
     out
 }
@@ -161,6 +215,19 @@ fn schemas(v3: bool, defs: &[Arc<ResourceDef>]) -> (Map<String, Value>, Vec<(Str
     }
     let mut definitions = gen.take_definitions(true);
     add_merge_metadata(&mut definitions);
+    if !v3 {
+        for s in definitions.values_mut() {
+            v2_compatible(s);
+        }
+        // Upstream publishes arbitrary JSON (a CRD schema's `default`, `enum`, `example`) untyped, so a
+        // client does not take a scalar there for a wrong type.
+        if let Some(s) = definitions
+            .get_mut("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSON")
+            .and_then(Value::as_object_mut)
+        {
+            s.remove("type");
+        }
+    }
     let prefix = if v3 {
         "#/components/schemas/"
     } else {
@@ -169,15 +236,135 @@ fn schemas(v3: bool, defs: &[Arc<ResourceDef>]) -> (Map<String, Value>, Vec<(Str
     let mut paths = Vec::new();
     for (name, def) in names {
         if def.custom.is_some() {
-            definitions.insert(name.clone(), custom_schema(def, prefix));
+            let s = if v3 {
+                custom_schema(def, prefix)
+            } else {
+                custom_schema_v2(def, prefix)
+            };
+            definitions.insert(name.clone(), s);
         }
         if let Some(s) = definitions.get_mut(&name).and_then(Value::as_object_mut) {
             let gvk = json!([{"group": def.group, "version": def.version, "kind": def.kind}]);
             s.insert("x-kubernetes-group-version-kind".into(), gvk);
         }
-        paths.extend(operations(def, &format!("{prefix}{name}")));
+        paths.extend(operations(def, &format!("{prefix}{name}"), v3));
     }
     (definitions, paths)
+}
+
+/// The schema positions below a schema: properties, items, additionalProperties, allOf.
+fn sub_schemas(m: &mut Map<String, Value>) -> Vec<&mut Value> {
+    let mut out = Vec::new();
+    for (k, v) in m.iter_mut() {
+        match (k.as_str(), v) {
+            ("properties", Value::Object(props)) => out.extend(props.values_mut()),
+            ("items" | "allOf", Value::Array(a)) => out.extend(a.iter_mut()),
+            ("items" | "additionalProperties", v @ Value::Object(_)) => out.push(v),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Makes a generated schema Swagger 2.0, as upstream's v2 is: a lone `allOf: [{$ref}]` (how the generator
+/// adds a description to a reference) becomes the `$ref` itself, and the OpenAPI 3 keywords Swagger 2.0 lacks
+/// are dropped. kubectl's v2 reader treats anything under an `allOf` as untyped, so without this it would not
+/// see unknown fields below `metadata` or `spec`.
+fn v2_compatible(s: &mut Value) {
+    let Value::Object(m) = s else {
+        return;
+    };
+    for k in ["oneOf", "anyOf", "not", "nullable"] {
+        m.remove(k);
+    }
+    let lone_ref = match m.get("allOf") {
+        Some(Value::Array(a)) if a.len() == 1 => a[0]
+            .as_object()
+            .filter(|o| o.len() == 1)
+            .and_then(|o| o.get("$ref"))
+            .cloned(),
+        _ => None,
+    };
+    if let Some(r) = lone_ref {
+        if !m.contains_key("type") && !m.contains_key("properties") {
+            m.remove("allOf");
+            m.insert("$ref".into(), r);
+        }
+    }
+    for child in sub_schemas(m) {
+        v2_compatible(child);
+    }
+}
+
+/// What upstream does to a CRD's structural schema for v2: no junctors, nullable values untyped (and
+/// without properties or items), no properties or items where unknown fields are kept, no `type: array`
+/// without items, and nullable properties not required.
+fn structural_v2(s: &mut Value) {
+    let Value::Object(m) = s else {
+        return;
+    };
+    for k in ["allOf", "oneOf", "anyOf", "not"] {
+        m.remove(k);
+    }
+    if m.remove("nullable") == Some(json!(true)) {
+        for k in ["type", "properties", "items"] {
+            m.remove(k);
+        }
+    }
+    if m.get("x-kubernetes-preserve-unknown-fields") == Some(&json!(true)) {
+        m.remove("properties");
+        m.remove("items");
+    }
+    if m.get("type") == Some(&json!("array")) && !m.contains_key("items") {
+        m.remove("type");
+    }
+    let nullable: Vec<String> = m
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|p| {
+            p.iter()
+                .filter(|(_, v)| v.get("nullable") == Some(&json!(true)))
+                .map(|(k, _)| k.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    let nullable_values = m
+        .get("additionalProperties")
+        .and_then(|a| a.get("nullable"))
+        == Some(&json!(true));
+    if nullable_values {
+        m.remove("required");
+    } else if let Some(Value::Array(req)) = m.get_mut("required") {
+        req.retain(|r| !r.as_str().is_some_and(|r| nullable.iter().any(|n| n == r)));
+        if req.is_empty() {
+            m.remove("required");
+        }
+    }
+    for child in sub_schemas(m) {
+        structural_v2(child);
+    }
+}
+
+/// A custom resource's v2 definition, as upstream builds it: without a schema, or when its root keeps
+/// unknown fields, only `type: object` (kubectl would refuse every field not listed); otherwise the schema
+/// made v2-compatible, with `apiVersion`, `kind` and `metadata`.
+fn custom_schema_v2(def: &ResourceDef, prefix: &str) -> Value {
+    let schema = def
+        .custom
+        .as_ref()
+        .and_then(|c| c.schema.as_ref())
+        .and_then(|s| serde_json::to_value(s).ok());
+    let mut s = match schema {
+        Some(Value::Object(m))
+            if m.get("x-kubernetes-preserve-unknown-fields") != Some(&json!(true)) =>
+        {
+            Value::Object(m)
+        }
+        _ => return json!({"type": "object"}),
+    };
+    structural_v2(&mut s);
+    add_type_and_object_meta(&mut s, prefix);
+    s
 }
 
 /// Adds the strategic-merge and list-type extensions of every property the schema table knows, so kubectl
@@ -325,7 +512,18 @@ pub fn v3_index(reg: &Registry) -> Value {
     json!({"paths": paths})
 }
 
-fn build_v2(defs: &[Arc<ResourceDef>]) -> Bytes {
+/// The `/openapi/v2` document in both encodings.
+#[derive(Debug, Clone)]
+pub struct V2 {
+    /// The JSON body.
+    pub json: Bytes,
+    /// The same document as gnostic's `openapi.v2.Document` message.
+    pub protobuf: Bytes,
+    /// Uppercase hex SHA-512 of `json`: the ETag of both encodings, as upstream.
+    pub hash: String,
+}
+
+fn build_v2(defs: &[Arc<ResourceDef>]) -> V2 {
     let (definitions, paths) = schemas(false, defs);
     let paths: Map<String, Value> = paths.into_iter().collect();
     let doc = json!({
@@ -334,12 +532,17 @@ fn build_v2(defs: &[Arc<ResourceDef>]) -> Bytes {
         "paths": paths,
         "definitions": definitions,
     });
-    Bytes::from(serde_json::to_vec(&doc).unwrap_or_default())
+    let body = serde_json::to_vec(&doc).unwrap_or_default();
+    V2 {
+        hash: hash(&body),
+        json: Bytes::from(body),
+        protobuf: Bytes::from(gnostic::encode(&doc)),
+    }
 }
 
-/// The `/openapi/v2` document (JSON): built once for the built-ins, and once per change of CRDs.
-pub fn v2(reg: &Registry) -> Bytes {
-    static BUILTIN_DOC: OnceLock<Bytes> = OnceLock::new();
+/// The `/openapi/v2` document: built once for the built-ins, and once per change of CRDs.
+pub fn v2(reg: &Registry) -> V2 {
+    static BUILTIN_DOC: OnceLock<V2> = OnceLock::new();
     let served = reg.served();
     if served.defs.is_empty() {
         return BUILTIN_DOC.get_or_init(|| build_v2(&BUILTIN)).clone();
@@ -384,5 +587,158 @@ mod tests {
             .as_str()
             .expect("url")
             .contains("?hash="));
+    }
+    fn named<'a>(list: &'a [gnostic::NamedSchema], name: &str) -> &'a gnostic::Schema {
+        list.iter()
+            .find(|n| n.name == name)
+            .and_then(|n| n.value.as_ref())
+            .unwrap_or_else(|| panic!("no {name}"))
+    }
+
+    fn extension(ext: &[gnostic::NamedAny], name: &str) -> Value {
+        let yaml = ext
+            .iter()
+            .find(|e| e.name == name)
+            .and_then(|e| e.value.as_ref())
+            .map(|v| v.yaml.clone())
+            .unwrap_or_else(|| panic!("no {name}"));
+        serde_yaml_ng::from_str(&yaml).unwrap_or_else(|e| panic!("{name}: {e}: {yaml}"))
+    }
+
+    #[test]
+    fn v2_protobuf_decodes_with_gvks_references_and_field_validation() {
+        use prost::Message;
+        let doc = v2(&Registry::default());
+        assert_eq!(doc.hash, hash(&doc.json));
+        let pb = gnostic::Document::decode(doc.protobuf.as_ref()).expect("protobuf");
+        assert_eq!(pb.swagger, "2.0");
+        let defs = pb.definitions.expect("definitions").additional_properties;
+        let json: Value = serde_json::from_slice(&doc.json).expect("json");
+        assert_eq!(
+            defs.len(),
+            json["definitions"].as_object().map_or(0, Map::len)
+        );
+
+        let deploy = named(&defs, "io.k8s.api.apps.v1.Deployment");
+        assert_eq!(
+            extension(&deploy.vendor_extension, "x-kubernetes-group-version-kind"),
+            json!([{"group": "apps", "kind": "Deployment", "version": "v1"}])
+        );
+        let props = &deploy
+            .properties
+            .as_ref()
+            .expect("properties")
+            .additional_properties;
+        // A described reference is a plain `$ref`, not an `allOf`, so clients look into the referenced type.
+        assert_eq!(
+            named(props, "spec").r#ref,
+            "#/definitions/io.k8s.api.apps.v1.DeploymentSpec"
+        );
+        assert!(named(props, "spec").all_of.is_empty());
+        let pod_spec = named(&defs, "io.k8s.api.core.v1.PodSpec");
+        let containers = named(
+            &pod_spec
+                .properties
+                .as_ref()
+                .expect("properties")
+                .additional_properties,
+            "containers",
+        );
+        assert_eq!(
+            containers.r#type.as_ref().map(|t| t.value.clone()),
+            Some(vec!["array".to_string()])
+        );
+        assert_eq!(
+            containers.items.as_ref().map(|i| i.schema[0].r#ref.clone()),
+            Some("#/definitions/io.k8s.api.core.v1.Container".to_string())
+        );
+        assert_eq!(
+            extension(&containers.vendor_extension, "x-kubernetes-patch-merge-key"),
+            json!("name")
+        );
+        let labels = named(
+            &named(&defs, "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta")
+                .properties
+                .as_ref()
+                .expect("properties")
+                .additional_properties,
+            "labels",
+        );
+        assert!(matches!(
+            labels.additional_properties.as_ref().and_then(|a| a.oneof.as_ref()),
+            Some(gnostic::additional_properties_item::Oneof::Schema(s))
+                if s.r#type.as_ref().is_some_and(|t| t.value == ["string"])
+        ));
+
+        // kubectl's fallback check for server-side field validation: the patch operation of the kind's
+        // path, found by its GVK, has a `fieldValidation` query parameter.
+        let paths = pb.paths.expect("paths").path;
+        let item = paths
+            .iter()
+            .find(|p| p.name == "/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
+            .and_then(|p| p.value.as_ref())
+            .expect("deployment path");
+        let patch = item.patch.as_ref().expect("patch");
+        assert_eq!(
+            extension(&patch.vendor_extension, "x-kubernetes-group-version-kind"),
+            json!({"group": "apps", "kind": "Deployment", "version": "v1"})
+        );
+        let query: Vec<&str> = patch
+            .parameters
+            .iter()
+            .filter_map(|p| match &p.oneof {
+                Some(gnostic::parameters_item::Oneof::Parameter(gnostic::Parameter {
+                    oneof: Some(gnostic::parameter::Oneof::NonBodyParameter(n)),
+                })) => match &n.oneof {
+                    Some(gnostic::non_body_parameter::Oneof::QueryParameterSubSchema(q)) => {
+                        Some(q.name.as_str())
+                    }
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        assert_eq!(query, ["dryRun", "fieldManager", "fieldValidation"]);
+        assert!(matches!(
+            patch.parameters.first().and_then(|p| p.oneof.as_ref()),
+            Some(gnostic::parameters_item::Oneof::Parameter(gnostic::Parameter {
+                oneof: Some(gnostic::parameter::Oneof::BodyParameter(b)),
+            })) if b.schema.as_ref().is_some_and(|s| s.r#ref.ends_with("apps.v1.Deployment"))
+        ));
+        assert_eq!(
+            item.parameters.len(),
+            2,
+            "name and namespace path parameters"
+        );
+    }
+
+    #[test]
+    fn crd_schemas_lose_for_v2_what_upstream_drops() {
+        let mut s = json!({
+            "type": "object",
+            "required": ["a", "n"],
+            "properties": {
+                "a": {"type": "string", "anyOf": [{"pattern": "x"}]},
+                "n": {"type": "object", "nullable": true, "properties": {"x": {"type": "string"}}},
+                "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                         "properties": {"y": {"type": "string"}}},
+                "list": {"type": "array", "x-kubernetes-preserve-unknown-fields": true,
+                         "items": {"type": "string"}},
+            },
+        });
+        structural_v2(&mut s);
+        assert_eq!(
+            s,
+            json!({
+                "type": "object",
+                "required": ["a"],
+                "properties": {
+                    "a": {"type": "string"},
+                    "n": {},
+                    "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    "list": {"x-kubernetes-preserve-unknown-fields": true},
+                },
+            })
+        );
     }
 }

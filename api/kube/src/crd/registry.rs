@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
-use bytes::Bytes;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::Value;
 use tracing::{debug, info, warn};
@@ -27,7 +26,7 @@ pub struct Served {
     /// OpenAPI v3 documents of group-versions with custom resources, built on first request.
     pub openapi_v3: Mutex<BTreeMap<String, crate::openapi::Document>>,
     /// The OpenAPI v2 document, built on first request.
-    pub openapi_v2: OnceLock<Bytes>,
+    pub openapi_v2: OnceLock<crate::openapi::V2>,
 }
 
 /// The served resources of one member.
@@ -363,8 +362,28 @@ mod tests {
             .as_str()
             .is_some_and(|s| s.ends_with("ObjectMeta")));
         assert!(openapi::v3_index(&r)["paths"]["apis/example.com/v1"].is_object());
-        let v2: Value = serde_json::from_slice(&openapi::v2(&r)).expect("v2 json");
+        let doc = openapi::v2(&r);
+        let v2: Value = serde_json::from_slice(&doc.json).expect("v2 json");
         assert!(v2["definitions"]["com.example.v1.Widget"].is_object());
+        let pb = <openapi::gnostic::Document as prost::Message>::decode(doc.protobuf.as_ref())
+            .expect("v2 protobuf");
+        let widget = pb
+            .definitions
+            .iter()
+            .flat_map(|d| &d.additional_properties)
+            .find(|d| d.name == "com.example.v1.Widget")
+            .and_then(|d| d.value.as_ref())
+            .expect("Widget in the protobuf document");
+        let gvk = widget
+            .vendor_extension
+            .iter()
+            .find(|e| e.name == "x-kubernetes-group-version-kind")
+            .and_then(|e| e.value.as_ref())
+            .map(|v| v.yaml.as_str());
+        assert_eq!(
+            gvk,
+            Some("- group: example.com\n  kind: Widget\n  version: v1\n")
+        );
         assert!(v2["paths"]["/apis/example.com/v1/namespaces/{namespace}/widgets"].is_object());
         r.load(&[], 8);
         assert!(discovery::api_group(&r, &[], "example.com").is_none());
