@@ -357,11 +357,14 @@ fn parse_scrape(text: &str) -> Result<Scrape> {
         if s.metric != "apiserver_request_duration_seconds" {
             continue;
         }
-        let resource = match s.labels.get("subresource") {
-            Some(sub) if !sub.is_empty() => {
-                format!("{}/{sub}", s.labels.get("resource").unwrap_or(""))
-            }
-            _ => s.labels.get("resource").unwrap_or("").to_string(),
+        // Non-resource paths (`/api`, `/healthz`) come with the path as subresource.
+        let resource = match (
+            s.labels.get("resource").unwrap_or(""),
+            s.labels.get("subresource").unwrap_or(""),
+        ) {
+            ("", path) => path.to_string(),
+            (r, "") => r.to_string(),
+            (r, sub) => format!("{r}/{sub}"),
         };
         let key = (resource, s.labels.get("verb").unwrap_or("").to_string());
         if let prometheus_parse::Value::Histogram(hist) = s.value {
