@@ -1,6 +1,7 @@
 //! The scheduler's plugins and preemption end to end, on hollow nodes (`keel agent --hollow`, which
 //! registers nodes, renews their Leases, reports bound pods Running and completes graceful deletion):
-//! required anti-affinity, a zone spread constraint, preemption by a higher PriorityClass, and a burst
+//! tolerations, a pod too large until a node that fits joins, required anti-affinity, a zone spread
+//! constraint, preemption by a higher PriorityClass, and a burst
 //! of pods across a SIGKILL of the Raft leader, every pod bound exactly once. Everything is seen
 //! through the real kubectl. Tests on the shared 3-member cluster take turns, each with its own hollow
 //! process whose nodes it deletes when done.
@@ -395,6 +396,127 @@ fn a_higher_priority_pod_preempts_a_lower_one() {
     drop(h);
     c.ok(0, &["delete", "namespace", "preempt", "--wait=false"]);
     c.ok(0, &["delete", "priorityclass", "bench-low", "bench-high"]);
+}
+
+#[test]
+fn only_pods_that_tolerate_the_taint_land_on_the_tainted_node() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let c = cluster();
+    namespace(c, "taint");
+    let _h = Hollow::start(c, 0, "taint", 2, "8", 0);
+    c.ok(0, &["taint", "node", "taint-0", "dedicated=db:NoSchedule"]);
+    let pod = |name: &str, node: &str, tolerate: bool| {
+        let toleration = if tolerate {
+            "  tolerations: [{key: dedicated, operator: Equal, value: db, effect: NoSchedule}]\n"
+        } else {
+            ""
+        };
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: taint}}\nspec:\n{toleration}  \
+             nodeSelector: {{kubernetes.io/hostname: {node}}}\n  \
+             containers: [{{name: c, image: registry.k8s.io/pause:3.9}}]\n"
+        )
+    };
+    apply(c, &pod("tolerant", "taint-0", true));
+    apply(c, &pod("plain", "taint-0", false));
+    apply(c, &pod("elsewhere", "taint-1", false));
+    for name in ["tolerant", "elsewhere"] {
+        c.wait_until(&format!("{name} Running"), WAIT, || {
+            c.kubectl(
+                0,
+                &[
+                    "get",
+                    "pod",
+                    name,
+                    "-n",
+                    "taint",
+                    "-o",
+                    "jsonpath={.status.phase}",
+                ],
+            )
+            .stdout
+            .trim()
+                == "Running"
+        });
+    }
+    let want = "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, \
+                1 node(s) had untolerated taint {dedicated: db}. preemption: 0/2 nodes are available: \
+                2 Preemption is not helpful for scheduling.";
+    c.wait_until(&format!("FailedScheduling of plain: {want}"), WAIT, || {
+        events(c, 0, "taint", "plain", "FailedScheduling")
+            .iter()
+            .any(|m| m == want)
+    });
+    assert_eq!(
+        c.ok(
+            0,
+            &[
+                "get",
+                "pod",
+                "plain",
+                "-n",
+                "taint",
+                "-o",
+                "jsonpath={.spec.nodeName}"
+            ]
+        )
+        .trim(),
+        ""
+    );
+    c.ok(0, &["delete", "namespace", "taint", "--wait=false"]);
+}
+
+#[test]
+fn a_too_large_pod_waits_for_a_node_that_fits() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let c = cluster();
+    namespace(c, "large");
+    let _small = Hollow::start(c, 0, "small", 2, "2", 0);
+    apply(
+        c,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: big, namespace: large}\nspec:\n  \
+         containers: [{name: c, image: registry.k8s.io/pause:3.9, resources: {requests: {cpu: '6'}}}]\n",
+    );
+    let want = "0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: \
+                2 No preemption victims found for incoming pod.";
+    c.wait_until(&format!("FailedScheduling of big: {want}"), WAIT, || {
+        events(c, 0, "large", "big", "FailedScheduling")
+            .iter()
+            .any(|m| m == want)
+    });
+    let condition = c.ok(
+        0,
+        &[
+            "get",
+            "pod",
+            "big",
+            "-n",
+            "large",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"PodScheduled\")].reason}",
+        ],
+    );
+    assert_eq!(condition.trim(), "Unschedulable");
+    // A node big enough joins: the pod is scheduled there without being touched.
+    let _big = Hollow::start(c, 0, "huge", 1, "8", 0);
+    c.wait_until("big Running on huge-0", WAIT, || {
+        c.kubectl(
+            0,
+            &[
+                "get",
+                "pod",
+                "big",
+                "-n",
+                "large",
+                "-o",
+                "jsonpath={.status.phase}/{.spec.nodeName}",
+            ],
+        )
+        .stdout
+        .trim()
+            == "Running/huge-0"
+    });
+    c.ok(0, &["delete", "namespace", "large", "--wait=false"]);
 }
 
 /// kill -9 of the leader while a burst of pods is scheduled: the new leader's scheduler picks up

@@ -116,6 +116,9 @@ fn store_error(e: &StoreError) -> ApiError {
 
 pub use keel_store::mvcc::range::prefix_end;
 
+/// How long a consistent read waits out an election before it answers 503.
+const READ_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Decodes a stored value (JSON, or upstream's protobuf envelope) and sets its resourceVersion.
 pub fn decode(kv: &KeyValue) -> Result<Stored, ApiError> {
     let mut object = if kv.value.starts_with(protobuf::MAGIC) {
@@ -286,12 +289,25 @@ impl Storage {
         self.node.leadership()
     }
 
-    /// Waits until this member has applied everything committed before the call (ReadIndex).
+    /// Waits until this member has applied everything committed before the call (ReadIndex). A read
+    /// changes nothing, so while an election is under way (no leader, or the one asked just lost it) it
+    /// is tried again for a few seconds, as etcd's client retries reads on `Unavailable`, before the
+    /// caller gets 503.
     pub async fn barrier(&self) -> Result<(), ApiError> {
-        self.node
-            .read_barrier()
-            .await
-            .map_err(|e| propose_error(&e))
+        let deadline = Instant::now() + READ_RETRY_FOR;
+        let mut pause = std::time::Duration::from_millis(50);
+        loop {
+            match self.node.read_barrier().await {
+                Ok(()) => return Ok(()),
+                Err(ProposeError::NoLeader | ProposeError::NotLeader)
+                    if Instant::now() + pause < deadline =>
+                {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_millis(800));
+                }
+                Err(e) => return Err(propose_error(&e)),
+            }
+        }
     }
 
     /// The key-value of one key in this member's store.
