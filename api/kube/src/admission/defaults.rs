@@ -76,6 +76,28 @@ pub fn pod_spec(spec: &mut Value, restart: &str) {
             cs.iter_mut().for_each(container);
         }
     }
+    service_account_alias(m);
+}
+
+/// v1's `serviceAccount` is a deprecated alias of `serviceAccountName`: upstream's conversion takes the
+/// name from it when the name is unset, and always writes it back as a copy of the name.
+pub fn service_account_alias(m: &mut Map<String, Value>) {
+    let name = [m.get("serviceAccountName"), m.get("serviceAccount")]
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .find(|s| !s.is_empty())
+        .map(String::from);
+    match name {
+        Some(name) => {
+            m.insert("serviceAccountName".into(), json!(name));
+            m.insert("serviceAccount".into(), json!(name));
+        }
+        // Both empty: upstream writes neither (`omitempty`).
+        None => {
+            m.remove("serviceAccount");
+        }
+    }
 }
 
 /// Pod spec defaults for the pod template at `path`, if present.
@@ -144,5 +166,25 @@ mod tests {
         assert_eq!(image_pull_policy("nginx:1.25"), "IfNotPresent");
         assert_eq!(image_pull_policy("reg:5000/nginx"), "Always");
         assert_eq!(image_pull_policy("nginx:latest"), "Always");
+    }
+
+    #[test]
+    fn service_account_is_an_alias_of_the_name() {
+        let alias = |spec: Value| {
+            let mut spec = spec;
+            pod_spec(&mut spec, "Always");
+            (
+                spec.get("serviceAccountName").cloned(),
+                spec.get("serviceAccount").cloned(),
+            )
+        };
+        let both = |s: &str| (Some(json!(s)), Some(json!(s)));
+        assert_eq!(alias(json!({"serviceAccountName": "a"})), both("a"));
+        assert_eq!(alias(json!({"serviceAccount": "b"})), both("b"));
+        assert_eq!(
+            alias(json!({"serviceAccountName": "a", "serviceAccount": "b"})),
+            both("a")
+        );
+        assert_eq!(alias(json!({"serviceAccount": ""})), (None, None));
     }
 }
