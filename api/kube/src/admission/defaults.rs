@@ -119,7 +119,7 @@ pub fn apply(def: &ResourceDef, obj: &mut Value) {
     crate::strategy::of(def).set_defaults(def, obj);
 }
 
-/// Job spec defaults (also used for CronJob job templates).
+/// Job spec defaults (upstream's SetDefaults_Job; a CronJob's job template does not get them).
 pub fn job_spec(spec: &mut Map<String, Value>) {
     let has_completions = spec.get("completions").is_some_and(|v| !v.is_null());
     let has_parallelism = spec.get("parallelism").is_some_and(|v| !v.is_null());
@@ -138,7 +138,35 @@ pub fn job_spec(spec: &mut Map<String, Value>) {
     );
     set_default(spec, "completionMode", json!("NonIndexed"));
     set_default(spec, "suspend", json!(false));
-    set_default(spec, "podReplacementPolicy", json!("TerminatingOrFailed"));
+    // Pods of a job with a pod failure policy are replaced only once they have failed.
+    let failure_policy = spec.get("podFailurePolicy").is_some_and(|v| !v.is_null());
+    set_default(
+        spec,
+        "podReplacementPolicy",
+        json!(if failure_policy {
+            "Failed"
+        } else {
+            "TerminatingOrFailed"
+        }),
+    );
+    set_default(spec, "manualSelector", json!(false));
+    // A pod condition pattern without a status matches the condition being True.
+    let rules = spec
+        .get_mut("podFailurePolicy")
+        .and_then(|p| p.get_mut("rules"))
+        .and_then(Value::as_array_mut);
+    for rule in rules.into_iter().flatten() {
+        let patterns = rule
+            .get_mut("onPodConditions")
+            .and_then(Value::as_array_mut);
+        for p in patterns
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_object_mut)
+        {
+            set_default(p, "status", json!("True"));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -166,6 +194,24 @@ mod tests {
         assert_eq!(image_pull_policy("nginx:1.25"), "IfNotPresent");
         assert_eq!(image_pull_policy("reg:5000/nginx"), "Always");
         assert_eq!(image_pull_policy("nginx:latest"), "Always");
+    }
+
+    #[test]
+    fn a_pod_failure_policy_changes_the_replacement_default() {
+        let mut plain = Map::new();
+        job_spec(&mut plain);
+        assert_eq!(plain["podReplacementPolicy"], "TerminatingOrFailed");
+        assert_eq!(plain["manualSelector"], false);
+        let mut with_policy = json!({"podFailurePolicy": {"rules": [
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}});
+        if let Some(m) = with_policy.as_object_mut() {
+            job_spec(m);
+        }
+        assert_eq!(with_policy["podReplacementPolicy"], "Failed");
+        assert_eq!(
+            with_policy["podFailurePolicy"]["rules"][0]["onPodConditions"][0]["status"],
+            "True"
+        );
     }
 
     #[test]
