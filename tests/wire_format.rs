@@ -285,3 +285,236 @@ fn a_service_with_its_allocated_ip_and_defaults() {
         )
     );
 }
+
+/// The pod template spec of the workloads below as upstream writes it: one pause container and the
+/// restart policy sent, with SetDefaults_Container's and SetDefaults_PodSpec's values.
+fn defaulted_pod_spec(restart: &str) -> String {
+    format!(
+        concat!(
+            r#"{{"containers":[{{"name":"c","image":"registry.k8s.io/pause:3.9","resources":{{}},"#,
+            r#""terminationMessagePath":"/dev/termination-log","terminationMessagePolicy":"File","imagePullPolicy":"IfNotPresent"}}],"#,
+            r#""restartPolicy":"{}","terminationGracePeriodSeconds":30,"dnsPolicy":"ClusterFirst","securityContext":{{}},"#,
+            r#""schedulerName":"default-scheduler"}}"#,
+        ),
+        restart
+    )
+}
+
+/// The body masked, without managedFields, and with the object's uid (also in generated labels and
+/// selectors) replaced by `<uid>`.
+fn comparable(body: &str) -> String {
+    let v: serde_json::Value = serde_json::from_str(body).unwrap();
+    let uid = v["metadata"]["uid"].as_str().unwrap().to_string();
+    without_managed_fields(&masked(&body.replace(&uid, "<uid>")))
+}
+
+const PAUSE: &str = r#"{"name":"c","image":"registry.k8s.io/pause:3.9"}"#;
+
+#[test]
+fn a_pod_with_every_default_and_admission_effect() {
+    let c = cluster();
+    // automountServiceAccountToken: false, so that the ServiceAccount admission adds no token volume
+    // (keel does not serve the TokenRequest API that such a volume needs).
+    let (code, body) = send(
+        c,
+        "POST",
+        "/api/v1/namespaces/wire/pods",
+        &format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"p"}},"spec":{{"automountServiceAccountToken":false,"containers":[{PAUSE}]}}}}"#
+        ),
+    );
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        comparable(&body),
+        concat!(
+            r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","namespace":"wire","uid":"<uid>","#,
+            r#""resourceVersion":"<resourceVersion>","creationTimestamp":"<creationTimestamp>"},"#,
+            r#""spec":{"containers":[{"name":"c","image":"registry.k8s.io/pause:3.9","resources":{},"#,
+            r#""terminationMessagePath":"/dev/termination-log","terminationMessagePolicy":"File","imagePullPolicy":"IfNotPresent"}],"#,
+            r#""restartPolicy":"Always","terminationGracePeriodSeconds":30,"dnsPolicy":"ClusterFirst","#,
+            r#""serviceAccountName":"default","serviceAccount":"default","automountServiceAccountToken":false,"#,
+            r#""securityContext":{},"schedulerName":"default-scheduler","#,
+            r#""tolerations":[{"key":"node.kubernetes.io/not-ready","operator":"Exists","effect":"NoExecute","tolerationSeconds":300},"#,
+            r#"{"key":"node.kubernetes.io/unreachable","operator":"Exists","effect":"NoExecute","tolerationSeconds":300}],"#,
+            r#""priority":0,"enableServiceLinks":true,"preemptionPolicy":"PreemptLowerPriority"},"#,
+            r#""status":{"phase":"Pending","qosClass":"BestEffort"}}"#,
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn a_node_with_its_zero_status() {
+    let c = cluster();
+    // The not-ready NoSchedule taint is sent, as upstream's TaintNodesByCondition admission would add
+    // it to a new Node (keel does not add it).
+    let (code, body) = send(
+        c,
+        "POST",
+        "/api/v1/nodes",
+        r#"{"apiVersion":"v1","kind":"Node","metadata":{"name":"wire-node"},"spec":{"taints":[{"key":"node.kubernetes.io/not-ready","effect":"NoSchedule"}]}}"#,
+    );
+    send(c, "DELETE", "/api/v1/nodes/wire-node", "");
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        comparable(&body),
+        concat!(
+            r#"{"kind":"Node","apiVersion":"v1","metadata":{"name":"wire-node","uid":"<uid>","#,
+            r#""resourceVersion":"<resourceVersion>","creationTimestamp":"<creationTimestamp>"},"#,
+            r#""spec":{"taints":[{"key":"node.kubernetes.io/not-ready","effect":"NoSchedule"}]},"#,
+            r#""status":{"daemonEndpoints":{"kubeletEndpoint":{"Port":0}},"#,
+            r#""nodeInfo":{"machineID":"","systemUUID":"","bootID":"","kernelVersion":"","osImage":"","#,
+            r#""containerRuntimeVersion":"","kubeletVersion":"","kubeProxyVersion":"","operatingSystem":"","architecture":""}}}"#,
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn a_job_with_its_defaults_and_generated_selector() {
+    let c = cluster();
+    let (code, body) = send(
+        c,
+        "POST",
+        "/apis/batch/v1/namespaces/wire/jobs",
+        &format!(
+            r#"{{"apiVersion":"batch/v1","kind":"Job","metadata":{{"name":"j"}},"spec":{{"template":{{"spec":{{"containers":[{PAUSE}],"restartPolicy":"Never"}}}}}}}}"#
+        ),
+    );
+    assert_eq!(code, 201, "{body}");
+    // The labels generated on the template are the Job's own too: upstream defaults empty Job labels
+    // from the template's when it reads the stored Job back.
+    let labels = concat!(
+        r#""labels":{"batch.kubernetes.io/controller-uid":"<uid>","batch.kubernetes.io/job-name":"j","#,
+        r#""controller-uid":"<uid>","job-name":"j"}"#
+    );
+    assert_eq!(
+        comparable(&body),
+        format!(
+            concat!(
+                r#"{{"kind":"Job","apiVersion":"batch/v1","metadata":{{"name":"j","namespace":"wire","uid":"<uid>","#,
+                r#""resourceVersion":"<resourceVersion>","generation":1,"creationTimestamp":"<creationTimestamp>",{labels}}},"#,
+                r#""spec":{{"parallelism":1,"completions":1,"backoffLimit":6,"#,
+                r#""selector":{{"matchLabels":{{"batch.kubernetes.io/controller-uid":"<uid>"}}}},"manualSelector":false,"#,
+                r#""template":{{"metadata":{{"creationTimestamp":null,{labels}}},"spec":{spec}}},"#,
+                r#""completionMode":"NonIndexed","suspend":false,"podReplacementPolicy":"TerminatingOrFailed"}},"#,
+                r#""status":{{}}}}"#,
+                "\n"
+            ),
+            labels = labels,
+            spec = defaulted_pod_spec("Never"),
+        )
+    );
+}
+
+#[test]
+fn a_cronjob_with_its_defaults_and_an_undefaulted_job_template() {
+    let c = cluster();
+    let (code, body) = send(
+        c,
+        "POST",
+        "/apis/batch/v1/namespaces/wire/cronjobs",
+        &format!(
+            r#"{{"apiVersion":"batch/v1","kind":"CronJob","metadata":{{"name":"cj"}},"spec":{{"schedule":"0 0 1 1 *","jobTemplate":{{"spec":{{"template":{{"spec":{{"containers":[{PAUSE}],"restartPolicy":"OnFailure"}}}}}}}}}}}}"#
+        ),
+    );
+    assert_eq!(code, 201, "{body}");
+    // Upstream's CronJob defaulter fills the pod spec of the job template but not its JobSpec.
+    assert_eq!(
+        comparable(&body),
+        format!(
+            concat!(
+                r#"{{"kind":"CronJob","apiVersion":"batch/v1","metadata":{{"name":"cj","namespace":"wire","uid":"<uid>","#,
+                r#""resourceVersion":"<resourceVersion>","generation":1,"creationTimestamp":"<creationTimestamp>"}},"#,
+                r#""spec":{{"schedule":"0 0 1 1 *","concurrencyPolicy":"Allow","suspend":false,"#,
+                r#""jobTemplate":{{"metadata":{{"creationTimestamp":null}},"spec":{{"template":{{"metadata":{{"creationTimestamp":null}},"#,
+                r#""spec":{spec}}}}}}},"successfulJobsHistoryLimit":3,"failedJobsHistoryLimit":1}},"#,
+                r#""status":{{}}}}"#,
+                "\n"
+            ),
+            spec = defaulted_pod_spec("OnFailure"),
+        )
+    );
+}
+
+#[test]
+fn a_statefulset_with_its_defaults_and_zero_status() {
+    let c = cluster();
+    let (code, body) = send(
+        c,
+        "POST",
+        "/apis/apps/v1/namespaces/wire/statefulsets",
+        &format!(
+            r#"{{"apiVersion":"apps/v1","kind":"StatefulSet","metadata":{{"name":"ss"}},"spec":{{"serviceName":"ss","selector":{{"matchLabels":{{"app":"ss"}}}},"template":{{"metadata":{{"labels":{{"app":"ss"}}}},"spec":{{"containers":[{PAUSE}]}}}}}}}}"#
+        ),
+    );
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        comparable(&body),
+        format!(
+            concat!(
+                r#"{{"kind":"StatefulSet","apiVersion":"apps/v1","metadata":{{"name":"ss","namespace":"wire","uid":"<uid>","#,
+                r#""resourceVersion":"<resourceVersion>","generation":1,"creationTimestamp":"<creationTimestamp>"}},"#,
+                r#""spec":{{"replicas":1,"selector":{{"matchLabels":{{"app":"ss"}}}},"#,
+                r#""template":{{"metadata":{{"creationTimestamp":null,"labels":{{"app":"ss"}}}},"spec":{spec}}},"#,
+                r#""serviceName":"ss","podManagementPolicy":"OrderedReady","#,
+                r#""updateStrategy":{{"type":"RollingUpdate","rollingUpdate":{{"partition":0}}}},"revisionHistoryLimit":10,"#,
+                r#""persistentVolumeClaimRetentionPolicy":{{"whenDeleted":"Retain","whenScaled":"Retain"}}}},"#,
+                r#""status":{{"replicas":0,"availableReplicas":0}}}}"#,
+                "\n"
+            ),
+            spec = defaulted_pod_spec("Always"),
+        )
+    );
+}
+
+#[test]
+fn a_replicationcontroller_with_selector_and_labels_from_its_template() {
+    let c = cluster();
+    let (code, body) = send(
+        c,
+        "POST",
+        "/api/v1/namespaces/wire/replicationcontrollers",
+        &format!(
+            r#"{{"apiVersion":"v1","kind":"ReplicationController","metadata":{{"name":"rc"}},"spec":{{"template":{{"metadata":{{"labels":{{"app":"rc"}}}},"spec":{{"containers":[{PAUSE}]}}}}}}}}"#
+        ),
+    );
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        comparable(&body),
+        format!(
+            concat!(
+                r#"{{"kind":"ReplicationController","apiVersion":"v1","metadata":{{"name":"rc","namespace":"wire","uid":"<uid>","#,
+                r#""resourceVersion":"<resourceVersion>","generation":1,"creationTimestamp":"<creationTimestamp>","#,
+                r#""labels":{{"app":"rc"}}}},"#,
+                r#""spec":{{"replicas":1,"selector":{{"app":"rc"}},"#,
+                r#""template":{{"metadata":{{"creationTimestamp":null,"labels":{{"app":"rc"}}}},"spec":{spec}}}}},"#,
+                r#""status":{{"replicas":0}}}}"#,
+                "\n"
+            ),
+            spec = defaulted_pod_spec("Always"),
+        )
+    );
+}
+
+#[test]
+fn a_poddisruptionbudget_with_its_zero_status() {
+    let c = cluster();
+    let (code, body) = send(
+        c,
+        "POST",
+        "/apis/policy/v1/namespaces/wire/poddisruptionbudgets",
+        r#"{"apiVersion":"policy/v1","kind":"PodDisruptionBudget","metadata":{"name":"pdb"},"spec":{"minAvailable":1,"selector":{"matchLabels":{"app":"pdb"}}}}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        comparable(&body),
+        concat!(
+            r#"{"kind":"PodDisruptionBudget","apiVersion":"policy/v1","metadata":{"name":"pdb","namespace":"wire","uid":"<uid>","#,
+            r#""resourceVersion":"<resourceVersion>","generation":1,"creationTimestamp":"<creationTimestamp>"},"#,
+            r#""spec":{"minAvailable":1,"selector":{"matchLabels":{"app":"pdb"}}},"#,
+            r#""status":{"disruptionsAllowed":0,"currentHealthy":0,"desiredHealthy":0,"expectedPods":0}}"#,
+            "\n"
+        )
+    );
+}

@@ -76,6 +76,28 @@ pub fn pod_spec(spec: &mut Value, restart: &str) {
             cs.iter_mut().for_each(container);
         }
     }
+    service_account_alias(m);
+}
+
+/// v1's `serviceAccount` is a deprecated alias of `serviceAccountName`: upstream's conversion takes the
+/// name from it when the name is unset, and always writes it back as a copy of the name.
+pub fn service_account_alias(m: &mut Map<String, Value>) {
+    let name = [m.get("serviceAccountName"), m.get("serviceAccount")]
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .find(|s| !s.is_empty())
+        .map(String::from);
+    match name {
+        Some(name) => {
+            m.insert("serviceAccountName".into(), json!(name));
+            m.insert("serviceAccount".into(), json!(name));
+        }
+        // Both empty: upstream writes neither (`omitempty`).
+        None => {
+            m.remove("serviceAccount");
+        }
+    }
 }
 
 /// Pod spec defaults for the pod template at `path`, if present.
@@ -97,7 +119,7 @@ pub fn apply(def: &ResourceDef, obj: &mut Value) {
     crate::strategy::of(def).set_defaults(def, obj);
 }
 
-/// Job spec defaults (also used for CronJob job templates).
+/// Job spec defaults (upstream's SetDefaults_Job; a CronJob's job template does not get them).
 pub fn job_spec(spec: &mut Map<String, Value>) {
     let has_completions = spec.get("completions").is_some_and(|v| !v.is_null());
     let has_parallelism = spec.get("parallelism").is_some_and(|v| !v.is_null());
@@ -116,7 +138,35 @@ pub fn job_spec(spec: &mut Map<String, Value>) {
     );
     set_default(spec, "completionMode", json!("NonIndexed"));
     set_default(spec, "suspend", json!(false));
-    set_default(spec, "podReplacementPolicy", json!("TerminatingOrFailed"));
+    // Pods of a job with a pod failure policy are replaced only once they have failed.
+    let failure_policy = spec.get("podFailurePolicy").is_some_and(|v| !v.is_null());
+    set_default(
+        spec,
+        "podReplacementPolicy",
+        json!(if failure_policy {
+            "Failed"
+        } else {
+            "TerminatingOrFailed"
+        }),
+    );
+    set_default(spec, "manualSelector", json!(false));
+    // A pod condition pattern without a status matches the condition being True.
+    let rules = spec
+        .get_mut("podFailurePolicy")
+        .and_then(|p| p.get_mut("rules"))
+        .and_then(Value::as_array_mut);
+    for rule in rules.into_iter().flatten() {
+        let patterns = rule
+            .get_mut("onPodConditions")
+            .and_then(Value::as_array_mut);
+        for p in patterns
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_object_mut)
+        {
+            set_default(p, "status", json!("True"));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -144,5 +194,43 @@ mod tests {
         assert_eq!(image_pull_policy("nginx:1.25"), "IfNotPresent");
         assert_eq!(image_pull_policy("reg:5000/nginx"), "Always");
         assert_eq!(image_pull_policy("nginx:latest"), "Always");
+    }
+
+    #[test]
+    fn a_pod_failure_policy_changes_the_replacement_default() {
+        let mut plain = Map::new();
+        job_spec(&mut plain);
+        assert_eq!(plain["podReplacementPolicy"], "TerminatingOrFailed");
+        assert_eq!(plain["manualSelector"], false);
+        let mut with_policy = json!({"podFailurePolicy": {"rules": [
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}});
+        if let Some(m) = with_policy.as_object_mut() {
+            job_spec(m);
+        }
+        assert_eq!(with_policy["podReplacementPolicy"], "Failed");
+        assert_eq!(
+            with_policy["podFailurePolicy"]["rules"][0]["onPodConditions"][0]["status"],
+            "True"
+        );
+    }
+
+    #[test]
+    fn service_account_is_an_alias_of_the_name() {
+        let alias = |spec: Value| {
+            let mut spec = spec;
+            pod_spec(&mut spec, "Always");
+            (
+                spec.get("serviceAccountName").cloned(),
+                spec.get("serviceAccount").cloned(),
+            )
+        };
+        let both = |s: &str| (Some(json!(s)), Some(json!(s)));
+        assert_eq!(alias(json!({"serviceAccountName": "a"})), both("a"));
+        assert_eq!(alias(json!({"serviceAccount": "b"})), both("b"));
+        assert_eq!(
+            alias(json!({"serviceAccountName": "a", "serviceAccount": "b"})),
+            both("a")
+        );
+        assert_eq!(alias(json!({"serviceAccount": ""})), (None, None));
     }
 }

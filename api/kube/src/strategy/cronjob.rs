@@ -1,10 +1,10 @@
-//! CronJobs (upstream's `pkg/registry/batch/cronjob`): concurrency, history and job template defaults; a
+//! CronJobs (upstream's `pkg/registry/batch/cronjob`): concurrency, history and pod template defaults; a
 //! schedule and a job template with containers are required.
 
 use serde_json::{json, Value};
 
 use super::Strategy;
-use crate::admission::defaults::{job_spec, obj_mut, set_default, template};
+use crate::admission::defaults::{obj_mut, set_default, template};
 use crate::admission::validate::check_containers;
 use crate::object::path;
 use crate::resource::ResourceDef;
@@ -19,14 +19,9 @@ impl Strategy for CronJob {
             set_default(spec, "suspend", json!(false));
             set_default(spec, "successfulJobsHistoryLimit", json!(3));
             set_default(spec, "failedJobsHistoryLimit", json!(1));
-            if let Some(js) = spec
-                .get_mut("jobTemplate")
-                .and_then(|t| t.get_mut("spec"))
-                .and_then(Value::as_object_mut)
-            {
-                job_spec(js);
-            }
         }
+        // As upstream, only the pod spec of the job template is defaulted; its Job gets the Job
+        // defaults when the controller creates it.
         template(obj, &["spec", "jobTemplate", "spec", "template"], "Never");
     }
 

@@ -19,6 +19,7 @@ impl Strategy for Job {
             job_spec(spec);
         }
         template(obj, &["spec", "template"], "Never");
+        labels_from_template(obj);
     }
 
     /// As upstream: the status a client sent is dropped (the job controller owns it), then the selector.
@@ -26,6 +27,9 @@ impl Strategy for Job {
         start_generation(def, obj);
         set_status(obj, json!({}));
         job_selector(obj);
+        // Upstream defaults the stored Job again when it reads it back, so a Job created without
+        // labels answers (and is read) with the generated template labels.
+        labels_from_template(obj);
     }
 
     fn validate(&self, _def: &ResourceDef, obj: &Value) -> Vec<Cause> {
@@ -49,6 +53,22 @@ impl Strategy for Job {
         immutable(old, new, "spec.selector", &mut causes);
         immutable(old, new, "spec.completions", &mut causes);
         causes
+    }
+}
+
+/// A Job without labels of its own takes its pod template's (SetDefaults_Job).
+fn labels_from_template(obj: &mut Value) {
+    let own = path(obj, "metadata.labels")
+        .and_then(Value::as_object)
+        .is_some_and(|l| !l.is_empty());
+    if own {
+        return;
+    }
+    if let Some(labels) = path(obj, "spec.template.metadata.labels")
+        .filter(|l| l.is_object())
+        .cloned()
+    {
+        object::meta_mut(obj).insert("labels".into(), labels);
     }
 }
 
@@ -77,5 +97,28 @@ fn job_selector(obj: &mut Value) {
                 l.insert(k.clone(), v.clone());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resource;
+
+    #[test]
+    fn a_job_without_labels_takes_the_generated_template_labels() {
+        let Some(def) = resource::find("batch", "v1", "jobs") else {
+            panic!("jobs are served")
+        };
+        let mut j = json!({"metadata": {"name": "j", "uid": "u1"}, "spec": {"template": {
+            "spec": {"containers": [{"name": "c", "image": "busybox:1"}], "restartPolicy": "Never"}}}});
+        Job.set_defaults(&def, &mut j);
+        assert_eq!(j["spec"]["manualSelector"], false);
+        assert_eq!(j["metadata"].get("labels"), None);
+        Job.prepare_for_create(&def, &mut j);
+        let want = json!({"batch.kubernetes.io/controller-uid": "u1", "batch.kubernetes.io/job-name": "j",
+                          "controller-uid": "u1", "job-name": "j"});
+        assert_eq!(j["spec"]["template"]["metadata"]["labels"], want);
+        assert_eq!(j["metadata"]["labels"], want);
     }
 }

@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 
 use super::{set_status, start_generation, Strategy};
-use crate::admission::defaults::{pod_spec, set_default};
+use crate::admission::defaults::{pod_spec, service_account_alias, set_default};
 use crate::admission::validate::check_containers;
 use crate::object::{self, path};
 use crate::resource::ResourceDef;
@@ -18,6 +18,7 @@ impl Strategy for Pod {
             pod_spec(spec, "Always");
             if let Some(m) = spec.as_object_mut() {
                 set_default(m, "serviceAccountName", json!("default"));
+                service_account_alias(m);
                 set_default(m, "enableServiceLinks", json!(true));
                 // `priority` and `preemptionPolicy` are the Priority admission plugin's
                 // (`crate::priority`), which must see whether the client set them.
