@@ -6,6 +6,8 @@
 //! microsecond) write them, numbers as Go writes an `int64` or a `float64`, Go's string escaping, and a
 //! newline after every body.
 //!
+//! [`as_stored`] gives a written object the empty values upstream's storage gives back.
+//!
 //! Objects whose apiVersion and kind [`layout`] does not know (custom resources) are written as
 //! upstream writes unstructured objects: keys sorted. Fields an object has beyond its layout are kept,
 //! after the known ones.
@@ -35,6 +37,53 @@ pub fn watch_event(kind: &str, object: &Value) -> Vec<u8> {
     raw(&mut out, object);
     out.push(b'}');
     out
+}
+
+/// Gives a written object of a built-in kind the empty values upstream's storage gives back: its protobuf
+/// encoding has no empty list or map, so one in a field without `omitempty` comes back nil and is written
+/// `null` (a Role created with `rules: []` answers `rules: null`). Upstream's dry runs go through the same
+/// encoding. Kinds without a layout (custom resources, stored as JSON upstream) are left as they are.
+pub fn as_stored(api_version: &str, kind: &str, obj: &mut Value) {
+    if let (Some(root), Value::Object(m)) = (Layout::get().root(api_version, kind), obj) {
+        nil_empty(root, m);
+    }
+}
+
+fn nil_empty(name: &str, m: &mut Map<String, Value>) {
+    let Some(fields) = Layout::get().fields(name) else {
+        return;
+    };
+    for f in fields {
+        match f {
+            Field::Inline(s) => nil_empty(s, m),
+            Field::Named { name, ty, omit } => {
+                if let Some(v) = m.get_mut(name.as_str()) {
+                    nil_empty_value(ty, *omit, v);
+                }
+            }
+        }
+    }
+}
+
+fn nil_empty_value(ty: &Type, omit: bool, v: &mut Value) {
+    match (ty, &mut *v) {
+        // An empty `omitempty` field is left out either way.
+        (Type::Slice(_), Value::Array(a)) if a.is_empty() && !omit => *v = Value::Null,
+        (Type::Map(_), Value::Object(m)) if m.is_empty() && !omit => *v = Value::Null,
+        (Type::Struct(s), Value::Object(m)) => nil_empty(s, m),
+        (Type::Pointer(inner), _) => nil_empty_value(inner, omit, v),
+        (Type::Slice(inner), Value::Array(a)) if matches!(**inner, Type::Struct(_)) => {
+            for e in a {
+                nil_empty_value(inner, false, e);
+            }
+        }
+        (Type::Map(inner), Value::Object(m)) if matches!(**inner, Type::Struct(_)) => {
+            for e in m.values_mut() {
+                nil_empty_value(inner, false, e);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// A value whose type is not known from a parent: an object with a known apiVersion and kind gets its
@@ -387,6 +436,26 @@ mod tests {
             plain(&mut out, &v);
             assert_eq!(String::from_utf8(out).unwrap_or_default(), want, "{v}");
         }
+    }
+
+    #[test]
+    fn stored_objects_have_nil_for_empty_lists_without_omitempty() {
+        let mut role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                              "metadata": {"name": "r", "finalizers": []}, "rules": []});
+        as_stored("rbac.authorization.k8s.io/v1", "Role", &mut role);
+        assert_eq!(role["rules"], Value::Null);
+        // An omitempty list is left out when written, whatever it holds.
+        assert_eq!(role["metadata"]["finalizers"], json!([]));
+        let mut slice =
+            json!({"addressType": "IPv4", "endpoints": [{"addresses": []}], "ports": []});
+        as_stored("discovery.k8s.io/v1", "EndpointSlice", &mut slice);
+        assert_eq!(
+            slice,
+            json!({"addressType": "IPv4", "endpoints": [{"addresses": null}], "ports": null})
+        );
+        let mut custom = json!({"spec": {"list": []}});
+        as_stored("x.io/v1", "Thing", &mut custom);
+        assert_eq!(custom, json!({"spec": {"list": []}}));
     }
 
     #[test]
