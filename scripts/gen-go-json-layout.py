@@ -18,7 +18,7 @@ Line format (see api/kube/src/encode/layout.rs):
     F <json name> <type> [omit]     a field; `omit` when a zero value is left out
     I <type>                        an embedded struct whose fields are inlined (`json:",inline"`)
     K <apiVersion> <Kind> <struct>  a served kind and its struct (lists are <Kind>List; `*`: any apiVersion)
-Types: string num bool time quantity intstr raw, S:<struct>, *<type> (pointer), []<type>, map:<type>.
+Types: string num bool time microtime quantity intstr raw, S:<struct>, *<type> (pointer), []<type>, map:<type>.
 """
 import re
 import subprocess
@@ -43,7 +43,7 @@ def short(pkg):
 # Types whose JSON form comes from a custom marshaller, by package path and name.
 SPECIAL = {
     ("k8s.io/apimachinery/pkg/apis/meta/v1", "Time"): "time",
-    ("k8s.io/apimachinery/pkg/apis/meta/v1", "MicroTime"): "time",
+    ("k8s.io/apimachinery/pkg/apis/meta/v1", "MicroTime"): "microtime",
     ("k8s.io/apimachinery/pkg/apis/meta/v1", "Duration"): "string",
     ("k8s.io/apimachinery/pkg/apis/meta/v1", "FieldsV1"): "raw",
     ("k8s.io/apimachinery/pkg/api/resource", "Quantity"): "quantity",

@@ -518,3 +518,425 @@ fn a_poddisruptionbudget_with_its_zero_status() {
         )
     );
 }
+
+#[test]
+fn an_endpointslice_with_its_port_defaults_and_zero_conditions() {
+    let c = cluster();
+    let (code, body) = send(
+        c,
+        "POST",
+        "/apis/discovery.k8s.io/v1/namespaces/wire/endpointslices",
+        r#"{"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice","metadata":{"name":"es"},"addressType":"IPv4","endpoints":[{"addresses":["10.1.0.1"],"conditions":{"ready":true},"nodeName":"n1","zone":"z1"},{"addresses":["10.1.0.2"]}],"ports":[{"port":80},{"name":"https","protocol":"TCP","port":443,"appProtocol":"https"}]}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    // Upstream sets generation 1 on create and defaults a port's name to "" and protocol to TCP.
+    assert_eq!(
+        without_managed_fields(&masked(&body)),
+        concat!(
+            r#"{"kind":"EndpointSlice","apiVersion":"discovery.k8s.io/v1","metadata":{"name":"es","namespace":"wire","#,
+            r#""uid":"<uid>","resourceVersion":"<resourceVersion>","generation":1,"creationTimestamp":"<creationTimestamp>"},"#,
+            r#""addressType":"IPv4","endpoints":[{"addresses":["10.1.0.1"],"conditions":{"ready":true},"nodeName":"n1","zone":"z1"},"#,
+            r#"{"addresses":["10.1.0.2"],"conditions":{}}],"#,
+            r#""ports":[{"name":"","protocol":"TCP","port":80},{"name":"https","protocol":"TCP","port":443,"appProtocol":"https"}]}"#,
+            "\n"
+        )
+    );
+
+    // Without endpoints and ports: both fields lack omitempty, and an empty list comes back from
+    // upstream's protobuf storage as nil, so both are null.
+    let (code, body) = send(
+        c,
+        "POST",
+        "/apis/discovery.k8s.io/v1/namespaces/wire/endpointslices",
+        r#"{"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice","metadata":{"name":"es-empty"},"addressType":"IPv6","endpoints":[]}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        without_managed_fields(&masked(&body)),
+        concat!(
+            r#"{"kind":"EndpointSlice","apiVersion":"discovery.k8s.io/v1","metadata":{"name":"es-empty","namespace":"wire","#,
+            r#""uid":"<uid>","resourceVersion":"<resourceVersion>","generation":1,"creationTimestamp":"<creationTimestamp>"},"#,
+            r#""addressType":"IPv6","endpoints":null,"ports":null}"#,
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn a_lease_with_its_micro_times_in_utc() {
+    let c = cluster();
+    let (code, body) = send(
+        c,
+        "POST",
+        "/apis/coordination.k8s.io/v1/namespaces/wire/leases",
+        r#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l"},"spec":{"holderIdentity":"h","leaseDurationSeconds":15,"acquireTime":"2024-05-01T10:00:00.000000Z","renewTime":"2024-05-01T12:00:05.500000+02:00","leaseTransitions":0}}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        without_managed_fields(&masked(&body)),
+        concat!(
+            r#"{"kind":"Lease","apiVersion":"coordination.k8s.io/v1","metadata":{"name":"l","namespace":"wire","#,
+            r#""uid":"<uid>","resourceVersion":"<resourceVersion>","creationTimestamp":"<creationTimestamp>"},"#,
+            r#""spec":{"holderIdentity":"h","leaseDurationSeconds":15,"acquireTime":"2024-05-01T10:00:00.000000Z","#,
+            r#""renewTime":"2024-05-01T10:00:05.500000Z","leaseTransitions":0}}"#,
+            "\n"
+        )
+    );
+
+    // A spec is a struct: Go writes it even when it is empty.
+    let (code, body) = send(
+        c,
+        "POST",
+        "/apis/coordination.k8s.io/v1/namespaces/wire/leases",
+        r#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l-empty"}}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        without_managed_fields(&masked(&body)),
+        concat!(
+            r#"{"kind":"Lease","apiVersion":"coordination.k8s.io/v1","metadata":{"name":"l-empty","namespace":"wire","#,
+            r#""uid":"<uid>","resourceVersion":"<resourceVersion>","creationTimestamp":"<creationTimestamp>"},"#,
+            r#""spec":{}}"#,
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn a_core_event_with_its_zero_times_and_reporting_fields() {
+    let c = cluster();
+    let (code, body) = send(
+        c,
+        "POST",
+        "/api/v1/namespaces/wire/events",
+        r#"{"apiVersion":"v1","kind":"Event","metadata":{"name":"ev1"},"involvedObject":{"kind":"ConfigMap","namespace":"wire","name":"c","apiVersion":"v1"},"reason":"Tested","message":"m","source":{"component":"wire-test"},"firstTimestamp":"2024-05-01T12:00:00+02:00","lastTimestamp":"2024-05-01T10:00:01.250Z","count":1,"type":"Normal"}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    // metav1.Time is written in UTC to the second; a zero MicroTime is null; the reporting fields
+    // have no omitempty.
+    assert_eq!(
+        without_managed_fields(&masked(&body)),
+        concat!(
+            r#"{"kind":"Event","apiVersion":"v1","metadata":{"name":"ev1","namespace":"wire","#,
+            r#""uid":"<uid>","resourceVersion":"<resourceVersion>","creationTimestamp":"<creationTimestamp>"},"#,
+            r#""involvedObject":{"kind":"ConfigMap","namespace":"wire","name":"c","apiVersion":"v1"},"#,
+            r#""reason":"Tested","message":"m","source":{"component":"wire-test"},"#,
+            r#""firstTimestamp":"2024-05-01T10:00:00Z","lastTimestamp":"2024-05-01T10:00:01Z","count":1,"type":"Normal","#,
+            r#""eventTime":null,"reportingComponent":"","reportingInstance":""}"#,
+            "\n"
+        )
+    );
+
+    let (code, body) = send(
+        c,
+        "POST",
+        "/api/v1/namespaces/wire/events",
+        r#"{"apiVersion":"v1","kind":"Event","metadata":{"name":"ev2"},"involvedObject":{"kind":"Pod","namespace":"wire","name":"p"}}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        without_managed_fields(&masked(&body)),
+        concat!(
+            r#"{"kind":"Event","apiVersion":"v1","metadata":{"name":"ev2","namespace":"wire","#,
+            r#""uid":"<uid>","resourceVersion":"<resourceVersion>","creationTimestamp":"<creationTimestamp>"},"#,
+            r#""involvedObject":{"kind":"Pod","namespace":"wire","name":"p"},"source":{},"#,
+            r#""firstTimestamp":null,"lastTimestamp":null,"eventTime":null,"reportingComponent":"","reportingInstance":""}"#,
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn an_events_k8s_io_event_with_its_deprecated_zero_fields() {
+    let c = cluster();
+    let (code, body) = send(
+        c,
+        "POST",
+        "/apis/events.k8s.io/v1/namespaces/wire/events",
+        r#"{"apiVersion":"events.k8s.io/v1","kind":"Event","metadata":{"name":"ev3"},"eventTime":"2024-05-01T12:00:00.123456+02:00","reportingController":"wire.example.com/test","reportingInstance":"wire-1","action":"Testing","reason":"Tested","regarding":{"kind":"ConfigMap","namespace":"wire","name":"c"},"note":"n","type":"Warning"}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        without_managed_fields(&masked(&body)),
+        concat!(
+            r#"{"kind":"Event","apiVersion":"events.k8s.io/v1","metadata":{"name":"ev3","namespace":"wire","#,
+            r#""uid":"<uid>","resourceVersion":"<resourceVersion>","creationTimestamp":"<creationTimestamp>"},"#,
+            r#""eventTime":"2024-05-01T10:00:00.123456Z","reportingController":"wire.example.com/test","#,
+            r#""reportingInstance":"wire-1","action":"Testing","reason":"Tested","#,
+            r#""regarding":{"kind":"ConfigMap","namespace":"wire","name":"c"},"note":"n","type":"Warning","#,
+            r#""deprecatedSource":{},"deprecatedFirstTimestamp":null,"deprecatedLastTimestamp":null}"#,
+            "\n"
+        )
+    );
+
+    // The same event read through core/v1.
+    let (code, body) = send(c, "GET", "/api/v1/namespaces/wire/events/ev3", "");
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        without_managed_fields(&masked(&body)),
+        concat!(
+            r#"{"kind":"Event","apiVersion":"v1","metadata":{"name":"ev3","namespace":"wire","#,
+            r#""uid":"<uid>","resourceVersion":"<resourceVersion>","creationTimestamp":"<creationTimestamp>"},"#,
+            r#""involvedObject":{"kind":"ConfigMap","namespace":"wire","name":"c"},"reason":"Tested","message":"n","#,
+            r#""source":{},"firstTimestamp":null,"lastTimestamp":null,"type":"Warning","#,
+            r#""eventTime":"2024-05-01T10:00:00.123456Z","action":"Testing","#,
+            r#""reportingComponent":"wire.example.com/test","reportingInstance":"wire-1"}"#,
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn roles_and_bindings_with_their_defaulted_api_groups() {
+    let c = cluster();
+    let (code, body) = send(
+        c,
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/wire/roles",
+        r#"{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{"name":"r"},"rules":[{"apiGroups":["apps"],"resources":["deployments"],"resourceNames":["web"],"verbs":["get"]}]}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        without_managed_fields(&masked(&body)),
+        concat!(
+            r#"{"kind":"Role","apiVersion":"rbac.authorization.k8s.io/v1","metadata":{"name":"r","namespace":"wire","#,
+            r#""uid":"<uid>","resourceVersion":"<resourceVersion>","creationTimestamp":"<creationTimestamp>"},"#,
+            r#""rules":[{"verbs":["get"],"apiGroups":["apps"],"resources":["deployments"],"resourceNames":["web"]}]}"#,
+            "\n"
+        )
+    );
+
+    // `rules` has no omitempty: an empty list is stored as nil and written as null.
+    let (code, body) = send(
+        c,
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/wire/roles",
+        r#"{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{"name":"r-empty"},"rules":[]}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        without_managed_fields(&masked(&body)),
+        concat!(
+            r#"{"kind":"Role","apiVersion":"rbac.authorization.k8s.io/v1","metadata":{"name":"r-empty","namespace":"wire","#,
+            r#""uid":"<uid>","resourceVersion":"<resourceVersion>","creationTimestamp":"<creationTimestamp>"},"#,
+            r#""rules":null}"#,
+            "\n"
+        )
+    );
+
+    let (code, body) = send(
+        c,
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/wire/rolebindings",
+        r#"{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"RoleBinding","metadata":{"name":"rb"},"roleRef":{"kind":"Role","name":"r"},"subjects":[{"kind":"User","name":"alice"},{"kind":"ServiceAccount","name":"default","namespace":"wire"},{"kind":"Group","name":"devs"}]}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    // rbac/v1 defaults: roleRef.apiGroup, and a User's or Group's apiGroup, are rbac.authorization.k8s.io.
+    assert_eq!(
+        without_managed_fields(&masked(&body)),
+        concat!(
+            r#"{"kind":"RoleBinding","apiVersion":"rbac.authorization.k8s.io/v1","metadata":{"name":"rb","namespace":"wire","#,
+            r#""uid":"<uid>","resourceVersion":"<resourceVersion>","creationTimestamp":"<creationTimestamp>"},"#,
+            r#""subjects":[{"kind":"User","apiGroup":"rbac.authorization.k8s.io","name":"alice"},"#,
+            r#"{"kind":"ServiceAccount","name":"default","namespace":"wire"},"#,
+            r#"{"kind":"Group","apiGroup":"rbac.authorization.k8s.io","name":"devs"}],"#,
+            r#""roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"Role","name":"r"}}"#,
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn cluster_roles_with_and_without_an_aggregation_rule() {
+    let c = cluster();
+    let (code, body) = send(
+        c,
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        r#"{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRole","metadata":{"name":"wire-reader"},"rules":[{"apiGroups":[""],"resources":["pods"],"verbs":["get","list"]},{"nonResourceURLs":["/healthz"],"verbs":["get"]}]}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        without_managed_fields(&masked(&body)),
+        concat!(
+            r#"{"kind":"ClusterRole","apiVersion":"rbac.authorization.k8s.io/v1","metadata":{"name":"wire-reader","#,
+            r#""uid":"<uid>","resourceVersion":"<resourceVersion>","creationTimestamp":"<creationTimestamp>"},"#,
+            r#""rules":[{"verbs":["get","list"],"apiGroups":[""],"resources":["pods"]},{"verbs":["get"],"nonResourceURLs":["/healthz"]}]}"#,
+            "\n"
+        )
+    );
+
+    // Without rules: `rules` has no omitempty, so the answer to the create shows null (the aggregation
+    // controller fills the rules in later).
+    let (code, body) = send(
+        c,
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        r#"{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRole","metadata":{"name":"wire-aggregated"},"aggregationRule":{"clusterRoleSelectors":[{"matchLabels":{"wire.example.com/aggregate":"true"}}]}}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        without_managed_fields(&masked(&body)),
+        concat!(
+            r#"{"kind":"ClusterRole","apiVersion":"rbac.authorization.k8s.io/v1","metadata":{"name":"wire-aggregated","#,
+            r#""uid":"<uid>","resourceVersion":"<resourceVersion>","creationTimestamp":"<creationTimestamp>"},"#,
+            r#""rules":null,"aggregationRule":{"clusterRoleSelectors":[{"matchLabels":{"wire.example.com/aggregate":"true"}}]}}"#,
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn priority_classes_with_their_default_preemption_policy() {
+    let c = cluster();
+    let (code, body) = send(
+        c,
+        "POST",
+        "/apis/scheduling.k8s.io/v1/priorityclasses",
+        r#"{"apiVersion":"scheduling.k8s.io/v1","kind":"PriorityClass","metadata":{"name":"wire-high"},"value":1000,"description":"wire"}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        without_managed_fields(&masked(&body)),
+        concat!(
+            r#"{"kind":"PriorityClass","apiVersion":"scheduling.k8s.io/v1","metadata":{"name":"wire-high","#,
+            r#""uid":"<uid>","resourceVersion":"<resourceVersion>","generation":1,"creationTimestamp":"<creationTimestamp>"},"#,
+            r#""value":1000,"description":"wire","preemptionPolicy":"PreemptLowerPriority"}"#,
+            "\n"
+        )
+    );
+
+    // `value` has no omitempty; `globalDefault: false` is left out.
+    let (code, body) = send(
+        c,
+        "POST",
+        "/apis/scheduling.k8s.io/v1/priorityclasses",
+        r#"{"apiVersion":"scheduling.k8s.io/v1","kind":"PriorityClass","metadata":{"name":"wire-zero"},"value":0,"globalDefault":false,"preemptionPolicy":"Never"}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        without_managed_fields(&masked(&body)),
+        concat!(
+            r#"{"kind":"PriorityClass","apiVersion":"scheduling.k8s.io/v1","metadata":{"name":"wire-zero","#,
+            r#""uid":"<uid>","resourceVersion":"<resourceVersion>","generation":1,"creationTimestamp":"<creationTimestamp>"},"#,
+            r#""value":0,"preemptionPolicy":"Never"}"#,
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn apiservices_local_and_with_a_service() {
+    let c = cluster();
+    let (code, body) = send(
+        c,
+        "POST",
+        "/apis/apiregistration.k8s.io/v1/apiservices",
+        r#"{"apiVersion":"apiregistration.k8s.io/v1","kind":"APIService","metadata":{"name":"v1.local.wire.example.com"},"spec":{"group":"local.wire.example.com","version":"v1","groupPriorityMinimum":1000,"versionPriority":15}}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    // Upstream's strategy marks an APIService without a service Available on create.
+    assert_eq!(
+        mask(
+            &without_managed_fields(&masked(&body)),
+            &["lastTransitionTime"]
+        ),
+        concat!(
+            r#"{"kind":"APIService","apiVersion":"apiregistration.k8s.io/v1","metadata":{"name":"v1.local.wire.example.com","#,
+            r#""uid":"<uid>","resourceVersion":"<resourceVersion>","creationTimestamp":"<creationTimestamp>"},"#,
+            r#""spec":{"group":"local.wire.example.com","version":"v1","groupPriorityMinimum":1000,"versionPriority":15},"#,
+            r#""status":{"conditions":[{"type":"Available","status":"True","lastTransitionTime":"<lastTransitionTime>","#,
+            r#""reason":"Local","message":"Local APIServices are always available"}]}}"#,
+            "\n"
+        )
+    );
+
+    // With a service: its port defaults to 443, and the status starts empty (the availability
+    // controller fills it in later).
+    let (code, body) = send(
+        c,
+        "POST",
+        "/apis/apiregistration.k8s.io/v1/apiservices",
+        r#"{"apiVersion":"apiregistration.k8s.io/v1","kind":"APIService","metadata":{"name":"v1beta1.remote.wire.example.com"},"spec":{"service":{"namespace":"wire","name":"nope"},"group":"remote.wire.example.com","version":"v1beta1","insecureSkipTLSVerify":true,"groupPriorityMinimum":100,"versionPriority":10}}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    // Leaves no unavailable group behind for discovery in the other tests.
+    for name in [
+        "v1.local.wire.example.com",
+        "v1beta1.remote.wire.example.com",
+    ] {
+        send(
+            c,
+            "DELETE",
+            &format!("/apis/apiregistration.k8s.io/v1/apiservices/{name}"),
+            "",
+        );
+    }
+    assert_eq!(
+        without_managed_fields(&masked(&body)),
+        concat!(
+            r#"{"kind":"APIService","apiVersion":"apiregistration.k8s.io/v1","metadata":{"name":"v1beta1.remote.wire.example.com","#,
+            r#""uid":"<uid>","resourceVersion":"<resourceVersion>","creationTimestamp":"<creationTimestamp>"},"#,
+            r#""spec":{"service":{"namespace":"wire","name":"nope","port":443},"group":"remote.wire.example.com","#,
+            r#""version":"v1beta1","insecureSkipTLSVerify":true,"groupPriorityMinimum":100,"versionPriority":10},"#,
+            r#""status":{}}"#,
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn a_crd_as_created_and_a_custom_resource_with_sorted_keys() {
+    let c = cluster();
+    let (code, body) = send(
+        c,
+        "POST",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        r#"{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition","metadata":{"name":"widgets.wire.example.com"},"spec":{"group":"wire.example.com","names":{"plural":"widgets","kind":"Widget"},"scope":"Namespaced","versions":[{"name":"v1","served":true,"storage":true,"schema":{"openAPIV3Schema":{"type":"object","properties":{"spec":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}},"subresources":{"status":{}},"additionalPrinterColumns":[{"name":"Size","type":"integer","jsonPath":".spec.size"}]}]}}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    // The answer to the create is the object as stored: apiextensions/v1 defaults (singular, listKind,
+    // conversion), generation 1, the storage version recorded, and no conditions or accepted names yet
+    // (the naming and establishing controllers write those afterwards).
+    assert_eq!(
+        without_managed_fields(&masked(&body)),
+        concat!(
+            r#"{"kind":"CustomResourceDefinition","apiVersion":"apiextensions.k8s.io/v1","metadata":{"name":"widgets.wire.example.com","#,
+            r#""uid":"<uid>","resourceVersion":"<resourceVersion>","generation":1,"creationTimestamp":"<creationTimestamp>"},"#,
+            r#""spec":{"group":"wire.example.com","names":{"plural":"widgets","singular":"widget","kind":"Widget","listKind":"WidgetList"},"#,
+            r#""scope":"Namespaced","versions":[{"name":"v1","served":true,"storage":true,"#,
+            r#""schema":{"openAPIV3Schema":{"type":"object","properties":{"spec":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}},"#,
+            r#""subresources":{"status":{}},"additionalPrinterColumns":[{"name":"Size","type":"integer","jsonPath":".spec.size"}]}],"#,
+            r#""conversion":{"strategy":"None"}},"#,
+            r#""status":{"conditions":null,"acceptedNames":{"plural":"","kind":""},"storedVersions":["v1"]}}"#,
+            "\n"
+        )
+    );
+
+    // A custom resource is written as upstream writes unstructured objects: keys sorted, numbers as Go
+    // writes a float64 or int64 decoded from the request (2.0 is 2).
+    let mut created = None;
+    for _ in 0..100 {
+        let (code, body) = send(
+            c,
+            "POST",
+            "/apis/wire.example.com/v1/namespaces/wire/widgets",
+            r#"{"apiVersion":"wire.example.com/v1","kind":"Widget","metadata":{"name":"w1"},"spec":{"size":3,"ratio":1.5,"whole":2.0,"b":{"z":1,"a":[true,null,"x"]}},"status":{"ignored":true}}"#,
+        );
+        if code == 201 {
+            created = Some(body);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let body = created.expect("the custom resource was created once its CRD was established");
+    assert_eq!(
+        without_managed_fields(&masked(&body)),
+        concat!(
+            r#"{"apiVersion":"wire.example.com/v1","kind":"Widget","metadata":{"creationTimestamp":"<creationTimestamp>","#,
+            r#""generation":1,"name":"w1","namespace":"wire","resourceVersion":"<resourceVersion>","uid":"<uid>"},"#,
+            r#""spec":{"b":{"a":[true,null,"x"],"z":1},"ratio":1.5,"size":3,"whole":2}}"#,
+            "\n"
+        )
+    );
+}

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tracing::warn;
 
 use crate::status::ApiError;
@@ -16,7 +16,22 @@ pub async fn while_leading<F, Fut>(
     storage: &Storage,
     what: &'static str,
     period: Duration,
+    stop: watch::Receiver<bool>,
+    pass: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), ApiError>>,
+{
+    while_leading_woken(storage, what, period, stop, &Notify::new(), pass).await
+}
+
+/// [`while_leading`], with a pass also as soon as `wake` is notified (a change the duty answers).
+pub async fn while_leading_woken<F, Fut>(
+    storage: &Storage,
+    what: &'static str,
+    period: Duration,
     mut stop: watch::Receiver<bool>,
+    wake: &Notify,
     mut pass: F,
 ) where
     F: FnMut() -> Fut,
@@ -38,6 +53,7 @@ pub async fn while_leading<F, Fut>(
                 }
             }
             _ = tokio::time::sleep(period), if lead => {}
+            _ = wake.notified(), if lead => {}
         }
     }
 }

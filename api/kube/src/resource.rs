@@ -609,7 +609,7 @@ pub static BUILTIN: LazyLock<Vec<Arc<ResourceDef>>> = LazyLock::new(|| {
             printer = EndpointSlice,
             fields = NONE,
             cou = false,
-            gen = false
+            gen = true
         ),
         res!(
             "networking.k8s.io",

@@ -7,6 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::Notify;
+
 use serde_json::{json, Value};
 use tracing::{debug, info};
 
@@ -16,7 +18,7 @@ use crate::lifecycle::left_to_finalizers;
 use crate::object;
 use crate::resource;
 use crate::status::ApiError;
-use crate::storage::{prefix_end, Storage, WriteOutcome};
+use crate::storage::{prefix_end, Storage, WatchBatch, WriteOutcome};
 
 /// How often the leader looks for work.
 const PERIOD: Duration = Duration::from_millis(300);
@@ -254,14 +256,38 @@ pub async fn reconcile(storage: &Storage) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Runs [`reconcile`] while this member leads, until `stop` fires.
+/// Runs [`reconcile`] while this member leads, until `stop` fires: every [`PERIOD`], and at once after
+/// any change of a CRD, so that a new CRD has its conditions before a client that created it looks again
+/// (`kubectl wait --for condition=established` fails on the `null` the create answers).
 pub async fn run(
     storage: Storage,
     _registry: Arc<Registry>,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    let wake = Arc::new(Notify::new());
+    let watcher = tokio::spawn(wake_on_changes(storage.clone(), wake.clone()));
     let st = &storage;
-    crate::leader::while_leading(st, "CRD status", PERIOD, stop, || reconcile(st)).await
+    crate::leader::while_leading_woken(st, "CRD status", PERIOD, stop, &wake, || reconcile(st))
+        .await;
+    watcher.abort();
+}
+
+/// Notifies `wake` of every change under the CRD prefix, watching again after a watch ends.
+async fn wake_on_changes(storage: Storage, wake: Arc<Notify>) {
+    let end = prefix_end(CRD_PREFIX.as_bytes());
+    loop {
+        if let Ok(mut w) = storage.watch(CRD_PREFIX.as_bytes(), &end, 0, false).await {
+            loop {
+                match w.next().await {
+                    WatchBatch::Events(_) => wake.notify_one(),
+                    WatchBatch::Progress(_) => {}
+                    WatchBatch::Compacted(_) | WatchBatch::Ended => break,
+                }
+            }
+        }
+        // The member is stopping or the watch was cut: the periodic pass covers the gap.
+        tokio::time::sleep(PERIOD).await;
+    }
 }
 
 #[cfg(test)]

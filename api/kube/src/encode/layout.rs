@@ -16,8 +16,11 @@ pub enum Type {
     Number,
     /// A boolean; zero is `false`.
     Bool,
-    /// `metav1.Time`/`MicroTime`: a struct written as a string, or `null` when zero (never left out).
+    /// `metav1.Time`: a struct written as a string in UTC to the second, or `null` when zero (never
+    /// left out).
     Time,
+    /// `metav1.MicroTime`: as [`Type::Time`], to the microsecond.
+    MicroTime,
     /// `resource.Quantity`: a struct written as a string, `"0"` when zero (never left out).
     Quantity,
     /// `intstr.IntOrString`: a struct written as a number or a string, `0` when zero (never left out).
@@ -64,6 +67,7 @@ fn parse_type(s: &str) -> Option<Type> {
         "num" => Type::Number,
         "bool" => Type::Bool,
         "time" => Type::Time,
+        "microtime" => Type::MicroTime,
         "quantity" => Type::Quantity,
         "intstr" => Type::IntOrString,
         "raw" => Type::Raw,

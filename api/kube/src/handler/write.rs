@@ -303,6 +303,7 @@ pub async fn create_object(
     warnings.extend(strategy.warnings_on_create(sdef, &obj));
     let warnings = warnings.as_slice();
     strategy.canonicalize(&mut obj);
+    crate::encode::as_stored(&sdef.api_version(), &sdef.kind, &mut obj);
     if let Some(ns) = call.ns() {
         lifecycle::check_namespace_open(&call.state.storage, ns).await?;
     }
@@ -514,6 +515,7 @@ where
             }
         }
         strategy.canonicalize(&mut new);
+        crate::encode::as_stored(&def.api_version(), &def.kind, &mut new);
         if same(&new, &cur.object) {
             return Ok(Updated::Object(cur.object));
         }

@@ -1,11 +1,11 @@
 //! APIServices (`apiregistration.k8s.io/v1`, kube-aggregator's registry): the name is
 //! `<spec.version>.<spec.group>` (`v1.` for the core group); priorities are bounded; a Local APIService
-//! (no `spec.service`) carries no TLS settings; a remote one names its Service, whose port defaults to 443.
-//! Messages are upstream's, field by field.
+//! (no `spec.service`) carries no TLS settings and is Available from its create on; a remote one names its
+//! Service, whose port defaults to 443. Messages are upstream's, field by field.
 
 use serde_json::{json, Value};
 
-use super::Strategy;
+use super::{set_status, Strategy};
 use crate::admission::names::{self, NameRule};
 use crate::object::{self, path};
 use crate::resource::ResourceDef;
@@ -34,6 +34,19 @@ impl Strategy for ApiService {
                 m.entry("port").or_insert(json!(443));
             }
         }
+    }
+
+    /// Upstream's PrepareForCreate: a fresh status, in which a Local APIService is already Available.
+    fn prepare_for_create(&self, _def: &ResourceDef, obj: &mut Value) {
+        let local = path(obj, "spec.service").is_none_or(Value::is_null);
+        let status = if local {
+            json!({"conditions": [{"type": "Available", "status": "True",
+                                   "lastTransitionTime": object::now_rfc3339(), "reason": "Local",
+                                   "message": "Local APIServices are always available"}]})
+        } else {
+            json!({})
+        };
+        set_status(obj, status);
     }
 
     fn validate(&self, _def: &ResourceDef, obj: &Value) -> Vec<Cause> {

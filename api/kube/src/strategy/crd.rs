@@ -35,10 +35,8 @@ impl Strategy for CustomResourceDefinition {
         definition::apply_defaults(obj);
     }
 
-    /// Upstream's PrepareForCreate: a fresh status that already lists the storage version. Upstream leaves
-    /// `conditions` nil (written `null`) until its controllers set them within milliseconds; keel's CRD
-    /// controller looks every 300 ms, so a new CRD answers `conditions: []` meanwhile, which `kubectl
-    /// wait --for condition=established` waits on instead of failing on a null.
+    /// Upstream's PrepareForCreate: a fresh status that already lists the storage version, with no
+    /// conditions (`null`) until the CRD controller, woken by the create, sets them.
     fn prepare_for_create(&self, def: &ResourceDef, obj: &mut Value) {
         start_generation(def, obj);
         let stored: Vec<Value> = obj
@@ -51,7 +49,7 @@ impl Strategy for CustomResourceDefinition {
             .collect();
         set_status(
             obj,
-            json!({"conditions": [], "acceptedNames": {"plural": "", "kind": ""}, "storedVersions": stored}),
+            json!({"conditions": null, "acceptedNames": {"plural": "", "kind": ""}, "storedVersions": stored}),
         );
     }
 

@@ -37,6 +37,7 @@ mod cronjob;
 mod custom;
 mod daemonset;
 mod deployment;
+mod endpointslice;
 mod job;
 mod namespace;
 mod node;
@@ -327,6 +328,10 @@ static BUILTIN: &[((&str, &str), &dyn Strategy)] = &[
     (("apps", "StatefulSet"), &statefulset::StatefulSet),
     (("apps", "DaemonSet"), &daemonset::DaemonSet),
     (("batch", "Job"), &job::Job),
+    (
+        ("discovery.k8s.io", "EndpointSlice"),
+        &endpointslice::EndpointSlice,
+    ),
     (("batch", "CronJob"), &cronjob::CronJob),
     (("rbac.authorization.k8s.io", "Role"), &rbac::Role),
     (("rbac.authorization.k8s.io", "ClusterRole"), &rbac::Role),
