@@ -1190,3 +1190,172 @@ fn volumes_and_env_reach_the_container() {
     });
     kubectl(&["delete", "namespace", &ns, "--wait=false"]);
 }
+
+/// `activeDeadlineSeconds`: the agent kills the pod's containers once it has been active that long and
+/// fails it with upstream's reason, message and Event.
+#[test]
+fn active_deadline_fails_the_pod() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("deadline");
+    apply(
+        &ns,
+        &format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"deadline"}},"spec":{{"activeDeadlineSeconds":5,
+              "terminationGracePeriodSeconds":2,
+              "containers":[{{"name":"c","image":"{BUSYBOX}","imagePullPolicy":"Never","command":["sleep","3600"]}}]}}}}"#
+        ),
+    );
+    wait_for(n, "the pod to fail at its deadline", || {
+        pod(&ns, "deadline")["status"]["phase"] == "Failed"
+    });
+    let p = pod(&ns, "deadline");
+    assert_eq!(p["status"]["reason"], "DeadlineExceeded", "{p}");
+    assert_eq!(
+        p["status"]["message"], "Pod was active on the node longer than the specified deadline",
+        "{p}"
+    );
+    assert_eq!(ready_condition(&p), "False", "{p}");
+    let evs = settled_events(&ns);
+    assert!(
+        evs.iter().any(|e| e
+            == "DeadlineExceeded deadline Pod was active on the node longer than the specified deadline"),
+        "{evs:#?}"
+    );
+    // Nothing of it runs any more.
+    let cs = &p["status"]["containerStatuses"][0];
+    assert!(cs["state"]["running"].is_null(), "{cs}");
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+fn condition(p: &Value, ty: &str) -> Value {
+    p["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == ty))
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// `readinessGates`: ready containers are not enough; the pod is Ready once the gate's condition, written
+/// by someone else through `pods/status`, is True, and the agent keeps that condition.
+#[test]
+fn readiness_gate_holds_ready_until_its_condition_is_true() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("gates");
+    apply(
+        &ns,
+        &format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"gated"}},"spec":{{
+              "readinessGates":[{{"conditionType":"example.com/lb-ready"}}],
+              "containers":[{{"name":"c","image":"{BUSYBOX}","imagePullPolicy":"Never","command":["sleep","3600"]}}]}}}}"#
+        ),
+    );
+    wait_for(n, "the containers to be ready", || {
+        condition(&pod(&ns, "gated"), "ContainersReady")["status"] == "True"
+    });
+    let p = pod(&ns, "gated");
+    let ready = condition(&p, "Ready");
+    assert_eq!(ready["status"], "False", "{p}");
+    assert_eq!(ready["reason"], "ReadinessGatesNotReady", "{p}");
+    assert_eq!(
+        ready["message"],
+        r#"corresponding condition of pod readiness gate "example.com/lb-ready" does not exist."#,
+        "{p}"
+    );
+    let set_gate = |status: &str| {
+        let patch = format!(
+            r#"{{"status":{{"conditions":[{{"type":"example.com/lb-ready","status":"{status}"}}]}}}}"#
+        );
+        kubectl(&[
+            "-n",
+            &ns,
+            "patch",
+            "pod",
+            "gated",
+            "--subresource=status",
+            "--type=strategic",
+            "-p",
+            &patch,
+        ]);
+    };
+    set_gate("False");
+    wait_for(n, "the gate's False status in Ready's message", || {
+        condition(&pod(&ns, "gated"), "Ready")["message"]
+            == r#"the status of pod readiness gate "example.com/lb-ready" is not "True", but False"#
+    });
+    assert_eq!(condition(&pod(&ns, "gated"), "Ready")["status"], "False");
+    set_gate("True");
+    wait_for(n, "the pod to become Ready", || {
+        running_ready(&pod(&ns, "gated"))
+    });
+    let p = pod(&ns, "gated");
+    assert_eq!(
+        condition(&p, "example.com/lb-ready")["status"],
+        "True",
+        "{p}"
+    );
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// The termination message: the file at `terminationMessagePath` in `state.terminated.message` (and in
+/// `lastState` after a restart), and the log's tail with `FallbackToLogsOnError` and an empty file.
+#[test]
+fn termination_message_is_reported() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("termmsg");
+    let pod_json = |name: &str, policy: &str, restart: &str, script: &str| {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}"}},"spec":{{"restartPolicy":"{restart}",
+              "containers":[{{"name":"c","image":"{BUSYBOX}","imagePullPolicy":"Never","terminationMessagePolicy":"{policy}",
+              "command":["sh","-c","{script}"]}}]}}}}"#
+        )
+    };
+    apply(
+        &ns,
+        &pod_json(
+            "bye",
+            "File",
+            "Never",
+            "printf bye > /dev/termination-log; exit 1",
+        ),
+    );
+    apply(
+        &ns,
+        &pod_json(
+            "tail",
+            "FallbackToLogsOnError",
+            "Never",
+            "echo first; echo second >&2; exit 2",
+        ),
+    );
+    apply(
+        &ns,
+        &pod_json(
+            "again",
+            "File",
+            "Always",
+            "printf again > /dev/termination-log; exit 3",
+        ),
+    );
+    wait_for(n, "both pods to fail", || {
+        pod(&ns, "bye")["status"]["phase"] == "Failed"
+            && pod(&ns, "tail")["status"]["phase"] == "Failed"
+    });
+    let bye = pod(&ns, "bye");
+    assert_eq!(
+        bye["status"]["containerStatuses"][0]["state"]["terminated"]["message"], "bye",
+        "{bye}"
+    );
+    let tail = pod(&ns, "tail");
+    assert_eq!(
+        tail["status"]["containerStatuses"][0]["state"]["terminated"]["message"], "first\nsecond\n",
+        "{tail}"
+    );
+    wait_for(n, "the restarted container's lastState message", || {
+        pod(&ns, "again")["status"]["containerStatuses"][0]["lastState"]["terminated"]["message"]
+            == "again"
+    });
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}

@@ -23,6 +23,10 @@ pub const RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
 pub const CONTAINER_HASH: &str = "io.kubernetes.container.hash";
 /// Annotation: the container's terminationGracePeriodSeconds, for a stop after the pod is gone.
 pub const GRACE_PERIOD: &str = "io.kubernetes.pod.terminationGracePeriod";
+/// Annotation: the container's `terminationMessagePath` (upstream's name).
+pub const TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
+/// Annotation: the container's `terminationMessagePolicy` (upstream's name).
+pub const TERMINATION_MESSAGE_POLICY: &str = "io.kubernetes.container.terminationMessagePolicy";
 /// Annotation: `init` or `regular`.
 pub const CONTAINER_TYPE: &str = "io.keel.container.type";
 

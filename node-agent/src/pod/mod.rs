@@ -4,9 +4,11 @@
 //!
 //! - [`spec`]: sandbox and container configurations; [`env`], [`volumes`], [`resources`] feed them;
 //! - [`worker`]: one pod's sync; [`status`]: the status it writes; [`backoff`]: CrashLoopBackOff;
+//!   [`deadline`]: `activeDeadlineSeconds`; [`termination`]: the termination message;
 //! - [`probe`]: startup, liveness and readiness probes ([`grpc_health`] for `grpc` ones).
 
 pub mod backoff;
+pub mod deadline;
 pub mod env;
 pub mod events;
 pub mod grpc_health;
@@ -14,6 +16,7 @@ pub mod probe;
 pub mod resources;
 pub mod spec;
 pub mod status;
+pub mod termination;
 pub mod volumes;
 pub mod worker;
 

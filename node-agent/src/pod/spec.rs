@@ -221,8 +221,16 @@ pub struct ContainerInputs<'a> {
     pub volumes: &'a HostPaths,
     /// The pod's `/etc/hosts`.
     pub hosts_file: Option<PathBuf>,
-    /// The file the container's termination message goes to.
+    /// The host file the container's termination message goes to.
     pub termination_log: Option<PathBuf>,
+}
+
+/// Where in the container its termination message is written (`/dev/termination-log` by default).
+pub fn termination_message_path(c: &Container) -> String {
+    c.termination_message_path
+        .clone()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "/dev/termination-log".into())
 }
 
 /// The container configuration.
@@ -268,10 +276,7 @@ pub fn container(pod: &Pod, i: ContainerInputs<'_>) -> Result<ContainerConfig> {
         }
     }
     if let Some(t) = &i.termination_log {
-        let path = c
-            .termination_message_path
-            .clone()
-            .unwrap_or_else(|| "/dev/termination-log".into());
+        let path = termination_message_path(c);
         if !has_mount(&mounts, &path) {
             mounts.push(Mount {
                 container_path: path,
@@ -319,6 +324,16 @@ pub fn container(pod: &Pod, i: ContainerInputs<'_>) -> Result<ContainerConfig> {
         (labels::CONTAINER_HASH.to_string(), container_hash(c)),
         (labels::GRACE_PERIOD.to_string(), grace.to_string()),
         (labels::CONTAINER_TYPE.to_string(), i.kind.to_string()),
+        (
+            labels::TERMINATION_MESSAGE_PATH.to_string(),
+            termination_message_path(c),
+        ),
+        (
+            labels::TERMINATION_MESSAGE_POLICY.to_string(),
+            c.termination_message_policy
+                .clone()
+                .unwrap_or_else(|| "File".into()),
+        ),
     ]);
     let expand = |v: &Option<Vec<String>>| -> Vec<String> {
         v.iter().flatten().map(|s| env::expand(s, &vars)).collect()

@@ -1,5 +1,6 @@
 //! The pod's `status` from what the runtime reports: phase, the kubelet's conditions
-//! (PodReadyToStartContainers, Initialized, ContainersReady, Ready; others kept), container statuses
+//! (PodReadyToStartContainers, Initialized, ContainersReady, Ready with the pod's readiness gates; others
+//! kept), container statuses
 //! with state, lastState, restartCount, image and container ids, the pod and host IPs, start time,
 //! QoS class. Written through `pods/{name}/status` only when it changed.
 
@@ -197,6 +198,32 @@ fn cond(
     }
 }
 
+/// Upstream's reason for a pod whose containers are ready but a readiness gate is not.
+pub const READINESS_GATES_NOT_READY: &str = "ReadinessGatesNotReady";
+
+/// Upstream's message when some of the pod's `readinessGates` have no condition, or one that is not
+/// `True`, in `conditions` (written by others); None when every gate is `True`.
+pub fn gates_not_ready(pod: &Pod, conditions: &[PodCondition]) -> Option<String> {
+    let gates = pod.spec.as_ref().and_then(|s| s.readiness_gates.as_ref())?;
+    let msgs: Vec<String> = gates
+        .iter()
+        .filter_map(|g| {
+            let ty = &g.condition_type;
+            match conditions.iter().find(|c| &c.type_ == ty) {
+                None => Some(format!(
+                    "corresponding condition of pod readiness gate {ty:?} does not exist."
+                )),
+                Some(c) if c.status != "True" => Some(format!(
+                    "the status of pod readiness gate {ty:?} is not \"True\", but {}",
+                    c.status
+                )),
+                Some(_) => None,
+            }
+        })
+        .collect();
+    (!msgs.is_empty()).then(|| msgs.join(", "))
+}
+
 /// The pod's status.
 pub fn compute(v: &PodView<'_>) -> PodStatus {
     let prev = v.pod.status.clone().unwrap_or_default();
@@ -259,13 +286,22 @@ pub fn compute(v: &PodView<'_>) -> PodStatus {
                 )),
             )
         },
-        cond(
-            &prev_conds,
-            "Ready",
-            all_ready,
-            (!all_ready).then_some(unready_reason),
-            unready_msg.clone(),
-        ),
+        match (all_ready, gates_not_ready(v.pod, &prev_conds)) {
+            (true, Some(msg)) => cond(
+                &prev_conds,
+                "Ready",
+                false,
+                Some(READINESS_GATES_NOT_READY),
+                Some(msg),
+            ),
+            _ => cond(
+                &prev_conds,
+                "Ready",
+                all_ready,
+                (!all_ready).then_some(unready_reason),
+                unready_msg.clone(),
+            ),
+        },
         cond(
             &prev_conds,
             "ContainersReady",
@@ -333,4 +369,114 @@ pub fn changed(a: &PodStatus, b: &PodStatus) -> bool {
         s
     };
     strip(a) != strip(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodReadinessGate, PodSpec};
+
+    fn gated(gates: &[&str]) -> Pod {
+        Pod {
+            spec: Some(PodSpec {
+                readiness_gates: Some(
+                    gates
+                        .iter()
+                        .map(|g| PodReadinessGate {
+                            condition_type: g.to_string(),
+                        })
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn condition(ty: &str, status: &str) -> PodCondition {
+        PodCondition {
+            type_: ty.into(),
+            status: status.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn readiness_gates_use_upstreams_messages() {
+        assert_eq!(gates_not_ready(&Pod::default(), &[]), None);
+        let pod = gated(&["example.com/a", "example.com/b"]);
+        assert_eq!(
+            gates_not_ready(&pod, &[condition("example.com/b", "False")]).as_deref(),
+            Some(
+                "corresponding condition of pod readiness gate \"example.com/a\" does not exist., \
+                 the status of pod readiness gate \"example.com/b\" is not \"True\", but False"
+            )
+        );
+        let both = [
+            condition("example.com/a", "True"),
+            condition("example.com/b", "True"),
+        ];
+        assert_eq!(gates_not_ready(&pod, &both), None);
+    }
+
+    fn running() -> ContainerView {
+        ContainerView {
+            current: Some(Observed {
+                id: "x".into(),
+                state: ObservedState::Running,
+                ..Default::default()
+            }),
+            ready: true,
+            started: true,
+            ..Default::default()
+        }
+    }
+
+    fn ready_of(st: &PodStatus) -> PodCondition {
+        st.conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "Ready")
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_gate_holds_ready_and_its_condition_is_kept() {
+        let mut pod = gated(&["example.com/lb"]);
+        let view = |pod: &Pod| {
+            compute(&PodView {
+                pod,
+                sandbox_ready: true,
+                pod_ip: String::new(),
+                host_ip: String::new(),
+                init: vec![],
+                app: vec![("c".into(), "img".into(), running())],
+                phase: "Running",
+                reason: None,
+            })
+        };
+        let st = view(&pod);
+        let ready = ready_of(&st);
+        assert_eq!(ready.status, "False");
+        assert_eq!(ready.reason.as_deref(), Some(READINESS_GATES_NOT_READY));
+        let containers_ready = st
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "ContainersReady")
+            .map(|c| c.status.clone());
+        assert_eq!(containers_ready.as_deref(), Some("True"));
+        pod.status = Some(PodStatus {
+            conditions: Some(vec![condition("example.com/lb", "True")]),
+            ..Default::default()
+        });
+        let st = view(&pod);
+        assert_eq!(ready_of(&st).status, "True");
+        assert!(st
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "example.com/lb" && c.status == "True"));
+    }
 }

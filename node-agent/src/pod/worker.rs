@@ -20,10 +20,12 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use super::backoff::Backoff;
+use super::deadline;
 use super::events::EventSink;
 use super::probe::{Probes, Target};
 use super::spec::{self, ContainerInputs, DnsSettings};
 use super::status::{self, ContainerView, Observed, ObservedState, PodView};
+use super::termination;
 use super::volumes;
 use crate::cri::{labels, Cri};
 use crate::error::{Error, Result};
@@ -85,6 +87,7 @@ pub struct Worker {
     last_status: Option<PodStatus>,
     announced_backoff: HashMap<String, Instant>,
     deleted: bool,
+    deadline_announced: bool,
     probes: Probes,
     // Containers this worker asked the runtime to start (a created one not in here was left by an
     // agent that died before starting it).
@@ -158,6 +161,7 @@ impl Worker {
             last_status: None,
             announced_backoff: HashMap::new(),
             deleted: false,
+            deadline_announced: false,
             probes: Probes::default(),
             started: std::collections::HashSet::new(),
             new_sandbox: None,
@@ -200,42 +204,7 @@ impl Worker {
 
     /// Stops everything of the pod; once the pod is gone from the API, removes it.
     async fn teardown(&mut self, input: &Input, pod: Option<&Pod>) -> Result<Next> {
-        let grace = pod.map(grace_of);
-        let running: Vec<&CriContainer> = input
-            .containers
-            .iter()
-            .filter(|c| {
-                c.state == CriState::ContainerRunning as i32
-                    || c.state == CriState::ContainerCreated as i32
-            })
-            .collect();
-        let mut stops = Vec::new();
-        for c in &running {
-            let name = c
-                .metadata
-                .as_ref()
-                .map(|m| m.name.clone())
-                .unwrap_or_default();
-            let g = grace.unwrap_or_else(|| {
-                c.annotations
-                    .get(labels::GRACE_PERIOD)
-                    .and_then(|g| g.parse().ok())
-                    .unwrap_or(30)
-            });
-            if let Some(p) = pod {
-                self.event(p, false, "Killing", format!("Stopping container {name}"))
-                    .await;
-                self.pre_stop(p, &name, &c.id, g).await;
-            }
-            let cri = self.sh.cri.clone();
-            let id = c.id.clone();
-            stops.push(async move { cri.stop_container(&id, g).await });
-        }
-        for r in futures::future::join_all(stops).await {
-            if let Err(e) = r {
-                warn!(pod = %self.uid, error = %e, "container not stopped");
-            }
-        }
+        self.kill_containers(input, pod).await;
         for s in &input.sandboxes {
             if s.state == PodSandboxState::SandboxReady as i32 {
                 self.sh.cri.stop_sandbox(&s.id).await?;
@@ -300,6 +269,83 @@ impl Worker {
                 } else {
                     Ok(Next::After(Duration::from_secs(1)))
                 }
+            }
+        }
+    }
+
+    /// The pod ran past `activeDeadlineSeconds`: as the kubelet, a `DeadlineExceeded` Event, its
+    /// containers killed (preStop, then the grace period) and its sandbox stopped, and the status
+    /// `Failed` with upstream's reason and message.
+    async fn deadline_exceeded(&mut self, pod: &Pod, input: &Input) -> Result<Next> {
+        if !self.deadline_announced {
+            self.deadline_announced = true;
+            info!(pod = %pod_key(pod), "active deadline exceeded");
+            self.event(pod, false, deadline::REASON, deadline::MESSAGE.into())
+                .await;
+        }
+        self.kill_containers(input, Some(pod)).await;
+        self.stop_everything(input).await;
+        let mut final_input = input.clone();
+        for c in final_input.containers.iter_mut() {
+            c.state = CriState::ContainerExited as i32;
+        }
+        self.exited.clear();
+        let sandbox = input
+            .sandboxes
+            .iter()
+            .max_by_key(|s| s.created_at)
+            .map(|s| s.id.clone())
+            .unwrap_or_default();
+        let reason = (deadline::REASON.to_string(), deadline::MESSAGE.to_string());
+        self.write_status(
+            pod,
+            &final_input,
+            Some(&sandbox),
+            false,
+            "Failed",
+            Some(reason),
+        )
+        .await;
+        Ok(Next::After(Duration::from_secs(1)))
+    }
+
+    /// Stops the pod's running (or created) containers, each after its preStop hook with the pod's
+    /// grace period, or, for a pod that is gone, the grace period recorded on the container.
+    async fn kill_containers(&self, input: &Input, pod: Option<&Pod>) {
+        let grace = pod.map(grace_of);
+        let running: Vec<&CriContainer> = input
+            .containers
+            .iter()
+            .filter(|c| {
+                c.state == CriState::ContainerRunning as i32
+                    || c.state == CriState::ContainerCreated as i32
+            })
+            .collect();
+        let mut stops = Vec::new();
+        for c in &running {
+            let name = c
+                .metadata
+                .as_ref()
+                .map(|m| m.name.clone())
+                .unwrap_or_default();
+            let g = grace.unwrap_or_else(|| {
+                c.annotations
+                    .get(labels::GRACE_PERIOD)
+                    .and_then(|g| g.parse().ok())
+                    .unwrap_or(30)
+            });
+            if let Some(p) = pod {
+                self.event(p, false, "Killing", format!("Stopping container {name}"))
+                    .await;
+                self.pre_stop(p, &name, &c.id, g).await;
+            }
+            let cri = self.sh.cri.clone();
+            let id = c.id.clone();
+            stops.push(async move { cri.stop_container(&id, g).await });
+        }
+        for r in futures::future::join_all(stops).await {
+            if let Err(e) = r {
+                warn!(pod = %self.uid, error = %e, "container not stopped");
             }
         }
     }
@@ -493,11 +539,15 @@ impl Worker {
         };
         if state != ObservedState::Created {
             if let Ok(st) = self.sh.cri.container_status(&c.id).await {
+                if state == ObservedState::Exited {
+                    o.message = termination::join(&st.message, &termination::message(&st));
+                } else {
+                    o.message = st.message.clone();
+                }
                 o.started_at = st.started_at;
                 o.finished_at = st.finished_at;
                 o.exit_code = st.exit_code;
                 o.reason = st.reason;
-                o.message = st.message;
                 if !st.image_ref.is_empty() {
                     o.image_ref = st.image_ref;
                 }
@@ -580,6 +630,9 @@ impl Worker {
             // `kubectl logs` shows for a completed Job. Its status stays as written.
             self.stop_everything(input).await;
             return Ok(Next::After(Duration::from_secs(30)));
+        }
+        if deadline::exceeded(pod, k8s_openapi::jiff::Timestamp::now()) {
+            return self.deadline_exceeded(pod, input).await;
         }
         let mut sandboxes = input.sandboxes.clone();
         sandboxes.sort_by_key(|s| std::cmp::Reverse(s.created_at));
@@ -830,6 +883,9 @@ impl Worker {
             .await;
         if matches!(phase, "Succeeded" | "Failed") {
             return Ok(Next::After(Duration::from_secs(1)));
+        }
+        if let Some(left) = deadline::remaining(pod, k8s_openapi::jiff::Timestamp::now()) {
+            wake = wake.min(left.max(Duration::from_millis(100)));
         }
         Ok(Next::After(wake))
     }
@@ -1202,7 +1258,13 @@ impl Worker {
             self.sh.client.clone(),
             pod.metadata.namespace.as_deref().unwrap_or_default(),
         );
-        let patch = json!({"metadata": {"uid": pod.metadata.uid}, "status": next});
+        // The status is computed from this version of the pod, and a merge patch replaces whole lists:
+        // pinning the resourceVersion keeps conditions others wrote since (readiness gates) from being
+        // dropped. A conflict is retried when the newer pod arrives.
+        let patch = json!({
+            "metadata": {"uid": pod.metadata.uid, "resourceVersion": pod.metadata.resource_version},
+            "status": next,
+        });
         match tokio::time::timeout(
             API_TIMEOUT,
             api.patch_status(
