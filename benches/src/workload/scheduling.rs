@@ -294,9 +294,7 @@ async fn wait_bound(
         match next {
             Ok(Some(Ok(Event::Apply(p) | Event::InitApply(p)))) => seen(p),
             Ok(Some(Ok(_))) | Err(_) => {}
-            Ok(Some(Err(e))) => {
-                tracing_free_log(&format!("pod watch: {e}; retrying"));
-            }
+            Ok(Some(Err(e))) => eprintln!("scheduling: pod watch: {e}; retrying"),
             Ok(None) => return Err(kube_error("pod watch", "ended")),
         }
         if bound.len() >= want {
@@ -313,11 +311,6 @@ async fn wait_bound(
             ));
         }
     }
-}
-
-/// The bench prints to stderr; it has no tracing subscriber.
-fn tracing_free_log(m: &str) {
-    eprintln!("scheduling: {m}");
 }
 
 /// The API server's metrics as text.
@@ -567,10 +560,8 @@ pub(crate) async fn run(
     let (tx, rx) = tokio::sync::oneshot::channel();
     let basic_started = Instant::now();
     let watch = async move {
-        let r = wait_bound(&watcher_client, "sched-basic", want, &|m| {
-            let _ = &m;
-        })
-        .await;
+        // The creates report progress; the watch stays quiet meanwhile.
+        let r = wait_bound(&watcher_client, "sched-basic", want, &|_| {}).await;
         let _ = tx.send(());
         r
     };
