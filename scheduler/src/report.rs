@@ -97,6 +97,20 @@ pub async fn event(
         .map(|_| ())
 }
 
+/// Applies a strategic merge `patch` to `pod`'s status.
+async fn patch_status(
+    client: &Client,
+    pod: &Pod,
+    patch: serde_json::Value,
+) -> Result<(), kube::Error> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+    let name = pod.metadata.name.as_deref().unwrap_or("");
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+        .map(|_| ())
+}
+
 /// Sets `PodScheduled=False` with `reason` and `message`, and `status.nominatedNodeName` when
 /// preemption chose a node, unless the pod already says exactly that.
 pub async fn unschedulable_condition(
@@ -139,12 +153,7 @@ pub async fn unschedulable_condition(
     if let Some(node) = nominated {
         patch["status"]["nominatedNodeName"] = json!(node);
     }
-    let ns = pod.metadata.namespace.as_deref().unwrap_or("");
-    let name = pod.metadata.name.as_deref().unwrap_or("");
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
-        .await
-        .map(|_| ())
+    patch_status(client, pod, patch).await
 }
 
 /// Marks `victim` with `DisruptionTarget=True` (reason PreemptionByScheduler), as upstream does before
@@ -160,21 +169,11 @@ pub async fn disruption_target(
         "message": format!("{scheduler_name}: preempting to accommodate a higher priority pod"),
         "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
     }]}});
-    let ns = victim.metadata.namespace.as_deref().unwrap_or("");
-    let name = victim.metadata.name.as_deref().unwrap_or("");
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
-        .await
-        .map(|_| ())
+    patch_status(client, victim, patch).await
 }
 
 /// Clears `status.nominatedNodeName` of `pod`.
 pub async fn clear_nomination(client: &Client, pod: &Pod) -> Result<(), kube::Error> {
     let patch = json!({"status": {"nominatedNodeName": null}});
-    let ns = pod.metadata.namespace.as_deref().unwrap_or("");
-    let name = pod.metadata.name.as_deref().unwrap_or("");
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
-        .await
-        .map(|_| ())
+    patch_status(client, pod, patch).await
 }

@@ -597,7 +597,7 @@ fn remembered_counts_equal_counts_taken_afresh() {
 /// Times cycles of ReplicaSet pods (system defaults) on 5 000 nodes holding 30 000 pods:
 /// `cargo test -p keel-scheduler --release --lib -- --ignored --nocapture cycles_at_scale`.
 #[test]
-#[ignore]
+#[ignore = "a timing measurement (prints per-cycle time), not a check; run it with --release"]
 fn cycles_at_scale() {
     let mut cache = Cache::default();
     *cache.objects_mut() = replica_set_objects();
