@@ -124,26 +124,12 @@ fn wait_bound(c: &KubeCluster, ns: &str, name: &str) -> String {
     node
 }
 
-/// The messages of the `reason` Events about pod `name`.
-fn events(c: &KubeCluster, ns: &str, name: &str, reason: &str) -> Vec<String> {
-    let v: Value =
-        serde_json::from_str(&c.ok(0, &["get", "events", "-n", ns, "-o", "json"])).unwrap();
-    v["items"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|e| e["involvedObject"]["name"] == name && e["reason"] == reason)
-        .filter_map(|e| e["message"].as_str().map(str::to_string))
-        .collect()
-}
-
 fn wait_failed_scheduling(c: &KubeCluster, ns: &str, name: &str, want: &str) {
     c.wait_until(
         &format!("FailedScheduling of {ns}/{name}: {want}"),
         WAIT,
         || {
-            events(c, ns, name, "FailedScheduling")
+            c.event_messages(0, ns, name, "FailedScheduling")
                 .iter()
                 .any(|m| m == want)
         },
@@ -173,7 +159,7 @@ fn a_pod_lands_on_the_only_node_that_fits() {
     let scheduled = condition(c, "sched-fit", "needs-two");
     assert_eq!(scheduled["status"], "True", "{scheduled}");
     c.wait_until("the Scheduled event", WAIT, || {
-        events(c, "sched-fit", "needs-two", "Scheduled")
+        c.event_messages(0, "sched-fit", "needs-two", "Scheduled")
             .iter()
             .any(|m| m == "Successfully assigned sched-fit/needs-two to fit-big")
     });

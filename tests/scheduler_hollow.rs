@@ -139,18 +139,23 @@ fn node_labels(c: &KubeCluster, label: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// The messages of the `reason` Events about pod `name`.
-fn events(c: &KubeCluster, i: usize, ns: &str, name: &str, reason: &str) -> Vec<String> {
-    let v: Value =
-        serde_json::from_str(&c.ok(i, &["get", "events", "-n", ns, "-o", "json"])).unwrap();
-    v["items"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|e| e["involvedObject"]["name"] == name && e["reason"] == reason)
-        .filter_map(|e| e["message"].as_str().map(str::to_string))
-        .collect()
+/// `phase/nodeName` of pod `name` in `ns` (`/` while it has neither).
+fn placement(c: &KubeCluster, ns: &str, name: &str) -> String {
+    c.kubectl(
+        0,
+        &[
+            "get",
+            "pod",
+            name,
+            "-n",
+            ns,
+            "-o",
+            "jsonpath={.status.phase}/{.spec.nodeName}",
+        ],
+    )
+    .stdout
+    .trim()
+    .to_string()
 }
 
 fn apply(c: &KubeCluster, yaml: &str) {
@@ -205,7 +210,7 @@ spec:
                 preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod.";
     let name = pending[0].clone();
     c.wait_until(&format!("FailedScheduling of {name}: {want}"), WAIT, || {
-        events(c, 0, "anti", &name, "FailedScheduling")
+        c.event_messages(0, "anti", &name, "FailedScheduling")
             .iter()
             .any(|m| m == want)
     });
@@ -293,21 +298,7 @@ fn a_higher_priority_pod_preempts_a_lower_one() {
     };
     apply(c, &pod("low", "bench-low"));
     c.wait_until("low Running on pre-0", WAIT, || {
-        c.kubectl(
-            0,
-            &[
-                "get",
-                "pod",
-                "low",
-                "-n",
-                "preempt",
-                "-o",
-                "jsonpath={.status.phase}/{.spec.nodeName}",
-            ],
-        )
-        .stdout
-        .trim()
-            == "Running/pre-0"
+        placement(c, "preempt", "low") == "Running/pre-0"
     });
     assert_eq!(
         c.ok(
@@ -342,31 +333,17 @@ fn a_higher_priority_pod_preempts_a_lower_one() {
         .trim()
         .to_string();
     c.wait_until("high Running on pre-0", WAIT, || {
-        c.kubectl(
-            0,
-            &[
-                "get",
-                "pod",
-                "high",
-                "-n",
-                "preempt",
-                "-o",
-                "jsonpath={.status.phase}/{.spec.nodeName}",
-            ],
-        )
-        .stdout
-        .trim()
-            == "Running/pre-0"
+        placement(c, "preempt", "high") == "Running/pre-0"
     });
     let gone = c.kubectl(0, &["get", "pod", "low", "-n", "preempt"]);
     assert!(!gone.ok, "the victim is deleted: {}", gone.stdout);
     assert_eq!(
-        events(c, 0, "preempt", "low", "Preempted"),
+        c.event_messages(0, "preempt", "low", "Preempted"),
         vec![format!("Preempted by pod {uid} on node pre-0")],
         "hollow log:\n{}",
         h.log()
     );
-    let failed = events(c, 0, "preempt", "high", "FailedScheduling");
+    let failed = c.event_messages(0, "preempt", "high", "FailedScheduling");
     assert!(
         failed
             .iter()
@@ -422,28 +399,14 @@ fn only_pods_that_tolerate_the_taint_land_on_the_tainted_node() {
     apply(c, &pod("elsewhere", "taint-1", false));
     for name in ["tolerant", "elsewhere"] {
         c.wait_until(&format!("{name} Running"), WAIT, || {
-            c.kubectl(
-                0,
-                &[
-                    "get",
-                    "pod",
-                    name,
-                    "-n",
-                    "taint",
-                    "-o",
-                    "jsonpath={.status.phase}",
-                ],
-            )
-            .stdout
-            .trim()
-                == "Running"
+            placement(c, "taint", name).starts_with("Running/")
         });
     }
     let want = "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, \
                 1 node(s) had untolerated taint {dedicated: db}. preemption: 0/2 nodes are available: \
                 2 Preemption is not helpful for scheduling.";
     c.wait_until(&format!("FailedScheduling of plain: {want}"), WAIT, || {
-        events(c, 0, "taint", "plain", "FailedScheduling")
+        c.event_messages(0, "taint", "plain", "FailedScheduling")
             .iter()
             .any(|m| m == want)
     });
@@ -480,7 +443,7 @@ fn a_too_large_pod_waits_for_a_node_that_fits() {
     let want = "0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: \
                 2 No preemption victims found for incoming pod.";
     c.wait_until(&format!("FailedScheduling of big: {want}"), WAIT, || {
-        events(c, 0, "large", "big", "FailedScheduling")
+        c.event_messages(0, "large", "big", "FailedScheduling")
             .iter()
             .any(|m| m == want)
     });
@@ -500,21 +463,7 @@ fn a_too_large_pod_waits_for_a_node_that_fits() {
     // A node big enough joins: the pod is scheduled there without being touched.
     let _big = Hollow::start(c, 0, "huge", 1, "8", 0);
     c.wait_until("big Running on huge-0", WAIT, || {
-        c.kubectl(
-            0,
-            &[
-                "get",
-                "pod",
-                "big",
-                "-n",
-                "large",
-                "-o",
-                "jsonpath={.status.phase}/{.spec.nodeName}",
-            ],
-        )
-        .stdout
-        .trim()
-            == "Running/huge-0"
+        placement(c, "large", "big") == "Running/huge-0"
     });
     c.ok(0, &["delete", "namespace", "large", "--wait=false"]);
 }
@@ -528,7 +477,7 @@ fn a_burst_survives_the_leader_being_killed_and_binds_every_pod_once() {
     let mut c = KubeCluster::start(keel_bin!(), 3);
     let leader = c.cluster_mut().leader().expect("a leader");
     let s = (leader + 1) % 3;
-    namespace_on(&c, s, "burst");
+    c.ok(s, &["create", "namespace", "burst"]);
     let h = Hollow::start(&c, s, "burst", 10, "8", 0);
     let total = 150;
     // One YAML stream of pods (a `kind: List` would make kubectl validate against the protobuf
@@ -585,8 +534,4 @@ fn a_burst_survives_the_leader_being_killed_and_binds_every_pod_once() {
     }
     drop(h);
     c.cluster_mut().restart(leader);
-}
-
-fn namespace_on(c: &KubeCluster, i: usize, ns: &str) {
-    c.ok(i, &["create", "namespace", ns]);
 }

@@ -96,6 +96,22 @@ impl KubeCluster {
         r.stdout
     }
 
+    /// The messages of the Events with `reason` about the object `name` in `ns`, read through member `i`.
+    pub fn event_messages(&self, i: usize, ns: &str, name: &str, reason: &str) -> Vec<String> {
+        let text = self.ok(i, &["get", "events", "-n", ns, "-o", "json"]);
+        let v: serde_json::Value = match serde_json::from_str(&text) {
+            Ok(v) => v,
+            Err(e) => self.fail(format!("kubectl get events: not JSON ({e}): {text}")),
+        };
+        v["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["involvedObject"]["name"] == name && e["reason"] == reason)
+            .filter_map(|e| e["message"].as_str().map(str::to_string))
+            .collect()
+    }
+
     /// Runs kubectl expecting failure; returns stderr.
     pub fn err(&self, i: usize, args: &[&str]) -> String {
         self.err_stdin(i, args, None)
