@@ -28,6 +28,9 @@ ROOTS = [
     "api.coordination.v1.Lease", "api.discovery.v1.EndpointSlice", "api.autoscaling.v1.Scale",
     "apimachinery.pkg.apis.meta.v1.DeleteOptions", "api.policy.v1.PodDisruptionBudget", "api.policy.v1.Eviction",
     "api.apps.v1.ControllerRevision", "api.scheduling.v1.PriorityClass",
+    "api.authorization.v1.SubjectAccessReview", "api.authorization.v1.SelfSubjectAccessReview",
+    "api.authorization.v1.LocalSubjectAccessReview", "api.authorization.v1.SelfSubjectRulesReview",
+    "api.authentication.v1.SelfSubjectReview",
 ]
 
 def parse_fields(body):
@@ -70,10 +73,10 @@ def parse_pb():
 
 def resolve(mod, rtype):
     """The full message name a Rust type path refers to, from module `mod`."""
-    inner = rtype
+    inner = rtype.replace(" ", "")
     for wrap in ["::core::option::Option<", "::prost::alloc::vec::Vec<"]:
         if inner.startswith(wrap):
-            inner = inner[len(wrap):-1]
+            inner = inner[len(wrap):-1].rstrip(",")
     if "BTreeMap<" in inner:
         inner = inner.split(",", 1)[1].strip().rstrip(">").strip().rstrip(",").strip()
     parts = [p for p in inner.split("::") if p]

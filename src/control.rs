@@ -51,9 +51,11 @@ pub(crate) fn spawn_controllers(
     mut opts: keel_controllers::Options,
     stop: watch::Receiver<bool>,
 ) {
+    // One client serves every controller (kube-controller-manager without
+    // --use-service-account-credentials), so it holds what all of them need: the privileged group.
     let identity = Identity {
         user: keel_controllers::USER.to_string(),
-        groups: vec!["system:authenticated".into()],
+        groups: vec!["system:masters".into(), "system:authenticated".into()],
     };
     let client = kube::Client::new(api.service(identity), "default");
     let leading = leading(storage);

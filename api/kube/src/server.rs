@@ -224,6 +224,7 @@ impl ApiServer {
         ));
         let registry = Arc::new(Registry::default());
         let metrics = Arc::new(Metrics::new(&storage, registry.clone()));
+        let authz = Arc::new(crate::authz::Authorizer::new(storage.clone()));
         let state = Arc::new(KubeState {
             storage: storage.clone(),
             registry: registry.clone(),
@@ -246,6 +247,8 @@ impl ApiServer {
             aggregator,
             priority_classes_ready: std::sync::atomic::AtomicBool::new(false),
             metrics: metrics.clone(),
+            authz: authz.clone(),
+            rbac_ready: std::sync::atomic::AtomicBool::new(false),
         });
         let app = Arc::new(App {
             state: state.clone(),
@@ -276,6 +279,12 @@ impl ApiServer {
                 stop_rx.clone(),
             )),
             tokio::spawn(crate::priority::bootstrap(state.clone())),
+            tokio::spawn(crate::authz::rbac::run(
+                authz.rbac.clone(),
+                storage.clone(),
+                stop_rx.clone(),
+            )),
+            tokio::spawn(crate::authz::ensure::run(state.clone())),
             tokio::spawn(compaction::run(
                 storage.clone(),
                 opts.compaction_interval,
@@ -453,18 +462,36 @@ async fn health(app: &App, path: &str, query: Option<&str>) -> Response {
     let readyz = path.starts_with("/readyz");
     let ready = app.state.storage.has_leader() && lifecycle::bootstrapped(&app.state.storage).await;
     // As upstream's, readiness waits for the post-start hook that creates the built-in PriorityClasses.
-    let hook = app
-        .state
-        .priority_classes_ready
-        .load(std::sync::atomic::Ordering::Acquire);
+    let hooks = [
+        (
+            crate::authz::ensure::HOOK,
+            app.state
+                .rbac_ready
+                .load(std::sync::atomic::Ordering::Acquire),
+        ),
+        (
+            crate::priority::HOOK,
+            app.state
+                .priority_classes_ready
+                .load(std::sync::atomic::Ordering::Acquire),
+        ),
+    ];
+    let hook = hooks.iter().all(|(_, done)| *done);
     let check = !readyz || (ready && hook);
     let verbose = query.is_some_and(|q| q.contains("verbose"));
-    let hook_line = if !readyz {
+    let hook_line: String = if !readyz {
         String::new()
-    } else if hook {
-        format!("[+]{} ok\n", crate::priority::HOOK)
     } else {
-        format!("[-]{} failed: reason withheld\n", crate::priority::HOOK)
+        hooks
+            .iter()
+            .map(|(name, done)| {
+                if *done {
+                    format!("[+]{name} ok\n")
+                } else {
+                    format!("[-]{name} failed: reason withheld\n")
+                }
+            })
+            .collect()
     };
     match (check, verbose) {
         (true, false) => plain(StatusCode::OK, "ok"),
@@ -507,6 +534,31 @@ async fn route(
     if identity.is_none() && !authn::is_public(req.uri().path()) {
         return ApiError::Unauthorized.into_response();
     }
+    // Every authenticated user is in `system:authenticated`; impersonation then authorization decide the
+    // rest (anonymous requests reach only the public paths above).
+    let identity = match identity {
+        Some(mut id) => {
+            if !id.groups.iter().any(|g| g == crate::authz::AUTHENTICATED) {
+                id.groups.push(crate::authz::AUTHENTICATED.into());
+            }
+            let authz = &app.state.authz;
+            let acting =
+                crate::authz::impersonate::acting_as(authz, id, req.headers()).and_then(|id| {
+                    let attrs = crate::authz::attributes::Attributes::of_request(
+                        id.clone(),
+                        req.method(),
+                        req.uri().path(),
+                        req.uri().query(),
+                    );
+                    authz.check(&attrs).map(|()| id)
+                });
+            match acting {
+                Ok(id) => Some(id),
+                Err(e) => return e.into_response(),
+            }
+        }
+        None => None,
+    };
     let metrics = app.state.metrics.clone();
     let info = RequestInfo::of(&app.state.registry, req.method(), req.uri(), req.headers());
     let long_running = info.as_ref().is_some_and(RequestInfo::long_running);
@@ -607,12 +659,39 @@ async fn dispatch(
             openapi_v3(reg, &rest.join("/"), query.as_deref(), &accept)
         }
         ["openapi", "v2"] if read_only => openapi_v2(reg, &headers, &accept),
+        review @ ["apis", _, "v1", ..] if crate::authz::review::route(review).is_some() => {
+            let Some((group, plural, ns)) = crate::authz::review::route(review) else {
+                return Err(ApiError::NoRoute);
+            };
+            if method != Method::POST {
+                return Err(ApiError::MethodNotAllowed(crate::status::Target::new(
+                    group, plural, "",
+                )));
+            }
+            let obj = crate::body::decode(&headers, &body)?;
+            let user = identity.unwrap_or_else(|| Identity {
+                user: String::new(),
+                groups: Vec::new(),
+            });
+            let out = crate::authz::review::answer(
+                &app.state.authz,
+                &user,
+                group,
+                plural,
+                ns.as_deref(),
+                &obj,
+            )?;
+            Ok(respond(StatusCode::CREATED, &out))
+        }
         ["api", "v1", rest @ ..] | ["apis", _, _, rest @ ..] => {
             let (group, version) = match segs.as_slice() {
                 ["apis", g, v, ..] => (*g, *v),
                 _ => ("", "v1"),
             };
-            let user = user_name(identity.as_ref());
+            let user = identity.unwrap_or_else(|| Identity {
+                user: String::new(),
+                groups: Vec::new(),
+            });
             handler::serve(
                 app.state.clone(),
                 method,
@@ -808,10 +887,6 @@ fn openapi_v3(
     }
     h.insert(header::VARY, header::HeaderValue::from_static("Accept"));
     Ok(r)
-}
-
-fn user_name(id: Option<&Identity>) -> String {
-    id.map(|i| i.user.clone()).unwrap_or_default()
 }
 
 /// Legacy or aggregated discovery. Aggregated answers carry an ETag (the document's SHA-512, as upstream)

@@ -2,5 +2,6 @@
 
 pub mod defaults;
 pub mod names;
+pub mod node_restriction;
 pub mod prune;
 pub mod validate;

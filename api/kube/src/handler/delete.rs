@@ -153,6 +153,14 @@ pub(crate) async fn delete_one(
         let Some(cur) = current.take() else {
             return Err(ApiError::NotFound(target));
         };
+        crate::admission::node_restriction::admit(
+            &call.identity,
+            def,
+            None,
+            crate::admission::node_restriction::Operation::Delete,
+            Some(&cur.object),
+            None,
+        )?;
         if let Some(p) = &opts.preconditions {
             let uid = object::uid(&cur.object);
             if let Some(want) = p.uid.as_deref().filter(|u| *u != uid) {

@@ -47,6 +47,10 @@ pub struct KubeState {
     pub priority_classes_ready: std::sync::atomic::AtomicBool,
     /// What `/metrics` shows; every request is recorded in it.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Who may do what (RBAC, the Node authorizer).
+    pub authz: Arc<crate::authz::Authorizer>,
+    /// Whether this member has made sure the default RBAC roles exist (a `/readyz` check).
+    pub rbac_ready: std::sync::atomic::AtomicBool,
 }
 
 impl KubeState {
@@ -72,6 +76,8 @@ pub struct Call {
     pub body: Bytes,
     /// Who asks (for field managers and events).
     pub user: String,
+    /// Who asks, with groups (for escalation checks and node restrictions).
+    pub identity: crate::authn::Identity,
 }
 
 impl Call {
@@ -107,7 +113,7 @@ pub async fn serve(
     query: Option<&str>,
     headers: HeaderMap,
     body: Bytes,
-    user: String,
+    identity: crate::authn::Identity,
 ) -> Result<Response, ApiError> {
     let route = parse_route(&state.registry, group, version, segments)?;
     let params = Params::parse(query);
@@ -117,7 +123,8 @@ pub async fn serve(
         params,
         headers,
         body,
-        user,
+        user: identity.user.clone(),
+        identity,
     };
     let sub = call.route.subresource.clone();
     let named = call.route.name.is_some();

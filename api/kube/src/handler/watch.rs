@@ -195,6 +195,7 @@ pub async fn watch(call: Call) -> Result<Response, ApiError> {
                 headers: call.headers.clone(),
                 body: Bytes::new(),
                 user: call.user.clone(),
+                identity: call.identity.clone(),
             };
             let mut listed = list_objects(&list_call).await?;
             if call.route.name.is_some() {

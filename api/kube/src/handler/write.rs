@@ -299,6 +299,15 @@ pub async fn create_object(
     let name = object::name(&obj).to_string();
     validate::invalid(def, &name, validate::object(sdef, &obj))?;
     priority::validate_write(&call.state.storage, sdef, &obj, false).await?;
+    crate::admission::node_restriction::admit(
+        &call.identity,
+        sdef,
+        call.route.subresource.as_deref(),
+        crate::admission::node_restriction::Operation::Create,
+        None,
+        Some(&obj),
+    )?;
+    crate::authz::escalation::check_write(&call.state.authz, &call.identity, sdef, &obj)?;
     let mut warnings = warnings.to_vec();
     warnings.extend(strategy.warnings_on_create(sdef, &obj));
     let warnings = warnings.as_slice();
@@ -499,6 +508,17 @@ where
         validate::invalid(&call.route.def, call.name(), causes)?;
         if sub.is_none() {
             priority::validate_write(&call.state.storage, def, &new, true).await?;
+        }
+        crate::admission::node_restriction::admit(
+            &call.identity,
+            def,
+            sub,
+            crate::admission::node_restriction::Operation::Update,
+            Some(&cur.object),
+            Some(&new),
+        )?;
+        if sub.is_none() && !same(&new, &cur.object) {
+            crate::authz::escalation::check_write(&call.state.authz, &call.identity, def, &new)?;
         }
         if object::is_deleting(&cur.object) {
             let added = object::finalizers(&new)

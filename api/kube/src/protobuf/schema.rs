@@ -220,6 +220,8 @@ pub fn message_for(api_version: &str, kind: &str) -> Option<String> {
         "discovery.k8s.io" => "discovery",
         "policy" => "policy",
         "scheduling.k8s.io" => "scheduling",
+        "authorization.k8s.io" => "authorization",
+        "authentication.k8s.io" => "authentication",
         "meta.k8s.io" => return Some(format!("apimachinery.pkg.apis.meta.{version}.{kind}")),
         _ => return None,
     };

@@ -1,0 +1,113 @@
+//! Upstream's `rbac/bootstrap-roles` post-start hook: every member makes sure the default roles and
+//! bindings exist, and adds back to an `autoupdate` role the permissions an upgrade brought (what a user
+//! added to it stays). A member is not ready until this has run once.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tracing::{debug, info};
+
+use super::bootstrap;
+use super::escalation::missing;
+use super::rule::PolicyRule;
+use crate::handler::KubeState;
+use crate::object;
+use crate::status::ApiError;
+use crate::storage::{Storage, WriteOutcome};
+
+/// The readiness check's name, as upstream's.
+pub const HOOK: &str = "poststarthook/rbac/bootstrap-roles";
+
+const AUTOUPDATE: &str = "rbac.authorization.kubernetes.io/autoupdate";
+
+fn key(obj: &Value) -> Option<String> {
+    let plural = match obj.get("kind").and_then(Value::as_str)? {
+        "ClusterRole" => "clusterroles",
+        "ClusterRoleBinding" => "clusterrolebindings",
+        "Role" => "roles",
+        "RoleBinding" => "rolebindings",
+        _ => return None,
+    };
+    let ns = object::namespace(obj);
+    Some(if ns.is_empty() {
+        format!("/registry/{plural}/{}", object::name(obj))
+    } else {
+        format!("/registry/{plural}/{ns}/{}", object::name(obj))
+    })
+}
+
+/// Creates what is missing and completes `autoupdate` roles; `Ok` once everything is in place.
+pub async fn ensure(storage: &Storage) -> Result<(), ApiError> {
+    let wanted = bootstrap::cluster_roles()
+        .into_iter()
+        .chain(bootstrap::roles())
+        .chain(bootstrap::cluster_role_bindings())
+        .chain(bootstrap::role_bindings());
+    let mut created = 0;
+    for mut obj in wanted {
+        let Some(key) = key(&obj) else { continue };
+        match storage.get(&key, true).await? {
+            None => {
+                let meta = object::meta_mut(&mut obj);
+                meta.insert("uid".into(), json!(object::new_uid()));
+                meta.insert("creationTimestamp".into(), json!(object::now_rfc3339()));
+                if let WriteOutcome::Done(_) = storage.put_if(&key, &obj, 0).await? {
+                    created += 1;
+                }
+            }
+            Some(cur) => {
+                let auto = object::path(&cur.object, &format!("metadata.annotations.{AUTOUPDATE}"))
+                    .and_then(Value::as_str)
+                    != Some("false");
+                let is_role = obj.get("rules").is_some()
+                    && cur.object.get("aggregationRule").is_none_or(Value::is_null);
+                if !auto || !is_role {
+                    continue;
+                }
+                let have = PolicyRule::all_of(&cur.object);
+                let add: Vec<PolicyRule> = PolicyRule::all_of(&obj)
+                    .into_iter()
+                    .filter(|r| !missing(&have, std::slice::from_ref(r)).is_empty())
+                    .collect();
+                if add.is_empty() {
+                    continue;
+                }
+                let mut next = cur.object.clone();
+                let rules: Vec<Value> = have
+                    .iter()
+                    .chain(add.iter())
+                    .map(PolicyRule::to_json)
+                    .collect();
+                next["rules"] = json!(rules);
+                let _ = storage.put_if(&key, &next, cur.mod_revision).await?;
+                info!(key, added = add.len(), "completed a default RBAC role");
+            }
+        }
+    }
+    if created > 0 {
+        info!(created, "created the default RBAC roles and bindings");
+    }
+    Ok(())
+}
+
+/// Runs [`ensure`] until it succeeds (it needs a quorum), then marks the hook done for `/readyz`.
+pub async fn run(state: Arc<KubeState>) {
+    let mut delay = Duration::from_millis(200);
+    let mut stop = state.shutdown.clone();
+    loop {
+        match ensure(&state.storage).await {
+            Ok(()) => {
+                state.rbac_ready.store(true, Ordering::Release);
+                return;
+            }
+            Err(e) => debug!(error = %e, "creating the default RBAC roles failed; retrying"),
+        }
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(Duration::from_secs(1));
+    }
+}

@@ -1,0 +1,626 @@
+//! Authorization with the real kubectl (1.32) and the `kube` crate on one shared 1-member cluster whose
+//! users come from a static token file: RBAC denies, allows through a RoleBinding and denies again when
+//! it goes; `kubectl auth can-i [--list]` and `kubectl auth whoami` read the reviews; a user cannot grant
+//! what they do not hold; impersonation needs `impersonate`; an agent's identity reads only the secrets
+//! of pods bound to its node and writes only its own objects. Messages are upstream's, byte for byte.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::Pod;
+use keel_testkit::binaries::Kind;
+use keel_testkit::cluster::Options;
+use keel_testkit::keel_bin;
+use keel_testkit::kube::KubeCluster;
+use keel_testkit::kubectl::{kubectl_command, run_kubectl, Run};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+
+/// The users of the token file: (token, user, groups).
+const USERS: [(&str, &str, &str); 4] = [
+    ("alice-token", "alice", ""),
+    ("bob-token", "bob", "dev"),
+    ("w1-token", "system:node:w1", "system:nodes"),
+    ("w2-token", "system:node:w2", "system:nodes"),
+];
+
+fn scratch() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("keel-rbac-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn cluster() -> &'static KubeCluster {
+    KubeCluster::shared(|| {
+        let file = scratch().join("tokens.csv");
+        let lines: Vec<String> = USERS
+            .iter()
+            .enumerate()
+            .map(|(i, (t, u, g))| format!("{t},{u},{i},\"{g}\""))
+            .collect();
+        std::fs::write(&file, lines.join("\n")).unwrap();
+        KubeCluster::start_with(
+            Options::new(Kind::Keel, 1)
+                .keel_bin(keel_bin!())
+                .arg(&format!("--token-auth-file={}", file.display())),
+        )
+    })
+}
+
+/// A kubeconfig for `user` (a token of [`USERS`]) that trusts the cluster CA and presents no certificate.
+fn kubeconfig_of(c: &KubeCluster, user: &str) -> PathBuf {
+    let (token, ..) = USERS.iter().find(|(_, u, _)| *u == user).unwrap();
+    let admin = c.member(0).kubeconfig();
+    let ca = admin.parent().unwrap().join("pki").join("ca.crt");
+    let path = scratch().join(format!("{}.kubeconfig", user.replace(':', "-")));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: keel\n  cluster: {{server: \"{}\", certificate-authority: \"{}\"}}\n\
+             users:\n- name: u\n  user: {{token: \"{token}\"}}\ncontexts:\n- name: keel\n  context: {{cluster: keel, user: u}}\ncurrent-context: keel\n",
+            c.member(0).kube_url(),
+            ca.display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// Runs kubectl as `user`.
+fn as_user(c: &KubeCluster, user: &str, args: &[&str]) -> Run {
+    let home = scratch().join(format!("home-{}", user.replace(':', "-")));
+    std::fs::create_dir_all(&home).unwrap();
+    let cache = tempfile::tempdir_in(scratch()).unwrap();
+    run_kubectl(
+        kubectl_command(&kubeconfig_of(c, user), &home, cache.path(), args),
+        None,
+        Duration::from_secs(60),
+    )
+}
+
+/// Waits until kubectl as `user` succeeds (`want` true) or fails (`want` false): authorization follows a
+/// binding's create or delete once the member's RBAC view has seen it.
+fn wait_for(c: &KubeCluster, user: &str, args: &[&str], want: bool) -> Run {
+    let mut last = None;
+    c.wait_until(
+        &format!("{user}: kubectl {args:?} ok={want}"),
+        Duration::from_secs(20),
+        || {
+            let r = as_user(c, user, args);
+            let done = r.ok == want;
+            last = Some(r);
+            done
+        },
+    );
+    last.unwrap()
+}
+
+fn apply(c: &KubeCluster, yaml: &str) {
+    c.ok_stdin(0, &["apply", "-f", "-"], Some(yaml));
+}
+
+#[test]
+fn a_rolebinding_allows_and_its_removal_denies_again() {
+    let c = cluster();
+    c.ok(0, &["create", "namespace", "rbac-a"]);
+    let denied = as_user(c, "alice", &["get", "pods", "-n", "rbac-a"]);
+    assert!(!denied.ok);
+    assert_eq!(
+        denied.stderr.trim(),
+        r#"Error from server (Forbidden): pods is forbidden: User "alice" cannot list resource "pods" in API group "" in the namespace "rbac-a""#
+    );
+    let named = as_user(c, "alice", &["get", "pod", "web", "-n", "rbac-a"]);
+    assert!(
+        named.stderr.contains(r#"pods "web" is forbidden: User "alice" cannot get resource "pods" in API group "" in the namespace "rbac-a""#),
+        "{}",
+        named.stderr
+    );
+    let cluster_scope = as_user(c, "alice", &["get", "nodes"]);
+    assert!(
+        cluster_scope.stderr.contains(r#"nodes is forbidden: User "alice" cannot list resource "nodes" in API group "" at the cluster scope"#),
+        "{}",
+        cluster_scope.stderr
+    );
+    let no = as_user(
+        c,
+        "alice",
+        &["auth", "can-i", "list", "pods", "-n", "rbac-a"],
+    );
+    assert_eq!((no.ok, no.stdout.trim()), (false, "no"));
+
+    c.ok(
+        0,
+        &[
+            "create",
+            "role",
+            "pod-reader",
+            "-n",
+            "rbac-a",
+            "--verb=get,list,watch",
+            "--resource=pods",
+        ],
+    );
+    c.ok(
+        0,
+        &[
+            "create",
+            "rolebinding",
+            "alice-reads",
+            "-n",
+            "rbac-a",
+            "--role=pod-reader",
+            "--user=alice",
+        ],
+    );
+    let allowed = wait_for(c, "alice", &["get", "pods", "-n", "rbac-a"], true);
+    assert!(
+        allowed
+            .stderr
+            .contains("No resources found in rbac-a namespace."),
+        "{}",
+        allowed.stderr
+    );
+    let yes = as_user(
+        c,
+        "alice",
+        &["auth", "can-i", "list", "pods", "-n", "rbac-a"],
+    );
+    assert_eq!((yes.ok, yes.stdout.trim()), (true, "yes"));
+    let still_no = as_user(
+        c,
+        "alice",
+        &["auth", "can-i", "delete", "pods", "-n", "rbac-a"],
+    );
+    assert_eq!(still_no.stdout.trim(), "no");
+    let elsewhere = as_user(
+        c,
+        "alice",
+        &["auth", "can-i", "list", "pods", "-n", "default"],
+    );
+    assert_eq!(elsewhere.stdout.trim(), "no");
+
+    // `--list` shows the binding's rules and the defaults every authenticated user has.
+    let list = as_user(c, "alice", &["auth", "can-i", "--list", "-n", "rbac-a"]);
+    assert!(list.ok, "{}", list.stderr);
+    let rows: Vec<Vec<&str>> = list
+        .stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows[0],
+        [
+            "Resources",
+            "Non-Resource",
+            "URLs",
+            "Resource",
+            "Names",
+            "Verbs"
+        ]
+    );
+    assert!(
+        rows.contains(&vec!["pods", "[]", "[]", "[get", "list", "watch]"]),
+        "{}",
+        list.stdout
+    );
+    assert!(
+        rows.contains(&vec![
+            "selfsubjectaccessreviews.authorization.k8s.io",
+            "[]",
+            "[]",
+            "[create]"
+        ]),
+        "{}",
+        list.stdout
+    );
+    assert!(
+        rows.iter().any(|r| r.first() == Some(&"[/healthz]")),
+        "{}",
+        list.stdout
+    );
+
+    c.ok(0, &["delete", "rolebinding", "alice-reads", "-n", "rbac-a"]);
+    let again = wait_for(c, "alice", &["get", "pods", "-n", "rbac-a"], false);
+    assert!(again.stderr.contains("is forbidden"), "{}", again.stderr);
+
+    // A binding to a role that does not exist says so in the refusal.
+    c.ok(
+        0,
+        &[
+            "create",
+            "rolebinding",
+            "dangling",
+            "-n",
+            "rbac-a",
+            "--role=missing",
+            "--user=alice",
+        ],
+    );
+    let dangling = wait_for(c, "alice", &["get", "configmaps", "-n", "rbac-a"], false);
+    c.wait_until(
+        "the dangling binding's error",
+        Duration::from_secs(20),
+        || {
+            as_user(c, "alice", &["get", "configmaps", "-n", "rbac-a"])
+                .stderr
+                .contains(r#": RBAC: role.rbac.authorization.k8s.io "missing" not found"#)
+        },
+    );
+    assert!(!dangling.ok);
+}
+
+#[test]
+fn a_user_cannot_grant_what_they_do_not_hold() {
+    let c = cluster();
+    c.ok(0, &["create", "namespace", "rbac-b"]);
+    apply(
+        c,
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: role-admin, namespace: rbac-b}\n\
+         rules:\n- {apiGroups: [rbac.authorization.k8s.io], resources: [roles, rolebindings], verbs: [create, get, list, update, patch, delete]}\n\
+         - {apiGroups: [\"\"], resources: [pods], verbs: [get, list]}\n",
+    );
+    c.ok(
+        0,
+        &[
+            "create",
+            "rolebinding",
+            "bob-admin",
+            "-n",
+            "rbac-b",
+            "--role=role-admin",
+            "--user=bob",
+        ],
+    );
+    wait_for(c, "bob", &["get", "roles", "-n", "rbac-b"], true);
+
+    // Within what bob holds: allowed.
+    let ok = as_user(
+        c,
+        "bob",
+        &[
+            "create",
+            "role",
+            "readers",
+            "-n",
+            "rbac-b",
+            "--verb=get,list",
+            "--resource=pods",
+        ],
+    );
+    assert!(ok.ok, "{}", ok.stderr);
+    // Beyond it: refused with the missing permissions listed.
+    let refused = as_user(
+        c,
+        "bob",
+        &[
+            "create",
+            "role",
+            "deleters",
+            "-n",
+            "rbac-b",
+            "--verb=get,delete,watch",
+            "--resource=pods,secrets",
+        ],
+    );
+    assert!(!refused.ok);
+    assert_eq!(
+        refused.stderr.trim(),
+        "Error from server (Forbidden): roles.rbac.authorization.k8s.io \"deleters\" is forbidden: user \"bob\" (groups=[\"dev\" \"system:authenticated\"]) is attempting to grant RBAC permissions not currently held:\n\
+         {APIGroups:[\"\"], Resources:[\"pods\"], Verbs:[\"delete\" \"watch\"]}\n\
+         {APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"get\" \"delete\" \"watch\"]}"
+    );
+    // Binding a role with more than bob holds is an escalation too.
+    c.ok(
+        0,
+        &[
+            "create",
+            "clusterrole",
+            "pod-deleter",
+            "--verb=delete",
+            "--resource=pods",
+        ],
+    );
+    let bind = as_user(
+        c,
+        "bob",
+        &[
+            "create",
+            "rolebinding",
+            "alice-deletes",
+            "-n",
+            "rbac-b",
+            "--clusterrole=pod-deleter",
+            "--user=alice",
+        ],
+    );
+    assert!(!bind.ok);
+    assert!(
+        bind.stderr
+            .contains("is attempting to grant RBAC permissions not currently held"),
+        "{}",
+        bind.stderr
+    );
+    // Binding what bob holds is allowed, and `bind` on a role lifts the check.
+    let fine = as_user(
+        c,
+        "bob",
+        &[
+            "create",
+            "rolebinding",
+            "alice-readers",
+            "-n",
+            "rbac-b",
+            "--role=readers",
+            "--user=alice",
+        ],
+    );
+    assert!(fine.ok, "{}", fine.stderr);
+    apply(
+        c,
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: may-bind-edit, namespace: rbac-b}\n\
+         rules:\n- {apiGroups: [rbac.authorization.k8s.io], resources: [clusterroles], verbs: [bind], resourceNames: [pod-deleter]}\n",
+    );
+    c.ok(
+        0,
+        &[
+            "create",
+            "rolebinding",
+            "bob-binds",
+            "-n",
+            "rbac-b",
+            "--role=may-bind-edit",
+            "--user=bob",
+        ],
+    );
+    c.wait_until("bob may bind pod-deleter", Duration::from_secs(20), || {
+        as_user(
+            c,
+            "bob",
+            &[
+                "auth",
+                "can-i",
+                "bind",
+                "clusterroles/pod-deleter",
+                "-n",
+                "rbac-b",
+            ],
+        )
+        .ok
+    });
+    let bound = as_user(
+        c,
+        "bob",
+        &[
+            "create",
+            "rolebinding",
+            "alice-deletes",
+            "-n",
+            "rbac-b",
+            "--clusterrole=pod-deleter",
+            "--user=alice",
+        ],
+    );
+    assert!(bound.ok, "{}", bound.stderr);
+}
+
+#[test]
+fn impersonation_and_whoami() {
+    let c = cluster();
+    let me = c.ok(0, &["auth", "whoami"]);
+    assert!(me.contains("kubernetes-admin"), "{me}");
+    assert!(me.contains("system:masters"), "{me}");
+    let alice = as_user(
+        c,
+        "alice",
+        &[
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username} {.status.userInfo.groups}",
+        ],
+    );
+    assert_eq!(
+        alice.stdout, r#"alice ["system:authenticated"]"#,
+        "{}",
+        alice.stderr
+    );
+    // The admin may act as anyone; what alice may do is then decided for alice.
+    let as_alice = c.kubectl(
+        0,
+        &[
+            "auth", "can-i", "list", "secrets", "-n", "default", "--as", "alice",
+        ],
+    );
+    assert_eq!(as_alice.stdout.trim(), "no");
+    let as_group = c.ok(
+        0,
+        &[
+            "auth",
+            "whoami",
+            "--as",
+            "carol",
+            "--as-group",
+            "ops",
+            "-o",
+            "jsonpath={.status.userInfo.groups}",
+        ],
+    );
+    assert_eq!(as_group, r#"["ops","system:authenticated"]"#);
+    // alice may not.
+    let refused = as_user(
+        c,
+        "alice",
+        &["get", "--raw", "/api/v1/namespaces", "--as", "bob"],
+    );
+    assert_eq!(
+        refused.stderr.trim(),
+        r#"Error from server (Forbidden): users "bob" is forbidden: User "alice" cannot impersonate resource "users" in API group "" at the cluster scope"#
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_self_subject_access_review_through_the_kube_crate() {
+    let c = cluster();
+    let client = keel_testkit::kube::client(&kubeconfig_of(c, "alice"), true).await;
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(client);
+    let ask = |verb: &str, group: &str, resource: &str, ns: &str| SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                namespace: Some(ns.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer = reviews
+        .create(
+            &PostParams::default(),
+            &ask(
+                "create",
+                "authorization.k8s.io",
+                "selfsubjectaccessreviews",
+                "",
+            ),
+        )
+        .await
+        .unwrap();
+    let status = answer.status.unwrap();
+    assert!(status.allowed);
+    assert_eq!(
+        status.reason.as_deref(),
+        Some(
+            r#"RBAC: allowed by ClusterRoleBinding "system:basic-user" of ClusterRole "system:basic-user" to Group "system:authenticated""#
+        )
+    );
+    let answer = reviews
+        .create(&PostParams::default(), &ask("delete", "", "nodes", ""))
+        .await
+        .unwrap();
+    assert!(!answer.status.unwrap().allowed);
+}
+
+#[test]
+fn an_agent_reads_only_what_its_pods_use_and_writes_only_its_own() {
+    let c = cluster();
+    c.ok(0, &["create", "namespace", "rbac-n"]);
+    for s in ["s1", "s2", "pull"] {
+        c.ok(
+            0,
+            &[
+                "create",
+                "secret",
+                "generic",
+                s,
+                "-n",
+                "rbac-n",
+                "--from-literal=k=v",
+            ],
+        );
+    }
+    let pod = |name: &str, node: &str, secret: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: rbac-n}}\n\
+             spec:\n  nodeName: {node}\n  imagePullSecrets: [{{name: pull}}]\n  containers: [{{name: c, image: busybox}}]\n\
+             \x20 volumes: [{{name: v, secret: {{secretName: {secret}}}}}]\n"
+        )
+    };
+    apply(c, &pod("on-w1", "w1", "s1"));
+    apply(c, &pod("on-w2", "w2", "s2"));
+
+    let mine = as_user(
+        c,
+        "system:node:w1",
+        &["get", "secret", "s1", "-n", "rbac-n"],
+    );
+    assert!(mine.ok, "{}", mine.stderr);
+    assert!(
+        as_user(
+            c,
+            "system:node:w1",
+            &["get", "secret", "pull", "-n", "rbac-n"]
+        )
+        .ok
+    );
+    let theirs = as_user(
+        c,
+        "system:node:w1",
+        &["get", "secret", "s2", "-n", "rbac-n"],
+    );
+    assert_eq!(
+        theirs.stderr.trim(),
+        r#"Error from server (Forbidden): secrets "s2" is forbidden: User "system:node:w1" cannot get resource "secrets" in API group "" in the namespace "rbac-n": no relationship found between node 'w1' and this object"#
+    );
+    let all = as_user(c, "system:node:w1", &["get", "secrets", "-n", "rbac-n"]);
+    assert!(
+        all.stderr.contains("No Object name found"),
+        "{}",
+        all.stderr
+    );
+    assert!(
+        as_user(
+            c,
+            "system:node:w2",
+            &["get", "secret", "s2", "-n", "rbac-n"]
+        )
+        .ok
+    );
+    // The system:node rules: reading pods and nodes is allowed, deleting a namespace is not.
+    assert!(as_user(c, "system:node:w1", &["get", "pods", "-A"]).ok);
+    assert!(
+        !as_user(
+            c,
+            "system:node:w1",
+            &["delete", "namespace", "rbac-n", "--dry-run=server"]
+        )
+        .ok
+    );
+
+    // NodeRestriction: its own pods' status only (as the agent writes it: a PATCH of `pods/status`).
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let node = runtime.block_on(keel_testkit::kube::client(
+        &kubeconfig_of(c, "system:node:w1"),
+        true,
+    ));
+    let pods: Api<Pod> = Api::namespaced(node, "rbac-n");
+    let patch = Patch::Merge(
+        serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}),
+    );
+    let own = runtime.block_on(pods.patch_status("on-w1", &PatchParams::default(), &patch));
+    assert!(own.is_ok(), "{own:?}");
+    let other = runtime.block_on(pods.patch_status("on-w2", &PatchParams::default(), &patch));
+    match other {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!(e.code, 403);
+            assert_eq!(
+                e.message,
+                r#"pods "on-w2" is forbidden: node "w1" can only update pod status for pods with spec.nodeName set to itself"#
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let create = as_user(
+        c,
+        "system:node:w1",
+        &[
+            "run",
+            "sneaky",
+            "-n",
+            "rbac-n",
+            "--image=busybox",
+            "--overrides={\"spec\":{\"nodeName\":\"w1\"}}",
+        ],
+    );
+    assert!(
+        create.stderr.contains("can only create mirror pods"),
+        "{}",
+        create.stderr
+    );
+}
