@@ -30,7 +30,7 @@ ROOTS = [
     "api.apps.v1.ControllerRevision", "api.scheduling.v1.PriorityClass",
     "api.authorization.v1.SubjectAccessReview", "api.authorization.v1.SelfSubjectAccessReview",
     "api.authorization.v1.LocalSubjectAccessReview", "api.authorization.v1.SelfSubjectRulesReview",
-    "api.authentication.v1.SelfSubjectReview",
+    "api.authentication.v1.SelfSubjectReview", "api.authentication.v1.TokenRequest",
 ]
 
 def parse_fields(body):

@@ -54,9 +54,14 @@ fn cluster() -> &'static KubeCluster {
 /// A kubeconfig for `user` (a token of [`USERS`]) that trusts the cluster CA and presents no certificate.
 fn kubeconfig_of(c: &KubeCluster, user: &str) -> PathBuf {
     let (token, ..) = USERS.iter().find(|(_, u, _)| *u == user).unwrap();
+    kubeconfig_with(c, user, token)
+}
+
+/// A kubeconfig named `label` that presents `token`.
+fn kubeconfig_with(c: &KubeCluster, label: &str, token: &str) -> PathBuf {
     let admin = c.member(0).kubeconfig();
     let ca = admin.parent().unwrap().join("pki").join("ca.crt");
-    let path = scratch().join(format!("{}.kubeconfig", user.replace(':', "-")));
+    let path = scratch().join(format!("{}.kubeconfig", label.replace(':', "-")));
     std::fs::write(
         &path,
         format!(
@@ -72,11 +77,16 @@ fn kubeconfig_of(c: &KubeCluster, user: &str) -> PathBuf {
 
 /// Runs kubectl as `user`.
 fn as_user(c: &KubeCluster, user: &str, args: &[&str]) -> Run {
-    let home = scratch().join(format!("home-{}", user.replace(':', "-")));
+    run_with(&kubeconfig_of(c, user), args)
+}
+
+/// Runs kubectl with `kubeconfig`.
+fn run_with(kubeconfig: &std::path::Path, args: &[&str]) -> Run {
+    let home = scratch().join("home");
     std::fs::create_dir_all(&home).unwrap();
     let cache = tempfile::tempdir_in(scratch()).unwrap();
     run_kubectl(
-        kubectl_command(&kubeconfig_of(c, user), &home, cache.path(), args),
+        kubectl_command(kubeconfig, &home, cache.path(), args),
         None,
         Duration::from_secs(60),
     )
@@ -623,4 +633,120 @@ fn an_agent_reads_only_what_its_pods_use_and_writes_only_its_own() {
         "{}",
         create.stderr
     );
+}
+
+#[test]
+fn service_account_tokens_from_the_token_request_api() {
+    let c = cluster();
+    c.ok(0, &["create", "namespace", "rbac-t"]);
+    c.ok(0, &["create", "serviceaccount", "robot", "-n", "rbac-t"]);
+    let token = c
+        .ok(0, &["create", "token", "robot", "-n", "rbac-t"])
+        .trim()
+        .to_string();
+    let robot = kubeconfig_with(c, "robot", &token);
+    let who = run_with(
+        &robot,
+        &[
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username} {.status.userInfo.groups}",
+        ],
+    );
+    assert_eq!(
+        who.stdout,
+        r#"system:serviceaccount:rbac-t:robot ["system:serviceaccounts","system:serviceaccounts:rbac-t","system:authenticated"]"#,
+        "{}",
+        who.stderr
+    );
+    let denied = run_with(&robot, &["get", "pods", "-n", "rbac-t"]);
+    assert!(
+        denied
+            .stderr
+            .contains(r#"User "system:serviceaccount:rbac-t:robot" cannot list resource "pods""#),
+        "{}",
+        denied.stderr
+    );
+    c.ok(
+        0,
+        &[
+            "create",
+            "rolebinding",
+            "robot-views",
+            "-n",
+            "rbac-t",
+            "--clusterrole=admin",
+            "--serviceaccount=rbac-t:robot",
+        ],
+    );
+    c.wait_until("the robot may list pods", Duration::from_secs(20), || {
+        run_with(&robot, &["get", "pods", "-n", "rbac-t"]).ok
+    });
+
+    // Upstream's limits and bindings.
+    let short = c.kubectl(
+        0,
+        &["create", "token", "robot", "-n", "rbac-t", "--duration=5m"],
+    );
+    assert!(
+        short.stderr.contains("spec.expirationSeconds: Invalid value: 300: may not specify a duration less than 10 minutes"),
+        "{}",
+        short.stderr
+    );
+    let missing = c.kubectl(0, &["create", "token", "nobody", "-n", "rbac-t"]);
+    assert!(
+        missing
+            .stderr
+            .contains(r#"serviceaccounts "nobody" not found"#),
+        "{}",
+        missing.stderr
+    );
+    c.ok(
+        0,
+        &[
+            "create",
+            "secret",
+            "generic",
+            "anchor",
+            "-n",
+            "rbac-t",
+            "--from-literal=k=v",
+        ],
+    );
+    let bound = c
+        .ok(
+            0,
+            &[
+                "create",
+                "token",
+                "robot",
+                "-n",
+                "rbac-t",
+                "--bound-object-kind=Secret",
+                "--bound-object-name=anchor",
+            ],
+        )
+        .trim()
+        .to_string();
+    let bound_cfg = kubeconfig_with(c, "robot-bound", &bound);
+    assert!(run_with(&bound_cfg, &["get", "pods", "-n", "rbac-t"]).ok);
+    c.ok(0, &["delete", "secret", "anchor", "-n", "rbac-t"]);
+    let gone = run_with(&bound_cfg, &["get", "pods", "-n", "rbac-t"]);
+    assert!(gone.stderr.contains("Unauthorized"), "{}", gone.stderr);
+
+    // The issuer's documents, and a token dies with its service account.
+    let discovery: serde_json::Value =
+        serde_json::from_str(&c.ok(0, &["get", "--raw", "/.well-known/openid-configuration"]))
+            .unwrap();
+    assert_eq!(
+        discovery["issuer"],
+        "https://kubernetes.default.svc.cluster.local"
+    );
+    let jwks: serde_json::Value =
+        serde_json::from_str(&c.ok(0, &["get", "--raw", "/openid/v1/jwks"])).unwrap();
+    assert_eq!(jwks["keys"][0]["alg"], "ES256");
+    c.ok(0, &["delete", "serviceaccount", "robot", "-n", "rbac-t"]);
+    let dead = run_with(&robot, &["get", "pods", "-n", "rbac-t"]);
+    assert!(dead.stderr.contains("Unauthorized"), "{}", dead.stderr);
 }

@@ -40,6 +40,16 @@ pub fn from_certificate(der: &[u8]) -> Option<Identity> {
     Some(Identity { user, groups })
 }
 
+/// The token of an `Authorization: Bearer` header.
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    Some(
+        v.strip_prefix("Bearer ")
+            .or_else(|| v.strip_prefix("bearer "))?
+            .trim(),
+    )
+}
+
 /// Known bearer tokens.
 #[derive(Debug, Clone, Default)]
 pub struct Tokens {
@@ -103,12 +113,7 @@ impl Tokens {
 
     /// The identity of a request's `Authorization: Bearer` header, if it names a known token.
     pub fn from_headers(&self, headers: &HeaderMap) -> Option<Identity> {
-        let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-        let token = v
-            .strip_prefix("Bearer ")
-            .or_else(|| v.strip_prefix("bearer "))?
-            .trim();
-        self.by_token.get(token).cloned()
+        self.by_token.get(bearer(headers)?).cloned()
     }
 }
 

@@ -48,6 +48,7 @@ pub mod request;
 pub mod resource;
 pub mod selector;
 pub mod server;
+pub mod serviceaccount;
 pub mod status;
 pub mod storage;
 pub mod strategy;

@@ -195,6 +195,11 @@ impl ApiServer {
     pub async fn start(storage: Storage, opts: KubeOptions) -> Result<ApiServer, KubeServeError> {
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         let pki = bootstrap_pki(&storage).await?;
+        let sa_key = Arc::new(
+            crate::serviceaccount::key::bootstrap(&storage)
+                .await
+                .map_err(|e| KubeServeError::Tls(e.to_string()))?,
+        );
         let serving = pki.serving_cert(&serving_hosts(&storage, &opts))?;
         let kubeconfig = pki.write_files(&opts.data_dir, &serving, &opts.advertise_url)?;
         let tls = Arc::new(tls_config(&pki, &serving.cert, &serving.key)?);
@@ -248,6 +253,7 @@ impl ApiServer {
             priority_classes_ready: std::sync::atomic::AtomicBool::new(false),
             metrics: metrics.clone(),
             authz: authz.clone(),
+            sa_key,
             rbac_ready: std::sync::atomic::AtomicBool::new(false),
         });
         let app = Arc::new(App {
@@ -527,10 +533,22 @@ async fn route(
     req: Request,
 ) -> Response {
     let start = std::time::Instant::now();
-    let identity = peer
+    let mut identity = peer
         .0
         .clone()
         .or_else(|| app.tokens.from_headers(req.headers()));
+    if identity.is_none() {
+        if let Some(token) =
+            authn::bearer(req.headers()).filter(|t| crate::serviceaccount::token::looks_like_jwt(t))
+        {
+            identity = crate::serviceaccount::token::authenticate(
+                &app.state.sa_key,
+                &app.state.storage,
+                token,
+            )
+            .await;
+        }
+    }
     if identity.is_none() && !authn::is_public(req.uri().path()) {
         return ApiError::Unauthorized.into_response();
     }
@@ -659,6 +677,37 @@ async fn dispatch(
             openapi_v3(reg, &rest.join("/"), query.as_deref(), &accept)
         }
         ["openapi", "v2"] if read_only => openapi_v2(reg, &headers, &accept),
+        [".well-known", "openid-configuration"] if read_only => Ok(respond(
+            StatusCode::OK,
+            &crate::serviceaccount::openid_configuration(&app.state.server_address),
+        )),
+        ["openid", "v1", "jwks"] if read_only => {
+            let mut r = respond(StatusCode::OK, &app.state.sa_key.jwks());
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("application/jwk-set+json"),
+            );
+            Ok(r)
+        }
+        ["api", "v1", "namespaces", ns, "serviceaccounts", name, "token"] => {
+            if method != Method::POST {
+                return Err(ApiError::MethodNotAllowed(crate::status::Target::new(
+                    "",
+                    "serviceaccounts",
+                    name,
+                )));
+            }
+            let obj = crate::body::decode(&headers, &body)?;
+            let out = crate::serviceaccount::request::answer(
+                &app.state.storage,
+                &app.state.sa_key,
+                ns,
+                name,
+                &obj,
+            )
+            .await?;
+            Ok(respond(StatusCode::CREATED, &out))
+        }
         review @ ["apis", _, "v1", ..] if crate::authz::review::route(review).is_some() => {
             let Some((group, plural, ns)) = crate::authz::review::route(review) else {
                 return Err(ApiError::NoRoute);

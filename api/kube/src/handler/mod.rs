@@ -49,6 +49,8 @@ pub struct KubeState {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Who may do what (RBAC, the Node authorizer).
     pub authz: Arc<crate::authz::Authorizer>,
+    /// The cluster's service-account token signing key.
+    pub sa_key: Arc<crate::serviceaccount::key::SigningKey>,
     /// Whether this member has made sure the default RBAC roles exist (a `/readyz` check).
     pub rbac_ready: std::sync::atomic::AtomicBool,
 }

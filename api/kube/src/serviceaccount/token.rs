@@ -1,0 +1,134 @@
+//! The JWTs of service accounts: what they claim (upstream's claim set, `kubernetes.io` private claims
+//! included), signing them, and checking one a client presents (signature, issuer, audience, time, and
+//! that the service account and the object it is bound to still exist with the same uid).
+
+use jsonwebtoken::{Algorithm, Header, Validation};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::key::SigningKey;
+use super::ISSUER;
+use crate::authn::Identity;
+use crate::object;
+use crate::storage::Storage;
+
+/// A named object with its uid.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Ref {
+    pub name: String,
+    pub uid: String,
+}
+
+/// The `kubernetes.io` claim.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct KubeClaims {
+    pub namespace: String,
+    pub serviceaccount: Ref,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub pod: Option<Ref>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub secret: Option<Ref>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub node: Option<Ref>,
+}
+
+/// Every claim keel writes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Claims {
+    pub aud: Vec<String>,
+    pub exp: i64,
+    pub iat: i64,
+    pub iss: String,
+    pub jti: String,
+    #[serde(rename = "kubernetes.io")]
+    pub kube: KubeClaims,
+    pub nbf: i64,
+    pub sub: String,
+}
+
+/// Signs `claims`.
+pub fn sign(key: &SigningKey, claims: &Claims) -> Result<String, jsonwebtoken::errors::Error> {
+    let mut header = Header::new(Algorithm::ES256);
+    header.kid = Some(key.kid.clone());
+    jsonwebtoken::encode(&header, claims, &key.encoding)
+}
+
+/// Whether a bearer token looks like a JWT (three dot-separated parts) rather than a static token.
+pub fn looks_like_jwt(token: &str) -> bool {
+    token.split('.').count() == 3 && token.starts_with("eyJ")
+}
+
+/// The identity of a valid token meant for the API server (audience [`ISSUER`]); None otherwise.
+pub async fn authenticate(key: &SigningKey, storage: &Storage, token: &str) -> Option<Identity> {
+    let mut v = Validation::new(Algorithm::ES256);
+    v.set_issuer(&[ISSUER]);
+    v.set_audience(&[ISSUER]);
+    v.validate_nbf = true;
+    v.leeway = 0;
+    let claims = jsonwebtoken::decode::<Claims>(token, &key.decoding, &v)
+        .ok()?
+        .claims;
+    let k = &claims.kube;
+    let ns = k.namespace.as_str();
+    if claims.sub != super::user_name(ns, &k.serviceaccount.name) {
+        return None;
+    }
+    // The token dies with the objects it names (a deleted and recreated one has another uid).
+    let mut named = vec![("serviceaccounts", &k.serviceaccount)];
+    named.extend(k.pod.as_ref().map(|p| ("pods", p)));
+    named.extend(k.secret.as_ref().map(|s| ("secrets", s)));
+    for (plural, r) in named {
+        let key = format!("/registry/{plural}/{ns}/{}", r.name);
+        let alive = match storage.get(&key, false).await {
+            Ok(Some(s)) => object::uid(&s.object) == r.uid && !object::is_deleting(&s.object),
+            _ => false,
+        };
+        if !alive {
+            return None;
+        }
+    }
+    Some(Identity {
+        user: claims.sub.clone(),
+        groups: super::groups(ns),
+    })
+}
+
+/// The claims a token request asks for, as of `now` (seconds since the epoch).
+#[allow(clippy::too_many_arguments)]
+pub fn claims(
+    namespace: &str,
+    sa: Ref,
+    audiences: Vec<String>,
+    now: i64,
+    expiration_seconds: i64,
+    pod: Option<Ref>,
+    secret: Option<Ref>,
+    node: Option<Ref>,
+) -> Claims {
+    Claims {
+        aud: audiences,
+        exp: now + expiration_seconds,
+        iat: now,
+        iss: ISSUER.into(),
+        jti: object::new_uid(),
+        sub: super::user_name(namespace, &sa.name),
+        kube: KubeClaims {
+            namespace: namespace.into(),
+            serviceaccount: sa,
+            pod,
+            secret,
+            node,
+        },
+        nbf: now,
+    }
+}
+
+/// Reads a token's claims without checking anything (tests and diagnostics).
+pub fn peek(token: &str) -> Option<Value> {
+    use base64::Engine;
+    let part = token.split('.').nth(1)?;
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(part)
+        .ok()?;
+    serde_json::from_slice(&raw).ok()
+}
