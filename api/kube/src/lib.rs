@@ -25,6 +25,7 @@ pub mod aggregator;
 pub mod alloc;
 pub mod apply;
 pub mod authn;
+pub mod authz;
 pub mod body;
 pub mod compaction;
 pub mod convert;

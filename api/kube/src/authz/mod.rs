@@ -1,0 +1,3 @@
+//! Authorization.
+
+pub mod bootstrap;
