@@ -8,8 +8,11 @@ kube-apiserver reconciles at start, as of Kubernetes 1.32 with its default featu
 
     scripts/gen-rbac-bootstrap.py TESTDATA_DIR > api/kube/src/authz/bootstrap_policy.json
 
-Controller roles of features that are off by default in 1.32 (or newer than 1.32) are dropped when
-the input carries them (see GATED_OFF), so a newer testdata directory yields the 1.32 policy too.
+The output is the release-1.32 policy also when the input is a newer testdata directory: controller
+roles of features off by default in 1.32 (or newer than it) are dropped (GATED_OFF), and the
+leader-locking Roles get back the ConfigMap rules 1.35 removed (LEADER_LOCKING_1_32). The data in
+the repository was made from a newer copy that way; the release-1.32 branch also carries the
+backported `watch` verbs on the controller roles (upstream PRs 129528 and 130461).
 
 Compact form, one entry per line:
 - a rule is {"g": apiGroups, "r": resources, "n": resourceNames, "u": nonResourceURLs, "v": verbs},
@@ -42,6 +45,21 @@ GATED_OFF = {
     "storage-version-migrator-controller": "StorageVersionMigrator, alpha in 1.32",
     "kube-apiserver-serving-clustertrustbundle-publisher": "ClusterTrustBundle publisher, added after 1.32",
 }
+
+# 1.32's leader-locking Roles still let the components lock on a ConfigMap of their name, ahead of the
+# Lease rules (upstream PR 134297 dropped these in 1.35).
+LEADER_LOCKING_1_32 = {
+    "system::leader-locking-kube-controller-manager": "kube-controller-manager",
+    "system::leader-locking-kube-scheduler": "kube-scheduler",
+}
+
+
+def leader_locking_1_32(name, rules):
+    lock = LEADER_LOCKING_1_32.get(name)
+    if lock is None or any(r.get("r") == ["configmaps"] for r in rules):
+        return rules
+    return [{"g": [""], "r": ["configmaps"], "v": ["watch"]},
+            {"g": [""], "r": ["configmaps"], "n": [lock], "v": ["get", "update"]}] + rules
 
 
 def items(directory, name):
@@ -142,7 +160,8 @@ def main():
         "clusterRoles": [cluster_role(o) for o in items(d, "cluster-roles.yaml")],
         "controllerRoles": controllers,
         "clusterRoleBindings": [binding(o, False) for o in items(d, "cluster-role-bindings.yaml")],
-        "roles": [dict(namespace=o["metadata"]["namespace"], name=o["metadata"]["name"], rules=rules(o))
+        "roles": [dict(namespace=o["metadata"]["namespace"], name=o["metadata"]["name"],
+                       rules=leader_locking_1_32(o["metadata"]["name"], rules(o)))
                   for o in items(d, "namespace-roles.yaml")],
         "roleBindings": [binding(o, True) for o in items(d, "namespace-role-bindings.yaml")],
     }

@@ -356,3 +356,85 @@ async fn recorded_events_show_in_kubectl_with_their_count() {
         "{shown}"
     );
 }
+
+/// clusterrole-aggregation: an aggregating ClusterRole holds the union of the rules of the ClusterRoles
+/// its selector picks (in name order, each rule once) and follows them when a label goes away.
+#[test]
+fn an_aggregated_cluster_role_holds_the_union_of_the_roles_it_selects() {
+    let c = cluster();
+    let label = "rbac.example.com/aggregate-to-monitoring";
+    let endpoints = serde_json::json!({"apiGroups": [""], "resources": ["endpoints", "services"], "verbs": ["get", "list"]});
+    let pods = serde_json::json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]});
+    let metrics = serde_json::json!({"nonResourceURLs": ["/metrics"], "verbs": ["get"]});
+    let role = |name: &str, labels: serde_json::Value, rules: serde_json::Value| {
+        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": name, "labels": labels}, "rules": rules})
+        .to_string()
+    };
+    let mut aggregating: serde_json::Value = serde_json::from_str(&role(
+        "monitoring",
+        serde_json::json!({}),
+        serde_json::json!([]),
+    ))
+    .unwrap();
+    aggregating["aggregationRule"] =
+        serde_json::json!({"clusterRoleSelectors": [{"matchLabels": {label: "true"}}]});
+    c.ok_stdin(0, &["create", "-f", "-"], Some(&aggregating.to_string()));
+    // The pods rule is in both sources and lands once; the unlabelled role is not picked.
+    let picked = serde_json::json!({label: "true"});
+    let sources = [
+        (
+            "monitoring-metrics",
+            picked.clone(),
+            serde_json::json!([metrics, pods]),
+        ),
+        (
+            "monitoring-endpoints",
+            picked,
+            serde_json::json!([endpoints, pods]),
+        ),
+        (
+            "monitoring-unpicked",
+            serde_json::json!({}),
+            serde_json::json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]),
+        ),
+    ];
+    for (name, labels, rules) in sources {
+        c.ok_stdin(0, &["create", "-f", "-"], Some(&role(name, labels, rules)));
+    }
+    let rules = || -> serde_json::Value {
+        let out = c.ok(0, &["get", "clusterrole", "monitoring", "-o", "json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["rules"].clone()
+    };
+    let union = serde_json::json!([endpoints, pods, metrics]);
+    c.wait_until("the union of both roles", Duration::from_secs(30), || {
+        rules() == union
+    });
+    c.ok(
+        0,
+        &[
+            "label",
+            "clusterrole",
+            "monitoring-metrics",
+            &format!("{label}-"),
+        ],
+    );
+    let shrunk = serde_json::json!([endpoints, pods]);
+    c.wait_until(
+        "the rules of the one role left",
+        Duration::from_secs(30),
+        || rules() == shrunk,
+    );
+    c.ok(
+        0,
+        &[
+            "delete",
+            "clusterrole",
+            "monitoring",
+            "monitoring-metrics",
+            "monitoring-endpoints",
+            "monitoring-unpicked",
+        ],
+    );
+}

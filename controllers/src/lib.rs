@@ -4,6 +4,7 @@
 //! of process with `keel controllers --kubeconfig FILE`.
 
 pub mod backoff;
+pub mod clusterrole_aggregation;
 pub mod context;
 pub mod cronjob;
 pub mod daemonset;
@@ -63,5 +64,6 @@ fn registry() -> Vec<ControllerDef> {
         daemonset::def(),
         garbage_collector::def(),
         namespace::def(),
+        clusterrole_aggregation::def(),
     ]
 }
