@@ -733,7 +733,11 @@ fn service_account_tokens_from_the_token_request_api() {
     assert!(run_with(&bound_cfg, &["get", "pods", "-n", "rbac-t"]).ok);
     c.ok(0, &["delete", "secret", "anchor", "-n", "rbac-t"]);
     let gone = run_with(&bound_cfg, &["get", "pods", "-n", "rbac-t"]);
-    assert!(gone.stderr.contains("Unauthorized"), "{}", gone.stderr);
+    assert!(
+        gone.stderr.contains("You must be logged in to the server"),
+        "{}",
+        gone.stderr
+    );
 
     // The issuer's documents, and a token dies with its service account.
     let discovery: serde_json::Value =
@@ -748,5 +752,9 @@ fn service_account_tokens_from_the_token_request_api() {
     assert_eq!(jwks["keys"][0]["alg"], "ES256");
     c.ok(0, &["delete", "serviceaccount", "robot", "-n", "rbac-t"]);
     let dead = run_with(&robot, &["get", "pods", "-n", "rbac-t"]);
-    assert!(dead.stderr.contains("Unauthorized"), "{}", dead.stderr);
+    assert!(
+        dead.stderr.contains("You must be logged in to the server"),
+        "{}",
+        dead.stderr
+    );
 }
