@@ -1188,6 +1188,46 @@ fn volumes_and_env_reach_the_container() {
     wait_for(n, "the writer's file", || {
         exec("cat /shared/f 2>/dev/null || true") == "from-writer\n"
     });
+    // The ServiceAccount admission's projected volume: a token bound to this pod, the CA, the namespace.
+    let sa_dir = "/var/run/secrets/kubernetes.io/serviceaccount";
+    assert_eq!(exec(&format!("cat {sa_dir}/namespace")), ns);
+    assert!(exec(&format!("cat {sa_dir}/ca.crt")).starts_with("-----BEGIN CERTIFICATE-----"));
+    let token = exec(&format!("cat {sa_dir}/token"));
+    let c = cluster();
+    let admin = c.member(0).kubeconfig();
+    let ca = admin.parent().unwrap().join("pki").join("ca.crt");
+    let whoami = |token: &str| {
+        let cache = tempfile::tempdir().unwrap();
+        let mut cmd = keel_testkit::kubectl::kubectl_command(
+            std::path::Path::new("/dev/null"),
+            cache.path(),
+            cache.path(),
+            &[
+                "--server",
+                &c.member(0).kube_url(),
+                "--certificate-authority",
+                ca.to_str().unwrap(),
+                "--token",
+                token,
+                "auth",
+                "whoami",
+                "-o",
+                "jsonpath={.status.userInfo.username}",
+            ],
+        );
+        cmd.env_remove("KUBECONFIG");
+        keel_testkit::kubectl::run_kubectl(cmd, None, std::time::Duration::from_secs(30))
+    };
+    let who = whoami(&token);
+    assert_eq!(
+        who.stdout,
+        format!("system:serviceaccount:{ns}:default"),
+        "{}",
+        who.stderr
+    );
+    kubectl(&["-n", &ns, "delete", "pod", "vol", "--wait=true"]);
+    let revoked = whoami(&token);
+    assert!(!revoked.ok, "a token bound to a deleted pod still works");
     kubectl(&["delete", "namespace", &ns, "--wait=false"]);
 }
 

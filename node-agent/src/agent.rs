@@ -117,6 +117,7 @@ pub async fn run(client: Client, opts: Options) -> Result<()> {
         cpus: machine.cpus,
         memory: machine.memory_bytes,
         events: crate::pod::events::EventSink::start(recorder),
+        tokens: Default::default(),
     });
     let lease = crate::node::lease::run(client.clone(), node.clone(), opts.node.name.clone());
     let status = crate::node::status::run(

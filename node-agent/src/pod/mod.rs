@@ -17,6 +17,7 @@ pub mod resources;
 pub mod spec;
 pub mod status;
 pub mod termination;
+pub mod token;
 pub mod volumes;
 pub mod worker;
 

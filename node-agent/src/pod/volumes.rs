@@ -1,5 +1,6 @@
 //! A pod's volumes on this node, under `<root>/pods/<uid>/volumes/<plugin>/<name>`: emptyDir
-//! directories, configMap, secret, downwardAPI and projected files written from the API (atomically:
+//! directories, configMap, secret, downwardAPI and projected files (service-account tokens included, see
+//! `token`) written from the API (atomically:
 //! a new tree is written beside the old one and swapped in), hostPath directories taken as they are.
 //! Mounts then bind them into containers at each `volumeMounts[].mountPath`.
 
@@ -257,7 +258,12 @@ fn write_tree(dir: &Path, files: &[(String, Vec<u8>, i32)]) -> Result<()> {
 }
 
 /// Makes every volume of `pod` ready on the host; returns where each one is.
-pub async fn prepare(client: &Client, root: &Path, pod: &Pod) -> Result<HostPaths> {
+pub async fn prepare(
+    client: &Client,
+    tokens: &crate::pod::token::TokenCache,
+    root: &Path,
+    pod: &Pod,
+) -> Result<HostPaths> {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let base = pod_dir(root, &uid).join("volumes");
@@ -370,10 +376,10 @@ pub async fn prepare(client: &Client, root: &Path, pod: &Pod) -> Result<HostPath
                         mode,
                     )?);
                 }
-                if src.service_account_token.is_some() {
-                    return Err(Error::Config(
-                        "serviceAccountToken projection needs the TokenRequest API, which keel does not serve yet".into(),
-                    ));
+                if let Some(sat) = &src.service_account_token {
+                    let path = safe_rel(&sat.path)?.to_string();
+                    let token = tokens.token(client, pod, sat).await?;
+                    files.push((path, token.into_bytes(), mode));
                 }
             }
             write_tree(&dir, &files)?;

@@ -55,6 +55,8 @@ pub struct Shared {
     pub memory: u64,
     /// Events as `kubelet` from this node.
     pub events: EventSink,
+    /// Projected service-account tokens.
+    pub tokens: crate::pod::token::TokenCache,
 }
 
 /// What a worker sees: the pod (None once it is gone from the API) and its CRI objects.
@@ -261,6 +263,7 @@ impl Worker {
                     self.sh.cri.remove_sandbox(&s.id).await?;
                 }
                 volumes::cleanup(&self.sh.root, &self.uid);
+                self.sh.tokens.forget(&self.uid);
                 if input.sandboxes.is_empty() && input.containers.is_empty() {
                     super::resources::remove_pod_cgroups(&self.uid);
                 }
@@ -661,21 +664,22 @@ impl Worker {
             .map_or(0, |m| m.attempt + 1);
         let sandbox_config =
             |attempt: u32| spec::sandbox(pod, attempt, &self.sh.log_root, &self.sh.dns);
-        let host_paths = match volumes::prepare(&self.sh.client, &self.sh.root, pod).await {
-            Ok(h) => h,
-            Err(e) => {
-                self.event(
-                    pod,
-                    true,
-                    "FailedMount",
-                    format!("MountVolume.SetUp failed: {e}"),
-                )
-                .await;
-                self.write_status(pod, input, None, false, "Pending", None)
+        let host_paths =
+            match volumes::prepare(&self.sh.client, &self.sh.tokens, &self.sh.root, pod).await {
+                Ok(h) => h,
+                Err(e) => {
+                    self.event(
+                        pod,
+                        true,
+                        "FailedMount",
+                        format!("MountVolume.SetUp failed: {e}"),
+                    )
                     .await;
-                return Ok(Next::After(Duration::from_secs(10)));
-            }
-        };
+                    self.write_status(pod, input, None, false, "Pending", None)
+                        .await;
+                    return Ok(Next::After(Duration::from_secs(10)));
+                }
+            };
         let (sandbox_id, sandbox_cfg) = match ready {
             Some(s) => {
                 let a = s.metadata.as_ref().map_or(0, |m| m.attempt);

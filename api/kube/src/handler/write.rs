@@ -287,6 +287,9 @@ pub async fn create_object(
     }
     defaults::apply(sdef, &mut obj);
     priority::admit_create(&call.state.storage, sdef, &admission_name, &mut obj).await?;
+    if sdef.group.is_empty() && sdef.kind == "Pod" {
+        crate::serviceaccount::admission::admit_create(&call.state.storage, &mut obj).await;
+    }
     let sent_fields = object::meta_mut(&mut obj).remove("managedFields");
     prepare_create(sdef, &mut obj);
     if let Some(mf) = sent_fields {
