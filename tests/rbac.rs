@@ -758,3 +758,105 @@ fn service_account_tokens_from_the_token_request_api() {
         dead.stderr
     );
 }
+
+#[test]
+fn pod_security_levels_refuse_warn_and_validate() {
+    let c = cluster();
+    let ns_yaml = |name: &str, labels: &str| {
+        format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n  labels: {{{labels}}}\n"
+        )
+    };
+    apply(
+        c,
+        &ns_yaml("psa-r", "pod-security.kubernetes.io/enforce: restricted"),
+    );
+    let refused = c.kubectl(0, &["run", "p", "-n", "psa-r", "--image=busybox"]);
+    assert!(!refused.ok);
+    assert_eq!(
+        refused.stderr.trim(),
+        "Error from server (Forbidden): pods \"p\" is forbidden: violates PodSecurity \"restricted:latest\": \
+         allowPrivilegeEscalation != false (container \"p\" must set securityContext.allowPrivilegeEscalation=false), \
+         unrestricted capabilities (container \"p\" must set securityContext.capabilities.drop=[\"ALL\"]), \
+         runAsNonRoot != true (pod or container \"p\" must set securityContext.runAsNonRoot=true), \
+         seccompProfile (pod or container \"p\" must set securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\")"
+    );
+    let compliant = "apiVersion: v1\nkind: Pod\nmetadata: {name: ok, namespace: psa-r}\nspec:\n  securityContext: {runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}}\n  \
+                     containers: [{name: c, image: busybox, securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}}]\n";
+    c.ok_stdin(0, &["apply", "-f", "-"], Some(compliant));
+    // A workload's template only warns (warn follows the stricter enforce level).
+    let deploy = c.kubectl(
+        0,
+        &[
+            "create",
+            "deployment",
+            "web",
+            "-n",
+            "psa-r",
+            "--image=busybox",
+        ],
+    );
+    assert!(deploy.ok, "{}", deploy.stderr);
+    assert!(
+        deploy.stderr.contains("Warning: would violate PodSecurity \"restricted:latest\": allowPrivilegeEscalation != false"),
+        "{}",
+        deploy.stderr
+    );
+
+    apply(c, &ns_yaml("psa-b", "pod-security.kubernetes.io/enforce: baseline, pod-security.kubernetes.io/warn: restricted"));
+    let privileged = "apiVersion: v1\nkind: Pod\nmetadata: {name: root, namespace: psa-b}\nspec:\n  containers: [{name: c, image: busybox, securityContext: {privileged: true}}]\n";
+    let refused = c.kubectl_stdin(0, &["apply", "-f", "-"], Some(privileged));
+    assert!(
+        refused.stderr.contains(
+            "pods \"root\" is forbidden: violates PodSecurity \"baseline:latest\": privileged (container \"c\" must not set securityContext.privileged=true)"
+        ),
+        "{}",
+        refused.stderr
+    );
+    let plain = c.kubectl(0, &["run", "plain", "-n", "psa-b", "--image=busybox"]);
+    assert!(plain.ok, "{}", plain.stderr);
+    assert!(
+        plain
+            .stderr
+            .contains("Warning: would violate PodSecurity \"restricted:latest\""),
+        "{}",
+        plain.stderr
+    );
+
+    // Tightening a namespace warns about the pods it already holds; a bad label is refused.
+    let tighten = c.kubectl(
+        0,
+        &[
+            "label",
+            "--overwrite",
+            "ns",
+            "psa-b",
+            "pod-security.kubernetes.io/enforce=restricted",
+        ],
+    );
+    assert!(tighten.ok, "{}", tighten.stderr);
+    assert!(
+        tighten.stderr.contains("Warning: existing pods in namespace \"psa-b\" violate the new PodSecurity enforce level \"restricted:latest\""),
+        "{}",
+        tighten.stderr
+    );
+    assert!(
+        tighten.stderr.contains("Warning: plain: allowPrivilegeEscalation != false, unrestricted capabilities, runAsNonRoot != true, seccompProfile"),
+        "{}",
+        tighten.stderr
+    );
+    let bad = c.kubectl(
+        0,
+        &[
+            "label",
+            "--overwrite",
+            "ns",
+            "psa-b",
+            "pod-security.kubernetes.io/enforce=strict",
+        ],
+    );
+    assert_eq!(
+        bad.stderr.trim(),
+        "The Namespace \"psa-b\" is invalid: metadata.labels[pod-security.kubernetes.io/enforce]: Invalid value: \"strict\": must be one of privileged, baseline, restricted"
+    );
+}

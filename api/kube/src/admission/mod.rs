@@ -3,5 +3,6 @@
 pub mod defaults;
 pub mod names;
 pub mod node_restriction;
+pub mod pod_security;
 pub mod prune;
 pub mod validate;

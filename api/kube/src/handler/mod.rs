@@ -80,6 +80,8 @@ pub struct Call {
     pub user: String,
     /// Who asks, with groups (for escalation checks and node restrictions).
     pub identity: crate::authn::Identity,
+    /// Warnings admission raised during an update, sent with the answer.
+    pub warnings: std::sync::Mutex<Vec<String>>,
 }
 
 impl Call {
@@ -127,6 +129,7 @@ pub async fn serve(
         body,
         user: identity.user.clone(),
         identity,
+        warnings: Default::default(),
     };
     let sub = call.route.subresource.clone();
     let named = call.route.name.is_some();

@@ -196,6 +196,7 @@ pub async fn watch(call: Call) -> Result<Response, ApiError> {
                 body: Bytes::new(),
                 user: call.user.clone(),
                 identity: call.identity.clone(),
+                warnings: Default::default(),
             };
             let mut listed = list_objects(&list_call).await?;
             if call.route.name.is_some() {

@@ -313,6 +313,16 @@ pub async fn create_object(
     crate::authz::escalation::check_write(&call.state.authz, &call.identity, sdef, &obj)?;
     let mut warnings = warnings.to_vec();
     warnings.extend(strategy.warnings_on_create(sdef, &obj));
+    warnings.extend(
+        crate::admission::pod_security::admit(
+            &call.state.storage,
+            sdef,
+            call.route.subresource.as_deref(),
+            None,
+            &obj,
+        )
+        .await?,
+    );
     let warnings = warnings.as_slice();
     strategy.canonicalize(&mut obj);
     crate::encode::as_stored(&sdef.api_version(), &sdef.kind, &mut obj);
@@ -522,6 +532,20 @@ where
         )?;
         if sub.is_none() && !same(&new, &cur.object) {
             crate::authz::escalation::check_write(&call.state.authz, &call.identity, def, &new)?;
+            let raised = crate::admission::pod_security::admit(
+                &call.state.storage,
+                def,
+                sub,
+                Some(&cur.object),
+                &new,
+            )
+            .await?;
+            let mut kept = call.warnings.lock().unwrap_or_else(|e| e.into_inner());
+            for w in raised {
+                if !kept.contains(&w) {
+                    kept.push(w);
+                }
+            }
         }
         if object::is_deleting(&cur.object) {
             let added = object::finalizers(&new)
@@ -613,7 +637,9 @@ pub fn respond_updated(call: &Call, u: Updated) -> Result<Response, ApiError> {
     let obj = match u {
         Updated::Object(o) | Updated::Deleted(o) => o,
     };
+    let warnings = std::mem::take(&mut *call.warnings.lock().unwrap_or_else(|e| e.into_inner()));
     respond_object(call, convert::from_storage(&call.route.def, obj))
+        .map(|r| with_warnings(r, &warnings))
 }
 
 /// PUT: replace an object (or its status, or a namespace's finalizers).
