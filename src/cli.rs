@@ -90,6 +90,10 @@ pub(crate) struct ServerArgs {
     /// Static bearer tokens, kube-apiserver's format: `token,user,uid[,"group1,group2"]` per line.
     #[arg(long)]
     pub token_auth_file: Option<std::path::PathBuf>,
+    /// Encrypt resources at rest, kube-apiserver's EncryptionConfiguration file (providers `aesgcm` and
+    /// `identity`). Every member needs the same file. See docs/security.md.
+    #[arg(long)]
+    pub encryption_provider_config: Option<std::path::PathBuf>,
     /// etcd's auto-compaction mode: `periodic` (retention is a duration, or a bare number of hours) or `revision`
     /// (retention is a number of revisions to keep). Runs on the Raft leader.
     #[arg(long, default_value = "periodic", value_parser = ["periodic", "revision"])]

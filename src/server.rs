@@ -75,6 +75,7 @@ pub(crate) fn kube_options(
         data_dir: a.data_dir.clone(),
         extra_sans: a.kube_extra_sans.clone(),
         token_file: a.token_auth_file.clone(),
+        encryption_config: a.encryption_provider_config.clone(),
         compaction_interval: a.kube_compaction_interval,
         event_ttl: a.event_ttl,
     }))

@@ -46,6 +46,21 @@ pub(crate) async fn run(args: UpArgs) -> Result<(), ServerError> {
         "keel up: starting {n} member(s), data in {}",
         args.data_dir.display()
     );
+    // Secrets are encrypted at rest with one key every local member shares (kept across runs).
+    let encryption = args.data_dir.join("encryption-config.yaml");
+    if !encryption.exists() {
+        std::fs::create_dir_all(&args.data_dir)
+            .and_then(|()| {
+                std::fs::write(&encryption, keel_kube_api::encryption::generate_config())
+            })
+            .and_then(|()| {
+                std::fs::set_permissions(
+                    &encryption,
+                    std::os::unix::fs::PermissionsExt::from_mode(0o600),
+                )
+            })
+            .map_err(|e| ServerError::Config(format!("{}: {e}", encryption.display())))?;
+    }
     let mut members: Vec<Member> = Vec::new();
     for (i, ip) in ips.iter().enumerate() {
         let name = format!("m{}", i + 1);
@@ -78,6 +93,8 @@ pub(crate) async fn run(args: UpArgs) -> Result<(), ServerError> {
                 "new",
             ])
             .args(["--kube-listen", &kube])
+            .arg("--encryption-provider-config")
+            .arg(&encryption)
             .args(["--log-level", &args.log_level])
             .stdin(Stdio::null())
             .stdout(Stdio::null())

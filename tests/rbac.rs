@@ -28,6 +28,10 @@ const USERS: [(&str, &str, &str); 4] = [
     ("w2-token", "system:node:w2", "system:nodes"),
 ];
 
+/// Secrets encrypted with AES-GCM (a fixed test key), everything else plain.
+const ENCRYPTION: &str = "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n\
+- resources: [secrets]\n  providers:\n  - aesgcm:\n      keys:\n      - {name: key1, secret: MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=}\n  - identity: {}\n";
+
 fn scratch() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("keel-rbac-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -43,10 +47,16 @@ fn cluster() -> &'static KubeCluster {
             .map(|(i, (t, u, g))| format!("{t},{u},{i},\"{g}\""))
             .collect();
         std::fs::write(&file, lines.join("\n")).unwrap();
+        let encryption = scratch().join("encryption.yaml");
+        std::fs::write(&encryption, ENCRYPTION).unwrap();
         KubeCluster::start_with(
             Options::new(Kind::Keel, 1)
                 .keel_bin(keel_bin!())
-                .arg(&format!("--token-auth-file={}", file.display())),
+                .arg(&format!("--token-auth-file={}", file.display()))
+                .arg(&format!(
+                    "--encryption-provider-config={}",
+                    encryption.display()
+                )),
         )
     })
 }
@@ -859,4 +869,99 @@ fn pod_security_levels_refuse_warn_and_validate() {
         bad.stderr.trim(),
         "The Namespace \"psa-b\" is invalid: metadata.labels[pod-security.kubernetes.io/enforce]: Invalid value: \"strict\": must be one of privileged, baseline, restricted"
     );
+}
+
+#[test]
+fn secrets_are_encrypted_at_rest_and_not_in_a_snapshot() {
+    let c = cluster();
+    c.ok(0, &["create", "namespace", "rbac-e"]);
+    let payload = "zebra-payload-8c1f";
+    c.ok(
+        0,
+        &[
+            "create",
+            "secret",
+            "generic",
+            "vault",
+            "-n",
+            "rbac-e",
+            &format!("--from-literal=k={payload}"),
+        ],
+    );
+    c.ok(
+        0,
+        &[
+            "create",
+            "configmap",
+            "open",
+            "-n",
+            "rbac-e",
+            &format!("--from-literal=k={payload}"),
+        ],
+    );
+    // Through the API: as written.
+    let read = c.ok(
+        0,
+        &[
+            "get",
+            "secret",
+            "vault",
+            "-n",
+            "rbac-e",
+            "-o",
+            "jsonpath={.data.k}",
+        ],
+    );
+    use base64::Engine;
+    assert_eq!(
+        base64::engine::general_purpose::STANDARD
+            .decode(read.trim())
+            .unwrap(),
+        payload.as_bytes()
+    );
+    // Through etcd: upstream's envelope for the secret, the configmap as it is.
+    let endpoint = c.member(0).endpoint();
+    let raw = keel_testkit::etcdctl(
+        &endpoint,
+        &[
+            "get",
+            "/registry/secrets/rbac-e/vault",
+            "--print-value-only",
+        ],
+        None,
+    );
+    assert!(raw.success(), "{}", raw.stderr);
+    assert!(
+        raw.stdout.starts_with("k8s:enc:aesgcm:v1:key1:"),
+        "{:?}",
+        &raw.stdout[..raw.stdout.len().min(60)]
+    );
+    assert!(!raw.stdout.contains(payload));
+    let cm = keel_testkit::etcdctl(
+        &endpoint,
+        &[
+            "get",
+            "/registry/configmaps/rbac-e/open",
+            "--print-value-only",
+        ],
+        None,
+    );
+    assert!(
+        cm.stdout.contains(payload),
+        "configmaps are not in the configuration"
+    );
+    // A snapshot holds the configmap's value but never the secret's, in any encoding.
+    let file = scratch().join("at-rest.db");
+    let saved = keel_testkit::etcdctl(
+        &endpoint,
+        &["snapshot", "save", file.to_str().unwrap()],
+        None,
+    );
+    assert!(saved.success(), "{}", saved.stderr);
+    let bytes = std::fs::read(&file).unwrap();
+    let count = |needle: &[u8]| bytes.windows(needle.len()).filter(|w| *w == needle).count();
+    assert_eq!(count(payload.as_bytes()), 1, "only the configmap's copy");
+    let b64 = base64::engine::general_purpose::STANDARD.encode(payload);
+    assert_eq!(count(b64.as_bytes()), 0);
+    assert!(count(b"k8s:enc:aesgcm:v1:key1:") >= 1);
 }

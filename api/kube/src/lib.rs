@@ -32,6 +32,7 @@ pub mod convert;
 pub mod crd;
 pub mod discovery;
 pub mod encode;
+pub mod encryption;
 pub mod handler;
 pub mod kubernetes_service;
 pub mod leader;

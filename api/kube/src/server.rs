@@ -43,6 +43,8 @@ pub struct KubeOptions {
     pub extra_sans: Vec<String>,
     /// kube-apiserver's `--token-auth-file`.
     pub token_file: Option<PathBuf>,
+    /// kube-apiserver's `--encryption-provider-config`.
+    pub encryption_config: Option<PathBuf>,
     /// kube-apiserver's `--etcd-compaction-interval` (zero: no compaction by the API server).
     pub compaction_interval: Duration,
     /// kube-apiserver's `--event-ttl`: how long an Event lives after its last write.
@@ -63,6 +65,8 @@ pub enum KubeServeError {
     Bind(SocketAddr, std::io::Error),
     #[error("token file: {0}")]
     Tokens(#[from] authn::TokenFileError),
+    #[error("encryption configuration: {0}")]
+    Encryption(#[from] crate::encryption::ConfigError),
 }
 
 /// The authenticated identity of a TLS connection's client certificate, if any.
@@ -194,6 +198,10 @@ impl ApiServer {
     /// written (no quorum yet): drop the future to give up.
     pub async fn start(storage: Storage, opts: KubeOptions) -> Result<ApiServer, KubeServeError> {
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        if let Some(path) = &opts.encryption_config {
+            crate::encryption::install(crate::encryption::Encryption::load(path)?);
+            info!(config = %path.display(), "encrypting resources at rest");
+        }
         let pki = bootstrap_pki(&storage).await?;
         let sa_key = Arc::new(
             crate::serviceaccount::key::bootstrap(&storage)

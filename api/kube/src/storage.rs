@@ -119,12 +119,19 @@ pub use keel_store::mvcc::range::prefix_end;
 /// How long a consistent read waits out an election before it answers 503.
 const READ_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Decodes a stored value (JSON, or upstream's protobuf envelope) and sets its resourceVersion.
+/// Decodes a stored value (JSON, or upstream's protobuf envelope; decrypted first when it is encrypted at
+/// rest) and sets its resourceVersion.
 pub fn decode(kv: &KeyValue) -> Result<Stored, ApiError> {
-    let mut object = if kv.value.starts_with(protobuf::MAGIC) {
-        protobuf::decode_stored(&kv.value)?
+    let value = crate::encryption::open(&kv.key, &kv.value).map_err(|e| {
+        ApiError::Internal(format!(
+            "stored object at {} does not decrypt: {e}",
+            String::from_utf8_lossy(&kv.key)
+        ))
+    })?;
+    let mut object = if value.starts_with(protobuf::MAGIC) {
+        protobuf::decode_stored(&value)?
     } else {
-        serde_json::from_slice::<Value>(&kv.value).map_err(|e| {
+        serde_json::from_slice::<Value>(&value).map_err(|e| {
             ApiError::Internal(format!(
                 "stored object at {} does not decode: {e}",
                 String::from_utf8_lossy(&kv.key)
@@ -466,7 +473,7 @@ impl Storage {
         release: &[String],
         lease: i64,
     ) -> Result<WriteOutcome, ApiError> {
-        let value = encode(object)?;
+        let value = crate::encryption::seal(key.as_bytes(), encode(object)?);
         let mut compares = vec![cmp_mod(key, expected)];
         let mut ops = vec![RequestOp {
             request: Some(request_op::Request::RequestPut(PutRequest {

@@ -34,6 +34,7 @@ async fn start() -> (tempfile::TempDir, std::sync::Arc<Node>, ApiServer) {
         data_dir: dir.path().join("m1"),
         extra_sans: Vec::new(),
         token_file: None,
+        encryption_config: None,
         compaction_interval: keel_kube_api::compaction::DEFAULT_INTERVAL,
         event_ttl: keel_kube_api::DEFAULT_EVENT_TTL,
     };
