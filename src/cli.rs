@@ -94,6 +94,12 @@ pub(crate) struct ServerArgs {
     /// `identity`). Every member needs the same file. See docs/security.md.
     #[arg(long)]
     pub encryption_provider_config: Option<std::path::PathBuf>,
+    /// Append an audit event (JSON line, audit.k8s.io/v1) for each request the audit policy selects.
+    #[arg(long)]
+    pub audit_log_path: Option<std::path::PathBuf>,
+    /// The audit policy (audit.k8s.io/v1 Policy); without one, writes and refused requests are logged.
+    #[arg(long)]
+    pub audit_policy_file: Option<std::path::PathBuf>,
     /// etcd's auto-compaction mode: `periodic` (retention is a duration, or a bare number of hours) or `revision`
     /// (retention is a number of revisions to keep). Runs on the Raft leader.
     #[arg(long, default_value = "periodic", value_parser = ["periodic", "revision"])]

@@ -76,6 +76,8 @@ pub(crate) fn kube_options(
         extra_sans: a.kube_extra_sans.clone(),
         token_file: a.token_auth_file.clone(),
         encryption_config: a.encryption_provider_config.clone(),
+        audit_log: a.audit_log_path.clone(),
+        audit_policy: a.audit_policy_file.clone(),
         compaction_interval: a.kube_compaction_interval,
         event_ttl: a.event_ttl,
     }))

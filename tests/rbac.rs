@@ -56,6 +56,10 @@ fn cluster() -> &'static KubeCluster {
                 .arg(&format!(
                     "--encryption-provider-config={}",
                     encryption.display()
+                ))
+                .arg(&format!(
+                    "--audit-log-path={}",
+                    scratch().join("audit.log").display()
                 )),
         )
     })
@@ -964,4 +968,68 @@ fn secrets_are_encrypted_at_rest_and_not_in_a_snapshot() {
     let b64 = base64::engine::general_purpose::STANDARD.encode(payload);
     assert_eq!(count(b64.as_bytes()), 0);
     assert!(count(b"k8s:enc:aesgcm:v1:key1:") >= 1);
+}
+
+#[test]
+fn the_audit_log_records_writes_and_refusals() {
+    let c = cluster();
+    c.ok(0, &["create", "namespace", "rbac-audit"]);
+    c.ok(
+        0,
+        &[
+            "create",
+            "configmap",
+            "noted",
+            "-n",
+            "rbac-audit",
+            "--from-literal=k=v",
+        ],
+    );
+    c.ok(0, &["get", "configmap", "noted", "-n", "rbac-audit"]);
+    assert!(!as_user(c, "alice", &["get", "secrets", "-n", "rbac-audit"]).ok);
+    let events = || -> Vec<serde_json::Value> {
+        std::fs::read_to_string(scratch().join("audit.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("one JSON event per line"))
+            .filter(|e| e["objectRef"]["namespace"] == "rbac-audit")
+            .collect()
+    };
+    c.wait_until("the audit events", Duration::from_secs(10), || {
+        let evs = events();
+        evs.iter().any(|e| e["objectRef"]["name"] == "noted")
+            && evs.iter().any(|e| e["user"]["username"] == "alice")
+    });
+    let events = events();
+    let create = events
+        .iter()
+        .find(|e| e["verb"] == "create" && e["objectRef"]["name"] == "noted")
+        .expect("create logged");
+    assert_eq!(create["kind"], "Event");
+    assert_eq!(create["apiVersion"], "audit.k8s.io/v1");
+    assert_eq!(create["level"], "Metadata");
+    assert_eq!(create["stage"], "ResponseComplete");
+    assert_eq!(create["user"]["username"], "kubernetes-admin");
+    assert_eq!(create["objectRef"]["name"], "noted");
+    assert_eq!(create["responseStatus"]["code"], 201);
+    assert_eq!(create["sourceIPs"][0], "127.0.0.1");
+    let denied = events
+        .iter()
+        .find(|e| e["user"]["username"] == "alice")
+        .expect("refusal logged");
+    assert_eq!(
+        (
+            denied["verb"].as_str(),
+            denied["responseStatus"]["code"].as_i64()
+        ),
+        (Some("list"), Some(403))
+    );
+    assert_eq!(
+        denied["annotations"]["authorization.k8s.io/decision"],
+        "forbid"
+    );
+    assert!(
+        !events.iter().any(|e| e["verb"] == "get"),
+        "reads are not in the default policy"
+    );
 }

@@ -24,6 +24,7 @@ pub mod admission;
 pub mod aggregator;
 pub mod alloc;
 pub mod apply;
+pub mod audit;
 pub mod authn;
 pub mod authz;
 pub mod body;

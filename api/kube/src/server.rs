@@ -45,6 +45,10 @@ pub struct KubeOptions {
     pub token_file: Option<PathBuf>,
     /// kube-apiserver's `--encryption-provider-config`.
     pub encryption_config: Option<PathBuf>,
+    /// kube-apiserver's `--audit-log-path` (None: no audit log).
+    pub audit_log: Option<PathBuf>,
+    /// kube-apiserver's `--audit-policy-file` (None: keel's default policy).
+    pub audit_policy: Option<PathBuf>,
     /// kube-apiserver's `--etcd-compaction-interval` (zero: no compaction by the API server).
     pub compaction_interval: Duration,
     /// kube-apiserver's `--event-ttl`: how long an Event lives after its last write.
@@ -67,15 +71,18 @@ pub enum KubeServeError {
     Tokens(#[from] authn::TokenFileError),
     #[error("encryption configuration: {0}")]
     Encryption(#[from] crate::encryption::ConfigError),
+    #[error("audit: {0}")]
+    Audit(#[from] crate::audit::AuditError),
 }
 
 /// The authenticated identity of a TLS connection's client certificate, if any.
 #[derive(Debug, Clone)]
-struct PeerIdentity(Option<Identity>);
+struct PeerIdentity(Option<Identity>, Option<std::net::SocketAddr>);
 
 struct App {
     state: Arc<KubeState>,
     tokens: Tokens,
+    audit: Option<crate::audit::AuditLog>,
 }
 
 fn host_of(url: &str) -> Option<String> {
@@ -264,9 +271,21 @@ impl ApiServer {
             sa_key,
             rbac_ready: std::sync::atomic::AtomicBool::new(false),
         });
+        let audit = match &opts.audit_log {
+            Some(path) => {
+                let policy = match &opts.audit_policy {
+                    Some(p) => crate::audit::Policy::load(p)?,
+                    None => crate::audit::Policy::default_policy(),
+                };
+                info!(log = %path.display(), "audit log on");
+                Some(crate::audit::AuditLog::open(path.clone(), policy)?)
+            }
+            None => None,
+        };
         let app = Arc::new(App {
             state: state.clone(),
             tokens,
+            audit,
         });
         let router = Router::new().fallback(route).with_state(app);
         let mut tasks = vec![
@@ -357,7 +376,7 @@ impl ApiServer {
                     req
                 }
             }))
-            .layer(Extension(PeerIdentity(Some(identity))))
+            .layer(Extension(PeerIdentity(Some(identity), None)))
     }
 
     /// What `/metrics` serves (other components of the member may add to it).
@@ -416,7 +435,7 @@ impl ApiServer {
                             .peer_certificates()
                             .and_then(|c| c.first())
                             .and_then(|c| authn::from_certificate(c));
-                        let svc = router.layer(Extension(PeerIdentity(identity)));
+                        let svc = router.layer(Extension(PeerIdentity(identity, Some(peer))));
                         let svc = hyper_util::service::TowerToHyperService::new(svc);
                         let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
                         if let Err(e) = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc).await {
@@ -540,6 +559,59 @@ async fn route(
     Extension(peer): Extension<PeerIdentity>,
     req: Request,
 ) -> Response {
+    let Some(log) = app.audit.as_ref() else {
+        return route_request(app.clone(), peer, req, &mut None).await;
+    };
+    let received = jiff::Timestamp::now();
+    let (method, uri) = (req.method().clone(), req.uri().clone());
+    let agent = req
+        .headers()
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let source = peer.1;
+    let mut who = Some((None, None));
+    let resp = route_request(app.clone(), peer, req, &mut who).await;
+    let (authenticated, acting): (Option<Identity>, Option<Identity>) = who.unwrap_or((None, None));
+    let subject = acting
+        .clone()
+        .or_else(|| authenticated.clone())
+        .unwrap_or(Identity {
+            user: "system:anonymous".into(),
+            groups: vec!["system:unauthenticated".into()],
+        });
+    let mut attrs =
+        crate::authz::attributes::Attributes::of_request(subject, &method, uri.path(), uri.query());
+    if let (Some(r), Some(created)) = (
+        attrs.resource.as_mut(),
+        resp.extensions().get::<crate::audit::CreatedName>(),
+    ) {
+        if r.name.is_none() {
+            r.name = Some(created.0.clone());
+        }
+    }
+    let impersonated = match (&authenticated, &acting) {
+        (Some(a), Some(b)) if a != b => Some(b),
+        _ => None,
+    };
+    log.record(&crate::audit::Entry {
+        user: authenticated.as_ref(),
+        impersonated,
+        attrs: &attrs,
+        uri: uri.path_and_query().map_or(uri.path(), |p| p.as_str()),
+        user_agent: &agent,
+        source,
+        code: resp.status().as_u16(),
+        received,
+    });
+    resp
+}
+
+/// Who a request came from and who it acted as (filled for the audit log).
+type Who = Option<(Option<Identity>, Option<Identity>)>;
+
+async fn route_request(app: Arc<App>, peer: PeerIdentity, req: Request, who: &mut Who) -> Response {
     let start = std::time::Instant::now();
     let mut identity = peer
         .0
@@ -567,7 +639,17 @@ async fn route(
             if !id.groups.iter().any(|g| g == crate::authz::AUTHENTICATED) {
                 id.groups.push(crate::authz::AUTHENTICATED.into());
             }
+            if let Some(w) = who.as_mut() {
+                w.0 = Some(id.clone());
+            }
             let authz = &app.state.authz;
+            // Right after start the member's RBAC view may not be read yet: wait for it (briefly) rather
+            // than refuse what the bindings allow.
+            let mut waited = 0;
+            while !authz.rbac.loaded() && waited < 250 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                waited += 1;
+            }
             let acting =
                 crate::authz::impersonate::acting_as(authz, id, req.headers()).and_then(|id| {
                     let attrs = crate::authz::attributes::Attributes::of_request(
@@ -579,7 +661,12 @@ async fn route(
                     authz.check(&attrs).map(|()| id)
                 });
             match acting {
-                Ok(id) => Some(id),
+                Ok(id) => {
+                    if let Some(w) = who.as_mut() {
+                        w.1 = Some(id.clone());
+                    }
+                    Some(id)
+                }
                 Err(e) => return e.into_response(),
             }
         }

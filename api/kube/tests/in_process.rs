@@ -35,6 +35,8 @@ async fn start() -> (tempfile::TempDir, std::sync::Arc<Node>, ApiServer) {
         extra_sans: Vec::new(),
         token_file: None,
         encryption_config: None,
+        audit_log: None,
+        audit_policy: None,
         compaction_interval: keel_kube_api::compaction::DEFAULT_INTERVAL,
         event_ttl: keel_kube_api::DEFAULT_EVENT_TTL,
     };

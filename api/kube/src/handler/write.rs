@@ -386,8 +386,11 @@ pub async fn create_object(
 }
 
 fn respond_created(call: &Call, obj: Value) -> Result<Response, ApiError> {
+    let name = crate::audit::CreatedName(object::name(&obj).to_string());
     let mut r = respond_object(call, obj)?;
     *r.status_mut() = StatusCode::CREATED;
+    // A create's URL names no object; the audit log takes the name from here.
+    r.extensions_mut().insert(name);
     Ok(r)
 }
 
