@@ -29,6 +29,9 @@ pub(crate) enum Command {
     Images(ImagesArgs),
     /// Save or restore etcd-format snapshots (the files `etcdctl snapshot` reads and writes).
     Snapshot(SnapshotArgs),
+    /// Write a kubeconfig for a user, with a client certificate signed by the cluster CA of a member's data
+    /// dir (e.g. `--user system:node:w1 --group system:nodes` for an agent).
+    Kubeconfig(KubeconfigArgs),
 }
 
 /// Flags of `keel server`.
@@ -436,4 +439,24 @@ mod tests {
         assert_eq!(parse_duration("3"), Ok(std::time::Duration::from_secs(3)));
         assert!(parse_duration("3d").is_err());
     }
+}
+
+/// Flags of `keel kubeconfig`.
+#[derive(Debug, Args)]
+pub(crate) struct KubeconfigArgs {
+    /// A member's data directory (its `pki/ca.crt` and `pki/ca.key` sign the certificate).
+    #[arg(long)]
+    pub(crate) data_dir: std::path::PathBuf,
+    /// The user name (the certificate's CN).
+    #[arg(long)]
+    pub(crate) user: String,
+    /// The user's group (the certificate's O; at most one).
+    #[arg(long)]
+    pub(crate) group: Vec<String>,
+    /// The API server URL (default: the one in the data dir's admin.kubeconfig).
+    #[arg(long)]
+    pub(crate) server: Option<String>,
+    /// Where to write the kubeconfig (mode 0600; default: standard output).
+    #[arg(long)]
+    pub(crate) out: Option<std::path::PathBuf>,
 }

@@ -46,6 +46,7 @@ fn main() -> std::process::ExitCode {
             cli::Command::Scheduler(args) => control::run_scheduler(args).await,
             cli::Command::Agent(args) => agent::run(*args).await,
             cli::Command::Images(args) => agent::images(args),
+            cli::Command::Kubeconfig(args) => server::kubeconfig(args),
             cli::Command::Snapshot(args) => snapshot::run(args)
                 .await
                 .map_err(|e| server::ServerError::Config(e.to_string())),

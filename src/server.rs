@@ -276,3 +276,54 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), ServerError> {
     node.shutdown().await;
     Ok(())
 }
+
+/// A kubeconfig for `user` in `groups`, signed by the CA of the member data dir `data_dir` (its server
+/// unless `server` is given).
+pub(crate) fn mint_kubeconfig(
+    data_dir: &std::path::Path,
+    user: &str,
+    groups: &[String],
+    server: Option<&str>,
+) -> Result<String, ServerError> {
+    let read = |name: &str| {
+        let p = data_dir.join(name);
+        std::fs::read_to_string(&p)
+            .map_err(|e| ServerError::Config(format!("{}: {e}", p.display())))
+    };
+    let (ca_cert, ca_key) = (read("pki/ca.crt")?, read("pki/ca.key")?);
+    let server = match server {
+        Some(s) => s.to_string(),
+        None => read("admin.kubeconfig")?
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("server: ").map(str::to_string))
+            .ok_or_else(|| {
+                ServerError::Config("admin.kubeconfig names no server; pass --server".into())
+            })?,
+    };
+    keel_kube_api::pki::user_kubeconfig(&ca_cert, &ca_key, &server, user, groups)
+        .map_err(|e| ServerError::Config(e.to_string()))
+}
+
+/// `keel kubeconfig`: a kubeconfig for a user with a certificate from the member's CA.
+pub(crate) fn kubeconfig(a: crate::cli::KubeconfigArgs) -> Result<(), ServerError> {
+    let text = mint_kubeconfig(&a.data_dir, &a.user, &a.group, a.server.as_deref())?;
+    match &a.out {
+        Some(path) => {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(path)
+                .map_err(|e| ServerError::Config(format!("{}: {e}", path.display())))?;
+            f.write_all(text.as_bytes())
+                .map_err(|e| ServerError::Config(format!("{}: {e}", path.display())))
+        }
+        None => {
+            print!("{text}");
+            Ok(())
+        }
+    }
+}

@@ -135,8 +135,35 @@ pub(crate) async fn run(args: UpArgs) -> Result<(), ServerError> {
     let mut worker = None;
     if !args.no_worker {
         eprintln!("keel up: starting the worker (containerd and keel agent) on this machine");
-        match crate::worker::LocalWorker::start(&exe, &args.data_dir, &kubeconfig, &args.log_level)
-            .await
+        // The agent gets its own node identity (the Node authorizer and NodeRestriction then apply).
+        let node_kubeconfig = args.data_dir.join("worker-node.kubeconfig");
+        let minted = crate::server::mint_kubeconfig(
+            &args.data_dir.join("m1"),
+            &format!("system:node:{}", crate::worker::host_name()),
+            &["system:nodes".to_string()],
+            None,
+        )
+        .and_then(|text| {
+            std::fs::write(&node_kubeconfig, text)
+                .and_then(|()| {
+                    std::fs::set_permissions(
+                        &node_kubeconfig,
+                        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+                    )
+                })
+                .map_err(|e| ServerError::Config(format!("{}: {e}", node_kubeconfig.display())))
+        });
+        if let Err(e) = minted {
+            stop_all(&mut members);
+            return Err(e);
+        }
+        match crate::worker::LocalWorker::start(
+            &exe,
+            &args.data_dir,
+            &node_kubeconfig,
+            &args.log_level,
+        )
+        .await
         {
             Ok(w) => worker = Some(w),
             Err(e) => {

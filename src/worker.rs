@@ -59,7 +59,7 @@ pub(crate) fn preflight() -> Result<(), ServerError> {
     Ok(())
 }
 
-fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_lowercase())
         .ok()

@@ -63,11 +63,35 @@ fn node() -> &'static std::sync::Mutex<AgentNode> {
             // ...and cluster DNS (port 53 on the host), tested in tests/services.rs too.
             "--disable-dns",
         ];
+        // The agent runs with its own node identity, so the Node authorizer and NodeRestriction decide
+        // what it may read and write, as a kubelet's.
+        std::fs::create_dir_all(&dir).unwrap();
+        let node_kubeconfig = dir.join("node.kubeconfig");
+        let member_dir = c.member(0).kubeconfig().parent().unwrap().to_path_buf();
+        let minted = std::process::Command::new(keel_bin!())
+            .arg("kubeconfig")
+            .arg("--data-dir")
+            .arg(&member_dir)
+            .args([
+                "--user",
+                &format!("system:node:{NODE}"),
+                "--group",
+                "system:nodes",
+                "--out",
+            ])
+            .arg(&node_kubeconfig)
+            .output()
+            .unwrap();
+        assert!(
+            minted.status.success(),
+            "keel kubeconfig: {}",
+            String::from_utf8_lossy(&minted.stderr)
+        );
         let n = AgentNode::start(
             keel_bin!().as_ref(),
             &dir,
             NODE,
-            &c.member(0).kubeconfig(),
+            &node_kubeconfig,
             POD_CIDR,
             &extra,
         );

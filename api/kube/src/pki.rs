@@ -35,6 +35,8 @@ pub const ADMIN_GROUP: &str = "system:masters";
 pub enum PkiError {
     #[error("certificate: {0}")]
     Cert(#[from] rcgen::Error),
+    #[error("{0}")]
+    Invalid(String),
     #[error("stored PKI is not valid JSON: {0}")]
     Decode(#[from] serde_json::Error),
     #[error("{path}: {source}")]
@@ -254,6 +256,51 @@ fn write_file(path: &Path, body: &[u8], secret: bool) -> Result<(), PkiError> {
     f.write_all(body).map_err(err)?;
     f.sync_all().map_err(err)?;
     std::fs::rename(&tmp, path).map_err(err)
+}
+
+/// A kubeconfig for `user` in `groups` against `server`, with a client certificate (1 year) signed by the
+/// CA in `ca_cert`/`ca_key` (PEM): what `keel kubeconfig` writes, e.g. `system:node:<name>` in
+/// `system:nodes` for an agent.
+pub fn user_kubeconfig(
+    ca_cert: &str,
+    ca_key: &str,
+    server: &str,
+    user: &str,
+    groups: &[String],
+) -> Result<String, PkiError> {
+    let issuer = Issuer::from_ca_cert_pem(ca_cert, KeyPair::from_pem(ca_key)?)?;
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.distinguished_name.push(DnType::CommonName, user);
+    // The certificate library keeps one value per name type, so a certificate carries one group.
+    match groups {
+        [] => {}
+        [g] => params
+            .distinguished_name
+            .push(DnType::OrganizationName, g.as_str()),
+        _ => {
+            return Err(PkiError::Invalid(
+                "a client certificate made here carries at most one group".into(),
+            ))
+        }
+    }
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    validity(&mut params, 1);
+    let cert = params.signed_by(&key, &issuer)?;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
+    Ok(format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: keel\n  cluster:\n    server: {server}\n    \
+         certificate-authority-data: {ca}\nusers:\n- name: {user:?}\n  user:\n    \
+         client-certificate-data: {cert}\n    client-key-data: {key}\ncontexts:\n- name: keel\n  context:\n    \
+         cluster: keel\n    user: {user:?}\ncurrent-context: keel\npreferences: {{}}\n",
+        ca = b64(ca_cert),
+        cert = b64(&cert.pem()),
+        key = b64(&key.serialize_pem()),
+    ))
 }
 
 #[cfg(test)]

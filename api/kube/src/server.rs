@@ -643,10 +643,16 @@ async fn route_request(app: Arc<App>, peer: PeerIdentity, req: Request, who: &mu
                 w.0 = Some(id.clone());
             }
             let authz = &app.state.authz;
-            // Right after start the member's RBAC view may not be read yet: wait for it (briefly) rather
-            // than refuse what the bindings allow.
+            // Right after start the member's RBAC view may not hold the default roles yet: wait for them
+            // (briefly) rather than refuse what the bindings allow.
             let mut waited = 0;
-            while !authz.rbac.loaded() && waited < 250 {
+            while !(authz.rbac.loaded()
+                && app
+                    .state
+                    .rbac_ready
+                    .load(std::sync::atomic::Ordering::Acquire))
+                && waited < 250
+            {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 waited += 1;
             }

@@ -38,10 +38,40 @@ fn key(obj: &Value) -> Option<String> {
     })
 }
 
+/// keel's own addition to upstream's policy: the agent is kubelet and kube-proxy (and the cluster DNS
+/// server) in one process with one identity, so agents (`system:nodes`) may also read what the network
+/// programmer and the DNS server watch.
+fn keel_roles() -> Vec<Value> {
+    let meta = |name: &str| {
+        json!({"name": name, "labels": {"app.kubernetes.io/managed-by": "keel"},
+               "annotations": {AUTOUPDATE: "true"}})
+    };
+    vec![
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta(AGENT_NETWORK),
+            "rules": [
+                {"apiGroups": [""], "resources": ["services", "endpoints", "namespaces", "nodes", "pods"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]}
+            ]
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": meta(AGENT_NETWORK),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": AGENT_NETWORK},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}]
+        }),
+    ]
+}
+
+/// The name of keel's role and binding for agents' network duties.
+pub const AGENT_NETWORK: &str = "keel:agent-network";
+
 /// Creates what is missing and completes `autoupdate` roles; `Ok` once everything is in place.
 pub async fn ensure(storage: &Storage) -> Result<(), ApiError> {
     let wanted = bootstrap::cluster_roles()
         .into_iter()
+        .chain(keel_roles())
         .chain(bootstrap::roles())
         .chain(bootstrap::cluster_role_bindings())
         .chain(bootstrap::role_bindings());
@@ -99,8 +129,11 @@ pub async fn run(state: Arc<KubeState>) {
     loop {
         match ensure(&state.storage).await {
             Ok(()) => {
-                state.rbac_ready.store(true, Ordering::Release);
-                return;
+                // Read what was just written before saying so, so no request waits on the watch.
+                if state.authz.rbac.reload(&state.storage).is_ok() {
+                    state.rbac_ready.store(true, Ordering::Release);
+                    return;
+                }
             }
             Err(e) => debug!(error = %e, "creating the default RBAC roles failed; retrying"),
         }
