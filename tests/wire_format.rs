@@ -346,13 +346,12 @@ fn a_pod_with_every_default_and_admission_effect() {
 #[test]
 fn a_node_with_its_zero_status() {
     let c = cluster();
-    // The not-ready NoSchedule taint is sent, as upstream's TaintNodesByCondition admission would add
-    // it to a new Node (keel does not add it).
+    // No taint is sent: the TaintNodesByCondition admission adds the not-ready NoSchedule one.
     let (code, body) = send(
         c,
         "POST",
         "/api/v1/nodes",
-        r#"{"apiVersion":"v1","kind":"Node","metadata":{"name":"wire-node"},"spec":{"taints":[{"key":"node.kubernetes.io/not-ready","effect":"NoSchedule"}]}}"#,
+        r#"{"apiVersion":"v1","kind":"Node","metadata":{"name":"wire-node"}}"#,
     );
     send(c, "DELETE", "/api/v1/nodes/wire-node", "");
     assert_eq!(code, 201, "{body}");
@@ -599,6 +598,54 @@ fn a_lease_with_its_micro_times_in_utc() {
             r#""spec":{}}"#,
             "\n"
         )
+    );
+}
+
+#[test]
+fn times_go_cannot_parse_are_refused_as_upstream() {
+    let c = cluster();
+    // A MicroTime needs exactly six fraction digits (apimachinery's RFC3339Micro layout).
+    let (code, body) = send(
+        c,
+        "POST",
+        "/apis/coordination.k8s.io/v1/namespaces/wire/leases",
+        r#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l-bad"},"spec":{"renewTime":"2024-01-01T00:00:00Z"}}"#,
+    );
+    assert_eq!(
+        (code, body.as_str()),
+        (
+            400,
+            concat!(
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","#,
+                r#""message":"Lease in version \"v1\" cannot be handled as a Lease: parsing time \"2024-01-01T00:00:00Z\" "#,
+                r#"as \"2006-01-02T15:04:05.000000Z07:00\": cannot parse \"Z\" as \".000000\"","#,
+                r#""reason":"BadRequest","code":400}"#,
+                "\n"
+            )
+        )
+    );
+    // A Time is RFC 3339: a fraction is accepted (and cut when written), a date alone is not.
+    let (code, body) = send(
+        c,
+        "POST",
+        "/api/v1/namespaces/wire/events",
+        r#"{"apiVersion":"v1","kind":"Event","metadata":{"name":"ev-bad"},"involvedObject":{"kind":"ConfigMap","namespace":"wire","name":"c"},"firstTimestamp":"2024-05-01"}"#,
+    );
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body.contains(r#""message":"Event in version \"v1\" cannot be handled as a Event: parsing time \"2024-05-01\" as \"2006-01-02T15:04:05Z07:00\": cannot parse \"\" as \"T\"""#),
+        "{body}"
+    );
+    let (code, body) = send(
+        c,
+        "POST",
+        "/api/v1/namespaces/wire/events",
+        r#"{"apiVersion":"v1","kind":"Event","metadata":{"name":"ev-frac"},"involvedObject":{"kind":"ConfigMap","namespace":"wire","name":"c"},"firstTimestamp":"2024-05-01T10:00:00.75+02:00"}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    assert!(
+        body.contains(r#""firstTimestamp":"2024-05-01T08:00:00Z""#),
+        "{body}"
     );
 }
 

@@ -296,6 +296,8 @@ pub async fn create_object(
         let shape = Shape::of_kind(&sdef.api_version(), &sdef.kind);
         managed::record_create(&mut obj, shape, o, sdef.status);
     }
+    // Mutating admission runs after the field manager, as upstream's.
+    crate::admission::node_taint::admit_create(sdef, &mut obj);
     let name = object::name(&obj).to_string();
     validate::invalid(def, &name, validate::object(sdef, &obj))?;
     priority::validate_write(&call.state.storage, sdef, &obj, false).await?;
