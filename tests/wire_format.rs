@@ -987,3 +987,165 @@ fn a_crd_as_created_and_a_custom_resource_with_sorted_keys() {
         )
     );
 }
+
+/// POSTs `body` to `path`, expects 201 and returns the body masked, without managedFields.
+fn created(path: &str, body: &str) -> String {
+    let (code, out) = send(cluster(), "POST", path, body);
+    assert_eq!(code, 201, "{out}");
+    without_managed_fields(&masked(&out))
+}
+
+/// The metadata of a created object named `name` in the `wire` namespace (`generation`: its kind counts
+/// generations).
+fn meta(name: &str, generation: bool) -> String {
+    format!(
+        r#""metadata":{{"name":"{name}","namespace":"wire","uid":"<uid>","resourceVersion":"<resourceVersion>",{}"creationTimestamp":"<creationTimestamp>"}}"#,
+        if generation { r#""generation":1,"# } else { "" }
+    )
+}
+
+#[test]
+fn a_secret_with_string_data_merged_and_its_default_type() {
+    // In `default`: the list test owns the secrets of `wire`.
+    let body = created(
+        "/api/v1/namespaces/default/secrets",
+        r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"wire-merged"},"stringData":{"b":"b"},"data":{"a":"YQ=="}}"#,
+    );
+    send(
+        cluster(),
+        "DELETE",
+        "/api/v1/namespaces/default/secrets/wire-merged",
+        "",
+    );
+    assert_eq!(
+        body,
+        format!(
+            r#"{{"kind":"Secret","apiVersion":"v1",{},"data":{{"a":"YQ==","b":"Yg=="}},"type":"Opaque"}}{}"#,
+            meta("wire-merged", false).replace(r#""namespace":"wire""#, r#""namespace":"default""#),
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn a_service_account_in_field_order() {
+    let body = created(
+        "/api/v1/namespaces/wire/serviceaccounts",
+        r#"{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"sa"},"automountServiceAccountToken":false,"imagePullSecrets":[{"name":"reg"}]}"#,
+    );
+    assert_eq!(
+        body,
+        format!(
+            r#"{{"kind":"ServiceAccount","apiVersion":"v1",{},"imagePullSecrets":[{{"name":"reg"}}],"automountServiceAccountToken":false}}{}"#,
+            meta("sa", false),
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn endpoints_repacked_with_their_port_protocol() {
+    // Addresses come back sorted by IP, an address given twice once, ports defaulted to TCP, and a
+    // subset without addresses is gone (upstream's RepackSubsets on every write).
+    let body = created(
+        "/api/v1/namespaces/wire/endpoints",
+        r#"{"apiVersion":"v1","kind":"Endpoints","metadata":{"name":"ep"},"subsets":[{"addresses":[{"ip":"10.1.0.2"},{"ip":"10.1.0.1","nodeName":"n1"}],"ports":[{"name":"http","port":80}]},{"addresses":[{"ip":"10.1.0.2"}],"ports":[{"name":"http","port":80}]},{"ports":[{"port":9}]}]}"#,
+    );
+    assert_eq!(
+        body,
+        format!(
+            concat!(
+                r#"{{"kind":"Endpoints","apiVersion":"v1",{},"subsets":[{{"addresses":[{{"ip":"10.1.0.1","nodeName":"n1"}},"#,
+                r#"{{"ip":"10.1.0.2"}}],"ports":[{{"name":"http","port":80,"protocol":"TCP"}}]}}]}}{}"#
+            ),
+            meta("ep", false),
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn a_network_policy_with_its_policy_types_and_port_protocol() {
+    let body = created(
+        "/apis/networking.k8s.io/v1/namespaces/wire/networkpolicies",
+        r#"{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy","metadata":{"name":"np"},"spec":{"egress":[{"ports":[{"port":53}]}],"podSelector":{}}}"#,
+    );
+    assert_eq!(
+        body,
+        format!(
+            concat!(
+                r#"{{"kind":"NetworkPolicy","apiVersion":"networking.k8s.io/v1",{},"#,
+                r#""spec":{{"podSelector":{{}},"egress":[{{"ports":[{{"protocol":"TCP","port":53}}]}}],"policyTypes":["Ingress","Egress"]}}}}{}"#
+            ),
+            meta("np", true),
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn a_replicaset_with_its_defaults_and_zero_status() {
+    let body = created(
+        "/apis/apps/v1/namespaces/wire/replicasets",
+        &format!(
+            r#"{{"apiVersion":"apps/v1","kind":"ReplicaSet","metadata":{{"name":"rs"}},"spec":{{"replicas":0,"selector":{{"matchLabels":{{"app":"rs"}}}},"template":{{"metadata":{{"labels":{{"app":"rs"}}}},"spec":{{"containers":[{PAUSE}]}}}}}}}}"#
+        ),
+    );
+    assert_eq!(
+        body,
+        format!(
+            concat!(
+                r#"{{"kind":"ReplicaSet","apiVersion":"apps/v1",{},"spec":{{"replicas":0,"selector":{{"matchLabels":{{"app":"rs"}}}},"#,
+                r#""template":{{"metadata":{{"creationTimestamp":null,"labels":{{"app":"rs"}}}},"spec":{}}}}},"status":{{"replicas":0}}}}{}"#
+            ),
+            meta("rs", true),
+            defaulted_pod_spec("Always"),
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn a_controller_revision_with_its_raw_data() {
+    let body = created(
+        "/apis/apps/v1/namespaces/wire/controllerrevisions",
+        r#"{"apiVersion":"apps/v1","kind":"ControllerRevision","metadata":{"name":"cr"},"revision":3,"data":{"a":{"b":1}}}"#,
+    );
+    assert_eq!(
+        body,
+        format!(
+            r#"{{"kind":"ControllerRevision","apiVersion":"apps/v1",{},"data":{{"a":{{"b":1}}}},"revision":3}}{}"#,
+            meta("cr", false),
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn a_cluster_role_binding_with_its_defaulted_api_groups() {
+    let c = cluster();
+    let (code, body) = send(
+        c,
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        r#"{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRoleBinding","metadata":{"name":"wire-crb"},"roleRef":{"kind":"ClusterRole","name":"wire-nothing"},"subjects":[{"kind":"User","name":"wire-user"},{"kind":"ServiceAccount","name":"sa","namespace":"wire"}]}"#,
+    );
+    send(
+        c,
+        "DELETE",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/wire-crb",
+        "",
+    );
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        without_managed_fields(&masked(&body)),
+        concat!(
+            r#"{"kind":"ClusterRoleBinding","apiVersion":"rbac.authorization.k8s.io/v1","metadata":{"name":"wire-crb","#,
+            r#""uid":"<uid>","resourceVersion":"<resourceVersion>","creationTimestamp":"<creationTimestamp>"},"#,
+            r#""subjects":[{"kind":"User","apiGroup":"rbac.authorization.k8s.io","name":"wire-user"},"#,
+            r#"{"kind":"ServiceAccount","name":"sa","namespace":"wire"}],"#,
+            r#""roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"wire-nothing"}}"#,
+            "\n"
+        )
+    );
+}
