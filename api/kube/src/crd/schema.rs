@@ -96,8 +96,21 @@ fn node(s: &JSONSchemaProps, at: &str, specified: bool, causes: &mut Vec<Cause>)
             TYPES,
         ));
     }
-    // x-kubernetes-int-or-string stands in for a type (upstream has no rule against one being set too).
-    if t.is_empty() && specified && !int_or_string(s) && !preserves(s) {
+    // An embedded resource must be an object; otherwise x-kubernetes-int-or-string or keeping unknown
+    // fields stand in for a type (upstream has no rule against a type being set too).
+    if embedded(s) && t != "object" {
+        let field = format!("{at}.type");
+        let rule = "must be object if x-kubernetes-embedded-resource is true";
+        causes.push(if t.is_empty() {
+            Cause {
+                reason: "FieldValueRequired",
+                message: format!("Required value: {rule}"),
+                field,
+            }
+        } else {
+            Cause::invalid(&field, &json!(t), rule)
+        });
+    } else if t.is_empty() && specified && !int_or_string(s) && !preserves(s) {
         causes.push(Cause {
             reason: "FieldValueRequired",
             message: "Required value: must not be empty for specified object fields".into(),
@@ -136,7 +149,11 @@ fn node(s: &JSONSchemaProps, at: &str, specified: bool, causes: &mut Vec<Cause>)
         ));
     }
     if t == "array" && s.items.is_none() {
-        causes.push(Cause::required(&format!("{at}.items")));
+        causes.push(Cause {
+            reason: "FieldValueRequired",
+            message: "Required value: must be specified".into(),
+            field: format!("{at}.items"),
+        });
     }
     if matches!(s.items, Some(JSONSchemaPropsOrArray::Schemas(_))) {
         causes.push(Cause::forbidden(
@@ -144,12 +161,19 @@ fn node(s: &JSONSchemaProps, at: &str, specified: bool, causes: &mut Vec<Cause>)
             "items must be a schema object and not an array",
         ));
     }
-    if embedded(s) && t != "object" {
-        causes.push(Cause::invalid(
-            &format!("{at}.type"),
-            &json!(t),
-            "must be object if x-kubernetes-embedded-resource is true",
-        ));
+    if int_or_string(s) {
+        for (ext, set) in [
+            ("x-kubernetes-preserve-unknown-fields", preserves(s)),
+            ("x-kubernetes-embedded-resource", embedded(s)),
+        ] {
+            if set {
+                causes.push(Cause::invalid(
+                    &format!("{at}.{ext}"),
+                    &json!(true),
+                    "must be false if x-kubernetes-int-or-string is true",
+                ));
+            }
+        }
     }
     if s.x_kubernetes_validations
         .as_ref()
@@ -391,6 +415,26 @@ mod tests {
                 "x.properties[c].anyOf[1].type: Forbidden: must be empty to be structural",
                 "x.properties[d].oneOf[0].default: Forbidden: must be undefined to be structural",
                 "x.properties[d].oneOf[0].description: Forbidden: must be empty to be structural",
+            ]
+        );
+    }
+
+    #[test]
+    fn extension_rules_as_upstream() {
+        let s = schema(json!({"type": "object", "properties": {
+            "a": {"x-kubernetes-int-or-string": true, "x-kubernetes-preserve-unknown-fields": true},
+            "e": {"x-kubernetes-embedded-resource": true, "x-kubernetes-preserve-unknown-fields": true},
+            "l": {"type": "array"}}}));
+        let got: Vec<String> = check(&s, "x")
+            .into_iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                "x.properties[a].x-kubernetes-preserve-unknown-fields: Invalid value: true: must be false if x-kubernetes-int-or-string is true",
+                "x.properties[e].type: Required value: must be object if x-kubernetes-embedded-resource is true",
+                "x.properties[l].items: Required value: must be specified",
             ]
         );
     }
