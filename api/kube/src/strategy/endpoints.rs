@@ -48,12 +48,15 @@ fn address_order(a: &Value, b: &Value) -> std::cmp::Ordering {
     })
 }
 
+/// Which addresses (by index) offer a port, and whether each is ready there.
+type Offering = Vec<(usize, bool)>;
+
 /// The canonical subsets of `subsets`.
 fn repack(subsets: &[Value]) -> Vec<Value> {
     // Every address once, as first given.
     let mut addresses: Vec<((String, String), Value)> = Vec::new();
     // Each port with the readiness of each address offering it, in the order ports were first given.
-    let mut ports: Vec<(Value, Vec<(usize, bool)>)> = Vec::new();
+    let mut ports: Vec<(Value, Offering)> = Vec::new();
     for subset in subsets {
         let list = |field: &str| -> Vec<Value> {
             subset
@@ -99,7 +102,7 @@ fn repack(subsets: &[Value]) -> Vec<Value> {
         }
     }
     // Ports offered by the same addresses with the same readiness share a subset.
-    let mut groups: Vec<(Vec<(usize, bool)>, Vec<Value>)> = Vec::new();
+    let mut groups: Vec<(Offering, Vec<Value>)> = Vec::new();
     for (port, mut set) in ports {
         set.sort();
         let port: Vec<Value> = Some(port).filter(|p| !p.is_null()).into_iter().collect();
