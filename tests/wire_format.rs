@@ -1149,3 +1149,47 @@ fn a_cluster_role_binding_with_its_defaulted_api_groups() {
         )
     );
 }
+
+/// The `managedFields` array of a body, as written.
+fn managed_fields(text: &str) -> String {
+    let start = text.find("\"managedFields\":[").unwrap() + "\"managedFields\":".len();
+    let mut depth = 0;
+    for (i, ch) in text[start..].char_indices() {
+        match ch {
+            '[' | '{' => depth += 1,
+            ']' | '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return text[start..start + i + 1].to_string();
+                }
+            }
+            _ => {}
+        }
+    }
+    panic!("unterminated managedFields in {text}")
+}
+
+#[test]
+fn a_pods_managed_fields_hold_what_was_sent_and_defaulted_not_what_admission_added() {
+    // Upstream's field manager runs after decoding and defaulting, before mutating admission: the
+    // service account, the default tolerations, the priority and the status are nobody's fields.
+    let (code, body) = send(
+        cluster(),
+        "POST",
+        "/api/v1/namespaces/wire/pods?fieldManager=wire-test",
+        &format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"p-fields"}},"spec":{{"automountServiceAccountToken":false,"containers":[{PAUSE}]}}}}"#
+        ),
+    );
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        mask(&managed_fields(&body), &["time"]),
+        concat!(
+            r#"[{"manager":"wire-test","operation":"Update","apiVersion":"v1","time":"<time>","fieldsType":"FieldsV1","#,
+            r#""fieldsV1":{"f:spec":{"f:automountServiceAccountToken":{},"f:containers":{"k:{\"name\":\"c\"}":{".":{},"#,
+            r#""f:image":{},"f:imagePullPolicy":{},"f:name":{},"f:resources":{},"f:terminationMessagePath":{},"#,
+            r#""f:terminationMessagePolicy":{}}},"f:dnsPolicy":{},"f:enableServiceLinks":{},"f:restartPolicy":{},"#,
+            r#""f:schedulerName":{},"f:securityContext":{},"f:terminationGracePeriodSeconds":{}}}}]"#
+        )
+    );
+}
