@@ -73,6 +73,7 @@ KINDS = [
     ("autoscaling/v1", "Scale", "k8s.io/api/autoscaling/v1"),
     ("coordination.k8s.io/v1", "Lease", "k8s.io/api/coordination/v1"),
     ("discovery.k8s.io/v1", "EndpointSlice", "k8s.io/api/discovery/v1"),
+    ("networking.k8s.io/v1", "NetworkPolicy", "k8s.io/api/networking/v1"),
     ("events.k8s.io/v1", "Event", "k8s.io/api/events/v1"),
     ("policy/v1", "PodDisruptionBudget", "k8s.io/api/policy/v1"),
     ("policy/v1", "Eviction", "k8s.io/api/policy/v1"),

@@ -51,6 +51,17 @@ fn discovery_version_and_explain() {
     );
     let explain = c.ok(0, &["explain", "deployment.spec.replicas"]);
     assert!(explain.contains("Number of desired pods"), "{explain}");
+    // Every kind's list is in the v2 document too, as the list operation's answer.
+    let v2: Value = serde_json::from_str(&c.ok(0, &["get", "--raw", "/openapi/v2"])).unwrap();
+    let pod_list = &v2["definitions"]["io.k8s.api.core.v1.PodList"];
+    assert_eq!(
+        pod_list["properties"]["items"]["items"]["$ref"], "#/definitions/io.k8s.api.core.v1.Pod",
+        "{pod_list}"
+    );
+    assert_eq!(
+        pod_list["x-kubernetes-group-version-kind"][0]["kind"],
+        "PodList"
+    );
     assert_eq!(c.ok(0, &["get", "--raw", "/healthz"]).trim(), "ok");
     let ns = c.ok(0, &["get", "namespaces", "-o", "name"]);
     for n in ["default", "kube-system", "kube-public", "kube-node-lease"] {

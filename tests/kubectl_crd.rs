@@ -587,6 +587,67 @@ spec:
         let r = c.kubectl(0, &["get", "crd", "knobs.example.com"]);
         !r.ok && r.stderr.contains("NotFound")
     });
+
+    // x-kubernetes-int-or-string may spell out its two types under anyOf (as controller-gen writes
+    // it): a structural schema upstream, so the CRD is accepted and its field takes both.
+    let int_or_string = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: dials.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: dials, kind: Dial}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              port:
+                x-kubernetes-int-or-string: true
+                anyOf:
+                - type: integer
+                - type: string
+"#;
+    let out = c.ok_stdin(0, &["apply", "-f", "-"], Some(int_or_string));
+    assert!(out.contains("dials.example.com created"), "{out}");
+    c.ok(
+        0,
+        &[
+            "wait",
+            "--for",
+            "condition=established",
+            "--timeout=30s",
+            "crd/dials.example.com",
+        ],
+    );
+    for (name, port) in [("by-number", "8080"), ("by-name", "http")] {
+        c.ok_stdin(
+            0,
+            &["apply", "-f", "-"],
+            Some(&format!(
+                "apiVersion: example.com/v1\nkind: Dial\nmetadata: {{name: {name}}}\nspec: {{port: {port}}}\n"
+            )),
+        );
+    }
+    let got = c.ok(0, &["get", "dials", "-o", "jsonpath={.items[*].spec.port}"]);
+    assert_eq!(got, "http 8080");
+    let e = c.err_stdin(
+        0,
+        &["apply", "-f", "-"],
+        Some("apiVersion: example.com/v1\nkind: Dial\nmetadata: {name: by-flag}\nspec: {port: true}\n"),
+    );
+    assert!(
+        e.contains(r#"spec.port: Invalid value: "boolean": spec.port in body must be of type integer,string: "boolean""#),
+        "{e}"
+    );
 }
 
 #[test]

@@ -234,6 +234,52 @@ fn a_too_large_pod_waits_until_a_big_enough_node_comes() {
 }
 
 #[test]
+fn a_node_that_is_not_ready_takes_no_pods_until_it_is() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let c = cluster();
+    namespace(c, "sched-ready");
+    // Every new Node carries the not-ready NoSchedule taint from admission (a node without conditions
+    // loses it at once, as upstream's); with Ready=False the node-lifecycle controller keeps it on, and
+    // the pod's FailedScheduling names it, as upstream's.
+    make_node(c, "ready-1", "4", "8Gi", json!({}), json!([]));
+    rt().block_on(async {
+        let nodes: Api<Node> = Api::all(c.client(0).await);
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let not_ready = json!({"status": {"conditions": [{"type": "Ready", "status": "False",
+            "reason": "KubeletNotReady", "message": "starting", "lastHeartbeatTime": now,
+            "lastTransitionTime": now}]}});
+        nodes
+            .patch_status(
+                "ready-1",
+                &PatchParams::default(),
+                &Patch::Merge(&not_ready),
+            )
+            .await
+            .unwrap();
+    });
+    pod(c, "sched-ready", "waiting", "100m", "");
+    wait_failed_scheduling(
+        c,
+        "sched-ready",
+        "waiting",
+        "0/1 nodes are available: 1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }. \
+         preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.",
+    );
+    assert_eq!(node_of(c, "sched-ready", "waiting"), "");
+    // Ready: the controller takes the taint off and the pod is placed.
+    let beat = Heartbeat::start(c, "ready-1");
+    assert_eq!(wait_bound(c, "sched-ready", "waiting"), "ready-1");
+    let taints = c.ok(
+        0,
+        &["get", "node", "ready-1", "-o", "jsonpath={.spec.taints}"],
+    );
+    assert!(!taints.contains("not-ready"), "{taints}");
+    beat.stop();
+    let _ = c.kubectl(0, &["delete", "node", "ready-1", "--wait=false"]);
+    c.ok(0, &["delete", "namespace", "sched-ready", "--wait=false"]);
+}
+
+#[test]
 fn every_pod_of_a_deployment_gets_a_node() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let c = cluster();

@@ -346,13 +346,12 @@ fn a_pod_with_every_default_and_admission_effect() {
 #[test]
 fn a_node_with_its_zero_status() {
     let c = cluster();
-    // The not-ready NoSchedule taint is sent, as upstream's TaintNodesByCondition admission would add
-    // it to a new Node (keel does not add it).
+    // No taint is sent: the TaintNodesByCondition admission adds the not-ready NoSchedule one.
     let (code, body) = send(
         c,
         "POST",
         "/api/v1/nodes",
-        r#"{"apiVersion":"v1","kind":"Node","metadata":{"name":"wire-node"},"spec":{"taints":[{"key":"node.kubernetes.io/not-ready","effect":"NoSchedule"}]}}"#,
+        r#"{"apiVersion":"v1","kind":"Node","metadata":{"name":"wire-node"}}"#,
     );
     send(c, "DELETE", "/api/v1/nodes/wire-node", "");
     assert_eq!(code, 201, "{body}");
@@ -599,6 +598,54 @@ fn a_lease_with_its_micro_times_in_utc() {
             r#""spec":{}}"#,
             "\n"
         )
+    );
+}
+
+#[test]
+fn times_go_cannot_parse_are_refused_as_upstream() {
+    let c = cluster();
+    // A MicroTime needs exactly six fraction digits (apimachinery's RFC3339Micro layout).
+    let (code, body) = send(
+        c,
+        "POST",
+        "/apis/coordination.k8s.io/v1/namespaces/wire/leases",
+        r#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"l-bad"},"spec":{"renewTime":"2024-01-01T00:00:00Z"}}"#,
+    );
+    assert_eq!(
+        (code, body.as_str()),
+        (
+            400,
+            concat!(
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","#,
+                r#""message":"Lease in version \"v1\" cannot be handled as a Lease: parsing time \"2024-01-01T00:00:00Z\" "#,
+                r#"as \"2006-01-02T15:04:05.000000Z07:00\": cannot parse \"Z\" as \".000000\"","#,
+                r#""reason":"BadRequest","code":400}"#,
+                "\n"
+            )
+        )
+    );
+    // A Time is RFC 3339: a fraction is accepted (and cut when written), a date alone is not.
+    let (code, body) = send(
+        c,
+        "POST",
+        "/api/v1/namespaces/wire/events",
+        r#"{"apiVersion":"v1","kind":"Event","metadata":{"name":"ev-bad"},"involvedObject":{"kind":"ConfigMap","namespace":"wire","name":"c"},"firstTimestamp":"2024-05-01"}"#,
+    );
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body.contains(r#""message":"Event in version \"v1\" cannot be handled as a Event: parsing time \"2024-05-01\" as \"2006-01-02T15:04:05Z07:00\": cannot parse \"\" as \"T\"""#),
+        "{body}"
+    );
+    let (code, body) = send(
+        c,
+        "POST",
+        "/api/v1/namespaces/wire/events",
+        r#"{"apiVersion":"v1","kind":"Event","metadata":{"name":"ev-frac"},"involvedObject":{"kind":"ConfigMap","namespace":"wire","name":"c"},"firstTimestamp":"2024-05-01T10:00:00.75+02:00"}"#,
+    );
+    assert_eq!(code, 201, "{body}");
+    assert!(
+        body.contains(r#""firstTimestamp":"2024-05-01T08:00:00Z""#),
+        "{body}"
     );
 }
 
@@ -937,6 +984,212 @@ fn a_crd_as_created_and_a_custom_resource_with_sorted_keys() {
             r#""generation":1,"name":"w1","namespace":"wire","resourceVersion":"<resourceVersion>","uid":"<uid>"},"#,
             r#""spec":{"b":{"a":[true,null,"x"],"z":1},"ratio":1.5,"size":3,"whole":2}}"#,
             "\n"
+        )
+    );
+}
+
+/// POSTs `body` to `path`, expects 201 and returns the body masked, without managedFields.
+fn created(path: &str, body: &str) -> String {
+    let (code, out) = send(cluster(), "POST", path, body);
+    assert_eq!(code, 201, "{out}");
+    without_managed_fields(&masked(&out))
+}
+
+/// The metadata of a created object named `name` in the `wire` namespace (`generation`: its kind counts
+/// generations).
+fn meta(name: &str, generation: bool) -> String {
+    format!(
+        r#""metadata":{{"name":"{name}","namespace":"wire","uid":"<uid>","resourceVersion":"<resourceVersion>",{}"creationTimestamp":"<creationTimestamp>"}}"#,
+        if generation { r#""generation":1,"# } else { "" }
+    )
+}
+
+#[test]
+fn a_secret_with_string_data_merged_and_its_default_type() {
+    // In `default`: the list test owns the secrets of `wire`.
+    let body = created(
+        "/api/v1/namespaces/default/secrets",
+        r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"wire-merged"},"stringData":{"b":"b"},"data":{"a":"YQ=="}}"#,
+    );
+    send(
+        cluster(),
+        "DELETE",
+        "/api/v1/namespaces/default/secrets/wire-merged",
+        "",
+    );
+    assert_eq!(
+        body,
+        format!(
+            r#"{{"kind":"Secret","apiVersion":"v1",{},"data":{{"a":"YQ==","b":"Yg=="}},"type":"Opaque"}}{}"#,
+            meta("wire-merged", false).replace(r#""namespace":"wire""#, r#""namespace":"default""#),
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn a_service_account_in_field_order() {
+    let body = created(
+        "/api/v1/namespaces/wire/serviceaccounts",
+        r#"{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"sa"},"automountServiceAccountToken":false,"imagePullSecrets":[{"name":"reg"}]}"#,
+    );
+    assert_eq!(
+        body,
+        format!(
+            r#"{{"kind":"ServiceAccount","apiVersion":"v1",{},"imagePullSecrets":[{{"name":"reg"}}],"automountServiceAccountToken":false}}{}"#,
+            meta("sa", false),
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn endpoints_repacked_with_their_port_protocol() {
+    // Addresses come back sorted by IP, an address given twice once, ports defaulted to TCP, and a
+    // subset without addresses is gone (upstream's RepackSubsets on every write).
+    let body = created(
+        "/api/v1/namespaces/wire/endpoints",
+        r#"{"apiVersion":"v1","kind":"Endpoints","metadata":{"name":"ep"},"subsets":[{"addresses":[{"ip":"10.1.0.2"},{"ip":"10.1.0.1","nodeName":"n1"}],"ports":[{"name":"http","port":80}]},{"addresses":[{"ip":"10.1.0.2"}],"ports":[{"name":"http","port":80}]},{"ports":[{"port":9}]}]}"#,
+    );
+    assert_eq!(
+        body,
+        format!(
+            concat!(
+                r#"{{"kind":"Endpoints","apiVersion":"v1",{},"subsets":[{{"addresses":[{{"ip":"10.1.0.1","nodeName":"n1"}},"#,
+                r#"{{"ip":"10.1.0.2"}}],"ports":[{{"name":"http","port":80,"protocol":"TCP"}}]}}]}}{}"#
+            ),
+            meta("ep", false),
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn a_network_policy_with_its_policy_types_and_port_protocol() {
+    let body = created(
+        "/apis/networking.k8s.io/v1/namespaces/wire/networkpolicies",
+        r#"{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy","metadata":{"name":"np"},"spec":{"egress":[{"ports":[{"port":53}]}],"podSelector":{}}}"#,
+    );
+    assert_eq!(
+        body,
+        format!(
+            concat!(
+                r#"{{"kind":"NetworkPolicy","apiVersion":"networking.k8s.io/v1",{},"#,
+                r#""spec":{{"podSelector":{{}},"egress":[{{"ports":[{{"protocol":"TCP","port":53}}]}}],"policyTypes":["Ingress","Egress"]}}}}{}"#
+            ),
+            meta("np", true),
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn a_replicaset_with_its_defaults_and_zero_status() {
+    let body = created(
+        "/apis/apps/v1/namespaces/wire/replicasets",
+        &format!(
+            r#"{{"apiVersion":"apps/v1","kind":"ReplicaSet","metadata":{{"name":"rs"}},"spec":{{"replicas":0,"selector":{{"matchLabels":{{"app":"rs"}}}},"template":{{"metadata":{{"labels":{{"app":"rs"}}}},"spec":{{"containers":[{PAUSE}]}}}}}}}}"#
+        ),
+    );
+    assert_eq!(
+        body,
+        format!(
+            concat!(
+                r#"{{"kind":"ReplicaSet","apiVersion":"apps/v1",{},"spec":{{"replicas":0,"selector":{{"matchLabels":{{"app":"rs"}}}},"#,
+                r#""template":{{"metadata":{{"creationTimestamp":null,"labels":{{"app":"rs"}}}},"spec":{}}}}},"status":{{"replicas":0}}}}{}"#
+            ),
+            meta("rs", true),
+            defaulted_pod_spec("Always"),
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn a_controller_revision_with_its_raw_data() {
+    let body = created(
+        "/apis/apps/v1/namespaces/wire/controllerrevisions",
+        r#"{"apiVersion":"apps/v1","kind":"ControllerRevision","metadata":{"name":"cr"},"revision":3,"data":{"a":{"b":1}}}"#,
+    );
+    assert_eq!(
+        body,
+        format!(
+            r#"{{"kind":"ControllerRevision","apiVersion":"apps/v1",{},"data":{{"a":{{"b":1}}}},"revision":3}}{}"#,
+            meta("cr", false),
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn a_cluster_role_binding_with_its_defaulted_api_groups() {
+    let c = cluster();
+    let (code, body) = send(
+        c,
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        r#"{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRoleBinding","metadata":{"name":"wire-crb"},"roleRef":{"kind":"ClusterRole","name":"wire-nothing"},"subjects":[{"kind":"User","name":"wire-user"},{"kind":"ServiceAccount","name":"sa","namespace":"wire"}]}"#,
+    );
+    send(
+        c,
+        "DELETE",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/wire-crb",
+        "",
+    );
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        without_managed_fields(&masked(&body)),
+        concat!(
+            r#"{"kind":"ClusterRoleBinding","apiVersion":"rbac.authorization.k8s.io/v1","metadata":{"name":"wire-crb","#,
+            r#""uid":"<uid>","resourceVersion":"<resourceVersion>","creationTimestamp":"<creationTimestamp>"},"#,
+            r#""subjects":[{"kind":"User","apiGroup":"rbac.authorization.k8s.io","name":"wire-user"},"#,
+            r#"{"kind":"ServiceAccount","name":"sa","namespace":"wire"}],"#,
+            r#""roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"wire-nothing"}}"#,
+            "\n"
+        )
+    );
+}
+
+/// The `managedFields` array of a body, as written.
+fn managed_fields(text: &str) -> String {
+    let start = text.find("\"managedFields\":[").unwrap() + "\"managedFields\":".len();
+    let mut depth = 0;
+    for (i, ch) in text[start..].char_indices() {
+        match ch {
+            '[' | '{' => depth += 1,
+            ']' | '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return text[start..start + i + 1].to_string();
+                }
+            }
+            _ => {}
+        }
+    }
+    panic!("unterminated managedFields in {text}")
+}
+
+#[test]
+fn a_pods_managed_fields_hold_what_was_sent_and_defaulted_not_what_admission_added() {
+    // Upstream's field manager runs after decoding and defaulting, before mutating admission: the
+    // service account, the default tolerations, the priority and the status are nobody's fields.
+    let (code, body) = send(
+        cluster(),
+        "POST",
+        "/api/v1/namespaces/wire/pods?fieldManager=wire-test",
+        &format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"p-fields"}},"spec":{{"automountServiceAccountToken":false,"containers":[{PAUSE}]}}}}"#
+        ),
+    );
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        mask(&managed_fields(&body), &["time"]),
+        concat!(
+            r#"[{"manager":"wire-test","operation":"Update","apiVersion":"v1","time":"<time>","fieldsType":"FieldsV1","#,
+            r#""fieldsV1":{"f:spec":{"f:automountServiceAccountToken":{},"f:containers":{"k:{\"name\":\"c\"}":{".":{},"#,
+            r#""f:image":{},"f:imagePullPolicy":{},"f:name":{},"f:resources":{},"f:terminationMessagePath":{},"#,
+            r#""f:terminationMessagePolicy":{}}},"f:dnsPolicy":{},"f:enableServiceLinks":{},"f:restartPolicy":{},"#,
+            r#""f:schedulerName":{},"f:securityContext":{},"f:terminationGracePeriodSeconds":{}}}}]"#
         )
     );
 }

@@ -44,7 +44,10 @@ impl Heartbeat {
                 let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
                 let mut told = false;
                 while !flag.load(Ordering::SeqCst) {
-                    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+                    // A MicroTime: exactly six fraction digits, or the API server refuses it as upstream's does.
+                    let now = k8s_openapi::jiff::Timestamp::now()
+                        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+                        .to_string();
                     let lease = json!({
                         "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                         "metadata": {"name": node, "namespace": "kube-node-lease"},
@@ -95,7 +98,10 @@ impl Drop for Heartbeat {
 
 /// Posts the node's status as a healthy kubelet does.
 pub async fn post_ready(client: &kube::Client, node: &str) {
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    // A MicroTime: exactly six fraction digits, or the API server refuses it as upstream's does.
+    let now = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string();
     let cond = |ty: &str, status: &str, reason: &str| {
         json!({"type": ty, "status": status, "reason": reason, "message": reason,
                "lastHeartbeatTime": now, "lastTransitionTime": now})

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta};
 use schemars::generate::{SchemaGenerator, SchemaSettings};
 use serde_json::{json, Map, Value};
 
@@ -114,7 +114,12 @@ fn path_params(path: &str) -> Value {
     Value::Array(out)
 }
 
-fn operations(def: &ResourceDef, schema_ref: &str, v3: bool) -> Vec<(String, Value)> {
+fn operations(
+    def: &ResourceDef,
+    schema_ref: &str,
+    list_ref: &str,
+    v3: bool,
+) -> Vec<(String, Value)> {
     let base = if def.group.is_empty() {
         format!("/api/{}", def.version)
     } else {
@@ -154,10 +159,15 @@ fn operations(def: &ResourceDef, schema_ref: &str, v3: bool) -> Vec<(String, Val
             "How the server treats unknown or duplicate fields: Ignore, Warn or Strict.",
         ),
     ];
+    let list_ok = if v3 {
+        json!({"200": {"description": "OK", "content": {"application/json": {"schema": {"$ref": list_ref}}}}})
+    } else {
+        json!({"200": {"description": "OK", "schema": {"$ref": list_ref}}})
+    };
     let op = |action: &str, verb: &str| {
         let mut o = json!({
             "operationId": format!("{verb}{}", def.kind),
-            "responses": ok,
+            "responses": if action == "list" { &list_ok } else { &ok },
             "x-kubernetes-action": action,
             "x-kubernetes-group-version-kind": gvk,
         });
@@ -213,6 +223,7 @@ fn schemas(v3: bool, defs: &[Arc<ResourceDef>]) -> (Map<String, Value>, Vec<(Str
             names.push((n, def));
         }
     }
+    gen.subschema_for::<ListMeta>();
     let mut definitions = gen.take_definitions(true);
     add_merge_metadata(&mut definitions);
     if !v3 {
@@ -247,9 +258,42 @@ fn schemas(v3: bool, defs: &[Arc<ResourceDef>]) -> (Map<String, Value>, Vec<(Str
             let gvk = json!([{"group": def.group, "version": def.version, "kind": def.kind}]);
             s.insert("x-kubernetes-group-version-kind".into(), gvk);
         }
-        paths.extend(operations(def, &format!("{prefix}{name}"), v3));
+        let list_kind = def.list_kind();
+        // `<package>.<Kind>` names its list `<package>.<ListKind>`, built-ins and custom resources alike.
+        let list_name = match name.strip_suffix(def.kind.as_ref()) {
+            Some(package) => format!("{package}{list_kind}"),
+            None => format!("{name}List"),
+        };
+        definitions.insert(
+            list_name.clone(),
+            list_schema(def, &list_kind, &format!("{prefix}{name}"), prefix),
+        );
+        paths.extend(operations(
+            def,
+            &format!("{prefix}{name}"),
+            &format!("{prefix}{list_name}"),
+            v3,
+        ));
     }
     (definitions, paths)
+}
+
+/// The schema of a kind's list, as upstream publishes every `<Kind>List`: `items` (required) of the kind,
+/// `metadata` a ListMeta, `apiVersion` and `kind`, and the list's group-version-kind.
+fn list_schema(def: &ResourceDef, list_kind: &str, item_ref: &str, prefix: &str) -> Value {
+    let list_meta = <ListMeta as schemars::JsonSchema>::schema_name().to_string();
+    json!({
+        "description": format!("{list_kind} is a list of {}", def.kind),
+        "type": "object",
+        "required": ["items"],
+        "properties": {
+            "apiVersion": {"type": "string", "description": "The versioned schema of this representation of an object."},
+            "kind": {"type": "string", "description": "The REST resource this object represents, in CamelCase."},
+            "metadata": {"$ref": format!("{prefix}{list_meta}"), "description": "Standard list metadata."},
+            "items": {"type": "array", "items": {"$ref": item_ref}, "description": format!("List of {}.", def.plural)},
+        },
+        "x-kubernetes-group-version-kind": [{"group": def.group, "version": def.version, "kind": list_kind}],
+    })
 }
 
 /// The schema positions below a schema: properties, items, additionalProperties, allOf.
@@ -635,6 +679,38 @@ mod tests {
             "#/definitions/io.k8s.api.apps.v1.DeploymentSpec"
         );
         assert!(named(props, "spec").all_of.is_empty());
+        // Every served kind has its list, referenced by the list operation.
+        let pod_list = named(&defs, "io.k8s.api.core.v1.PodList");
+        assert_eq!(
+            extension(
+                &pod_list.vendor_extension,
+                "x-kubernetes-group-version-kind"
+            ),
+            json!([{"group": "", "kind": "PodList", "version": "v1"}])
+        );
+        let list_props = &pod_list
+            .properties
+            .as_ref()
+            .expect("properties")
+            .additional_properties;
+        assert_eq!(
+            named(list_props, "items")
+                .items
+                .as_ref()
+                .map(|i| i.schema[0].r#ref.clone()),
+            Some("#/definitions/io.k8s.api.core.v1.Pod".to_string())
+        );
+        assert_eq!(
+            named(list_props, "metadata").r#ref,
+            "#/definitions/io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta"
+        );
+        assert_eq!(pod_list.required, vec!["items".to_string()]);
+        assert_eq!(
+            json["paths"]["/api/v1/namespaces/{namespace}/pods"]["get"]["responses"]["200"]
+                ["schema"]["$ref"],
+            "#/definitions/io.k8s.api.core.v1.PodList"
+        );
+        assert!(json["definitions"]["io.k8s.api.apps.v1.DeploymentList"].is_object());
         let pod_spec = named(&defs, "io.k8s.api.core.v1.PodSpec");
         let containers = named(
             &pod_spec

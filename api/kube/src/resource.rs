@@ -110,9 +110,12 @@ impl ResourceDef {
         }
     }
 
-    /// The Kind of this resource's list.
+    /// The Kind of this resource's list (a CRD's `spec.names.listKind`, else `<Kind>List`).
     pub fn list_kind(&self) -> String {
-        format!("{}List", self.kind)
+        match &self.custom {
+            Some(c) if !c.list_kind.is_empty() => c.list_kind.clone(),
+            _ => format!("{}List", self.kind),
+        }
     }
 
     /// Key prefix of every object of this resource (ends with `/`).

@@ -212,8 +212,11 @@ async fn network() -> Result<()> {
     ip(&["route", "add", "10.96.0.0/12", "dev", "lo"]).await
 }
 
+/// Now as a MicroTime (exactly six fraction digits, as the API server requires).
 fn now() -> String {
-    jiff::Timestamp::now().to_string()
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string()
 }
 
 /// The Node, Ready, with this namespace's address; its Lease renewed until the step ends.

@@ -1,6 +1,7 @@
 //! The node-lifecycle controller: every 5 s it checks when each node was last heard from (Lease or
 //! Ready heartbeat), turns a silent node's conditions Unknown after the grace period, taints nodes by
-//! their conditions (NoSchedule at once, NoExecute at a rate limited per zone), and marks the pods of
+//! their conditions (NoSchedule at once, and also on every change of a node; NoExecute at a rate
+//! limited per zone), and marks the pods of
 //! nodes that are not ready not ready. The taint-eviction controller ([`taint_eviction`]) acts on the
 //! NoExecute taints.
 
@@ -14,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use futures::FutureExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -55,7 +56,7 @@ struct Monitor {
 }
 
 fn start(ctx: &Arc<Context>) -> BoxFuture<'static, ()> {
-    ctx.shared::<Node>();
+    let mut changed = ctx.shared::<Node>().subscribe();
     ctx.shared::<Lease>();
     ctx.shared::<Pod>();
     let ctx = ctx.clone();
@@ -64,11 +65,47 @@ fn start(ctx: &Arc<Context>) -> BoxFuture<'static, ()> {
         let mut tick = tokio::time::interval(NODE_MONITOR_PERIOD);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tick.tick().await;
-            monitor.pass(&ctx).await;
+            tokio::select! {
+                _ = tick.tick() => monitor.pass(&ctx).await,
+                node = changed.next() => match node {
+                    Some(node) => no_schedule_pass(&ctx, &node).await,
+                    None => return,
+                },
+            }
         }
     }
     .boxed()
+}
+
+/// Brings a node's condition NoSchedule taints in line with its conditions as soon as the node is
+/// added or changes (upstream's doNoScheduleTaintingPass, fed by the node informer), so a new node's
+/// not-ready taint from admission comes off the moment it reports Ready, not at the next monitor pass.
+async fn no_schedule_pass(ctx: &Arc<Context>, seen: &Node) {
+    let name = seen.name_any();
+    // The cache may already hold a newer state than the event; a deleted node needs nothing.
+    let Some(node) = ctx.store::<Node>().get(&ObjectRef::new(&name)) else {
+        return;
+    };
+    if node.metadata.deletion_timestamp.is_some() {
+        return;
+    }
+    let current = taints::taints(&node).to_vec();
+    let want = taints::with_condition_taints(&node, current.clone());
+    if want == current {
+        return;
+    }
+    let mut updated = (*node).clone();
+    updated.spec.get_or_insert_with(Default::default).taints = (!want.is_empty()).then_some(want);
+    match ctx
+        .api_all::<Node>()
+        .replace(&name, &PostParams::default(), &updated)
+        .await
+    {
+        Ok(_) => debug!(node = %name, "node NoSchedule taints follow its conditions"),
+        // A newer state of the node is on its way as another event.
+        Err(e) if is_conflict(&e) || is_not_found(&e) => {}
+        Err(e) => debug!(node = %name, error = %e, "updating node NoSchedule taints"),
+    }
 }
 
 impl Monitor {

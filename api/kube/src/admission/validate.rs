@@ -12,10 +12,13 @@ use crate::resource::ResourceDef;
 use crate::selector::LabelSelector;
 use crate::status::{ApiError, Cause, Target};
 
-/// Decodes `obj` as its `k8s-openapi` type; a type mismatch is upstream's 400.
+/// Decodes `obj` as its `k8s-openapi` type; a type mismatch is upstream's 400, and so is a time Go's
+/// decoder cannot parse (checked first: Go's decoder stops at it, while it collects type mismatches).
 pub fn shape(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
     let checked: Result<(), String> = crate::types::with_builtin_type!(def.group, def.kind,
-        T => serde_json::from_value::<T>(obj.clone()).map(|_| ()).map_err(|e| e.to_string()),
+        T => super::times::check(obj).and_then(|()| {
+            serde_json::from_value::<T>(obj.clone()).map(|_| ()).map_err(|e| e.to_string())
+        }),
         _ => Ok(()));
     checked.map_err(|e| {
         ApiError::BadRequest(format!(

@@ -96,15 +96,21 @@ fn node(s: &JSONSchemaProps, at: &str, specified: bool, causes: &mut Vec<Cause>)
             TYPES,
         ));
     }
-    if int_or_string(s) {
-        if !t.is_empty() {
-            causes.push(Cause::invalid(
-                &format!("{at}.type"),
-                &json!(t),
-                "must be empty if x-kubernetes-int-or-string is true",
-            ));
-        }
-    } else if t.is_empty() && specified && !preserves(s) {
+    // An embedded resource must be an object; otherwise x-kubernetes-int-or-string or keeping unknown
+    // fields stand in for a type (upstream has no rule against a type being set too).
+    if embedded(s) && t != "object" {
+        let field = format!("{at}.type");
+        let rule = "must be object if x-kubernetes-embedded-resource is true";
+        causes.push(if t.is_empty() {
+            Cause {
+                reason: "FieldValueRequired",
+                message: format!("Required value: {rule}"),
+                field,
+            }
+        } else {
+            Cause::invalid(&field, &json!(t), rule)
+        });
+    } else if t.is_empty() && specified && !int_or_string(s) && !preserves(s) {
         causes.push(Cause {
             reason: "FieldValueRequired",
             message: "Required value: must not be empty for specified object fields".into(),
@@ -143,7 +149,11 @@ fn node(s: &JSONSchemaProps, at: &str, specified: bool, causes: &mut Vec<Cause>)
         ));
     }
     if t == "array" && s.items.is_none() {
-        causes.push(Cause::required(&format!("{at}.items")));
+        causes.push(Cause {
+            reason: "FieldValueRequired",
+            message: "Required value: must be specified".into(),
+            field: format!("{at}.items"),
+        });
     }
     if matches!(s.items, Some(JSONSchemaPropsOrArray::Schemas(_))) {
         causes.push(Cause::forbidden(
@@ -151,12 +161,19 @@ fn node(s: &JSONSchemaProps, at: &str, specified: bool, causes: &mut Vec<Cause>)
             "items must be a schema object and not an array",
         ));
     }
-    if embedded(s) && t != "object" {
-        causes.push(Cause::invalid(
-            &format!("{at}.type"),
-            &json!(t),
-            "must be object if x-kubernetes-embedded-resource is true",
-        ));
+    if int_or_string(s) {
+        for (ext, set) in [
+            ("x-kubernetes-preserve-unknown-fields", preserves(s)),
+            ("x-kubernetes-embedded-resource", embedded(s)),
+        ] {
+            if set {
+                causes.push(Cause::invalid(
+                    &format!("{at}.{ext}"),
+                    &json!(true),
+                    "must be false if x-kubernetes-int-or-string is true",
+                ));
+            }
+        }
     }
     if s.x_kubernetes_validations
         .as_ref()
@@ -190,20 +207,165 @@ fn node(s: &JSONSchemaProps, at: &str, specified: bool, causes: &mut Vec<Cause>)
             }
         }
     }
-    // Logic junctors (allOf, anyOf, oneOf, not) may only restrict values, never declare new types.
-    for (word, list) in [
-        ("allOf", &s.all_of),
-        ("anyOf", &s.any_of),
-        ("oneOf", &s.one_of),
-    ] {
-        for (i, sub) in list.iter().flatten().enumerate() {
-            if sub.type_.is_some() || sub.default.is_some() {
-                causes.push(Cause::forbidden(
-                    &format!("{at}.{word}[{i}].type"),
-                    "must be empty to be structural",
-                ));
-            }
+    // Logic junctors may only restrict values, except the two int-or-string forms upstream allows.
+    value_validation(
+        s,
+        at,
+        int_or_string_any_of(s),
+        int_or_string_all_of(s),
+        causes,
+    );
+}
+
+/// `anyOf: [{type: integer}, {type: string}]` and nothing else in either branch.
+fn is_int_or_string_pair(list: Option<&Vec<JSONSchemaProps>>) -> bool {
+    let Some(list) = list else { return false };
+    list.len() == 2
+        && to_value(&list[0]) == json!({"type": "integer"})
+        && to_value(&list[1]) == json!({"type": "string"})
+}
+
+/// Upstream's first int-or-string exception: the node's `anyOf` is exactly the pair.
+fn int_or_string_any_of(s: &JSONSchemaProps) -> bool {
+    is_int_or_string_pair(s.any_of.as_ref())
+}
+
+/// Upstream's second int-or-string exception: the first `allOf` entry's `anyOf` is exactly the pair.
+fn int_or_string_all_of(s: &JSONSchemaProps) -> bool {
+    s.all_of
+        .as_ref()
+        .and_then(|l| l.first())
+        .is_some_and(|first| is_int_or_string_pair(first.any_of.as_ref()))
+}
+
+/// The junctors of a node (upstream's validateValueValidation).
+fn value_validation(
+    s: &JSONSchemaProps,
+    at: &str,
+    skip_any_of: bool,
+    skip_first_all_of_any_of: bool,
+    causes: &mut Vec<Cause>,
+) {
+    if !skip_any_of {
+        for (i, sub) in s.any_of.iter().flatten().enumerate() {
+            nested(sub, &format!("{at}.anyOf[{i}]"), false, causes);
         }
+    }
+    for (i, sub) in s.all_of.iter().flatten().enumerate() {
+        nested(
+            sub,
+            &format!("{at}.allOf[{i}]"),
+            skip_first_all_of_any_of && i == 0,
+            causes,
+        );
+    }
+    for (i, sub) in s.one_of.iter().flatten().enumerate() {
+        nested(sub, &format!("{at}.oneOf[{i}]"), false, causes);
+    }
+    if let Some(not) = &s.not {
+        nested(not, &format!("{at}.not"), false, causes);
+    }
+}
+
+/// A schema under a junctor (upstream's validateNestedValueValidation): only value checks, no types,
+/// defaults, titles, descriptions or structure-changing extensions.
+fn nested(s: &JSONSchemaProps, at: &str, skip_any_of: bool, causes: &mut Vec<Cause>) {
+    value_validation(s, at, skip_any_of, false, causes);
+    if let Some(i) = items(s) {
+        nested(i, &format!("{at}.items"), false, causes);
+    }
+    for (name, p) in s.properties.iter().flatten() {
+        nested(p, &format!("{at}.properties[{name}]"), false, causes);
+    }
+    let forbid = |causes: &mut Vec<Cause>, field: &str, message: &str| {
+        causes.push(Cause::forbidden(&format!("{at}.{field}"), message))
+    };
+    if s.type_.as_deref().is_some_and(|t| !t.is_empty()) {
+        forbid(causes, "type", "must be empty to be structural");
+    }
+    if s.additional_properties.is_some() {
+        forbid(
+            causes,
+            "additionalProperties",
+            "must be undefined to be structural",
+        );
+    }
+    if s.default.is_some() {
+        forbid(causes, "default", "must be undefined to be structural");
+    }
+    if s.title.as_deref().is_some_and(|t| !t.is_empty()) {
+        forbid(causes, "title", "must be empty to be structural");
+    }
+    if s.description.as_deref().is_some_and(|d| !d.is_empty()) {
+        forbid(causes, "description", "must be empty to be structural");
+    }
+    if s.nullable == Some(true) {
+        forbid(causes, "nullable", "must be false to be structural");
+    }
+    if preserves(s) {
+        forbid(
+            causes,
+            "x-kubernetes-preserve-unknown-fields",
+            "must be false to be structural",
+        );
+    }
+    if embedded(s) {
+        forbid(
+            causes,
+            "x-kubernetes-embedded-resource",
+            "must be false to be structural",
+        );
+    }
+    if int_or_string(s) {
+        forbid(
+            causes,
+            "x-kubernetes-int-or-string",
+            "must be false to be structural",
+        );
+    }
+    if s.x_kubernetes_list_map_keys
+        .as_ref()
+        .is_some_and(|k| !k.is_empty())
+    {
+        forbid(
+            causes,
+            "x-kubernetes-list-map-keys",
+            "must be empty to be structural",
+        );
+    }
+    if s.x_kubernetes_list_type.is_some() {
+        forbid(
+            causes,
+            "x-kubernetes-list-type",
+            "must be undefined to be structural",
+        );
+    }
+    if s.x_kubernetes_map_type.is_some() {
+        forbid(
+            causes,
+            "x-kubernetes-map-type",
+            "must be undefined to be structural",
+        );
+    }
+    if s.x_kubernetes_validations
+        .as_ref()
+        .is_some_and(|v| !v.is_empty())
+    {
+        forbid(
+            causes,
+            "x-kubernetes-validations",
+            "must be empty to be structural",
+        );
+    }
+    if s.properties
+        .as_ref()
+        .is_some_and(|p| p.contains_key("metadata"))
+    {
+        forbid(
+            causes,
+            "properties[metadata]",
+            "must not be specified in a nested context",
+        );
     }
 }
 
@@ -229,6 +391,52 @@ mod tests {
                 "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
                 "labels": {"type": "object", "additionalProperties": {"type": "string"}}}}}}));
         assert_eq!(check(&s, "x"), vec![]);
+    }
+
+    #[test]
+    fn int_or_string_may_name_its_two_types_under_any_of_as_upstream() {
+        let pair = json!([{"type": "integer"}, {"type": "string"}]);
+        let s = schema(json!({"type": "object", "properties": {
+            "a": {"x-kubernetes-int-or-string": true, "anyOf": pair},
+            "b": {"x-kubernetes-int-or-string": true, "allOf": [{"anyOf": pair}, {"pattern": "^[0-9]+%?$"}]}}}));
+        assert_eq!(check(&s, "x"), vec![]);
+        // Any other typed junctor is not structural, with upstream's paths.
+        let s = schema(json!({"type": "object", "properties": {
+            "c": {"x-kubernetes-int-or-string": true, "anyOf": [{"type": "integer"}, {"type": "boolean"}]},
+            "d": {"type": "string", "oneOf": [{"default": "x", "description": "y"}]}}}));
+        let got: Vec<String> = check(&s, "x")
+            .into_iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                "x.properties[c].anyOf[0].type: Forbidden: must be empty to be structural",
+                "x.properties[c].anyOf[1].type: Forbidden: must be empty to be structural",
+                "x.properties[d].oneOf[0].default: Forbidden: must be undefined to be structural",
+                "x.properties[d].oneOf[0].description: Forbidden: must be empty to be structural",
+            ]
+        );
+    }
+
+    #[test]
+    fn extension_rules_as_upstream() {
+        let s = schema(json!({"type": "object", "properties": {
+            "a": {"x-kubernetes-int-or-string": true, "x-kubernetes-preserve-unknown-fields": true},
+            "e": {"x-kubernetes-embedded-resource": true, "x-kubernetes-preserve-unknown-fields": true},
+            "l": {"type": "array"}}}));
+        let got: Vec<String> = check(&s, "x")
+            .into_iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                "x.properties[a].x-kubernetes-preserve-unknown-fields: Invalid value: true: must be false if x-kubernetes-int-or-string is true",
+                "x.properties[e].type: Required value: must be object if x-kubernetes-embedded-resource is true",
+                "x.properties[l].items: Required value: must be specified",
+            ]
+        );
     }
 
     #[test]

@@ -286,18 +286,22 @@ pub async fn create_object(
         object::meta_mut(&mut obj).insert("name".into(), json!(generated_name(&generate)));
     }
     defaults::apply(sdef, &mut obj);
-    priority::admit_create(&call.state.storage, sdef, &admission_name, &mut obj).await?;
-    if sdef.group.is_empty() && sdef.kind == "Pod" {
-        crate::serviceaccount::admission::admit_create(&call.state.storage, &mut obj).await;
-    }
-    let sent_fields = object::meta_mut(&mut obj).remove("managedFields");
-    prepare_create(sdef, &mut obj);
-    if let Some(mf) = sent_fields {
-        object::meta_mut(&mut obj).insert("managedFields".into(), mf);
-    }
+    // The field manager sees the decoded and defaulted object, as upstream's: what mutating admission
+    // and the create strategy set afterwards (a pod's service account, tolerations and priority, a
+    // Node's not-ready taint, status resets) is nobody's field.
     if let Tracking::Update(o) = &tracking {
         let shape = Shape::of_kind(&sdef.api_version(), &sdef.kind);
         managed::record_create(&mut obj, shape, o, sdef.status);
+    }
+    priority::admit_create(&call.state.storage, sdef, &admission_name, &mut obj).await?;
+    crate::admission::node_taint::admit_create(sdef, &mut obj);
+    if sdef.group.is_empty() && sdef.kind == "Pod" {
+        crate::serviceaccount::admission::admit_create(&call.state.storage, &mut obj).await;
+    }
+    let recorded = object::meta_mut(&mut obj).remove("managedFields");
+    prepare_create(sdef, &mut obj);
+    if let Some(mf) = recorded {
+        object::meta_mut(&mut obj).insert("managedFields".into(), mf);
     }
     let name = object::name(&obj).to_string();
     validate::invalid(def, &name, validate::object(sdef, &obj))?;

@@ -37,9 +37,11 @@ mod cronjob;
 mod custom;
 mod daemonset;
 mod deployment;
+mod endpoints;
 mod endpointslice;
 mod job;
 mod namespace;
+mod networkpolicy;
 mod node;
 mod pod;
 mod priorityclass;
@@ -319,6 +321,7 @@ static BUILTIN: &[((&str, &str), &dyn Strategy)] = &[
     (("", "Service"), &service::Service),
     (("", "ConfigMap"), &configmap::ConfigMap),
     (("", "Secret"), &secret::Secret),
+    (("", "Endpoints"), &endpoints::Endpoints),
     (
         ("", "ReplicationController"),
         &replicationcontroller::ReplicationController,
@@ -333,6 +336,10 @@ static BUILTIN: &[((&str, &str), &dyn Strategy)] = &[
         &endpointslice::EndpointSlice,
     ),
     (("batch", "CronJob"), &cronjob::CronJob),
+    (
+        ("networking.k8s.io", "NetworkPolicy"),
+        &networkpolicy::NetworkPolicy,
+    ),
     (("rbac.authorization.k8s.io", "Role"), &rbac::Role),
     (("rbac.authorization.k8s.io", "ClusterRole"), &rbac::Role),
     (

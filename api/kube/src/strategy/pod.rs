@@ -17,7 +17,6 @@ impl Strategy for Pod {
         if let Some(spec) = obj.get_mut("spec") {
             pod_spec(spec, "Always");
             if let Some(m) = spec.as_object_mut() {
-                set_default(m, "serviceAccountName", json!("default"));
                 service_account_alias(m);
                 set_default(m, "enableServiceLinks", json!(true));
                 // `priority` and `preemptionPolicy` are the Priority admission plugin's
@@ -29,6 +28,11 @@ impl Strategy for Pod {
     fn prepare_for_create(&self, def: &ResourceDef, obj: &mut Value) {
         start_generation(def, obj);
         if let Some(spec) = obj.get_mut("spec") {
+            // The ServiceAccount admission plugin: a new pod runs as `default` unless it names one.
+            if let Some(m) = spec.as_object_mut() {
+                set_default(m, "serviceAccountName", json!("default"));
+                service_account_alias(m);
+            }
             default_toleration_seconds(spec);
         }
         let qos = qos_class(obj);
