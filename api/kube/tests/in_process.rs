@@ -53,9 +53,10 @@ async fn start() -> (tempfile::TempDir, std::sync::Arc<Node>, ApiServer) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_process_client_lists_watches_creates_and_conflicts() {
     let (_dir, node, api) = start().await;
+    // keel's controller manager acts with the privileged group (one client for every controller).
     let identity = Identity {
         user: "system:kube-controller-manager".into(),
-        groups: vec!["system:authenticated".into()],
+        groups: vec!["system:masters".into(), "system:authenticated".into()],
     };
     let client = Client::new(api.service(identity), "default");
 
@@ -160,12 +161,18 @@ async fn in_process_client_lists_watches_creates_and_conflicts() {
 async fn binding_assigns_a_pod_once() {
     use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
     let (_dir, node, api) = start().await;
+    // The pod is an administrator's; the bindings are the scheduler's (RBAC lets it bind, not create).
+    let admin = Identity {
+        user: "kubernetes-admin".into(),
+        groups: vec!["system:masters".into(), "system:authenticated".into()],
+    };
     let identity = Identity {
         user: "system:kube-scheduler".into(),
         groups: vec!["system:authenticated".into()],
     };
-    let client = Client::new(api.service(identity), "default");
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let scheduler: Api<Pod> =
+        Api::namespaced(Client::new(api.service(identity), "default"), "default");
+    let pods: Api<Pod> = Api::namespaced(Client::new(api.service(admin), "default"), "default");
     let pod: Pod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "p1"},
         "spec": {"containers": [{"name": "c", "image": "pause"}]},
@@ -195,7 +202,7 @@ async fn binding_assigns_a_pod_once() {
             ..Default::default()
         },
     };
-    let status: kube::core::Status = pods
+    let status: kube::core::Status = scheduler
         .create_subresource("binding", "p1", &PostParams::default(), &binding("n1"))
         .await
         .expect("first binding");
