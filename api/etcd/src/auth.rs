@@ -118,14 +118,29 @@ impl AuthGate {
     }
 
     /// etcd's admin check of the Maintenance service (Snapshot, Defragment, Hash, HashKV).
+    /// etcd 3.4 returns the auth package's errors there unconverted, so clients see gRPC code
+    /// Unknown with the package's own texts; so do keel's.
     pub async fn check_admin(&self, md: &MetadataMap) -> Result<(), Status> {
         if self.idle(md) {
             return Ok(());
         }
-        let ai = self.info(md).await?;
+        let ai = match self.info(md).await {
+            Ok(ai) => ai,
+            Err(_) => return Err(Status::unknown("auth: invalid auth token")),
+        };
         self.store()
             .admin_permitted(ai.as_ref())
-            .map_err(|e| store_status(&e))
+            .map_err(|e| Status::unknown(auth_package_text(&e)))
+    }
+}
+
+/// The text etcd's auth package gives an error before the gRPC layer converts it.
+fn auth_package_text(e: &StoreError) -> String {
+    match e {
+        StoreError::UserEmpty => "auth: user name is empty".into(),
+        StoreError::UserNotFound => "auth: user not found".into(),
+        StoreError::PermissionDenied => "auth: permission denied".into(),
+        other => other.to_string(),
     }
 }
 
