@@ -267,11 +267,16 @@ impl Caller {
             .check_read(&self.md, |a, ai| a.range_permitted(ai, key, end))
             .await;
         let status = res.err()?;
+        // etcd puts the text of its gRPC status error there, as gRPC-Go prints it.
         Some(match status.message() {
-            m @ ("etcdserver: invalid auth token"
-            | "etcdserver: revision of auth store is old"
-            | "etcdserver: user name is empty") => m.to_string(),
-            _ => "etcdserver: permission denied".to_string(),
+            m
+            @ ("etcdserver: revision of auth store is old" | "etcdserver: user name is empty") => {
+                format!("rpc error: code = InvalidArgument desc = {m}")
+            }
+            m @ "etcdserver: invalid auth token" => {
+                format!("rpc error: code = Unauthenticated desc = {m}")
+            }
+            _ => "rpc error: code = PermissionDenied desc = etcdserver: permission denied".into(),
         })
     }
 }
