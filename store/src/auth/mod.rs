@@ -884,3 +884,6 @@ fn load_state(backend: &dyn Backend) -> Result<AuthState, StoreError> {
     st.rebuild_perms();
     Ok(st)
 }
+
+#[cfg(test)]
+mod tests;
