@@ -26,7 +26,7 @@ use std::time::Duration;
 use parking_lot::RwLock;
 use prost::Message;
 
-use crate::backend::{Backend, Space, WriteBatch};
+use crate::backend::{Backend, Pair, Space, WriteBatch};
 use crate::command::{Command, CommandKind};
 use crate::error::StoreError;
 use crate::lease::{LeaseId, Lessor};
@@ -813,9 +813,9 @@ impl AuthStore {
 /// The raw entries of etcd's three auth buckets.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct AuthBuckets {
-    pub auth: Vec<(Vec<u8>, Vec<u8>)>,
-    pub users: Vec<(Vec<u8>, Vec<u8>)>,
-    pub roles: Vec<(Vec<u8>, Vec<u8>)>,
+    pub auth: Vec<Pair>,
+    pub users: Vec<Pair>,
+    pub roles: Vec<Pair>,
 }
 
 /// Where an etcd auth bucket's entries live in the Meta space.
@@ -843,10 +843,7 @@ pub(crate) fn import_key(bucket: &[u8], key: &[u8], value: &[u8]) -> Result<Vec<
     Ok(meta_key(prefix, key))
 }
 
-fn scan_prefix(
-    backend: &dyn Backend,
-    prefix: &[u8],
-) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+fn scan_prefix(backend: &dyn Backend, prefix: &[u8]) -> Result<Vec<Pair>, StoreError> {
     let end = prefix_end(prefix);
     backend
         .scan(Space::Meta, prefix, Some(&end))
