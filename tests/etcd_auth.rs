@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use keel_testkit::binaries::ETCD_BIN;
-use keel_testkit::cluster::Cluster;
+use keel_testkit::cluster::{connect_options, grpc_status, Cluster};
 use keel_testkit::{
     etcdctl_with, free_ports, keel_bin, require_etcd_tools, run_bounded, CtlOutput, KubeCluster,
     Process,
@@ -112,6 +112,31 @@ fn check_enforced(c: &Cluster) {
     assert_eq!(
         c.ctl_ok(1, &[ROOT, "role", "get", "ro"]),
         "Role ro\nKV Read:\n\t[/ro/, /ro0) (prefix /ro/)\nKV Write:\n"
+    );
+}
+
+/// The etcd-client crate with credentials against a follower: it authenticates there, reads in range, and gets
+/// etcd's status for a write outside its permissions.
+async fn client_as_ro(endpoint: String) {
+    let opts = connect_options().with_user("ro", "ropw");
+    let mut cl = etcd_client::Client::connect([endpoint], Some(opts))
+        .await
+        .expect("connect as ro");
+    let got = cl.get("/ro/a", None).await.expect("get in range");
+    assert_eq!(got.kvs()[0].value(), b"1");
+    let err = cl.put("/ro/b", "2", None).await.unwrap_err();
+    let st = grpc_status(&err).expect("a gRPC status");
+    assert_eq!(
+        (st.code(), st.message()),
+        (
+            tonic::Code::PermissionDenied,
+            "etcdserver: permission denied"
+        )
+    );
+    let err = cl.get("/x", None).await.unwrap_err();
+    assert_eq!(
+        grpc_status(&err).map(|s| s.code()),
+        Some(tonic::Code::PermissionDenied)
     );
 }
 
@@ -297,6 +322,11 @@ fn auth_on_a_three_member_cluster() {
     assert_eq!(c.ctl_ok(1, &["auth", "enable"]), "Authentication Enabled\n");
     assert_eq!(c.ctl_ok(2, &[ROOT, "role", "list"]), "ro\nroot\n");
     check_enforced(c);
+    let leader = kc.cluster_mut().wait_leader(Duration::from_secs(15));
+    let follower = (leader + 1) % 3;
+    tokio::runtime::Runtime::new()
+        .expect("runtime")
+        .block_on(client_as_ro(kc.cluster().endpoint(follower)));
 
     // The Kubernetes API reaches the store in process: etcd auth does not concern it.
     kc.ok(

@@ -564,7 +564,7 @@ pub(crate) fn command_response_to_pb(r: &CommandResponse) -> pb::CommandResult {
         CommandResponse::LeaseGrant(x) => Kind::LeaseGrant(x.clone()),
         CommandResponse::LeaseRevoke(x) => Kind::LeaseRevoke(*x),
         CommandResponse::Alarm(x) => Kind::Alarm(x.clone()),
-        CommandResponse::Auth(x) => Kind::Auth(prost::Message::encode_to_vec(x).into()),
+        CommandResponse::Auth(x) => Kind::Auth(prost::Message::encode_to_vec(x)),
         CommandResponse::Batch(items) => Kind::Batch(pb::BatchResult {
             results: items
                 .iter()
