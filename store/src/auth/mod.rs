@@ -332,8 +332,10 @@ impl AuthState {
                     }
                     self.op_permitted(ai, Need::Write, &d.key, &d.range_end)?;
                 }
-                // etcd 3.4 checks nothing inside a nested Txn.
-                Some(Request::RequestTxn(_)) | None => {}
+                // etcd 3.4 checks nothing inside a nested Txn, which lets any user write anywhere;
+                // later etcd releases check nested Txns as keel does.
+                Some(Request::RequestTxn(nt)) => self.txn_permitted(ai, nt)?,
+                None => {}
             }
         }
         Ok(())

@@ -129,6 +129,25 @@ fn enable_needs_root_and_writes_are_checked_when_applied() {
         StoreError::PermissionDenied
     );
     run(&store, authed("root", rev, put("/ro/a"))).expect("root writes");
+    // A write hidden in a nested Txn is checked too (etcd 3.4 let it through).
+    let nested = CommandKind::Txn(pb::TxnRequest {
+        success: vec![pb::RequestOp {
+            request: Some(pb::request_op::Request::RequestTxn(pb::TxnRequest {
+                success: vec![pb::RequestOp {
+                    request: Some(pb::request_op::Request::RequestPut(PutRequest {
+                        key: Bytes::from_static(b"/elsewhere"),
+                        ..Default::default()
+                    })),
+                }],
+                ..Default::default()
+            })),
+        }],
+        ..Default::default()
+    });
+    assert_eq!(
+        run(&store, authed("ro", rev, nested)).unwrap_err(),
+        StoreError::PermissionDenied
+    );
     // Plain commands (the Kubernetes API in process) are trusted.
     run(&store, put("/registry/x")).expect("trusted write");
     // A change of the auth store between the token lookup and the apply refuses the write.
