@@ -367,6 +367,9 @@ pub(crate) struct SnapshotSaveArgs {
     /// How long to wait for the connection (e.g. 5s).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub dial_timeout: std::time::Duration,
+    /// `user:password` when the member has etcd auth enabled (etcdctl's flag; the user needs role root).
+    #[arg(long)]
+    pub user: Option<String>,
 }
 
 /// Flags of `keel snapshot restore` (etcdctl's, with keel's defaults).

@@ -381,6 +381,31 @@ fn auth_on_a_three_member_cluster() {
     );
     let saved = save(ROOT);
     assert!(saved.success(), "snapshot save as root: {}", saved.stderr);
+    // `keel snapshot save` takes etcdctl's --user too.
+    let keel_save = |extra: &[&str]| {
+        let mut cmd = Command::new(keel_bin!());
+        cmd.args([
+            "snapshot",
+            "save",
+            path_str(&tmp.path().join("keel-save.db")),
+        ])
+        .args(["--endpoints", &c.client_urls(&[1])[0]])
+        .args(extra);
+        run_bounded(cmd, None, Duration::from_secs(120))
+    };
+    let refused_save = keel_save(&[]);
+    assert!(
+        !refused_save.success() && refused_save.stderr.contains("auth: user name is empty"),
+        "keel snapshot save without a user: {}",
+        refused_save.stderr
+    );
+    let keel_saved = keel_save(&["--user", "root:rootpw"]);
+    assert!(
+        keel_saved.success(),
+        "keel snapshot save --user root: {}{}",
+        keel_saved.stdout,
+        keel_saved.stderr
+    );
     restore_into_etcd(&file, tmp.path()).check("real etcd restored from keel's snapshot");
     restore_into_keel(&file, tmp.path()).check("keel restored from its snapshot");
 
