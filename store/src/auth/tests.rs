@@ -10,6 +10,7 @@ use crate::bbolt::reader::BoltReader;
 use crate::command::{Command, CommandKind, CommandResponse};
 use crate::etcd_snapshot::{import_etcd, ImportOptions};
 use crate::pb::authpb::permission::Type as PermType;
+use crate::pb::authpb::Permission;
 use crate::pb::etcdserverpb::{
     AuthRoleAddRequest, AuthRoleGrantPermissionRequest, AuthUserGrantRoleRequest, PutRequest,
 };
