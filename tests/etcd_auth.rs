@@ -1,7 +1,8 @@
 //! etcd auth on keel's client port, with the real etcdctl 3.4 against one 3-member cluster that also serves the
 //! Kubernetes API: enabling auth (and etcd's refusals when root is missing), refusals of unauthenticated and
 //! unpermitted requests on every member, a read-only range role, a watch outside the range, wrong passwords,
-//! kubectl unaffected, the whole state through `kill -9` of every member, `etcdctl snapshot save` restored by
+//! kubectl unaffected, the etcd-client crate with credentials on a follower, the whole state through `kill -9` of
+//! every member, `etcdctl snapshot save` (and `keel snapshot save --user`) restored by
 //! `etcdctl snapshot restore` into a real etcd 3.4 and by `keel snapshot restore` into keel, and `auth disable`.
 //! Output-for-output comparisons with a real etcd are in `tests/etcdctl_diff.rs` (`auth_users_roles_and_permissions`).
 
