@@ -9,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed={proto}");
     println!("cargo:rerun-if-changed=../store/proto/etcd/etcdserver/etcdserverpb/rpc.proto");
     println!("cargo:rerun-if-changed=../store/proto/etcd/mvcc/mvccpb/kv.proto");
+    println!("cargo:rerun-if-changed=../store/proto/etcd/auth/authpb/auth.proto");
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
@@ -16,6 +17,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .codec_path("crate::peer::server::PeerCodec")
         .extern_path(".etcdserverpb", "::keel_store::pb::etcdserverpb")
         .extern_path(".mvccpb", "::keel_store::pb::mvccpb")
+        .extern_path(".authpb", "::keel_store::pb::authpb")
         .compile_protos(&[proto], &includes)?;
     Ok(())
 }

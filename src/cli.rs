@@ -117,6 +117,9 @@ pub(crate) struct ServerArgs {
     /// would take the store past it raises the NOSPACE alarm (see docs/operations.md).
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub quota_backend_bytes: i64,
+    /// Seconds a simple auth token lives after its last use (etcd's flag, default 300).
+    #[arg(long, default_value_t = 300)]
+    pub auth_token_ttl: u64,
     /// kube-apiserver's periodic compaction of history (its `--etcd-compaction-interval`), run by the Raft leader
     /// while the Kubernetes API is served; 0 turns it off.
     #[arg(long, alias = "etcd-compaction-interval", default_value = "5m", value_parser = parse_duration)]
@@ -377,6 +380,9 @@ pub(crate) struct SnapshotSaveArgs {
     /// How long to wait for the connection (e.g. 5s).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub dial_timeout: std::time::Duration,
+    /// `user:password` when the member has etcd auth enabled (etcdctl's flag; the user needs role root).
+    #[arg(long)]
+    pub user: Option<String>,
 }
 
 /// Flags of `keel snapshot restore` (etcdctl's, with keel's defaults).

@@ -119,6 +119,7 @@ pub(crate) fn node_config(a: &ServerArgs) -> Result<NodeConfig, ServerError> {
     cfg.store = StoreOptions {
         progress_interval: a.progress_notify_interval,
         quota_backend_bytes: a.quota_backend_bytes,
+        auth_token_ttl: Duration::from_secs(a.auth_token_ttl),
         ..StoreOptions::default()
     };
     cfg.listen_peer_urls = a.listen_peer_urls.clone();

@@ -111,7 +111,7 @@ async fn save(a: SnapshotSaveArgs) -> Result<(), SnapshotCmdError> {
     part.push(".part");
     let part = PathBuf::from(part);
     let res = tokio::select! {
-        r = save_to(&endpoint, &part, a.dial_timeout) => r,
+        r = save_to(&endpoint, &part, a.dial_timeout, a.user.as_deref()) => r,
         _ = tokio::signal::ctrl_c() => Err(SnapshotCmdError::Interrupted(part.clone())),
     };
     let (size, digest) = match res {
@@ -151,12 +151,20 @@ async fn save_to(
     endpoint: &str,
     part: &Path,
     dial_timeout: Duration,
+    user: Option<&str>,
 ) -> Result<(u64, [u8; SHA256_LEN]), SnapshotCmdError> {
     let remote = |reason: String| SnapshotCmdError::Remote {
         endpoint: endpoint.to_string(),
         reason,
     };
-    let opts = etcd_client::ConnectOptions::new().with_connect_timeout(dial_timeout);
+    let mut opts = etcd_client::ConnectOptions::new().with_connect_timeout(dial_timeout);
+    if let Some(user) = user {
+        // etcdctl's form: `name:password`.
+        let (name, password) = user
+            .split_once(':')
+            .ok_or_else(|| remote("--user must be NAME:PASSWORD".into()))?;
+        opts = opts.with_user(name, password);
+    }
     let mut client = etcd_client::Client::connect([endpoint], Some(opts))
         .await
         .map_err(|e| remote(e.to_string()))?;

@@ -2,6 +2,7 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [
         "proto/etcd/mvcc/mvccpb/kv.proto",
+        "proto/etcd/auth/authpb/auth.proto",
         "proto/etcd/etcdserver/etcdserverpb/rpc.proto",
     ];
     for p in protos {

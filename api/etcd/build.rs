@@ -12,6 +12,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "::keel_store::watch::WireResponse",
         )
         .extern_path(".mvccpb", "::keel_store::pb::mvccpb")
+        .extern_path(".authpb", "::keel_store::pb::authpb")
         .compile_protos(&[proto], &["../../store/proto"])?;
     Ok(())
 }

@@ -260,6 +260,7 @@ fn is_bounded(cmd: &Command) -> bool {
         Some(CommandKind::Put(_)) | Some(CommandKind::LeaseGrant(_)) => true,
         Some(CommandKind::Txn(t)) => ops_bounded(&t.success) && ops_bounded(&t.failure),
         Some(CommandKind::Batch(b)) => b.commands.iter().all(is_bounded),
+        Some(CommandKind::Authed(a)) => a.command.as_deref().is_some_and(is_bounded),
         _ => false,
     }
 }
@@ -285,7 +286,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             last = Some(e.log_id);
             match e.payload {
                 EntryPayload::Blank => cmds.push(None),
-                EntryPayload::Normal(c) => cmds.push(Some(c)),
+                EntryPayload::Normal(mut c) => {
+                    // An Authenticate's token names its entry's index on every member.
+                    keel_store::auth::stamp_log_index(&mut c, e.log_id.index);
+                    cmds.push(Some(c))
+                }
                 EntryPayload::Membership(m) => {
                     membership = StoredMembership::new(Some(e.log_id), m);
                     cmds.push(None);

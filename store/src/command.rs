@@ -7,7 +7,7 @@ use crate::pb::etcdserverpb as pb;
 /// One state-machine command (the payload of a normal Raft log entry).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Command {
-    #[prost(oneof = "CommandKind", tags = "1, 2, 3, 4, 5, 6, 7, 8")]
+    #[prost(oneof = "CommandKind", tags = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10")]
     pub kind: Option<CommandKind>,
 }
 
@@ -33,6 +33,12 @@ pub enum CommandKind {
     /// Raises, clears or lists alarms (see [`crate::alarm`]); changes no revision.
     #[prost(message, tag = "8")]
     Alarm(pb::AlarmRequest),
+    /// A change to (or a read of) the auth store (see [`crate::auth`]); changes no revision.
+    #[prost(message, tag = "9")]
+    Auth(crate::auth::AuthCommand),
+    /// A key-space command from the etcd client port while auth is on, checked when applied.
+    #[prost(message, tag = "10")]
+    Authed(crate::auth::AuthedCommand),
 }
 
 /// Commands proposed together as one log entry, applied in order.
@@ -59,6 +65,7 @@ pub enum CommandResponse {
     LeaseGrant(pb::LeaseGrantResponse),
     LeaseRevoke(pb::LeaseRevokeResponse),
     Alarm(pb::AlarmResponse),
+    Auth(crate::auth::AuthResult),
     /// One result per command of a [`CommandBatch`].
     Batch(Vec<Result<CommandResponse, crate::StoreError>>),
 }

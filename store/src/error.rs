@@ -37,6 +37,44 @@ pub enum StoreError {
     /// A CORRUPT alarm is raised: the key space refuses every request.
     #[error("etcdserver: corrupt cluster")]
     CorruptCluster,
+    // etcd's auth errors (auth/store.go), with the texts of their gRPC statuses.
+    #[error("etcdserver: root user does not exist")]
+    RootUserNotExist,
+    #[error("etcdserver: root user does not have root role")]
+    RootRoleNotExist,
+    #[error("etcdserver: user name already exists")]
+    UserAlreadyExist,
+    #[error("etcdserver: user name is empty")]
+    UserEmpty,
+    #[error("etcdserver: user name not found")]
+    UserNotFound,
+    #[error("etcdserver: role name already exists")]
+    RoleAlreadyExist,
+    #[error("etcdserver: role name not found")]
+    RoleNotFound,
+    #[error("etcdserver: role name is empty")]
+    RoleEmpty,
+    #[error("etcdserver: authentication failed, invalid user ID or password")]
+    AuthFailed,
+    /// etcd has no gRPC status for it: clients see the auth package's own text.
+    #[error("auth: authentication failed, password was given for no password user")]
+    NoPasswordUser,
+    #[error("etcdserver: permission not given")]
+    PermissionNotGiven,
+    #[error("etcdserver: permission denied")]
+    PermissionDenied,
+    #[error("etcdserver: role is not granted to the user")]
+    RoleNotGranted,
+    #[error("etcdserver: permission is not granted to the role")]
+    PermissionNotGranted,
+    #[error("etcdserver: authentication is not enabled")]
+    AuthNotEnabled,
+    #[error("etcdserver: invalid auth token")]
+    InvalidAuthToken,
+    #[error("etcdserver: invalid auth management")]
+    InvalidAuthMgmt,
+    #[error("etcdserver: revision of auth store is old")]
+    AuthOldRevision,
     /// The backend failed or holds data we cannot decode; the server must not go on.
     #[error("store backend: {0}")]
     Backend(String),

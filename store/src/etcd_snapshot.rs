@@ -161,6 +161,9 @@ impl Store {
             .iter()
             .map(|m| (crate::alarm::bucket_key(m), Vec::new()))
             .collect();
+        input.auth = pin.auth.auth.clone();
+        input.auth_users = pin.auth.users.clone();
+        input.auth_roles = pin.auth.roles.clone();
         let summary = write_etcd_db(&mut file, input)?;
         progress(written.get());
         // The pin (and with it the history guard) is released only now.
@@ -318,6 +321,22 @@ pub fn import_etcd(
             batch.put(Space::Meta, key, Vec::new())?;
         }
     }
+    // Users, roles and the auth flag and revision survive a restore, as with etcd's own.
+    for bucket in [&b"auth"[..], b"authUsers", b"authRoles"] {
+        if let Some(entries) = reader.bucket(bucket)? {
+            for pair in entries {
+                let (k, v) = pair?;
+                let key = crate::auth::import_key(bucket, &k, &v).map_err(|reason| {
+                    EtcdSnapshotError::BadEntry {
+                        bucket: bucket_name(bucket),
+                        key: show_key(&k),
+                        reason,
+                    }
+                })?;
+                batch.put(Space::Meta, key, v)?;
+            }
+        }
+    }
     batch.flush()?;
 
     // etcd marks a compaction scheduled before deleting anything and finished after the last
@@ -358,6 +377,15 @@ pub fn import_etcd(
     backend.flush()?;
     progress(loaded);
     Ok(sum)
+}
+
+/// The static name of an auth bucket, for errors.
+fn bucket_name(bucket: &[u8]) -> &'static str {
+    match bucket {
+        b"auth" => "auth",
+        b"authUsers" => "authUsers",
+        _ => "authRoles",
+    }
 }
 
 /// Deletes what a compaction at `at` removes: for every key, each revision at or below `at`

@@ -6,6 +6,7 @@
 //! It knows nothing about Raft or the network: callers apply commands in log order and read.
 
 pub mod alarm;
+pub mod auth;
 pub mod backend;
 pub mod bbolt;
 pub mod command;
@@ -22,6 +23,10 @@ pub mod pb {
     /// `mvccpb`: KeyValue and Event.
     pub mod mvccpb {
         include!(concat!(env!("OUT_DIR"), "/mvccpb.rs"));
+    }
+    /// `authpb`: users, roles and permissions.
+    pub mod authpb {
+        include!(concat!(env!("OUT_DIR"), "/authpb.rs"));
     }
     /// `etcdserverpb`: requests and responses of the v3 API.
     pub mod etcdserverpb {

@@ -15,6 +15,7 @@ use parking_lot::RwLock;
 use prost::Message;
 
 use crate::alarm::{Alarms, META_ALARM_PREFIX};
+use crate::auth::{AuthInfo, AuthStore};
 use crate::backend::fjall_backend::FjallBackend;
 use crate::backend::{Backend, Space, WriteBatch};
 use crate::command::{Command, CommandKind, CommandResponse};
@@ -43,6 +44,8 @@ pub struct StoreOptions {
     pub min_lease_ttl: i64,
     /// etcd's `--quota-backend-bytes`: 0 = the default (2 GiB), negative = no quota.
     pub quota_backend_bytes: i64,
+    /// etcd's `--auth-token-ttl`: how long a simple token lives after its last use.
+    pub auth_token_ttl: Duration,
 }
 
 /// etcd's default space quota (`DefaultQuotaBytes`, 2 GiB).
@@ -56,6 +59,7 @@ impl Default for StoreOptions {
             progress_interval: Duration::from_secs(600),
             min_lease_ttl: 2,
             quota_backend_bytes: 0,
+            auth_token_ttl: crate::auth::tokens::DEFAULT_TOKEN_TTL,
         }
     }
 }
@@ -90,12 +94,15 @@ pub(crate) struct HistoryPin<'a> {
     pub(crate) leases: Vec<(Vec<u8>, Vec<u8>)>,
     /// The alarms when pinned.
     pub(crate) alarms: Vec<AlarmMember>,
+    /// The auth buckets when pinned.
+    pub(crate) auth: crate::auth::AuthBuckets,
 }
 
 /// The MVCC store.
 pub struct Store {
     shared: Arc<Shared>,
     hub: Arc<WatchHub>,
+    auth: Arc<AuthStore>,
     dir: PathBuf,
     /// The space quota in bytes (`None` = none).
     quota: Option<u64>,
@@ -110,6 +117,7 @@ impl Store {
         std::fs::create_dir_all(dir)?;
         let backend = FjallBackend::open(dir)?;
         let state = load_state(&backend, opts.min_lease_ttl)?;
+        let auth = Arc::new(AuthStore::load(&backend, opts.auth_token_ttl)?);
         let shared = Arc::new(Shared {
             backend: Box::new(backend),
             state: RwLock::new(state),
@@ -124,6 +132,7 @@ impl Store {
         Ok(Arc::new(Store {
             shared,
             hub,
+            auth,
             dir: dir.to_path_buf(),
             quota,
         }))
@@ -137,6 +146,11 @@ impl Store {
     /// The caller's bookkeeping stored with the last applied batch.
     pub fn raft_meta(&self) -> Option<Vec<u8>> {
         self.shared.state.read().raft_meta.clone()
+    }
+
+    /// The auth store (users, roles, permissions, tokens).
+    pub fn auth(&self) -> &Arc<AuthStore> {
+        &self.auth
     }
 
     /// The watch hub.
@@ -212,6 +226,30 @@ impl Store {
         events: &mut Vec<Event>,
         kind: CommandKind,
     ) -> Result<Result<CommandResponse, StoreError>, StoreError> {
+        let kind = match kind {
+            CommandKind::Auth(a) => {
+                return Ok(self
+                    .auth
+                    .apply(a, st.kv.current, batch)
+                    .map(CommandResponse::Auth));
+            }
+            CommandKind::Authed(a) => {
+                let Some(inner) = a.command.and_then(|c| c.kind) else {
+                    return Err(StoreError::Corrupt(
+                        "authed command without a command".into(),
+                    ));
+                };
+                let ai = AuthInfo {
+                    username: a.username,
+                    revision: a.auth_revision,
+                };
+                if let Err(e) = self.auth.check_authed(&ai, &inner, &st.lessor) {
+                    return if e.is_fatal() { Err(e) } else { Ok(Err(e)) };
+                }
+                inner
+            }
+            k => k,
+        };
         if let CommandKind::Alarm(r) = &kind {
             return Ok(st.alarms.apply(r, batch).map(CommandResponse::Alarm));
         }
@@ -437,6 +475,8 @@ impl Store {
             compacted: st.kv.compacted,
             leases,
             alarms: st.alarms.get(AlarmType::None),
+            // Auth changes apply under the state lock, so this matches the pinned revision.
+            auth: self.auth.export_buckets(),
         })
     }
 
@@ -478,6 +518,7 @@ impl Store {
         crate::snapshot::read_into(&*self.shared.backend, r)?;
         self.shared.backend.flush()?;
         *st = load_state(&*self.shared.backend, min_lease_ttl)?;
+        self.auth.reload(&*self.shared.backend)?;
         let rev = st.kv.current;
         drop(st);
         self.hub.restored(rev);
@@ -495,6 +536,9 @@ fn apply_one(txn: &mut WriteTxn<'_>, kind: CommandKind) -> Result<CommandRespons
         CommandKind::LeaseRevoke(r) => CommandResponse::LeaseRevoke(lease_revoke(txn, &r)?),
         CommandKind::Batch(_) => return Err(StoreError::Corrupt("batch inside a command".into())),
         CommandKind::Alarm(_) => return Err(StoreError::Corrupt("alarm inside a command".into())),
+        CommandKind::Auth(_) | CommandKind::Authed(_) => {
+            return Err(StoreError::Corrupt("auth inside a command".into()))
+        }
     })
 }
 

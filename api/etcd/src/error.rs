@@ -12,7 +12,15 @@ pub fn store_status(e: &StoreError) -> Status {
         | RequestTooLarge | EmptyWatchRange => Code::InvalidArgument,
         Compacted | FutureRev | LeaseTtlTooLarge => Code::OutOfRange,
         LeaseNotFound => Code::NotFound,
-        LeaseExists => Code::FailedPrecondition,
+        LeaseExists | RootUserNotExist | RootRoleNotExist | UserAlreadyExist | UserNotFound
+        | RoleAlreadyExist | RoleNotFound | RoleNotGranted | PermissionNotGranted
+        | AuthNotEnabled => Code::FailedPrecondition,
+        UserEmpty | RoleEmpty | AuthFailed | PermissionNotGiven | InvalidAuthMgmt
+        | AuthOldRevision => Code::InvalidArgument,
+        PermissionDenied => Code::PermissionDenied,
+        InvalidAuthToken => Code::Unauthenticated,
+        // etcd has no status for it: gRPC-Go sends a plain error as Unknown.
+        NoPasswordUser => Code::Unknown,
         NoSpace => Code::ResourceExhausted,
         CorruptCluster => Code::DataLoss,
         Backend(_) | Corrupt(_) => Code::Internal,
@@ -80,6 +88,18 @@ mod tests {
         let s = store_status(&StoreError::NoSpace);
         assert_eq!(s.code(), Code::ResourceExhausted);
         assert_eq!(s.message(), "etcdserver: mvcc: database space exceeded");
+        let s = store_status(&StoreError::UserEmpty);
+        assert_eq!(s.code(), Code::InvalidArgument);
+        assert_eq!(s.message(), "etcdserver: user name is empty");
+        let s = store_status(&StoreError::PermissionDenied);
+        assert_eq!(s.code(), Code::PermissionDenied);
+        assert_eq!(s.message(), "etcdserver: permission denied");
+        let s = store_status(&StoreError::InvalidAuthToken);
+        assert_eq!(s.code(), Code::Unauthenticated);
+        assert_eq!(s.message(), "etcdserver: invalid auth token");
+        let s = store_status(&StoreError::RootUserNotExist);
+        assert_eq!(s.code(), Code::FailedPrecondition);
+        assert_eq!(s.message(), "etcdserver: root user does not exist");
         let s = store_status(&StoreError::CorruptCluster);
         assert_eq!(s.code(), Code::DataLoss);
         assert_eq!(s.message(), "etcdserver: corrupt cluster");

@@ -14,6 +14,7 @@ use keel_store::{Command, CommandResponse, StoreError, MAX_REQUEST_BYTES, MAX_TX
 use prost::Message;
 use tonic::{Request, Response, Status};
 
+use super::auth::AuthGate;
 use super::error::{propose_status, store_status};
 use super::header::HeaderSource;
 use super::pb::kv_server::Kv;
@@ -23,6 +24,7 @@ use super::server::check_recv_size;
 pub struct KvService {
     node: Arc<Node>,
     hdr: HeaderSource,
+    gate: AuthGate,
 }
 
 impl KvService {
@@ -30,6 +32,7 @@ impl KvService {
     pub fn new(node: Arc<Node>) -> Self {
         KvService {
             hdr: HeaderSource::new(node.clone()),
+            gate: AuthGate::new(node.clone()),
             node,
         }
     }
@@ -83,26 +86,32 @@ fn unexpected(r: CommandResponse) -> Status {
 impl Kv for KvService {
     async fn range(&self, req: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
         self.require_leader(&req)?;
-        let r = req.into_inner();
+        let (md, _, r) = req.into_parts();
         check_recv_size(r.encoded_len())?;
         if r.key.is_empty() {
             return Err(store_status(&StoreError::EmptyKey));
         }
         self.barrier(r.serializable).await?;
+        let ai = self
+            .gate
+            .check_read(&md, |a, ai| a.range_permitted(ai, &r.key, &r.range_end))
+            .await?;
         let mut resp = self.node.store().range(&r).map_err(|e| store_status(&e))?;
+        self.gate.recheck(ai)?;
         resp.header = self.hdr.fill(resp.header);
         Ok(Response::new(resp))
     }
 
     async fn put(&self, req: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
         self.require_leader(&req)?;
-        let p = req.into_inner();
+        let (md, _, p) = req.into_parts();
         check_recv_size(p.encoded_len())?;
         let kind = CommandKind::Put(p);
         self.admit(&kind).await?;
         if let CommandKind::Put(p) = &kind {
             validate_put(p).map_err(|e| store_status(&e))?;
         }
+        let kind = self.gate.wrap(&md, kind).await?;
         match self.propose(kind).await? {
             CommandResponse::Put(mut r) => {
                 r.header = self.hdr.fill(r.header);
@@ -117,12 +126,13 @@ impl Kv for KvService {
         req: Request<DeleteRangeRequest>,
     ) -> Result<Response<DeleteRangeResponse>, Status> {
         self.require_leader(&req)?;
-        let d = req.into_inner();
+        let (md, _, d) = req.into_parts();
         check_recv_size(d.encoded_len())?;
         if d.key.is_empty() {
             return Err(store_status(&StoreError::EmptyKey));
         }
-        match self.propose(CommandKind::DeleteRange(d)).await? {
+        let kind = self.gate.wrap(&md, CommandKind::DeleteRange(d)).await?;
+        match self.propose(kind).await? {
             CommandResponse::DeleteRange(mut r) => {
                 r.header = self.hdr.fill(r.header);
                 Ok(Response::new(r))
@@ -133,7 +143,7 @@ impl Kv for KvService {
 
     async fn txn(&self, req: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
         self.require_leader(&req)?;
-        let t = req.into_inner();
+        let (md, _, t) = req.into_parts();
         check_recv_size(t.encoded_len())?;
         let t = {
             let kind = CommandKind::Txn(t);
@@ -146,15 +156,21 @@ impl Kv for KvService {
         validate_txn(&t, MAX_TXN_OPS).map_err(|e| store_status(&e))?;
         if txn_is_read_only(&t) {
             self.barrier(txn_is_serializable(&t)).await?;
+            let ai = self
+                .gate
+                .check_read(&md, |a, ai| a.txn_permitted(ai, &t))
+                .await?;
             let mut r = self
                 .node
                 .store()
                 .txn_read(&t)
                 .map_err(|e| store_status(&e))?;
+            self.gate.recheck(ai)?;
             r.header = self.hdr.fill(r.header);
             return Ok(Response::new(r));
         }
-        match self.propose(CommandKind::Txn(t)).await? {
+        let kind = self.gate.wrap(&md, CommandKind::Txn(t)).await?;
+        match self.propose(kind).await? {
             CommandResponse::Txn(mut r) => {
                 r.header = self.hdr.fill(r.header);
                 Ok(Response::new(r))
@@ -168,8 +184,10 @@ impl Kv for KvService {
         req: Request<CompactionRequest>,
     ) -> Result<Response<CompactionResponse>, Status> {
         self.require_leader(&req)?;
-        let c = req.into_inner();
-        match self.propose(CommandKind::Compaction(c)).await? {
+        let (md, _, c) = req.into_parts();
+        // etcd 3.4 checks no permission for compaction, but still refuses a bad token.
+        let kind = self.gate.wrap(&md, CommandKind::Compaction(c)).await?;
+        match self.propose(kind).await? {
             CommandResponse::Compaction(mut r) => {
                 r.header = self.hdr.fill(r.header);
                 Ok(Response::new(r))

@@ -27,6 +27,7 @@ use super::pb::lease_server::Lease;
 pub struct LeaseService {
     node: Arc<Node>,
     hdr: HeaderSource,
+    gate: crate::auth::AuthGate,
 }
 
 impl LeaseService {
@@ -34,6 +35,7 @@ impl LeaseService {
     pub fn new(node: Arc<Node>) -> Self {
         LeaseService {
             hdr: HeaderSource::new(node.clone()),
+            gate: crate::auth::AuthGate::new(node.clone()),
             node,
         }
     }
@@ -58,7 +60,7 @@ impl Lease for LeaseService {
         &self,
         req: Request<LeaseGrantRequest>,
     ) -> Result<Response<LeaseGrantResponse>, Status> {
-        let mut g = req.into_inner();
+        let (md, _, mut g) = req.into_parts();
         if g.ttl > MAX_LEASE_TTL {
             return Err(store_status(&StoreError::LeaseTtlTooLarge));
         }
@@ -75,6 +77,7 @@ impl Lease for LeaseService {
             .admit(&kind)
             .await
             .map_err(|e| propose_status(&e))?;
+        let kind = self.gate.wrap(&md, kind).await?;
         match self.node.propose(Command::new(kind)).await {
             Ok(CommandResponse::LeaseGrant(mut r)) => {
                 r.header = self.hdr.fill(r.header);
@@ -91,12 +94,10 @@ impl Lease for LeaseService {
         &self,
         req: Request<LeaseRevokeRequest>,
     ) -> Result<Response<LeaseRevokeResponse>, Status> {
-        let r = req.into_inner();
-        match self
-            .node
-            .propose(Command::new(CommandKind::LeaseRevoke(r)))
-            .await
-        {
+        let (md, _, r) = req.into_parts();
+        // As etcd: revoking deletes the lease's keys, so each must be writable by the caller.
+        let kind = self.gate.wrap(&md, CommandKind::LeaseRevoke(r)).await?;
+        match self.node.propose(Command::new(kind)).await {
             Ok(CommandResponse::LeaseRevoke(mut r)) => {
                 r.header = self.hdr.fill(r.header);
                 Ok(Response::new(r))

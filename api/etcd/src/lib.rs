@@ -1,5 +1,6 @@
 //! The etcd v3 gRPC services on a member's client URL.
 
+pub mod auth;
 pub mod authority;
 pub mod auto_compaction;
 pub mod cluster;

@@ -24,6 +24,7 @@ use super::ETCD_VERSION;
 pub struct MaintenanceService {
     node: Arc<Node>,
     hdr: HeaderSource,
+    gate: crate::auth::AuthGate,
 }
 
 impl MaintenanceService {
@@ -31,6 +32,7 @@ impl MaintenanceService {
     pub fn new(node: Arc<Node>) -> Self {
         MaintenanceService {
             hdr: HeaderSource::new(node.clone()),
+            gate: crate::auth::AuthGate::new(node.clone()),
             node,
         }
     }
@@ -109,8 +111,10 @@ impl Maintenance for MaintenanceService {
 
     async fn defragment(
         &self,
-        _req: Request<DefragmentRequest>,
+        req: Request<DefragmentRequest>,
     ) -> Result<Response<DefragmentResponse>, Status> {
+        // As etcd 3.4: Defragment, Hash, HashKV and Snapshot need the root role when auth is on.
+        self.gate.check_admin(req.metadata()).await?;
         // The backend reclaims space on its own, eventually; defragment makes it happen now
         // (memtable flushed, tables rewritten without deleted entries, journal released) and
         // fsyncs, so that `compact` + `defrag` shrinks the store as on etcd.
@@ -124,7 +128,8 @@ impl Maintenance for MaintenanceService {
         }))
     }
 
-    async fn hash(&self, _req: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
+    async fn hash(&self, req: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
+        self.gate.check_admin(req.metadata()).await?;
         let (hash, _, _) = self.node.store().hash_kv(0).map_err(|e| store_status(&e))?;
         Ok(Response::new(HashResponse {
             header: self.header(),
@@ -136,6 +141,7 @@ impl Maintenance for MaintenanceService {
         &self,
         req: Request<HashKvRequest>,
     ) -> Result<Response<HashKvResponse>, Status> {
+        self.gate.check_admin(req.metadata()).await?;
         let r = req.into_inner();
         let (hash, compact_revision, _) = self
             .node
@@ -153,8 +159,9 @@ impl Maintenance for MaintenanceService {
 
     async fn snapshot(
         &self,
-        _req: Request<SnapshotRequest>,
+        req: Request<SnapshotRequest>,
     ) -> Result<Response<Self::SnapshotStream>, Status> {
+        self.gate.check_admin(req.metadata()).await?;
         // A few messages of read-ahead: enough to keep the connection busy, little memory.
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         tokio::spawn(snapshot_export::produce(self.node.clone(), tx));

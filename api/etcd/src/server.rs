@@ -7,14 +7,15 @@ use keel_raft::node::Node;
 use tokio::net::TcpListener;
 use tracing::info;
 
+use super::auth::AuthService;
 use super::cluster::ClusterService;
 use super::header::HeaderSource;
 use super::kv::KvService;
 use super::lease::LeaseService;
 use super::maintenance::MaintenanceService;
 use super::pb::{
-    cluster_server::ClusterServer, kv_server::KvServer, lease_server::LeaseServer,
-    maintenance_server::MaintenanceServer, watch_server::WatchServer,
+    auth_server::AuthServer, cluster_server::ClusterServer, kv_server::KvServer,
+    lease_server::LeaseServer, maintenance_server::MaintenanceServer, watch_server::WatchServer,
 };
 use super::watch::WatchService;
 
@@ -83,6 +84,7 @@ pub async fn serve(
                 WatchServer::new(WatchService::new(
                     node.store().hub().clone(),
                     HeaderSource::new(node.clone()),
+                    super::auth::AuthGate::new(node.clone()),
                 ))
                 .max_decoding_message_size(DECODE_LIMIT)
                 .max_encoding_message_size(MAX_SEND_BYTES),
@@ -93,6 +95,10 @@ pub async fn serve(
             )
             .add_service(
                 ClusterServer::new(ClusterService::new(node.clone()))
+                    .max_decoding_message_size(DECODE_LIMIT),
+            )
+            .add_service(
+                AuthServer::new(AuthService::new(node.clone()))
                     .max_decoding_message_size(DECODE_LIMIT),
             )
             .add_service(

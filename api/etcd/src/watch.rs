@@ -13,13 +13,16 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::{Stream, StreamExt};
-use keel_store::pb::etcdserverpb::{watch_request::RequestUnion, ResponseHeader, WatchRequest};
+use keel_store::pb::etcdserverpb::{
+    watch_request::RequestUnion, ResponseHeader, WatchCreateRequest, WatchRequest,
+};
 use keel_store::watch::{
     StreamMessage, WatchHub, WatchReceiver, WatchStream as HubStream, WireResponse,
 };
 use tokio::sync::mpsc;
 use tonic::{Code, Request, Response, Status, Streaming};
 
+use crate::auth::AuthGate;
 use crate::header::HeaderSource;
 use crate::pb::watch_server::Watch;
 
@@ -34,6 +37,8 @@ type HeaderFn = Arc<dyn Fn(i64) -> ResponseHeader + Send + Sync>;
 pub struct WatchService {
     hub: Arc<WatchHub>,
     header: HeaderFn,
+    /// Permission checks of creates (none in unit tests without a member).
+    gate: Option<AuthGate>,
 }
 
 impl std::fmt::Debug for WatchService {
@@ -46,18 +51,24 @@ impl std::fmt::Debug for WatchService {
 
 impl WatchService {
     /// A service over `hub`, with headers from `header`.
-    pub fn new(hub: Arc<WatchHub>, header: HeaderSource) -> Self {
+    pub fn new(hub: Arc<WatchHub>, header: HeaderSource, gate: AuthGate) -> Self {
         let header = Arc::new(header);
-        Self::with_header_fn(hub, Arc::new(move |rev| header.header(rev)))
+        let mut s = Self::with_header_fn(hub, Arc::new(move |rev| header.header(rev)));
+        s.gate = Some(gate);
+        s
     }
 
     /// A service with headers from any function (tests use it without a cluster).
     fn with_header_fn(hub: Arc<WatchHub>, header: HeaderFn) -> Self {
-        WatchService { hub, header }
+        WatchService {
+            hub,
+            header,
+            gate: None,
+        }
     }
 
     /// Serves one watch call: `requests` is the client's side, the result the server's.
-    fn serve<S>(&self, conn: u64, requests: S) -> WatchResponses
+    fn serve<S>(&self, conn: u64, requests: S, auth: Option<Caller>) -> WatchResponses
     where
         S: Stream<Item = Result<WatchRequest, Status>> + Send + Unpin + 'static,
     {
@@ -67,6 +78,7 @@ impl WatchService {
         tokio::spawn(recv_loop(
             requests,
             stream,
+            auth,
             End {
                 tx: end_tx,
                 flag: ended.clone(),
@@ -95,7 +107,11 @@ impl Watch for WatchService {
             std::hash::Hash::hash(&a, &mut h);
             std::hash::Hasher::finish(&h)
         });
-        Ok(Response::new(self.serve(conn, request.into_inner())))
+        let auth = self.gate.clone().map(|gate| Caller {
+            gate,
+            md: request.metadata().clone(),
+        });
+        Ok(Response::new(self.serve(conn, request.into_inner(), auth)))
     }
 }
 
@@ -187,7 +203,7 @@ impl End {
 /// Reads the client's requests and applies them to the hub stream, in order (creates must be
 /// answered in arrival order). Dropping `stream` on return cancels all the call's watchers and
 /// closes the response queue, which wakes the response side to see an error in `end`.
-async fn recv_loop<S>(mut requests: S, stream: HubStream, end: End)
+async fn recv_loop<S>(mut requests: S, stream: HubStream, auth: Option<Caller>, end: End)
 where
     S: Stream<Item = Result<WatchRequest, Status>> + Send + Unpin + 'static,
 {
@@ -198,7 +214,7 @@ where
         };
         match next {
             Some(Ok(req)) => {
-                if apply(&stream, req).await.is_err() {
+                if apply(&stream, req, auth.as_ref()).await.is_err() {
                     return;
                 }
             }
@@ -221,13 +237,66 @@ where
     }
 }
 
+/// The identity of a watch call's client, for etcd's permission check of each create.
+struct Caller {
+    gate: AuthGate,
+    md: tonic::metadata::MetadataMap,
+}
+
+impl Caller {
+    /// Why a create is refused (etcd 3.4's cancel reasons), or `None` if it may go on: the
+    /// client needs READ on the watched range.
+    async fn refusal(&self, create: &WatchCreateRequest) -> Option<String> {
+        if self.gate.idle(&self.md) {
+            return None;
+        }
+        // The key and range end as etcd checks them: an empty key is "\0", and a range end of
+        // "\0" is dropped (so only the start key is checked, as in etcd 3.4).
+        let key: &[u8] = if create.key.is_empty() {
+            &[0]
+        } else {
+            &create.key
+        };
+        let end: &[u8] = if create.range_end.as_ref() == [0] {
+            &[]
+        } else {
+            &create.range_end
+        };
+        let res = self
+            .gate
+            .check_read(&self.md, |a, ai| a.range_permitted(ai, key, end))
+            .await;
+        let status = res.err()?;
+        // etcd puts the text of its gRPC status error there, as gRPC-Go prints it.
+        Some(match status.message() {
+            m
+            @ ("etcdserver: revision of auth store is old" | "etcdserver: user name is empty") => {
+                format!("rpc error: code = InvalidArgument desc = {m}")
+            }
+            m @ "etcdserver: invalid auth token" => {
+                format!("rpc error: code = Unauthenticated desc = {m}")
+            }
+            _ => "rpc error: code = PermissionDenied desc = etcdserver: permission denied".into(),
+        })
+    }
+}
+
 /// One client request. Err means the call's response side is gone.
 async fn apply(
     stream: &HubStream,
     req: WatchRequest,
+    auth: Option<&Caller>,
 ) -> Result<(), keel_store::watch::StreamClosed> {
     match req.request_union {
-        Some(RequestUnion::CreateRequest(create)) => stream.create(create).await.map(drop),
+        Some(RequestUnion::CreateRequest(create)) => {
+            if let Some(reason) = match auth {
+                Some(c) => c.refusal(&create).await,
+                None => None,
+            } {
+                return stream.refuse(reason).await;
+            }
+            stream.create(create).await.map(drop)
+        }
         Some(RequestUnion::CancelRequest(cancel)) => stream.cancel(cancel.watch_id).await,
         Some(RequestUnion::ProgressRequest(_)) => stream.request_progress().await,
         // etcd ignores requests it does not know (e.g. from a newer client) rather than ending
@@ -308,7 +377,7 @@ mod tests {
 
     fn call(svc: &WatchService) -> Client {
         let (tx, rx) = mpsc::channel(8);
-        (tx, svc.serve(0, ReceiverStream::new(rx)))
+        (tx, svc.serve(0, ReceiverStream::new(rx), None))
     }
 
     /// Waits up to a second for the hub to drop the call's watchers (done by the request side).

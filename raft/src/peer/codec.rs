@@ -564,6 +564,7 @@ pub(crate) fn command_response_to_pb(r: &CommandResponse) -> pb::CommandResult {
         CommandResponse::LeaseGrant(x) => Kind::LeaseGrant(x.clone()),
         CommandResponse::LeaseRevoke(x) => Kind::LeaseRevoke(*x),
         CommandResponse::Alarm(x) => Kind::Alarm(x.clone()),
+        CommandResponse::Auth(x) => Kind::Auth(prost::Message::encode_to_vec(x)),
         CommandResponse::Batch(items) => Kind::Batch(pb::BatchResult {
             results: items
                 .iter()
@@ -592,6 +593,9 @@ pub(crate) fn command_response_from_pb(
         Kind::LeaseGrant(x) => CommandResponse::LeaseGrant(x),
         Kind::LeaseRevoke(x) => CommandResponse::LeaseRevoke(x),
         Kind::Alarm(x) => CommandResponse::Alarm(x),
+        Kind::Auth(b) => CommandResponse::Auth(
+            prost::Message::decode(&b[..]).map_err(|_| CodecError::Unexpected("auth result"))?,
+        ),
         // Recursion depth is bounded by prost's decode recursion limit.
         Kind::Batch(b) => CommandResponse::Batch(
             b.results
@@ -624,6 +628,24 @@ pub(crate) fn store_error_to_pb(e: &StoreError) -> pb::StoreError {
         StoreError::EmptyWatchRange => (Kind::EmptyWatchRange, ""),
         StoreError::NoSpace => (Kind::NoSpace, ""),
         StoreError::CorruptCluster => (Kind::CorruptCluster, ""),
+        StoreError::RootUserNotExist => (Kind::RootUserNotExist, ""),
+        StoreError::RootRoleNotExist => (Kind::RootRoleNotExist, ""),
+        StoreError::UserAlreadyExist => (Kind::UserAlreadyExist, ""),
+        StoreError::UserEmpty => (Kind::UserEmpty, ""),
+        StoreError::UserNotFound => (Kind::UserNotFound, ""),
+        StoreError::RoleAlreadyExist => (Kind::RoleAlreadyExist, ""),
+        StoreError::RoleNotFound => (Kind::RoleNotFound, ""),
+        StoreError::RoleEmpty => (Kind::RoleEmpty, ""),
+        StoreError::AuthFailed => (Kind::AuthFailed, ""),
+        StoreError::NoPasswordUser => (Kind::NoPasswordUser, ""),
+        StoreError::PermissionNotGiven => (Kind::PermissionNotGiven, ""),
+        StoreError::PermissionDenied => (Kind::PermissionDenied, ""),
+        StoreError::RoleNotGranted => (Kind::RoleNotGranted, ""),
+        StoreError::PermissionNotGranted => (Kind::PermissionNotGranted, ""),
+        StoreError::AuthNotEnabled => (Kind::AuthNotEnabled, ""),
+        StoreError::InvalidAuthToken => (Kind::InvalidAuthToken, ""),
+        StoreError::InvalidAuthMgmt => (Kind::InvalidAuthMgmt, ""),
+        StoreError::AuthOldRevision => (Kind::AuthOldRevision, ""),
         StoreError::Backend(d) => (Kind::Backend, d.as_str()),
         StoreError::Corrupt(d) => (Kind::Corrupt, d.as_str()),
     };
@@ -662,6 +684,24 @@ pub(crate) fn store_error_from_pb(p: &pb::StoreError) -> Result<StoreError, Code
         Kind::EmptyWatchRange => StoreError::EmptyWatchRange,
         Kind::NoSpace => StoreError::NoSpace,
         Kind::CorruptCluster => StoreError::CorruptCluster,
+        Kind::RootUserNotExist => StoreError::RootUserNotExist,
+        Kind::RootRoleNotExist => StoreError::RootRoleNotExist,
+        Kind::UserAlreadyExist => StoreError::UserAlreadyExist,
+        Kind::UserEmpty => StoreError::UserEmpty,
+        Kind::UserNotFound => StoreError::UserNotFound,
+        Kind::RoleAlreadyExist => StoreError::RoleAlreadyExist,
+        Kind::RoleNotFound => StoreError::RoleNotFound,
+        Kind::RoleEmpty => StoreError::RoleEmpty,
+        Kind::AuthFailed => StoreError::AuthFailed,
+        Kind::NoPasswordUser => StoreError::NoPasswordUser,
+        Kind::PermissionNotGiven => StoreError::PermissionNotGiven,
+        Kind::PermissionDenied => StoreError::PermissionDenied,
+        Kind::RoleNotGranted => StoreError::RoleNotGranted,
+        Kind::PermissionNotGranted => StoreError::PermissionNotGranted,
+        Kind::AuthNotEnabled => StoreError::AuthNotEnabled,
+        Kind::InvalidAuthToken => StoreError::InvalidAuthToken,
+        Kind::InvalidAuthMgmt => StoreError::InvalidAuthMgmt,
+        Kind::AuthOldRevision => StoreError::AuthOldRevision,
         Kind::Backend => StoreError::Backend(p.detail.clone()),
         Kind::Corrupt => StoreError::Corrupt(p.detail.clone()),
     })

@@ -1244,6 +1244,24 @@ impl WatchStream {
         Ok(id)
     }
 
+    /// Refuses a create before it reaches the hub (the auth layer's answer): queues `created`
+    /// and `canceled` with watch ID -1 and `reason`, in order with the other answers.
+    pub async fn refuse(&self, reason: String) -> Result<(), StreamClosed> {
+        let permit = self.tx.reserve().await.map_err(|_| StreamClosed)?;
+        let cur = self.shared.state.lock().rev;
+        permit.send(control_message(
+            cur,
+            WatchResponse {
+                watch_id: INVALID_WATCH_ID,
+                created: true,
+                canceled: true,
+                cancel_reason: reason,
+                ..Default::default()
+            },
+        ));
+        Ok(())
+    }
+
     /// Cancels a watcher: queues `{watch_id, canceled}` at the current revision; an unknown ID
     /// gets no answer (etcd 3.4). Waits while the stream's queue is full.
     pub async fn cancel(&self, watch_id: i64) -> Result<(), StreamClosed> {
