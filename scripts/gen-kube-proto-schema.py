@@ -31,6 +31,7 @@ ROOTS = [
     "api.authorization.v1.SubjectAccessReview", "api.authorization.v1.SelfSubjectAccessReview",
     "api.authorization.v1.LocalSubjectAccessReview", "api.authorization.v1.SelfSubjectRulesReview",
     "api.authentication.v1.SelfSubjectReview", "api.authentication.v1.TokenRequest",
+    "api.authentication.v1.TokenReview",
 ]
 
 def parse_fields(body):

@@ -1033,3 +1033,85 @@ fn the_audit_log_records_writes_and_refusals() {
         "reads are not in the default policy"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn token_reviews_name_the_token_owner() {
+    use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+    let c = cluster();
+    c.ok(0, &["create", "namespace", "rbac-tr"]);
+    c.ok(0, &["create", "serviceaccount", "bot", "-n", "rbac-tr"]);
+    let token = c
+        .ok(0, &["create", "token", "bot", "-n", "rbac-tr"])
+        .trim()
+        .to_string();
+    let other = c
+        .ok(
+            0,
+            &[
+                "create",
+                "token",
+                "bot",
+                "-n",
+                "rbac-tr",
+                "--audience=vault",
+            ],
+        )
+        .trim()
+        .to_string();
+    let admin = keel_testkit::kube::client(&c.member(0).kubeconfig(), true).await;
+    let reviews: Api<TokenReview> = Api::all(admin);
+    let review = |token: &str, audiences: Option<Vec<String>>| TokenReview {
+        spec: TokenReviewSpec {
+            token: Some(token.to_string()),
+            audiences,
+        },
+        ..Default::default()
+    };
+    let pp = PostParams::default();
+    let got = reviews
+        .create(&pp, &review(&token, None))
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert_eq!(got.authenticated, Some(true));
+    let user = got.user.unwrap();
+    assert_eq!(
+        user.username.as_deref(),
+        Some("system:serviceaccount:rbac-tr:bot")
+    );
+    assert!(user
+        .groups
+        .unwrap()
+        .contains(&"system:serviceaccounts:rbac-tr".to_string()));
+    // A token for another audience is not the API server's, but is that audience's.
+    let wrong = reviews
+        .create(&pp, &review(&other, None))
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert_ne!(wrong.authenticated, Some(true));
+    let vault = reviews
+        .create(&pp, &review(&other, Some(vec!["vault".into()])))
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert_eq!(vault.authenticated, Some(true));
+    assert_eq!(vault.audiences, Some(vec!["vault".to_string()]));
+    let junk = reviews
+        .create(&pp, &review("not-a-token", None))
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert_ne!(junk.authenticated, Some(true));
+    // Reviewing needs `create tokenreviews` (system:auth-delegator); alice has none.
+    let alice: Api<TokenReview> =
+        Api::all(keel_testkit::kube::client(&kubeconfig_of(c, "alice"), true).await);
+    match alice.create(&pp, &review(&token, None)).await {
+        Err(kube::Error::Api(e)) => assert_eq!(e.code, 403),
+        other => panic!("{other:?}"),
+    }
+}

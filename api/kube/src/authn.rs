@@ -113,7 +113,12 @@ impl Tokens {
 
     /// The identity of a request's `Authorization: Bearer` header, if it names a known token.
     pub fn from_headers(&self, headers: &HeaderMap) -> Option<Identity> {
-        self.by_token.get(bearer(headers)?).cloned()
+        self.lookup(bearer(headers)?)
+    }
+
+    /// The identity of a static token.
+    pub fn lookup(&self, token: &str) -> Option<Identity> {
+        self.by_token.get(token).cloned()
     }
 }
 

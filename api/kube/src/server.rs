@@ -809,6 +809,24 @@ async fn dispatch(
             .await?;
             Ok(respond(StatusCode::CREATED, &out))
         }
+        ["apis", "authentication.k8s.io", "v1", "tokenreviews"] => {
+            if method != Method::POST {
+                return Err(ApiError::MethodNotAllowed(crate::status::Target::new(
+                    "authentication.k8s.io",
+                    "tokenreviews",
+                    "",
+                )));
+            }
+            let obj = crate::body::decode(&headers, &body)?;
+            let out = crate::serviceaccount::review::answer(
+                &app.tokens,
+                &app.state.sa_key,
+                &app.state.storage,
+                &obj,
+            )
+            .await?;
+            Ok(respond(StatusCode::CREATED, &out))
+        }
         review @ ["apis", _, "v1", ..] if crate::authz::review::route(review).is_some() => {
             let Some((group, plural, ns)) = crate::authz::review::route(review) else {
                 return Err(ApiError::NoRoute);

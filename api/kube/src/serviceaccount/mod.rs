@@ -6,6 +6,7 @@
 pub mod admission;
 pub mod key;
 pub mod request;
+pub mod review;
 pub mod token;
 
 use serde_json::{json, Value};

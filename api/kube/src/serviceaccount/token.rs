@@ -60,14 +60,32 @@ pub fn looks_like_jwt(token: &str) -> bool {
 
 /// The identity of a valid token meant for the API server (audience [`ISSUER`]); None otherwise.
 pub async fn authenticate(key: &SigningKey, storage: &Storage, token: &str) -> Option<Identity> {
+    authenticate_for(key, storage, token, &[ISSUER.to_string()])
+        .await
+        .map(|(id, _)| id)
+}
+
+/// The identity of a valid token meant for any of `audiences`, with the audiences it matched (what a
+/// TokenReview answers).
+pub async fn authenticate_for(
+    key: &SigningKey,
+    storage: &Storage,
+    token: &str,
+    audiences: &[String],
+) -> Option<(Identity, Vec<String>)> {
     let mut v = Validation::new(Algorithm::ES256);
     v.set_issuer(&[ISSUER]);
-    v.set_audience(&[ISSUER]);
+    v.set_audience(audiences);
     v.validate_nbf = true;
     v.leeway = 0;
     let claims = jsonwebtoken::decode::<Claims>(token, &key.decoding, &v)
         .ok()?
         .claims;
+    let matched: Vec<String> = audiences
+        .iter()
+        .filter(|a| claims.aud.contains(a))
+        .cloned()
+        .collect();
     let k = &claims.kube;
     let ns = k.namespace.as_str();
     if claims.sub != super::user_name(ns, &k.serviceaccount.name) {
@@ -87,10 +105,13 @@ pub async fn authenticate(key: &SigningKey, storage: &Storage, token: &str) -> O
             return None;
         }
     }
-    Some(Identity {
-        user: claims.sub.clone(),
-        groups: super::groups(ns),
-    })
+    Some((
+        Identity {
+            user: claims.sub.clone(),
+            groups: super::groups(ns),
+        },
+        matched,
+    ))
 }
 
 /// The claims a token request asks for, as of `now` (seconds since the epoch).
