@@ -434,6 +434,36 @@ fn a_user_cannot_grant_what_they_do_not_hold() {
 #[test]
 fn impersonation_and_whoami() {
     let c = cluster();
+    // The review kinds are in discovery, create-only, as upstream lists them.
+    let names = c.ok(
+        0,
+        &[
+            "api-resources",
+            "--api-group=authorization.k8s.io",
+            "-o",
+            "name",
+        ],
+    );
+    assert!(
+        names
+            .lines()
+            .any(|l| l == "selfsubjectaccessreviews.authorization.k8s.io"),
+        "{names}"
+    );
+    let wide = c.ok(
+        0,
+        &[
+            "api-resources",
+            "--api-group=authentication.k8s.io",
+            "-o",
+            "wide",
+        ],
+    );
+    assert!(
+        wide.lines()
+            .any(|l| l.starts_with("tokenreviews") && l.split_whitespace().any(|w| w == "create")),
+        "{wide}"
+    );
     let me = c.ok(0, &["auth", "whoami"]);
     assert!(me.contains("kubernetes-admin"), "{me}");
     assert!(me.contains("system:masters"), "{me}");

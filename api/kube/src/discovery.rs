@@ -180,6 +180,11 @@ pub fn aggregated(reg: &Registry, remote: &[Remote], core: bool, content_type: &
             .iter()
             .map(|(g, vs)| aggregated_group(reg, g, vs))
             .collect();
+        items.extend(
+            crate::authz::review::GROUPS
+                .iter()
+                .map(|g| crate::authz::review::aggregated_item(g)),
+        );
         if !remote.iter().any(|r| r.group == crate::metrics_api::GROUP) {
             items.push(crate::metrics_api::aggregated_item());
         }
@@ -223,6 +228,11 @@ pub fn api_group_list(reg: &Registry, remote: &[Remote]) -> Value {
         .iter()
         .map(|(g, vs)| group_doc(g, vs))
         .collect();
+    groups.extend(
+        crate::authz::review::GROUPS
+            .iter()
+            .map(|g| crate::authz::review::group_doc(g)),
+    );
     if !remote.iter().any(|r| r.group == crate::metrics_api::GROUP) {
         groups.push(crate::metrics_api::group_doc());
     }
@@ -242,6 +252,12 @@ pub fn api_group(reg: &Registry, remote: &[Remote], group: &str) -> Option<Value
         doc["apiVersion"] = json!("v1");
         return Some(doc);
     }
+    if crate::authz::review::GROUPS.contains(&group) {
+        let mut g = crate::authz::review::group_doc(group);
+        g["kind"] = json!("APIGroup");
+        g["apiVersion"] = json!("v1");
+        return Some(g);
+    }
     if group == crate::metrics_api::GROUP {
         let mut g = crate::metrics_api::group_doc();
         g["kind"] = json!("APIGroup");
@@ -258,6 +274,9 @@ pub fn api_group(reg: &Registry, remote: &[Remote], group: &str) -> Option<Value
 
 /// Legacy `/api/v1` or `/apis/<group>/<version>`, if served.
 pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<Value> {
+    if let Some(list) = crate::authz::review::resource_list(group, version) {
+        return Some(list);
+    }
     let defs = reg.of_group_version(group, version);
     if defs.is_empty() {
         return None;

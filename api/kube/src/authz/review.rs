@@ -268,3 +268,87 @@ fn rules_review(authz: &Authorizer, user: &Identity, namespace: &str) -> Value {
     }
     Value::Object(s)
 }
+
+/// The create-only kinds of the two review groups, for discovery: `(group, plural, kind, namespaced)`.
+const KINDS: [(&str, &str, &str, bool); 6] = [
+    (
+        AUTHENTICATION,
+        "selfsubjectreviews",
+        "SelfSubjectReview",
+        false,
+    ),
+    (AUTHENTICATION, "tokenreviews", "TokenReview", false),
+    (
+        AUTHORIZATION,
+        "localsubjectaccessreviews",
+        "LocalSubjectAccessReview",
+        true,
+    ),
+    (
+        AUTHORIZATION,
+        "selfsubjectaccessreviews",
+        "SelfSubjectAccessReview",
+        false,
+    ),
+    (
+        AUTHORIZATION,
+        "selfsubjectrulesreviews",
+        "SelfSubjectRulesReview",
+        false,
+    ),
+    (
+        AUTHORIZATION,
+        "subjectaccessreviews",
+        "SubjectAccessReview",
+        false,
+    ),
+];
+
+/// The review groups, in discovery's order.
+pub const GROUPS: [&str; 2] = [AUTHENTICATION, AUTHORIZATION];
+
+fn kinds_of(
+    group: &str,
+) -> impl Iterator<Item = &'static (&'static str, &'static str, &'static str, bool)> + '_ {
+    KINDS.iter().filter(move |k| k.0 == group)
+}
+
+/// `/apis` and `/apis/<group>` entry of a review group.
+pub fn group_doc(group: &str) -> Value {
+    let gv = json!({"groupVersion": format!("{group}/v1"), "version": "v1"});
+    json!({"name": group, "versions": [gv.clone()], "preferredVersion": gv})
+}
+
+/// `/apis/<group>/v1` of a review group; None for other group-versions.
+pub fn resource_list(group: &str, version: &str) -> Option<Value> {
+    if version != "v1" || !GROUPS.contains(&group) {
+        return None;
+    }
+    let resources: Vec<Value> = kinds_of(group)
+        .map(|(_, plural, kind, ns)| {
+            json!({"name": plural, "singularName": kind.to_ascii_lowercase(), "namespaced": ns, "kind": kind, "verbs": ["create"]})
+        })
+        .collect();
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{group}/v1"), "resources": resources}),
+    )
+}
+
+/// A review group in aggregated discovery.
+pub fn aggregated_item(group: &str) -> Value {
+    let resources: Vec<Value> = kinds_of(group)
+        .map(|(_, plural, kind, ns)| {
+            json!({
+                "resource": plural,
+                "singularResource": kind.to_ascii_lowercase(),
+                "responseKind": {"group": group, "version": "v1", "kind": kind},
+                "scope": if *ns { "Namespaced" } else { "Cluster" },
+                "verbs": ["create"],
+            })
+        })
+        .collect();
+    json!({
+        "metadata": {"name": group, "creationTimestamp": null},
+        "versions": [{"version": "v1", "resources": resources, "freshness": "Current"}],
+    })
+}
