@@ -783,6 +783,69 @@ fn service_account_tokens_from_the_token_request_api() {
         gone.stderr
     );
 
+    // A legacy token Secret, made only when asked for: filled at create, good while it holds the token.
+    apply(
+        c,
+        "apiVersion: v1\nkind: Secret\ntype: kubernetes.io/service-account-token\nmetadata:\n  name: robot-legacy\n  namespace: rbac-t\n  annotations: {kubernetes.io/service-account.name: robot}\n",
+    );
+    let encoded = c.ok(
+        0,
+        &[
+            "get",
+            "secret",
+            "robot-legacy",
+            "-n",
+            "rbac-t",
+            "-o",
+            "jsonpath={.data.token}",
+        ],
+    );
+    use base64::Engine;
+    let legacy = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(encoded.trim())
+            .unwrap(),
+    )
+    .unwrap();
+    let legacy_cfg = kubeconfig_with(c, "robot-legacy", &legacy);
+    let who = run_with(
+        &legacy_cfg,
+        &[
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username}",
+        ],
+    );
+    assert_eq!(
+        who.stdout, "system:serviceaccount:rbac-t:robot",
+        "{}",
+        who.stderr
+    );
+    let ns = c.ok(
+        0,
+        &[
+            "get",
+            "secret",
+            "robot-legacy",
+            "-n",
+            "rbac-t",
+            "-o",
+            "jsonpath={.data.namespace}",
+        ],
+    );
+    assert_eq!(
+        base64::engine::general_purpose::STANDARD
+            .decode(ns.trim())
+            .unwrap(),
+        b"rbac-t"
+    );
+    c.ok(0, &["delete", "secret", "robot-legacy", "-n", "rbac-t"]);
+    assert!(
+        !run_with(&legacy_cfg, &["auth", "whoami"]).ok,
+        "the token died with its Secret"
+    );
+
     // The issuer's documents, and a token dies with its service account.
     let discovery: serde_json::Value =
         serde_json::from_str(&c.ok(0, &["get", "--raw", "/.well-known/openid-configuration"]))

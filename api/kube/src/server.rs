@@ -269,6 +269,7 @@ impl ApiServer {
             metrics: metrics.clone(),
             authz: authz.clone(),
             sa_key,
+            ca_pem: pki.ca_cert.clone(),
             rbac_ready: std::sync::atomic::AtomicBool::new(false),
         });
         let audit = match &opts.audit_log {
@@ -621,12 +622,23 @@ async fn route_request(app: Arc<App>, peer: PeerIdentity, req: Request, who: &mu
         if let Some(token) =
             authn::bearer(req.headers()).filter(|t| crate::serviceaccount::token::looks_like_jwt(t))
         {
-            identity = crate::serviceaccount::token::authenticate(
+            identity = match crate::serviceaccount::token::authenticate(
                 &app.state.sa_key,
                 &app.state.storage,
                 token,
             )
-            .await;
+            .await
+            {
+                Some(id) => Some(id),
+                None => {
+                    crate::serviceaccount::legacy::authenticate(
+                        &app.state.sa_key,
+                        &app.state.storage,
+                        token,
+                    )
+                    .await
+                }
+            };
         }
     }
     if identity.is_none() && !authn::is_public(req.uri().path()) {

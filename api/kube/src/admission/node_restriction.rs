@@ -53,7 +53,8 @@ pub fn admit(
         ("", "pods") => match (subresource, op) {
             (None, Operation::Create) => {
                 let mirror = new
-                    .and_then(|p| object::path(p, &format!("metadata.annotations.{MIRROR}")))
+                    .and_then(|p| object::path(p, "metadata.annotations"))
+                    .and_then(|a| a.get(MIRROR))
                     .is_some();
                 if !mirror {
                     return Err(refuse(format!(
@@ -184,6 +185,20 @@ mod tests {
             Some(&own)
         )
         .is_err());
+        let mirror = json!({"metadata": {"name": "m", "annotations": {"kubernetes.io/config.mirror": "x"}},
+                            "spec": {"nodeName": "w1"}});
+        assert!(
+            admit(
+                &agent(),
+                &pods,
+                None,
+                Operation::Create,
+                None,
+                Some(&mirror)
+            )
+            .is_ok(),
+            "its own mirror pod"
+        );
         let admin = Identity {
             user: "admin".into(),
             groups: vec![],

@@ -88,7 +88,8 @@ pub async fn ensure(storage: &Storage) -> Result<(), ApiError> {
                 }
             }
             Some(cur) => {
-                let auto = object::path(&cur.object, &format!("metadata.annotations.{AUTOUPDATE}"))
+                let auto = object::path(&cur.object, "metadata.annotations")
+                    .and_then(|a| a.get(AUTOUPDATE))
                     .and_then(Value::as_str)
                     != Some("false");
                 let is_role = obj.get("rules").is_some()

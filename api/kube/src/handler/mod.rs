@@ -51,6 +51,8 @@ pub struct KubeState {
     pub authz: Arc<crate::authz::Authorizer>,
     /// The cluster's service-account token signing key.
     pub sa_key: Arc<crate::serviceaccount::key::SigningKey>,
+    /// The cluster CA (PEM), for token Secrets.
+    pub ca_pem: String,
     /// Whether this member has made sure the default RBAC roles exist (a `/readyz` check).
     pub rbac_ready: std::sync::atomic::AtomicBool,
 }

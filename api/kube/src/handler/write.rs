@@ -298,6 +298,15 @@ pub async fn create_object(
     if sdef.group.is_empty() && sdef.kind == "Pod" {
         crate::serviceaccount::admission::admit_create(&call.state.storage, &mut obj).await;
     }
+    if sdef.group.is_empty() && sdef.kind == "Secret" {
+        crate::serviceaccount::legacy::fill(
+            &call.state.storage,
+            &call.state.sa_key,
+            &call.state.ca_pem,
+            &mut obj,
+        )
+        .await;
+    }
     let recorded = object::meta_mut(&mut obj).remove("managedFields");
     prepare_create(sdef, &mut obj);
     if let Some(mf) = recorded {

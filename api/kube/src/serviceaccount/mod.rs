@@ -5,6 +5,7 @@
 
 pub mod admission;
 pub mod key;
+pub mod legacy;
 pub mod request;
 pub mod review;
 pub mod token;
