@@ -154,9 +154,9 @@ fn out_dir() -> PathBuf {
 fn save(name: &str, why: &str, input: &[u8]) -> PathBuf {
     let dir = out_dir().join(name);
     let _ = std::fs::create_dir_all(&dir);
-    let h = input
-        .iter()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3));
+    let h = input.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
+    });
     let path = dir.join(format!("{why}-{h:016x}.bin"));
     let _ = std::fs::write(&path, input);
     path
@@ -415,7 +415,13 @@ where
 }
 
 /// Shrinks `input` while it still panics at the same place: drops chunks, halving their size.
-fn minimize<F, V>(cur: &Current, wd: &Watchdog, f: &mut F, mut input: Vec<u8>, panic: &str) -> Vec<u8>
+fn minimize<F, V>(
+    cur: &Current,
+    wd: &Watchdog,
+    f: &mut F,
+    mut input: Vec<u8>,
+    panic: &str,
+) -> Vec<u8>
 where
     F: FnMut(&[u8]) -> V,
     V: Into<Verdict>,
@@ -587,7 +593,11 @@ fn mutate_once(rng: &mut StdRng, d: &mut Vec<u8>, corpus: &[Vec<u8>], dict: &[Ve
         // Small arithmetic on a byte (lengths off by a few).
         3 if len > 0 => {
             let i = rng.gen_range(0..len);
-            d[i] = d[i].wrapping_add(rng.gen_range(1..=8u8).wrapping_mul(if rng.gen() { 1 } else { 255 }));
+            d[i] = d[i].wrapping_add(rng.gen_range(1..=8u8).wrapping_mul(if rng.gen() {
+                1
+            } else {
+                255
+            }));
         }
         // Truncate.
         4 if len > 0 => {
@@ -611,7 +621,11 @@ fn mutate_once(rng: &mut StdRng, d: &mut Vec<u8>, corpus: &[Vec<u8>], dict: &[Ve
         7 if len > 0 => {
             let a = rng.gen_range(0..len);
             let b = (a + rng.gen_range(1..=64)).min(len);
-            let times = if rng.gen_ratio(1, 4) { rng.gen_range(2..4000) } else { rng.gen_range(1..4) };
+            let times = if rng.gen_ratio(1, 4) {
+                rng.gen_range(2..4000)
+            } else {
+                rng.gen_range(1..4)
+            };
             let piece = d[a..b].repeat(times);
             let at = pos(rng).min(d.len());
             d.splice(at..at, piece);
@@ -620,8 +634,16 @@ fn mutate_once(rng: &mut StdRng, d: &mut Vec<u8>, corpus: &[Vec<u8>], dict: &[Ve
         8 if len > 0 => {
             let v = INTERESTING[rng.gen_range(0..INTERESTING.len())];
             let w = [1usize, 2, 4, 8][rng.gen_range(0..4)];
-            let bytes = if rng.gen() { v.to_le_bytes() } else { v.to_be_bytes() };
-            let src = if bytes[0] == 0 && w < 8 && !rng.gen::<bool>() { &bytes[8 - w..] } else { &bytes[..w] };
+            let bytes = if rng.gen() {
+                v.to_le_bytes()
+            } else {
+                v.to_be_bytes()
+            };
+            let src = if bytes[0] == 0 && w < 8 && !rng.gen::<bool>() {
+                &bytes[8 - w..]
+            } else {
+                &bytes[..w]
+            };
             let at = rng.gen_range(0..len);
             for (k, b) in src.iter().enumerate() {
                 if let Some(x) = d.get_mut(at + k) {
@@ -647,7 +669,11 @@ fn mutate_once(rng: &mut StdRng, d: &mut Vec<u8>, corpus: &[Vec<u8>], dict: &[Ve
                 let a = rng.gen_range(0..other.len());
                 let b = rng.gen_range(a..=other.len());
                 let at = pos(rng);
-                let cut = if rng.gen() { (at + (b - a)).min(d.len()) } else { at };
+                let cut = if rng.gen() {
+                    (at + (b - a)).min(d.len())
+                } else {
+                    at
+                };
                 d.splice(at..cut, other[a..b].iter().copied());
             }
         }
