@@ -34,29 +34,65 @@ fn decode_peer(kind: u8, b: &[u8]) -> Result<(), String> {
     let e = |e: c::CodecError| e.to_string();
     match usize::from(kind) % KINDS {
         // Requests a member serves.
-        0 => drop(c::append_request_from_pb(d(b)?).map_err(e)?),
-        1 => drop(c::vote_request_from_pb(d(b)?).map_err(e)?),
-        2 => drop(c::snapshot_request_from_pb(d(b)?).map_err(e)?),
+        0 => {
+            let _ = c::append_request_from_pb(d(b)?).map_err(e)?;
+        }
+        1 => {
+            let _ = c::vote_request_from_pb(d(b)?).map_err(e)?;
+        }
+        2 => {
+            let _ = c::snapshot_request_from_pb(d(b)?).map_err(e)?;
+        }
         3 => {
             let f: pb::ForwardRequest = d(b)?;
-            drop(keel_store::Command::decode(f.command.as_slice()).map_err(|e| e.to_string())?);
+            keel_store::Command::decode(f.command.as_slice()).map_err(|e| e.to_string())?;
         }
-        4 => drop(c::member_change_from_pb(d(b)?).map_err(e)?),
-        5 => drop(d::<pb::LeaseKeepAliveRequest>(b)?),
-        6 => drop(d::<pb::LeaseTimeToLiveRequest>(b)?),
-        7 => drop(d::<pb::MoveLeaderRequest>(b)?),
-        8 => drop(d::<pb::RemovedNotice>(b)?),
-        9 => drop(d::<pb::ReadIndexRequest>(b)?),
+        4 => {
+            let _ = c::member_change_from_pb(d(b)?).map_err(e)?;
+        }
+        5 => {
+            d::<pb::LeaseKeepAliveRequest>(b)?;
+        }
+        6 => {
+            d::<pb::LeaseTimeToLiveRequest>(b)?;
+        }
+        7 => {
+            d::<pb::MoveLeaderRequest>(b)?;
+        }
+        8 => {
+            d::<pb::RemovedNotice>(b)?;
+        }
+        9 => {
+            d::<pb::ReadIndexRequest>(b)?;
+        }
         // Replies a member reads from the peers it called.
-        10 => drop(c::append_reply_from_pb(d(b)?).map_err(e)?),
-        11 => drop(c::vote_reply_from_pb(d(b)?).map_err(e)?),
-        12 => drop(c::snapshot_reply_from_pb(d(b)?).map_err(e)?),
-        13 => drop(c::forward_reply_from_pb(d(b)?).map_err(e)?),
-        14 => drop(c::read_index_reply_from_pb(d(b)?).map_err(e)?),
-        15 => drop(c::lease_keepalive_reply_from_pb(d(b)?).map_err(e)?),
-        16 => drop(c::lease_ttl_reply_from_pb(d(b)?).map_err(e)?),
-        17 => drop(c::member_change_reply_from_pb(d(b)?).map_err(e)?),
-        _ => drop(c::move_leader_reply_from_pb(d(b)?).map_err(e)?),
+        10 => {
+            let _ = c::append_reply_from_pb(d(b)?).map_err(e)?;
+        }
+        11 => {
+            let _ = c::vote_reply_from_pb(d(b)?).map_err(e)?;
+        }
+        12 => {
+            let _ = c::snapshot_reply_from_pb(d(b)?).map_err(e)?;
+        }
+        13 => {
+            let _ = c::forward_reply_from_pb(d(b)?).map_err(e)?;
+        }
+        14 => {
+            let _ = c::read_index_reply_from_pb(d(b)?).map_err(e)?;
+        }
+        15 => {
+            let _ = c::lease_keepalive_reply_from_pb(d(b)?).map_err(e)?;
+        }
+        16 => {
+            let _ = c::lease_ttl_reply_from_pb(d(b)?).map_err(e)?;
+        }
+        17 => {
+            let _ = c::member_change_reply_from_pb(d(b)?).map_err(e)?;
+        }
+        _ => {
+            let _ = c::move_leader_reply_from_pb(d(b)?).map_err(e)?;
+        }
     }
     Ok(())
 }

@@ -3,6 +3,8 @@
 //! sized by a field of the file. Seeds are files keel's own writer makes (etcd's format, checked
 //! against the real etcdctl in the bbolt tests). A smoke pass by default; see docs/fuzzing.md.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
 use std::io::Cursor;
 use std::path::Path;
 

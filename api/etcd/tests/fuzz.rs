@@ -5,6 +5,8 @@
 //! entry, watch creates and cancels on the store's hub). No cluster: no Raft, no network.
 //! A smoke pass by default; see docs/fuzzing.md.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
 use std::sync::Arc;
 
 use keel_etcd_api::server::check_recv_size;
@@ -201,10 +203,18 @@ impl Harness {
                 let kind = c.kind.ok_or("no kind")?;
                 self.apply(kind)?;
             }
-            13 => drop(d::<pb::MemberAddRequest>(b)?),
-            14 => drop(d::<pb::MemberRemoveRequest>(b)?),
-            15 => drop(d::<pb::MemberUpdateRequest>(b)?),
-            _ => drop(d::<pb::MoveLeaderRequest>(b)?),
+            13 => {
+                d::<pb::MemberAddRequest>(b)?;
+            }
+            14 => {
+                d::<pb::MemberRemoveRequest>(b)?;
+            }
+            15 => {
+                d::<pb::MemberUpdateRequest>(b)?;
+            }
+            _ => {
+                d::<pb::MoveLeaderRequest>(b)?;
+            }
         }
         Ok(())
     }

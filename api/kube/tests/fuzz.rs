@@ -4,6 +4,8 @@
 //! A smoke pass by default; `KEEL_FUZZ_SECONDS=600 cargo test -p keel-kube-api --test fuzz --
 //! --test-threads 1` is a campaign (docs/fuzzing.md).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
 use std::sync::Arc;
 
 use keel_fuzz::{Target, Verdict};
