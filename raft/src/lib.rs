@@ -13,6 +13,8 @@
 
 pub mod codec;
 pub mod error;
+#[cfg(test)]
+mod fuzz;
 mod leadership;
 mod log_store;
 pub mod membership;

@@ -1031,7 +1031,7 @@ pub(crate) fn move_leader_reply_from_pb(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::{BTreeMap, BTreeSet};
 
     use keel_store::command::{CommandBatch, CommandKind};
@@ -1043,7 +1043,7 @@ mod tests {
     use crate::codec::{log_id_to_pb as wal_log_id, LogIdPb};
     use crate::wal::record::{self, RecordKind, WalRecord};
 
-    fn lid(term: u64, node: u64, index: u64) -> LogId {
+    pub(crate) fn lid(term: u64, node: u64, index: u64) -> LogId {
         LogId::new(CommittedLeaderId::new(term, node), index)
     }
 
@@ -1055,7 +1055,7 @@ mod tests {
         }
     }
 
-    fn joint_membership() -> Membership<NodeId, MemberNode> {
+    pub(crate) fn joint_membership() -> Membership<NodeId, MemberNode> {
         Membership::new(
             vec![BTreeSet::from([1, 2, 3]), BTreeSet::from([2, 3, 4])],
             BTreeMap::from([
@@ -1068,7 +1068,7 @@ mod tests {
         )
     }
 
-    fn put(key: &str) -> Command {
+    pub(crate) fn put(key: &str) -> Command {
         Command::new(CommandKind::Put(etcd::PutRequest {
             key: key.as_bytes().to_vec().into(),
             value: b"v".to_vec().into(),
@@ -1076,7 +1076,7 @@ mod tests {
         }))
     }
 
-    fn entries() -> Vec<Entry> {
+    pub(crate) fn entries() -> Vec<Entry> {
         vec![
             Entry {
                 log_id: lid(3, 1, 10),
@@ -1149,7 +1149,7 @@ mod tests {
         ]
     }
 
-    fn all_propose_errors() -> Vec<ProposeError> {
+    pub(crate) fn all_propose_errors() -> Vec<ProposeError> {
         let mut v = vec![
             ProposeError::NoLeader,
             ProposeError::NotLeader,
@@ -1174,7 +1174,7 @@ mod tests {
         })
     }
 
-    fn all_command_responses() -> Vec<CommandResponse> {
+    pub(crate) fn all_command_responses() -> Vec<CommandResponse> {
         let kv = KeyValue {
             key: b"k".to_vec().into(),
             create_revision: 2,
