@@ -85,6 +85,17 @@ pub fn respond_as(code: StatusCode, v: &Value, content_type: &str) -> Response {
     r
 }
 
+/// Refuses a body whose `kind` is not `kind` (a missing one is taken as it), for the kinds that are answered
+/// rather than stored (reviews, token requests).
+pub fn expect_kind(body: &Value, kind: &str) -> Result<(), ApiError> {
+    match body.get("kind").and_then(Value::as_str) {
+        Some(sent) if sent != kind => Err(ApiError::BadRequest(format!(
+            "the kind in the data ({sent}) does not match the expected kind ({kind})"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

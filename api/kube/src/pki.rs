@@ -191,15 +191,12 @@ impl ClusterPki {
 
     /// A kubeconfig for the admin pointing at `server` (an `https://host:port` URL).
     pub fn admin_kubeconfig(&self, server: &str) -> String {
-        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: keel\n  cluster:\n    server: {server}\n    \
-             certificate-authority-data: {ca}\nusers:\n- name: {ADMIN_USER}\n  user:\n    \
-             client-certificate-data: {cert}\n    client-key-data: {key}\ncontexts:\n- name: keel\n  context:\n    \
-             cluster: keel\n    user: {ADMIN_USER}\ncurrent-context: keel\npreferences: {{}}\n",
-            ca = b64(&self.ca_cert),
-            cert = b64(&self.admin_cert),
-            key = b64(&self.admin_key),
+        kubeconfig_text(
+            server,
+            &self.ca_cert,
+            ADMIN_USER,
+            &self.admin_cert,
+            &self.admin_key,
         )
     }
 
@@ -291,16 +288,27 @@ pub fn user_kubeconfig(
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     validity(&mut params, 1);
     let cert = params.signed_by(&key, &issuer)?;
+    Ok(kubeconfig_text(
+        server,
+        ca_cert,
+        user,
+        &cert.pem(),
+        &key.serialize_pem(),
+    ))
+}
+
+/// A kubeconfig with one cluster (`server`, trusting `ca`) and one user with a client certificate.
+fn kubeconfig_text(server: &str, ca: &str, user: &str, cert: &str, key: &str) -> String {
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
-    Ok(format!(
+    format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: keel\n  cluster:\n    server: {server}\n    \
          certificate-authority-data: {ca}\nusers:\n- name: {user:?}\n  user:\n    \
          client-certificate-data: {cert}\n    client-key-data: {key}\ncontexts:\n- name: keel\n  context:\n    \
          cluster: keel\n    user: {user:?}\ncurrent-context: keel\npreferences: {{}}\n",
-        ca = b64(ca_cert),
-        cert = b64(&cert.pem()),
-        key = b64(&key.serialize_pem()),
-    ))
+        ca = b64(ca),
+        cert = b64(cert),
+        key = b64(key),
+    )
 }
 
 #[cfg(test)]

@@ -76,12 +76,7 @@ pub fn answer(
             "the body of a {kind} must be an object"
         )));
     }
-    let sent_kind = body.get("kind").and_then(Value::as_str).unwrap_or(kind);
-    if sent_kind != kind {
-        return Err(ApiError::BadRequest(format!(
-            "the kind in the data ({sent_kind}) does not match the expected kind ({kind})"
-        )));
-    }
+    crate::body::expect_kind(body, kind)?;
     let spec = body.get("spec").cloned().unwrap_or_else(|| json!({}));
     let status = match plural {
         "selfsubjectreviews" => json!({"userInfo": user_info(user)}),

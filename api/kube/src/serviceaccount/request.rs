@@ -34,15 +34,7 @@ pub async fn answer(
     name: &str,
     body: &Value,
 ) -> Result<Value, ApiError> {
-    let sent_kind = body
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or("TokenRequest");
-    if sent_kind != "TokenRequest" {
-        return Err(ApiError::BadRequest(format!(
-            "the kind in the data ({sent_kind}) does not match the expected kind (TokenRequest)"
-        )));
-    }
+    crate::body::expect_kind(body, "TokenRequest")?;
     let spec = body.get("spec").cloned().unwrap_or_else(|| json!({}));
     let seconds = match spec.get("expirationSeconds") {
         None | Some(Value::Null) => DEFAULT_SECONDS,

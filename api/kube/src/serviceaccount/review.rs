@@ -18,15 +18,7 @@ pub async fn answer(
     storage: &Storage,
     body: &Value,
 ) -> Result<Value, ApiError> {
-    let kind = body
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or("TokenReview");
-    if kind != "TokenReview" {
-        return Err(ApiError::BadRequest(format!(
-            "the kind in the data ({kind}) does not match the expected kind (TokenReview)"
-        )));
-    }
+    crate::body::expect_kind(body, "TokenReview")?;
     let spec = body.get("spec").cloned().unwrap_or_else(|| json!({}));
     let token = spec.get("token").and_then(Value::as_str).unwrap_or("");
     let asked: Vec<String> = spec
