@@ -65,7 +65,7 @@ for n in ["int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "
 KINDS = [
     ("v1", k, "k8s.io/api/core/v1")
     for k in ["Namespace", "Pod", "Node", "Service", "Endpoints", "ConfigMap", "Secret", "ServiceAccount",
-              "Event", "ReplicationController", "Binding"]
+              "Event", "ReplicationController", "Binding", "ResourceQuota", "LimitRange"]
 ] + [
     ("apps/v1", k, "k8s.io/api/apps/v1") for k in ["Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "ControllerRevision"]
 ] + [

@@ -20,7 +20,7 @@ OA = next(g for r in REG for g in glob.glob(r + "k8s-openapi-0.28.*/src/v1_32"))
 ROOTS = [
     "api.core.v1." + k
     for k in ["Namespace", "Pod", "Binding", "Node", "Service", "Endpoints", "ConfigMap", "Secret", "ServiceAccount",
-              "Event", "ReplicationController"]
+              "Event", "ReplicationController", "ResourceQuota", "LimitRange"]
 ] + [
     "api.apps.v1.Deployment", "api.apps.v1.ReplicaSet", "api.apps.v1.StatefulSet", "api.apps.v1.DaemonSet",
     "api.batch.v1.Job", "api.batch.v1.CronJob", "api.events.v1.Event", "api.rbac.v1.Role",

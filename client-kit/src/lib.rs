@@ -4,9 +4,11 @@
 //! - [`lease`]: a leader Lease in `kube-system`, taken (Raft decided) or elected (client-go's way);
 //! - [`leading`]: runs a component while this process leads, holding its Lease;
 //! - [`quantity`]: resource quantities (`100m`, `1.5Gi`) as integers;
-//! - [`labels`]: label selector matching.
+//! - [`labels`]: label selector matching;
+//! - [`quota`]: what objects consume under a ResourceQuota, shared by its admission and its controller.
 
 pub mod labels;
 pub mod leading;
 pub mod lease;
 pub mod quantity;
+pub mod quota;

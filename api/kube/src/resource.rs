@@ -43,6 +43,8 @@ pub enum Printer {
     APIService,
     /// `scheduling.k8s.io` PriorityClasses: Value, Global-Default, Age, PreemptionPolicy.
     PriorityClass,
+    /// ResourceQuotas: Age, then `Request` and `Limit` as `used/hard` per resource.
+    ResourceQuota,
     /// Upstream's fallback: Name and Created At.
     Default,
     /// A custom resource: Name, then its CRD's additionalPrinterColumns (Age when it declares none).
@@ -322,6 +324,38 @@ pub static BUILTIN: LazyLock<Vec<Arc<ResourceDef>>> = LazyLock::new(|| {
             scale = false,
             storage = "serviceaccounts",
             printer = ServiceAccount,
+            fields = NONE,
+            cou = false,
+            gen = false
+        ),
+        res!(
+            "",
+            "ResourceQuota",
+            "resourcequotas",
+            "resourcequota",
+            ns = true,
+            short = &["quota"],
+            cat = NONE,
+            status = true,
+            scale = false,
+            storage = "resourcequotas",
+            printer = ResourceQuota,
+            fields = NONE,
+            cou = false,
+            gen = false
+        ),
+        res!(
+            "",
+            "LimitRange",
+            "limitranges",
+            "limitrange",
+            ns = true,
+            short = &["limits"],
+            cat = NONE,
+            status = false,
+            scale = false,
+            storage = "limitranges",
+            printer = Default,
             fields = NONE,
             cou = false,
             gen = false

@@ -27,6 +27,8 @@ macro_rules! with_builtin_type {
             ("", "ServiceAccount") => arm!(core::ServiceAccount),
             ("", "Event") => arm!(core::Event),
             ("", "ReplicationController") => arm!(core::ReplicationController),
+            ("", "ResourceQuota") => arm!(core::ResourceQuota),
+            ("", "LimitRange") => arm!(core::LimitRange),
             ("apps", "Deployment") => arm!(apps::Deployment),
             ("apps", "ReplicaSet") => arm!(apps::ReplicaSet),
             ("apps", "StatefulSet") => arm!(apps::StatefulSet),

@@ -307,6 +307,13 @@ pub async fn create_object(
         )
         .await;
     }
+    crate::admission::limit_ranger::admit_create(
+        &call.state.storage,
+        sdef,
+        &admission_name,
+        &mut obj,
+    )
+    .await?;
     let recorded = object::meta_mut(&mut obj).remove("managedFields");
     prepare_create(sdef, &mut obj);
     if let Some(mf) = recorded {
@@ -337,6 +344,15 @@ pub async fn create_object(
         .await?,
     );
     let warnings = warnings.as_slice();
+    crate::admission::resource_quota::admit(
+        &call.state.storage,
+        sdef,
+        crate::admission::resource_quota::Operation::Create,
+        &admission_name,
+        &obj,
+        dry_run,
+    )
+    .await?;
     strategy.canonicalize(&mut obj);
     crate::encode::as_stored(&sdef.api_version(), &sdef.kind, &mut obj);
     if let Some(ns) = call.ns() {
@@ -556,12 +572,23 @@ where
                 &new,
             )
             .await?;
-            let mut kept = call.warnings.lock().unwrap_or_else(|e| e.into_inner());
-            for w in raised {
-                if !kept.contains(&w) {
-                    kept.push(w);
+            {
+                let mut kept = call.warnings.lock().unwrap_or_else(|e| e.into_inner());
+                for w in raised {
+                    if !kept.contains(&w) {
+                        kept.push(w);
+                    }
                 }
             }
+            crate::admission::resource_quota::admit(
+                &call.state.storage,
+                def,
+                crate::admission::resource_quota::Operation::Update(&cur.object),
+                call.name(),
+                &new,
+                dry_run,
+            )
+            .await?;
         }
         if object::is_deleting(&cur.object) {
             let added = object::finalizers(&new)

@@ -40,6 +40,7 @@ mod deployment;
 mod endpoints;
 mod endpointslice;
 mod job;
+mod limitrange;
 mod namespace;
 mod networkpolicy;
 mod node;
@@ -48,6 +49,7 @@ mod priorityclass;
 mod rbac;
 mod replicaset;
 mod replicationcontroller;
+mod resourcequota;
 mod secret;
 mod service;
 mod statefulset;
@@ -326,6 +328,8 @@ static BUILTIN: &[((&str, &str), &dyn Strategy)] = &[
         ("", "ReplicationController"),
         &replicationcontroller::ReplicationController,
     ),
+    (("", "ResourceQuota"), &resourcequota::ResourceQuota),
+    (("", "LimitRange"), &limitrange::LimitRange),
     (("apps", "Deployment"), &deployment::Deployment),
     (("apps", "ReplicaSet"), &replicaset::ReplicaSet),
     (("apps", "StatefulSet"), &statefulset::StatefulSet),

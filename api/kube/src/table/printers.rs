@@ -395,6 +395,22 @@ pub fn columns(p: Printer) -> Vec<Column> {
             ),
             AGE,
         ],
+        Printer::ResourceQuota => vec![
+            NAME,
+            AGE,
+            col(
+                "Request",
+                "string",
+                0,
+                "Request represents a minimum amount of cpu/memory that a container may consume.",
+            ),
+            col(
+                "Limit",
+                "string",
+                0,
+                "Limits control the maximum amount of cpu/memory that a container may use independent of contention on the node.",
+            ),
+        ],
         Printer::PriorityClass => vec![
             NAME,
             col(
@@ -1037,6 +1053,34 @@ pub fn cells(p: Printer, o: &Value) -> Vec<Value> {
                 })
                 .unwrap_or_else(|| "Unknown".into());
             vec![name, json!(service), json!(available), age(o)]
+        }
+        Printer::ResourceQuota => {
+            let hard = path(o, "status.hard").and_then(Value::as_object);
+            let used = path(o, "status.used").and_then(Value::as_object);
+            let (mut request, mut limit) = (Vec::new(), Vec::new());
+            let mut names: Vec<&String> = hard.into_iter().flat_map(|h| h.keys()).collect();
+            names.sort();
+            for r in names {
+                let text = |m: Option<&serde_json::Map<String, Value>>| {
+                    m.and_then(|m| m.get(r))
+                        .and_then(Value::as_str)
+                        .unwrap_or("0")
+                        .to_string()
+                };
+                let cell = format!("{r}: {}/{}", text(used), text(hard));
+                // Upstream puts `limits.*` in the Limit column, everything else under Request.
+                if r.split('.').count() > 1 && r.starts_with("limits.") {
+                    limit.push(cell);
+                } else {
+                    request.push(cell);
+                }
+            }
+            vec![
+                name,
+                age(o),
+                json!(request.join(", ")),
+                json!(limit.join(", ")),
+            ]
         }
         Printer::PriorityClass => vec![
             name,
