@@ -26,6 +26,7 @@ pub mod owner;
 pub mod pod_state;
 pub mod podgc;
 pub mod replicaset;
+pub mod resourcequota;
 pub mod root_ca;
 pub mod runner;
 pub mod selector;
@@ -65,5 +66,6 @@ fn registry() -> Vec<ControllerDef> {
         garbage_collector::def(),
         namespace::def(),
         clusterrole_aggregation::def(),
+        resourcequota::def(),
     ]
 }

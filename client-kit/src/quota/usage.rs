@@ -78,10 +78,8 @@ pub fn of(group: &str, plural: &str, obj: &Value, now: i64) -> ResourceList {
     let mut out = ResourceList::new();
     out.insert(count_name(group, plural), Quantity::count(1));
     match (group, plural) {
-        ("", "pods") => {
-            if counts_compute(obj, now) {
-                out = add(&out, &pod_compute(obj));
-            }
+        ("", "pods") if counts_compute(obj, now) => {
+            out = add(&out, &pod_compute(obj));
         }
         ("", "services") => {
             out.insert("services".into(), Quantity::count(1));
