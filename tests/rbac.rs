@@ -1208,3 +1208,112 @@ async fn token_reviews_name_the_token_owner() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn resource_quota_and_limit_range_admit_count_and_refuse() {
+    let c = cluster();
+    c.ok(0, &["create", "namespace", "quota-a"]);
+    c.ok(
+        0,
+        &[
+            "create",
+            "quota",
+            "q",
+            "-n",
+            "quota-a",
+            "--hard=pods=2,requests.cpu=1,requests.memory=1Gi,limits.cpu=2",
+        ],
+    );
+    // The controller copies spec.hard to status.hard and counts what the namespace holds.
+    let used = |what: &str| {
+        c.ok(
+            0,
+            &[
+                "get",
+                "quota",
+                "q",
+                "-n",
+                "quota-a",
+                "-o",
+                &format!("jsonpath={{.status.used.{what}}}"),
+            ],
+        )
+    };
+    c.wait_until("the quota counted", Duration::from_secs(30), || {
+        used("pods") == "0"
+    });
+
+    // Quota on cpu and memory means every container must say what it asks for.
+    let no_sizes = c.kubectl(0, &["run", "a", "-n", "quota-a", "--image=busybox"]);
+    assert_eq!(
+        no_sizes.stderr.trim(),
+        "Error from server (Forbidden): pods \"a\" is forbidden: failed quota: q: must specify limits.cpu for: a; requests.cpu for: a; requests.memory for: a"
+    );
+
+    // A LimitRange fills those in, and refuses what exceeds its bounds.
+    apply(
+        c,
+        "apiVersion: v1\nkind: LimitRange\nmetadata: {name: lr, namespace: quota-a}\nspec:\n  limits:\n  - type: Container\n    \
+         max: {cpu: \"1\"}\n    default: {cpu: 500m, memory: 128Mi}\n    defaultRequest: {cpu: 200m, memory: 64Mi}\n",
+    );
+    let big = c.kubectl_stdin(
+        0,
+        &["apply", "-f", "-"],
+        Some("apiVersion: v1\nkind: Pod\nmetadata: {name: big, namespace: quota-a}\nspec:\n  containers: [{name: c, image: busybox, resources: {limits: {cpu: \"2\"}}}]\n"),
+    );
+    assert!(
+        big.stderr.contains(
+            "pods \"big\" is forbidden: maximum cpu usage per Container is 1, but limit is 2"
+        ),
+        "{}",
+        big.stderr
+    );
+    c.ok(0, &["run", "a", "-n", "quota-a", "--image=busybox"]);
+    let pod = |field: &str| {
+        c.ok(
+            0,
+            &[
+                "get",
+                "pod",
+                "a",
+                "-n",
+                "quota-a",
+                "-o",
+                &format!("jsonpath={field}"),
+            ],
+        )
+    };
+    assert_eq!(pod("{.spec.containers[0].resources.requests.cpu}"), "200m");
+    assert_eq!(
+        pod("{.spec.containers[0].resources.limits.memory}"),
+        "128Mi"
+    );
+    assert_eq!(
+        pod("{.metadata.annotations.kubernetes\\.io/limit-ranger}"),
+        "LimitRanger plugin set: cpu, memory request for container a; cpu, memory limit for container a"
+    );
+    // Admission charged the quota as it admitted the pod.
+    assert_eq!(used("pods"), "1");
+    assert_eq!(used("requests\\.cpu"), "200m");
+
+    c.ok(0, &["run", "b", "-n", "quota-a", "--image=busybox"]);
+    let over = c.kubectl(0, &["run", "c", "-n", "quota-a", "--image=busybox"]);
+    assert_eq!(
+        over.stderr.trim(),
+        "Error from server (Forbidden): pods \"c\" is forbidden: exceeded quota: q, requested: pods=1, used: pods=2, limited: pods=2"
+    );
+    let table = c.ok(0, &["get", "quota", "-n", "quota-a"]);
+    assert!(
+        table.contains("pods: 2/2, requests.cpu: 400m/1, requests.memory: 128Mi/1Gi")
+            && table.contains("limits.cpu: 1/2"),
+        "{table}"
+    );
+
+    // A pod that goes gives its share back: the controller recounts and the next one fits.
+    c.ok(0, &["delete", "pod", "a", "-n", "quota-a", "--wait=false"]);
+    c.wait_until("the quota freed", Duration::from_secs(30), || {
+        used("pods") == "1"
+    });
+    c.ok(0, &["run", "c", "-n", "quota-a", "--image=busybox"]);
+    assert_eq!(used("pods"), "2");
+}

@@ -123,19 +123,27 @@ impl Quantity {
         }
     }
 
-    /// The sum, in this quantity's notation (upstream's `Add` keeps the receiver's format).
+    /// The sum, in this quantity's notation, or the other's when this one is zero (as upstream's `Add`).
     pub fn plus(self, other: Quantity) -> Self {
         Quantity {
             nano: self.nano.saturating_add(other.nano),
-            binary: self.binary,
+            binary: self.notation_with(other),
         }
     }
 
-    /// The difference, in this quantity's notation.
+    /// The difference, in this quantity's notation, or the other's when this one is zero.
     pub fn minus(self, other: Quantity) -> Self {
         Quantity {
             nano: self.nano.saturating_sub(other.nano),
-            binary: self.binary,
+            binary: self.notation_with(other),
+        }
+    }
+
+    fn notation_with(&self, other: Quantity) -> bool {
+        if self.nano == 0 {
+            other.binary
+        } else {
+            self.binary
         }
     }
 
@@ -251,6 +259,7 @@ mod tests {
         assert_eq!(q("100Mi").minus(q("100Mi")).to_string(), "0");
         assert_eq!(q("512").plus(q("0")).to_string(), "512");
         assert_eq!(q("1Ki").plus(q("1")).to_string(), "1025");
+        assert_eq!(q("0").plus(q("64Mi")).plus(q("64Mi")).to_string(), "128Mi");
         assert_eq!(q("1.5Gi").to_string(), "1536Mi");
         assert_eq!(q("0.5Ki").to_string(), "512");
         assert_eq!(Quantity::count(3).to_string(), "3");
