@@ -124,6 +124,19 @@ pub(crate) struct ServerArgs {
     /// while the Kubernetes API is served; 0 turns it off.
     #[arg(long, alias = "etcd-compaction-interval", default_value = "5m", value_parser = parse_duration)]
     pub kube_compaction_interval: std::time::Duration,
+    /// When this member snapshots its store into `--snapshot-dir`: cron syntax, five fields (minute hour
+    /// day-of-month month weekday, UTC) or six with seconds first. k3s's default: every 12 hours.
+    #[arg(long, alias = "etcd-snapshot-schedule-cron", default_value = crate::snapshot::schedule::DEFAULT_SCHEDULE)]
+    pub snapshot_schedule: String,
+    /// How many scheduled snapshots to keep (the oldest beyond this are removed; on-demand ones are kept).
+    #[arg(long, alias = "etcd-snapshot-retention", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub snapshot_retention: u32,
+    /// Where scheduled snapshots go (default `<data-dir>/snapshots`).
+    #[arg(long, alias = "etcd-snapshot-dir")]
+    pub snapshot_dir: Option<PathBuf>,
+    /// Take no scheduled snapshots.
+    #[arg(long, alias = "etcd-disable-snapshots")]
+    pub disable_snapshots: bool,
     /// kube-apiserver's `--event-ttl`: Events expire this long after their last write (through a lease, so
     /// controllers and agents cannot grow the store without bound); 0 keeps them forever.
     #[arg(long, default_value = "1h", value_parser = parse_duration)]
@@ -367,13 +380,53 @@ pub(crate) enum SnapshotCommand {
     Save(SnapshotSaveArgs),
     /// Create a member's data directory from a snapshot taken from keel or etcd 3.4/3.5.
     Restore(SnapshotRestoreArgs),
+    /// List the snapshots of a snapshot directory with their metadata.
+    List(SnapshotDirArgs),
+    /// Remove the oldest scheduled snapshots of a snapshot directory beyond a count.
+    Prune(SnapshotPruneArgs),
+}
+
+/// Which snapshot directory a command works on.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct SnapshotDirArgs {
+    /// The snapshot directory (default `<data-dir>/snapshots`).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// A member's data directory, whose `snapshots/` is meant.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Re-hash every file and compare with its metadata (`ok`, `CORRUPT`, or `-` without metadata).
+    #[arg(long)]
+    pub check: bool,
+}
+
+/// Flags of `keel snapshot prune`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct SnapshotPruneArgs {
+    /// The snapshot directory (default `<data-dir>/snapshots`).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// A member's data directory, whose `snapshots/` is meant.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// How many scheduled snapshots to keep.
+    #[arg(long, default_value_t = 5)]
+    pub retention: usize,
 }
 
 /// Flags of `keel snapshot save`.
 #[derive(Debug, Args, Clone)]
 pub(crate) struct SnapshotSaveArgs {
-    /// Where to write the snapshot (written to FILE.part first, renamed when verified).
-    pub file: PathBuf,
+    /// Where to write the snapshot (written to FILE.part first, renamed when verified). Without it the
+    /// snapshot goes into `--dir` (or `<data-dir>/snapshots`) as `on-demand-<member>-<time>.db` with its
+    /// metadata beside it.
+    pub file: Option<PathBuf>,
+    /// The snapshot directory to save into when no FILE is given.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// A member's data directory, whose `snapshots/` to save into when no FILE is given.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
     /// The one member to take the snapshot from.
     #[arg(long, default_value = "http://127.0.0.1:2379", value_delimiter = ',')]
     pub endpoints: Vec<String>,

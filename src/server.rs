@@ -151,6 +151,36 @@ pub(crate) async fn terminated() -> Result<(), std::io::Error> {
     Ok(())
 }
 
+/// The scheduled-snapshot settings from flags (None with `--disable-snapshots`).
+fn snapshot_schedule(
+    a: &ServerArgs,
+) -> Result<Option<crate::snapshot::schedule::Schedule>, ServerError> {
+    if a.disable_snapshots {
+        return Ok(None);
+    }
+    let cron =
+        crate::snapshot::schedule::parse(&a.snapshot_schedule).map_err(ServerError::Config)?;
+    Ok(Some(crate::snapshot::schedule::Schedule {
+        cron,
+        dir: a
+            .snapshot_dir
+            .clone()
+            .unwrap_or_else(|| a.data_dir.join("snapshots")),
+        retention: usize::try_from(a.snapshot_retention).unwrap_or(usize::MAX),
+    }))
+}
+
+/// Aborts a background task when dropped.
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(h) = &self.0 {
+            h.abort();
+        }
+    }
+}
+
 /// Runs one member until it is told to stop.
 pub(crate) async fn run(args: ServerArgs) -> Result<(), ServerError> {
     init_logging(&args.log_level)?;
@@ -178,6 +208,20 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), ServerError> {
             args.auto_compaction_revision_check_interval,
         );
     }
+    let snapshots = match snapshot_schedule(&args)? {
+        Some(schedule) => {
+            info!(dir = %schedule.dir.display(), cron = %args.snapshot_schedule, retention = schedule.retention, "scheduled snapshots on");
+            let stats = std::sync::Arc::new(crate::snapshot::schedule::Stats::default());
+            Some(crate::snapshot::schedule::spawn(
+                node.clone(),
+                schedule,
+                stats,
+            ))
+        }
+        None => None,
+    };
+    // The schedule stops with the member however `run` returns.
+    let _snapshots = AbortOnDrop(snapshots);
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let (kube_tx, kube_rx) = tokio::sync::oneshot::channel::<()>();
     let kube_node = node.clone();

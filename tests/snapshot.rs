@@ -900,3 +900,198 @@ fn a_client_that_goes_away_stops_the_stream_and_the_export_file_goes() {
     assert!(out.success(), "{}", out.stderr);
     assert!(exports().is_empty());
 }
+
+/// The names of the `*.db` files of `dir`, sorted.
+fn db_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".db"))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[test]
+fn scheduled_snapshots_appear_are_pruned_and_restore() {
+    use keel_testkit::binaries::Kind;
+    use keel_testkit::cluster::{Cluster, Options};
+    require_etcd_tools();
+    // Every two seconds, keeping two: the schedule's test form of k3s's "every 12 hours, keep 5".
+    let c = Cluster::start_with(
+        Options::new(Kind::Keel, 1)
+            .keel_bin(keel_bin!())
+            .arg("--snapshot-schedule=*/2 * * * * *")
+            .arg("--snapshot-retention=2"),
+    );
+    let ep = c.endpoint(0);
+    ctl(&ep, &["put", "/sched/a", "1"]);
+    let dir = c.member(0).data_dir.join("snapshots");
+    // Two snapshots, then a third that pushes the oldest out: the set changes and never grows past 2.
+    let mut first: Vec<String> = Vec::new();
+    eventually("two scheduled snapshots", Duration::from_secs(30), || {
+        first = db_files(&dir);
+        if first.len() == 2 {
+            Ok(())
+        } else {
+            Err(format!("{first:?}"))
+        }
+    });
+    ctl(&ep, &["put", "/sched/b", "2"]);
+    eventually("the oldest pruned", Duration::from_secs(30), || {
+        let now = db_files(&dir);
+        assert!(now.len() <= 2, "retention exceeded: {now:?}");
+        if now.len() == 2 && !now.contains(&first[0]) {
+            Ok(())
+        } else {
+            Err(format!("{now:?}"))
+        }
+    });
+    for name in db_files(&dir) {
+        assert!(name.starts_with("keel-snapshot-"), "{name}");
+    }
+
+    // An on-demand snapshot beside them: named after the member, never pruned by the schedule.
+    let out = keel(&[
+        "snapshot",
+        "save",
+        "--dir",
+        path_str(&dir),
+        "--endpoints",
+        &c.member(0).client_url(),
+    ]);
+    assert!(out.success(), "{}{}", out.stdout, out.stderr);
+    let on_demand = db_files(&dir)
+        .into_iter()
+        .find(|n| n.starts_with("on-demand-"))
+        .expect("on-demand snapshot");
+    let on_demand = dir.join(on_demand);
+    let meta = json(&std::fs::read_to_string(format!("{}.json", on_demand.display())).unwrap());
+    assert_eq!(meta["origin"], "on-demand");
+    assert_eq!(meta["member"], c.member(0).name.as_str());
+    assert!(meta["revision"].as_i64().unwrap() >= 3, "{meta}");
+
+    // The listing with every file re-hashed: all ok; a damaged file shows CORRUPT.
+    let listed = keel(&["snapshot", "list", "--dir", path_str(&dir), "--check"]);
+    assert!(listed.success(), "{}", listed.stderr);
+    println!("{}", listed.stdout);
+    assert!(listed.stdout.starts_with("NAME"), "{}", listed.stdout);
+    assert!(listed.stdout.contains("on-demand"), "{}", listed.stdout);
+    assert!(listed.stdout.contains("scheduled"), "{}", listed.stdout);
+    assert!(!listed.stdout.contains("CORRUPT"), "{}", listed.stdout);
+    // The rest works on a copy: the member keeps snapshotting and pruning, and its directory goes with it.
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = tmp.path().join("snapshots");
+    std::fs::create_dir_all(&copy).unwrap();
+    for name in db_files(&dir) {
+        // A pair the schedule prunes or is still describing meanwhile is left out.
+        let json_name = format!("{name}.json");
+        let copied = std::fs::copy(dir.join(&json_name), copy.join(&json_name)).is_ok()
+            && std::fs::copy(dir.join(&name), copy.join(&name)).is_ok();
+        if !copied {
+            let _ = std::fs::remove_file(copy.join(&json_name));
+            let _ = std::fs::remove_file(copy.join(&name));
+        }
+    }
+    drop(c);
+    let dir = copy;
+    let on_demand = dir.join(on_demand.file_name().unwrap());
+    let all = db_files(&dir);
+    let newest = dir.join(
+        all.iter()
+            .filter(|n| n.starts_with("keel-snapshot-"))
+            .max()
+            .expect("a scheduled snapshot"),
+    );
+    let meta = json(&std::fs::read_to_string(format!("{}.json", newest.display())).unwrap());
+    assert_eq!(meta["origin"], "scheduled");
+    assert_eq!(meta["members"].as_array().map(Vec::len), Some(1));
+    let sha = meta["sha256"].as_str().unwrap().to_string();
+    let sum = Command::new("sha256sum").arg(&newest).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&sum.stdout).starts_with(&sha),
+        "sha256sum disagrees with the metadata"
+    );
+
+    // etcdctl reads a scheduled snapshot, and it restores into a member that serves the data.
+    let status = ctl_local(&["snapshot", "status", path_str(&newest), "-w", "json"]);
+    assert!(status.success(), "{}", status.stderr);
+    assert_eq!(json(&status.stdout)["revision"], meta["revision"]);
+    let restored = tmp.path().join("r1");
+    let (client_port, peer_port) = (free_port(), free_port());
+    let peer = format!("http://127.0.0.1:{peer_port}");
+    let out = keel(&[
+        "snapshot",
+        "restore",
+        path_str(&newest),
+        "--data-dir",
+        path_str(&restored),
+        "--name",
+        "r1",
+        "--initial-advertise-peer-urls",
+        &peer,
+    ]);
+    assert!(out.success(), "{}{}", out.stdout, out.stderr);
+    let mut m = Member::start(
+        false,
+        &MemberSpec {
+            name: "r1",
+            data_dir: &restored,
+            client_port,
+            peer_port,
+            initial_cluster: &format!("r1={peer}"),
+            token: "keel-cluster",
+            state: "new",
+        },
+    );
+    m.wait_ready();
+    let got = ctl(&m.endpoint(), &["get", "/sched/a", "--print-value-only"]);
+    assert_eq!(got.trim(), "1");
+    drop(m);
+
+    // A file that no longer matches its metadata is refused before anything is created.
+    let mut bytes = std::fs::read(&newest).unwrap();
+    let last = bytes.len() - 40;
+    bytes[last] ^= 0xff;
+    std::fs::write(&newest, &bytes).unwrap();
+    let listed = keel(&["snapshot", "list", "--dir", path_str(&dir), "--check"]);
+    assert!(listed.stdout.contains("CORRUPT"), "{}", listed.stdout);
+    let again = tmp.path().join("r2");
+    let out = keel(&[
+        "snapshot",
+        "restore",
+        path_str(&newest),
+        "--data-dir",
+        path_str(&again),
+    ]);
+    assert!(!out.success());
+    assert!(
+        out.stderr.contains("does not match") && out.stderr.contains(".json"),
+        "{}",
+        out.stderr
+    );
+    assert!(!again.exists());
+
+    // Pruning by hand: the scheduled ones go down to the count, the on-demand one stays.
+    let out = keel(&[
+        "snapshot",
+        "prune",
+        "--dir",
+        path_str(&dir),
+        "--retention",
+        "1",
+    ]);
+    assert!(out.success(), "{}", out.stderr);
+    let left = db_files(&dir);
+    assert_eq!(
+        left.iter()
+            .filter(|n| n.starts_with("keel-snapshot-"))
+            .count(),
+        1,
+        "{left:?}"
+    );
+    assert!(on_demand.exists());
+}

@@ -1,5 +1,5 @@
-//! `keel snapshot save` and `keel snapshot restore`: etcd-format snapshots from the command
-//! line.
+//! `keel snapshot save|restore|list|prune`: etcd-format snapshots from the command line, and the
+//! snapshot directory a member fills on its schedule ([`schedule`], [`archive`]).
 //!
 //! `save` streams `Maintenance.Snapshot` from one member into `<file>.part`, checks the
 //! SHA-256 the member sends last, fsyncs and renames: the result is byte for byte what
@@ -28,7 +28,15 @@ use keel_store::etcd_snapshot::{
     import_etcd, verify_etcd_file, EtcdSnapshotError, ImportOptions, SnapshotDigest,
 };
 
-use crate::cli::{SnapshotArgs, SnapshotCommand, SnapshotRestoreArgs, SnapshotSaveArgs};
+use crate::cli::{
+    SnapshotArgs, SnapshotCommand, SnapshotDirArgs, SnapshotPruneArgs, SnapshotRestoreArgs,
+    SnapshotSaveArgs,
+};
+
+pub(crate) mod archive;
+pub(crate) mod schedule;
+
+use archive::{Meta, MetaMember, Origin};
 
 /// Why a snapshot command failed; every message names the file or flag involved.
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +85,8 @@ fn snap_err<E: Into<EtcdSnapshotError>>(path: &Path) -> impl FnOnce(E) -> Snapsh
 pub(crate) async fn run(args: SnapshotArgs) -> Result<(), SnapshotCmdError> {
     match args.command {
         SnapshotCommand::Save(a) => save(a).await,
+        SnapshotCommand::List(a) => list(a),
+        SnapshotCommand::Prune(a) => prune(a),
         SnapshotCommand::Restore(a) => {
             let tmp = restore_tmp_dir(&a.data_dir)?;
             let cleanup = tmp.clone();
@@ -107,7 +117,28 @@ async fn save(a: SnapshotSaveArgs) -> Result<(), SnapshotCmdError> {
             )));
         }
     };
-    let mut part = a.file.clone().into_os_string();
+    // Into a snapshot directory, the file is named after the member and described by a sidecar.
+    let into_dir = match &a.file {
+        Some(_) => None,
+        None => {
+            let dir = snapshot_dir(a.dir.as_deref(), a.data_dir.as_deref(), "save")?;
+            let who = remote_identity(&endpoint, a.dial_timeout, a.user.as_deref()).await?;
+            Some((dir, who))
+        }
+    };
+    let target = match (&a.file, &into_dir) {
+        (Some(f), _) => f.clone(),
+        (None, Some((dir, who))) => {
+            std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+            dir.join(archive::file_name(
+                Origin::OnDemand,
+                &who.0,
+                jiff::Timestamp::now(),
+            ))
+        }
+        (None, None) => return Err(SnapshotCmdError::Internal("no target".into())),
+    };
+    let mut part = target.clone().into_os_string();
     part.push(".part");
     let part = PathBuf::from(part);
     let res = tokio::select! {
@@ -122,20 +153,42 @@ async fn save(a: SnapshotSaveArgs) -> Result<(), SnapshotCmdError> {
             return Err(e);
         }
     };
-    if let Err(e) = finish_file(&part, &a.file) {
+    if let Err(e) = finish_file(&part, &target) {
         let _ = std::fs::remove_file(&part);
         return Err(e);
     }
     // Walk the saved file as `etcdctl snapshot status` would, so a bad snapshot is noticed
     // now and not on the day it is needed.
-    let file = a.file.clone();
+    let file = target.clone();
     let status = tokio::task::spawn_blocking(move || {
         let reader = BoltReader::open(&file).map_err(snap_err(&file))?;
         verify_etcd_file(&reader).map_err(snap_err(&file))
     })
     .await
     .map_err(|e| SnapshotCmdError::Internal(e.to_string()))??;
-    println!("Snapshot saved at {}", a.file.display());
+    if let Some((_, (member, cluster_id, members))) = into_dir {
+        let meta = Meta {
+            file: target
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            origin: Origin::OnDemand,
+            created: jiff::Timestamp::now()
+                .strftime("%Y-%m-%dT%H:%M:%SZ")
+                .to_string(),
+            revision: status.revision,
+            total_key: status.total_key,
+            size: size + SHA256_LEN as u64,
+            sha256: archive::file_sha256(&target).map_err(io_err(&target))?,
+            member,
+            cluster_id,
+            members,
+            keel_version: env!("CARGO_PKG_VERSION").to_string(),
+        };
+        archive::write_meta(&target, &meta).map_err(io_err(&target))?;
+        sync_parent(&target)?;
+    }
+    println!("Snapshot saved at {}", target.display());
     println!(
         "revision {}, {} keys, {} bytes (+{SHA256_LEN}-byte sha256 {})",
         status.revision,
@@ -144,6 +197,189 @@ async fn save(a: SnapshotSaveArgs) -> Result<(), SnapshotCmdError> {
         hex(&digest)
     );
     Ok(())
+}
+
+/// The snapshot directory named by `--dir`, else `<--data-dir>/snapshots`.
+fn snapshot_dir(
+    dir: Option<&Path>,
+    data_dir: Option<&Path>,
+    cmd: &str,
+) -> Result<PathBuf, SnapshotCmdError> {
+    match (dir, data_dir) {
+        (Some(d), _) => Ok(d.to_path_buf()),
+        (None, Some(d)) => Ok(d.join("snapshots")),
+        (None, None) => Err(SnapshotCmdError::Flags(format!(
+            "keel snapshot {cmd}: name the snapshot directory with --dir or --data-dir"
+        ))),
+    }
+}
+
+/// The name of the member behind `endpoint`, its cluster ID (hex) and the membership it reports.
+async fn remote_identity(
+    endpoint: &str,
+    dial_timeout: Duration,
+    user: Option<&str>,
+) -> Result<(String, String, Vec<MetaMember>), SnapshotCmdError> {
+    let remote = |reason: String| SnapshotCmdError::Remote {
+        endpoint: endpoint.to_string(),
+        reason,
+    };
+    let mut client = connect(endpoint, dial_timeout, user).await?;
+    let status = client.status().await.map_err(|e| remote(e.to_string()))?;
+    let header = status
+        .header()
+        .ok_or_else(|| remote("the status answer has no header".into()))?;
+    let (me, cluster) = (header.member_id(), header.cluster_id());
+    let list = client
+        .member_list()
+        .await
+        .map_err(|e| remote(e.to_string()))?;
+    let members: Vec<MetaMember> = list
+        .members()
+        .iter()
+        .map(|m| MetaMember {
+            name: m.name().to_string(),
+            id: format!("{:x}", m.id()),
+            peer_urls: m.peer_urls().to_vec(),
+            is_learner: m.is_learner(),
+        })
+        .collect();
+    let name = list
+        .members()
+        .iter()
+        .find(|m| m.id() == me)
+        .map(|m| m.name().to_string())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| format!("{me:x}"));
+    Ok((name, format!("{cluster:x}"), members))
+}
+
+/// A client of `endpoint`, authenticated as etcdctl's `--user name:password` when given.
+async fn connect(
+    endpoint: &str,
+    dial_timeout: Duration,
+    user: Option<&str>,
+) -> Result<etcd_client::Client, SnapshotCmdError> {
+    let remote = |reason: String| SnapshotCmdError::Remote {
+        endpoint: endpoint.to_string(),
+        reason,
+    };
+    let mut opts = etcd_client::ConnectOptions::new().with_connect_timeout(dial_timeout);
+    if let Some(user) = user {
+        // etcdctl's form: `name:password`.
+        let (name, password) = user
+            .split_once(':')
+            .ok_or_else(|| remote("--user must be NAME:PASSWORD".into()))?;
+        opts = opts.with_user(name, password);
+    }
+    etcd_client::Client::connect([endpoint], Some(opts))
+        .await
+        .map_err(|e| remote(e.to_string()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// list and prune
+
+fn list(a: SnapshotDirArgs) -> Result<(), SnapshotCmdError> {
+    let dir = snapshot_dir(a.dir.as_deref(), a.data_dir.as_deref(), "list")?;
+    let entries = archive::list(&dir).map_err(io_err(&dir))?;
+    if entries.is_empty() {
+        println!("no snapshots in {}", dir.display());
+        return Ok(());
+    }
+    let mut rows = vec![vec![
+        "NAME".to_string(),
+        "ORIGIN".into(),
+        "CREATED".into(),
+        "REVISION".into(),
+        "SIZE".into(),
+        "MEMBERS".into(),
+    ]];
+    if a.check {
+        rows[0].push("CHECK".into());
+    }
+    for e in &entries {
+        let name = e
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let origin = match e.origin() {
+            Origin::Scheduled => "scheduled",
+            Origin::OnDemand => "on-demand",
+        };
+        let mut row = match &e.meta {
+            Some(m) => vec![
+                name,
+                origin.into(),
+                m.created.clone(),
+                m.revision.to_string(),
+                e.size.to_string(),
+                m.members
+                    .iter()
+                    .map(|m| m.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ],
+            None => vec![
+                name,
+                origin.into(),
+                "-".into(),
+                "-".into(),
+                e.size.to_string(),
+                "-".into(),
+            ],
+        };
+        if a.check {
+            row.push(match &e.meta {
+                None => "-".into(),
+                Some(m) => match archive::file_sha256(&e.path) {
+                    Ok(sha) if sha == m.sha256 && e.size == m.size => "ok".into(),
+                    Ok(_) => "CORRUPT".into(),
+                    Err(err) => format!("unreadable: {err}"),
+                },
+            });
+        }
+        rows.push(row);
+    }
+    print_table(&rows);
+    Ok(())
+}
+
+fn prune(a: SnapshotPruneArgs) -> Result<(), SnapshotCmdError> {
+    let dir = snapshot_dir(a.dir.as_deref(), a.data_dir.as_deref(), "prune")?;
+    let removed = archive::prune(&dir, a.retention).map_err(io_err(&dir))?;
+    for p in &removed {
+        println!("removed {}", p.display());
+    }
+    println!(
+        "{} scheduled snapshot(s) removed, at most {} kept",
+        removed.len(),
+        a.retention
+    );
+    Ok(())
+}
+
+/// Prints rows as left-aligned columns, as kubectl's tables.
+fn print_table(rows: &[Vec<String>]) {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, cell)| format!("{cell:<w$}", w = widths[i]))
+            .collect();
+        println!("{}", line.join("   ").trim_end());
+    }
 }
 
 /// Streams the snapshot into `part`; returns the database size and its SHA-256.
@@ -157,17 +393,7 @@ async fn save_to(
         endpoint: endpoint.to_string(),
         reason,
     };
-    let mut opts = etcd_client::ConnectOptions::new().with_connect_timeout(dial_timeout);
-    if let Some(user) = user {
-        // etcdctl's form: `name:password`.
-        let (name, password) = user
-            .split_once(':')
-            .ok_or_else(|| remote("--user must be NAME:PASSWORD".into()))?;
-        opts = opts.with_user(name, password);
-    }
-    let mut client = etcd_client::Client::connect([endpoint], Some(opts))
-        .await
-        .map_err(|e| remote(e.to_string()))?;
+    let mut client = connect(endpoint, dial_timeout, user).await?;
     let mut stream = client.snapshot().await.map_err(|e| remote(e.to_string()))?;
 
     let mut opts = std::fs::OpenOptions::new();
@@ -309,8 +535,24 @@ fn restore(a: SnapshotRestoreArgs, tmp: &Path) -> Result<(), SnapshotCmdError> {
     check_self(&members, &a.name, &a.initial_advertise_peer_urls)
         .map_err(|e| SnapshotCmdError::Flags(e.to_string()))?;
 
-    // The whole file is checked before anything is created.
+    // The whole file is checked before anything is created: against its metadata when it has some,
+    // then its own trailer and pages.
     let file = &a.file;
+    if !a.skip_hash_check {
+        if let Some(meta) = archive::read_meta(file).map_err(io_err(file))? {
+            let spin = Progress::spinner("checking the file against its metadata");
+            let sha = archive::file_sha256(file).map_err(io_err(file))?;
+            spin.finish();
+            if sha != meta.sha256 {
+                return Err(SnapshotCmdError::Flags(format!(
+                    "{}: sha256 {sha} does not match {} recorded in {} (damaged or replaced; --skip-hash-check to use it anyway)",
+                    file.display(),
+                    meta.sha256,
+                    archive::sidecar(file).display()
+                )));
+            }
+        }
+    }
     let spin = Progress::spinner(if a.skip_hash_check {
         "opening the snapshot"
     } else {
