@@ -29,6 +29,9 @@ pub(crate) enum Command {
     Images(ImagesArgs),
     /// Save or restore etcd-format snapshots (the files `etcdctl snapshot` reads and writes).
     Snapshot(SnapshotArgs),
+    /// After a quorum loss: turn this stopped member's data directory into a new one-member cluster with
+    /// everything it knew committed (etcd's --force-new-cluster); the old directory is kept aside.
+    Recover(RecoverArgs),
     /// Write a kubeconfig for a user, with a client certificate signed by the cluster CA of a member's data
     /// dir (e.g. `--user system:node:w1 --group system:nodes` for an agent).
     Kubeconfig(KubeconfigArgs),
@@ -518,4 +521,12 @@ pub(crate) struct KubeconfigArgs {
     /// Where to write the kubeconfig (mode 0600; default: standard output).
     #[arg(long)]
     pub(crate) out: Option<std::path::PathBuf>,
+}
+
+/// Flags of `keel recover`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct RecoverArgs {
+    /// The data directory of the surviving member (stopped), the most up to date one when several survive.
+    #[arg(long)]
+    pub data_dir: PathBuf,
 }

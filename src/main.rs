@@ -4,6 +4,7 @@
 mod agent;
 mod cli;
 mod control;
+mod recover;
 mod server;
 mod snapshot;
 mod up;
@@ -47,6 +48,9 @@ fn main() -> std::process::ExitCode {
             cli::Command::Agent(args) => agent::run(*args).await,
             cli::Command::Images(args) => agent::images(args),
             cli::Command::Kubeconfig(args) => server::kubeconfig(args),
+            cli::Command::Recover(args) => recover::run(args)
+                .await
+                .map_err(|e| server::ServerError::Config(e.to_string())),
             cli::Command::Snapshot(args) => snapshot::run(args)
                 .await
                 .map_err(|e| server::ServerError::Config(e.to_string())),

@@ -24,6 +24,7 @@ mod peer;
 mod proposer;
 mod quota;
 mod read_index;
+pub mod recover;
 mod state_machine;
 mod timing;
 pub mod types;

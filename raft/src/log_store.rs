@@ -560,7 +560,7 @@ fn read_vote_file(dir: &Path) -> Result<Option<Vote>, WalError> {
 }
 
 /// Replaces the vote file atomically and durably: write a temp file, fsync, rename, fsync dir.
-fn write_vote_file(dir: &Path, vote: &Vote) -> Result<(), WalError> {
+pub(crate) fn write_vote_file(dir: &Path, vote: &Vote) -> Result<(), WalError> {
     let mut bytes = Vec::new();
     encode_frame(&mut bytes, &record::encode_vote(vote));
     let tmp = dir.join(VOTE_TMP);

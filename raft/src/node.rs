@@ -306,7 +306,13 @@ impl Node {
                 stop,
                 fatal,
                 removed,
-                removed_ids: Default::default(),
+                // After a quorum-loss recovery, the previous members are refused until added again.
+                removed_ids: parking_lot::Mutex::new(
+                    crate::recover::read_removed_members(&dir)
+                        .into_iter()
+                        .filter(|m| *m != id)
+                        .collect(),
+                ),
                 leadership,
             }
         });
@@ -756,6 +762,13 @@ async fn watchdog_loop(node: Arc<Node>) {
                     .collect(),
                 _ => Vec::new(),
             };
+            {
+                // A member added (again) is no longer a removed one.
+                let mut removed = node.removed_ids.lock();
+                for id in now.keys() {
+                    removed.remove(id);
+                }
+            }
             last = Some(now);
             for (id, member) in gone {
                 if id == node.id {
