@@ -146,10 +146,31 @@ pub(crate) async fn run(args: AgentArgs) -> Result<(), ServerError> {
         }
         return Ok(());
     }
-    let Some(kubeconfig) = &args.kubeconfig else {
-        return Err(ServerError::Config("--kubeconfig is required".into()));
+    // With --join, the node's own kubeconfig comes from the cluster the first time and is kept.
+    let kubeconfig = match (&args.join, &args.token) {
+        (Some(url), Some(token)) => {
+            let path = args
+                .kubeconfig
+                .clone()
+                .unwrap_or_else(|| args.root_dir.join("kubeconfig"));
+            if !path.exists() {
+                let joined = crate::join::join_agent(url, token, &name, &path)
+                    .await
+                    .map_err(|e| ServerError::Config(e.to_string()))?;
+                tracing::info!(node = %name, servers = ?joined.servers, kubeconfig = %path.display(), "joined the cluster");
+            }
+            path
+        }
+        _ => match &args.kubeconfig {
+            Some(k) => k.clone(),
+            None => {
+                return Err(ServerError::Config(
+                    "--kubeconfig (or --join with --token) is required".into(),
+                ))
+            }
+        },
     };
-    let mut config = crate::control::load_kubeconfig(kubeconfig).await?;
+    let mut config = crate::control::load_kubeconfig(&kubeconfig).await?;
     if let Some(s) = &args.server {
         config.cluster_url = s
             .parse()

@@ -29,6 +29,8 @@ pub(crate) enum Command {
     Images(ImagesArgs),
     /// Save or restore etcd-format snapshots (the files `etcdctl snapshot` reads and writes).
     Snapshot(SnapshotArgs),
+    /// Create, list or revoke the tokens servers and agents join the cluster with.
+    Token(TokenArgs),
     /// After a quorum loss: turn this stopped member's data directory into a new one-member cluster with
     /// everything it knew committed (etcd's --force-new-cluster); the old directory is kept aside.
     Recover(RecoverArgs),
@@ -58,6 +60,15 @@ pub(crate) struct ServerArgs {
     /// Comma-separated peer URLs to advertise to the cluster.
     #[arg(long, value_delimiter = ',')]
     pub initial_advertise_peer_urls: Vec<String>,
+    /// Make a new cluster and write its join tokens to `<data-dir>/server-token` and `<data-dir>/agent-token`.
+    #[arg(long, conflicts_with = "join")]
+    pub init: bool,
+    /// Join the cluster whose Kubernetes API is at this URL (`https://<member>:6443`), with --token.
+    #[arg(long, requires = "token")]
+    pub join: Option<String>,
+    /// A server join token (`keel token create`, or `<data-dir>/server-token` of the first member).
+    #[arg(long, env = "KEEL_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
     /// Initial cluster for bootstrapping: `name=http://host:port,...` (default: this member alone).
     #[arg(long, default_value = "")]
     pub initial_cluster: String,
@@ -243,8 +254,15 @@ pub(crate) struct SchedulerArgs {
 /// Flags of `keel agent`.
 #[derive(Debug, Args, Clone)]
 pub(crate) struct AgentArgs {
-    /// Kubeconfig of the API server (required unless --remove-all-pods).
-    #[arg(long, required_unless_present_any = ["remove_all_pods", "cleanup"])]
+    /// Join the cluster whose Kubernetes API is at this URL with an agent --token: the agent gets its node
+    /// identity's kubeconfig (kept as `<root-dir>/kubeconfig`, or --kubeconfig) and runs with it.
+    #[arg(long, requires = "token")]
+    pub join: Option<String>,
+    /// An agent join token (`keel token create --agent`, or `<data-dir>/agent-token` of the first member).
+    #[arg(long, env = "KEEL_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Kubeconfig of the API server (required unless --remove-all-pods or --join).
+    #[arg(long, required_unless_present_any = ["remove_all_pods", "cleanup", "join"])]
     pub kubeconfig: Option<PathBuf>,
     /// API server URL (overrides the kubeconfig's).
     #[arg(long)]
@@ -529,4 +547,38 @@ pub(crate) struct RecoverArgs {
     /// The data directory of the surviving member (stopped), the most up to date one when several survive.
     #[arg(long)]
     pub data_dir: PathBuf,
+}
+
+/// Flags of `keel token`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct TokenArgs {
+    #[command(subcommand)]
+    pub command: TokenCommand,
+    /// A member's data directory (its `admin.kubeconfig` is used).
+    #[arg(long, global = true, default_value = "default.keel")]
+    pub data_dir: PathBuf,
+    /// An admin kubeconfig (instead of `<data-dir>/admin.kubeconfig`).
+    #[arg(long, global = true)]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// `keel token` subcommands.
+#[derive(Debug, Subcommand, Clone)]
+pub(crate) enum TokenCommand {
+    /// Create a join token and print it (`K10<CA hash>::<id>.<secret>`).
+    Create {
+        /// How long it is valid (e.g. 24h, 30m); 0 = forever.
+        #[arg(long, default_value = "24h", value_parser = parse_duration)]
+        ttl: std::time::Duration,
+        /// A token for agents (workers) instead of servers.
+        #[arg(long)]
+        agent: bool,
+        /// What it is for.
+        #[arg(long, default_value = "")]
+        description: String,
+    },
+    /// List the join tokens.
+    List,
+    /// Revoke a join token (its ID, or the whole token).
+    Revoke { id: String },
 }

@@ -4,9 +4,11 @@
 mod agent;
 mod cli;
 mod control;
+mod join;
 mod recover;
 mod server;
 mod snapshot;
+mod token;
 mod up;
 mod worker;
 
@@ -48,6 +50,7 @@ fn main() -> std::process::ExitCode {
             cli::Command::Agent(args) => agent::run(*args).await,
             cli::Command::Images(args) => agent::images(args),
             cli::Command::Kubeconfig(args) => server::kubeconfig(args),
+            cli::Command::Token(args) => token::run(args).await,
             cli::Command::Recover(args) => recover::run(args)
                 .await
                 .map_err(|e| server::ServerError::Config(e.to_string())),

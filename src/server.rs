@@ -181,16 +181,118 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// The file of a joined member's data directory that keeps the cluster token it was given.
+const CLUSTER_TOKEN_FILE: &str = "cluster-token";
+
+/// `--join`: before the member starts, asks the cluster to add it and takes the cluster token and
+/// membership from the answer. A member that has joined before (its data directory exists) just takes
+/// the cluster token it kept. Returns whether this call created the data directory.
+async fn prepare_join(args: &mut ServerArgs) -> Result<bool, ServerError> {
+    let kept = args.data_dir.join(CLUSTER_TOKEN_FILE);
+    if let Ok(t) = std::fs::read_to_string(&kept) {
+        args.initial_cluster_token = t.trim().to_string();
+    }
+    let (Some(url), Some(token)) = (args.join.clone(), args.token.clone()) else {
+        return Ok(false);
+    };
+    if args.data_dir.join("member").exists() {
+        return Ok(false);
+    }
+    let peer_urls = if args.initial_advertise_peer_urls.is_empty() {
+        args.listen_peer_urls.clone()
+    } else {
+        args.initial_advertise_peer_urls.clone()
+    };
+    let (answer, _) = crate::join::join_server(&url, &token, &args.name, &peer_urls)
+        .await
+        .map_err(|e| ServerError::Config(e.to_string()))?;
+    info!(member = %answer.member_id, initial_cluster = %answer.initial_cluster, "joined the cluster; starting as an existing member");
+    args.initial_cluster = answer.initial_cluster;
+    args.initial_cluster_state = "existing".into();
+    args.initial_cluster_token = answer.cluster_token.clone();
+    let created = !args.data_dir.exists();
+    crate::join::write_private(&kept, answer.cluster_token.as_bytes())
+        .map_err(|e| ServerError::Config(e.to_string()))?;
+    Ok(created)
+}
+
+/// `--init`: makes sure the cluster has a server and an agent join token and writes them to
+/// `<data-dir>/server-token` and `<data-dir>/agent-token` (kept across restarts).
+async fn write_init_tokens(
+    storage: keel_kube_api::storage::Storage,
+    ca_pem: String,
+    data_dir: std::path::PathBuf,
+    join_url: String,
+) {
+    use keel_kube_api::join::{
+        ensure_token, full_token, new_token_parts, AGENT_USAGE, SERVER_USAGE,
+    };
+    for (file, usage, what) in [
+        (
+            "server-token",
+            SERVER_USAGE,
+            "servers joined with keel server --join",
+        ),
+        (
+            "agent-token",
+            AGENT_USAGE,
+            "agents joined with keel agent --join",
+        ),
+    ] {
+        let path = data_dir.join(file);
+        // A restart keeps the token it wrote; a fresh one is made only the first time.
+        let (id, secret) = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| {
+                let cred = t.trim().rsplit("::").next()?.to_string();
+                let (i, s) = cred.split_once('.')?;
+                Some((i.to_string(), s.to_string()))
+            })
+            .unwrap_or_else(new_token_parts);
+        let mut delay = Duration::from_millis(200);
+        loop {
+            match ensure_token(&storage, &id, &secret, usage, what).await {
+                Ok(()) => break,
+                Err(e) => tracing::debug!(%e, "storing the {file} join token; retrying"),
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(2));
+        }
+        if let Err(e) = crate::join::write_private(
+            &path,
+            format!("{}\n", full_token(&ca_pem, &id, &secret)).as_bytes(),
+        ) {
+            tracing::warn!(%e, "cannot write the {file} file");
+        }
+    }
+    info!(
+        server_token = %data_dir.join("server-token").display(),
+        agent_token = %data_dir.join("agent-token").display(),
+        "join tokens ready: keel server --join {join_url} --token $(cat server-token); keel agent --join {join_url} --token $(cat agent-token)"
+    );
+}
+
 /// Runs one member until it is told to stop.
-pub(crate) async fn run(args: ServerArgs) -> Result<(), ServerError> {
+pub(crate) async fn run(mut args: ServerArgs) -> Result<(), ServerError> {
     init_logging(&args.log_level)?;
+    let created_by_join = prepare_join(&mut args).await?;
     let kube = kube_options(&args)?;
     let auto_compaction = keel_etcd_api::auto_compaction::parse(
         &args.auto_compaction_mode,
         &args.auto_compaction_retention,
     )
     .map_err(ServerError::Config)?;
-    let node = Node::start(node_config(&args)?).await?;
+    let node = match Node::start(node_config(&args)?).await {
+        Ok(n) => n,
+        Err(e) => {
+            // A join that cannot start leaves nothing behind here; the cluster removes the half-joined
+            // member at the next join.
+            if created_by_join {
+                let _ = std::fs::remove_dir_all(&args.data_dir);
+            }
+            return Err(e.into());
+        }
+    };
     info!(name = %args.name, member = %format!("{:x}", node.member_id()), "member started");
     if args.unsafe_serve_linearizable_reads_locally {
         tracing::warn!("UNSAFE: linearizable reads are served from local state (--unsafe-serve-linearizable-reads-locally)");
@@ -235,6 +337,14 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), ServerError> {
     });
     let controllers = controllers.transpose()?;
     let holder = args.name.clone();
+    let init = args.init.then(|| {
+        (
+            args.data_dir.clone(),
+            kube.as_ref()
+                .map(|k| k.advertise_url.clone())
+                .unwrap_or_default(),
+        )
+    });
     let scheduler = !args.disable_scheduler;
     let mut kube_serving = tokio::spawn(async move {
         match kube {
@@ -246,6 +356,14 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), ServerError> {
                     _ = &mut kube_rx => return Ok(()),
                 };
                 let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+                if let Some((data_dir, url)) = init {
+                    tokio::spawn(write_init_tokens(
+                        storage.clone(),
+                        api.ca_pem().to_string(),
+                        data_dir,
+                        url,
+                    ));
+                }
                 if scheduler {
                     crate::control::spawn_scheduler(&api, &storage, holder, stop_rx.clone());
                 }

@@ -18,8 +18,10 @@ pub struct Identity {
 
 /// Paths anyone may read.
 pub fn is_public(path: &str) -> bool {
-    matches!(path, "/version" | "/healthz" | "/livez" | "/readyz")
-        || path.starts_with("/healthz/")
+    matches!(
+        path,
+        "/version" | "/healthz" | "/livez" | "/readyz" | "/cacerts" | "/v1-keel/join"
+    ) || path.starts_with("/healthz/")
         || path.starts_with("/livez/")
         || path.starts_with("/readyz/")
 }

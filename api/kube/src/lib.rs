@@ -35,6 +35,7 @@ pub mod discovery;
 pub mod encode;
 pub mod encryption;
 pub mod handler;
+pub mod join;
 pub mod kubernetes_service;
 pub mod leader;
 pub mod lifecycle;

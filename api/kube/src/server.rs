@@ -100,6 +100,15 @@ fn host_of(url: &str) -> Option<String> {
     (!host.is_empty()).then_some(host)
 }
 
+/// The cluster PKI as stored (for signing credentials handed to joining agents).
+pub async fn cluster_pki(storage: &Storage) -> Result<ClusterPki, ApiError> {
+    let raw = storage
+        .get_raw(PKI_KEY)
+        .await?
+        .ok_or_else(|| ApiError::Unavailable("the cluster PKI is not stored yet".into()))?;
+    serde_json::from_slice(&raw).map_err(|e| ApiError::Internal(format!("stored PKI: {e}")))
+}
+
 /// Reads the cluster PKI from the store, creating it first if this is the first member to get here.
 async fn bootstrap_pki(storage: &Storage) -> Result<ClusterPki, KubeServeError> {
     let mut delay = Duration::from_millis(200);
@@ -744,6 +753,18 @@ async fn dispatch(
     let reg = &app.state.registry;
     match segs.as_slice() {
         ["version"] if read_only => Ok(respond(StatusCode::OK, &discovery::version())),
+        ["cacerts"] if read_only => {
+            let mut r = (StatusCode::OK, app.state.ca_pem.clone()).into_response();
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("text/plain"),
+            );
+            Ok(r)
+        }
+        ["v1-keel", "join"] if method == Method::POST => {
+            let answer = crate::join::serve(app.state.clone(), &body).await?;
+            Ok(respond(StatusCode::OK, &answer))
+        }
         ["metrics"] if read_only => {
             let mut r = (StatusCode::OK, app.state.metrics.render()).into_response();
             r.headers_mut().insert(

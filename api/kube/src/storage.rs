@@ -178,6 +178,11 @@ fn get_op(key: &str) -> RequestOp {
 }
 
 impl Storage {
+    /// The member this storage writes through.
+    pub fn node(&self) -> &Arc<Node> {
+        &self.node
+    }
+
     /// Storage over a member.
     pub fn new(node: Arc<Node>) -> Self {
         Storage {

@@ -1,0 +1,330 @@
+//! A 3-member cluster built only with `keel server --init` and `--join` tokens, with the real etcdctl and
+//! kubectl: tokens pin the cluster CA, a member joins through any member, a half-joined member is cleaned
+//! up by the next join, bad tokens (wrong secret, revoked, expired, the agent kind, another CA) are refused
+//! with a clear message and leave nothing behind, and an agent token yields a node identity.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use keel_testkit::{etcdctl, free_port, require_etcd_tools, run_bounded, CtlOutput, Process};
+
+const KEEL: &str = env!("CARGO_BIN_EXE_keel");
+
+struct Member {
+    name: String,
+    client: String,
+    peer: String,
+    kube: String,
+    dir: PathBuf,
+    proc: Option<Process>,
+}
+
+impl Member {
+    fn new(root: &Path, name: &str) -> Member {
+        Member {
+            name: name.into(),
+            client: format!("http://127.0.0.1:{}", free_port()),
+            peer: format!("http://127.0.0.1:{}", free_port()),
+            kube: format!("https://127.0.0.1:{}", free_port()),
+            dir: root.join(name),
+            proc: None,
+        }
+    }
+
+    fn command(&self, extra: &[&str]) -> Command {
+        let mut c = Command::new(KEEL);
+        c.args(["server", "--name", &self.name, "--data-dir"])
+            .arg(&self.dir)
+            .args(["--listen-client-urls", &self.client])
+            .args(["--advertise-client-urls", &self.client])
+            .args(["--listen-peer-urls", &self.peer])
+            .args(["--kube-listen", &self.kube])
+            .args(["--log-level", "info"])
+            .args(extra);
+        c
+    }
+
+    fn start(&mut self, extra: &[&str]) {
+        self.proc = Some(Process::spawn(&mut self.command(extra), None));
+    }
+
+    fn endpoint(&self) -> &str {
+        self.client.trim_start_matches("http://")
+    }
+
+    fn log(&self) -> String {
+        self.proc
+            .as_ref()
+            .map(|p| format!("{}{}", p.stdout(), p.stderr()))
+            .unwrap_or_default()
+    }
+}
+
+fn wait(what: &str, limit: Duration, mut f: impl FnMut() -> Result<(), String>) {
+    let start = Instant::now();
+    loop {
+        match f() {
+            Ok(()) => return,
+            Err(e) if start.elapsed() > limit => panic!("{what}: not within {limit:?}: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
+/// `etcdctl member list -w json` as (name, is learner).
+fn members(endpoint: &str) -> Vec<(String, bool)> {
+    let out = etcdctl(endpoint, &["member", "list", "-w", "json"], None);
+    assert!(out.success(), "{}", out.stderr);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    v["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap_or("").to_string(),
+                m["isLearner"].as_bool().unwrap_or(false),
+            )
+        })
+        .collect()
+}
+
+fn keel(args: &[&str]) -> CtlOutput {
+    let mut c = Command::new(KEEL);
+    c.args(args);
+    run_bounded(c, None, Duration::from_secs(60))
+}
+
+/// Tries to join a member with `token` and expects a refusal naming `why`; nothing may be left behind.
+fn refused(root: &Path, join_url: &str, token: &str, why: &str, via: &str) {
+    let m = Member::new(root, "refused");
+    let out = run_bounded(
+        m.command(&["--join", join_url, "--token", token]),
+        None,
+        Duration::from_secs(60),
+    );
+    assert!(!out.success(), "a bad token was accepted");
+    assert!(out.stderr.contains(why), "want {why:?} in: {}", out.stderr);
+    assert!(
+        !m.dir.exists(),
+        "a refused join left {} behind",
+        m.dir.display()
+    );
+    assert_eq!(
+        members(via).len(),
+        3,
+        "a refused join changed the membership"
+    );
+}
+
+#[test]
+fn a_cluster_built_with_init_and_join_tokens() {
+    require_etcd_tools();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let mut m1 = Member::new(root, "m1");
+    m1.start(&["--init"]);
+    let server_token_file = m1.dir.join("server-token");
+    wait("the init tokens", Duration::from_secs(60), || {
+        if server_token_file.exists() && m1.dir.join("agent-token").exists() {
+            Ok(())
+        } else {
+            Err(m1.log())
+        }
+    });
+    let server_token = std::fs::read_to_string(&server_token_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    let agent_token = std::fs::read_to_string(m1.dir.join("agent-token"))
+        .unwrap()
+        .trim()
+        .to_string();
+    assert!(server_token.starts_with("K10") && server_token.contains("::"));
+    assert_ne!(server_token, agent_token);
+
+    // The second member joins through the first.
+    let mut m2 = Member::new(root, "m2");
+    m2.start(&["--join", &m1.kube, "--token", &server_token]);
+    wait("m2 a voting member", Duration::from_secs(60), || {
+        let list = members(m1.endpoint());
+        if list.len() == 2 && list.iter().all(|(n, l)| !n.is_empty() && !l) {
+            Ok(())
+        } else {
+            Err(format!("{list:?}\n{}", m2.log()))
+        }
+    });
+
+    // A join that stops half-way (the member is added, then never starts) ...
+    let ghost = http_join(
+        &m1.kube,
+        &server_token,
+        "ghost",
+        &format!("http://127.0.0.1:{}", free_port()),
+    );
+    assert!(ghost.contains("initialCluster"), "{ghost}");
+    assert_eq!(members(m1.endpoint()).len(), 3);
+    // ... does not block the next one, through any member: the half-joined member is removed.
+    let mut m3 = Member::new(root, "m3");
+    m3.start(&["--join", &m2.kube, "--token", &server_token]);
+    wait(
+        "m3 a voting member, the ghost gone",
+        Duration::from_secs(60),
+        || {
+            let list = members(m1.endpoint());
+            let names: Vec<&str> = list.iter().map(|(n, _)| n.as_str()).collect();
+            if list.len() == 3 && names.contains(&"m3") && list.iter().all(|(_, l)| !l) {
+                Ok(())
+            } else {
+                Err(format!("{list:?}\n{}", m3.log()))
+            }
+        },
+    );
+
+    // The cluster works through every member, and kubectl reaches the newest one.
+    let put = etcdctl(m3.endpoint(), &["put", "/joined", "yes"], None);
+    assert!(put.success(), "{}", put.stderr);
+    let got = etcdctl(
+        m1.endpoint(),
+        &["get", "/joined", "--print-value-only"],
+        None,
+    );
+    assert_eq!(got.stdout.trim(), "yes");
+    let kubeconfig = m3.dir.join("admin.kubeconfig");
+    wait("kubectl against m3", Duration::from_secs(60), || {
+        let mut c = Command::new("kubectl");
+        c.arg("--kubeconfig").arg(&kubeconfig).args([
+            "get",
+            "namespace",
+            "kube-system",
+            "-o",
+            "name",
+        ]);
+        let out = run_bounded(c, None, Duration::from_secs(30));
+        if out.stdout.trim() == "namespace/kube-system" {
+            Ok(())
+        } else {
+            Err(out.stderr)
+        }
+    });
+
+    // Tokens: listed, and every bad one refused with what is wrong.
+    let d1 = m1.dir.to_str().unwrap();
+    let list = keel(&["token", "list", "--data-dir", d1]);
+    assert!(list.success(), "{}", list.stderr);
+    assert!(
+        list.stdout.contains("server") && list.stdout.contains("agent"),
+        "{}",
+        list.stdout
+    );
+    let (prefix, cred) = server_token.split_once("::").unwrap();
+    let (id, _) = cred.split_once('.').unwrap();
+    refused(
+        root,
+        &m1.kube,
+        &format!("{prefix}::{id}.0000000000000000"),
+        "wrong secret",
+        m1.endpoint(),
+    );
+    let revoked = keel(&["token", "create", "--data-dir", d1])
+        .stdout
+        .trim()
+        .to_string();
+    assert!(keel(&["token", "revoke", &revoked, "--data-dir", d1]).success());
+    refused(
+        root,
+        &m1.kube,
+        &revoked,
+        "does not exist or was revoked",
+        m1.endpoint(),
+    );
+    let short = keel(&["token", "create", "--ttl", "1s", "--data-dir", d1]);
+    assert!(short.success(), "{}", short.stderr);
+    std::thread::sleep(Duration::from_secs(2));
+    refused(
+        root,
+        &m1.kube,
+        short.stdout.trim(),
+        "expired at",
+        m1.endpoint(),
+    );
+    refused(
+        root,
+        &m1.kube,
+        &agent_token,
+        "may not join servers",
+        m1.endpoint(),
+    );
+    let other_ca = format!("K10{}::{cred}", "0".repeat(64));
+    refused(
+        root,
+        &m1.kube,
+        &other_ca,
+        "another cluster, or someone in between",
+        m1.endpoint(),
+    );
+
+    // An agent token yields the node's own identity (the agent stops later, with no runtime to drive).
+    let w1 = root.join("w1");
+    let mut agent = Command::new(KEEL);
+    agent
+        .args([
+            "agent",
+            "--join",
+            &m2.kube,
+            "--token",
+            &agent_token,
+            "--node-name",
+            "w1",
+        ])
+        .arg("--root-dir")
+        .arg(&w1)
+        .args([
+            "--cri",
+            &format!("unix://{}", root.join("no-such.sock").display()),
+        ]);
+    let mut agent = Process::spawn(&mut agent, None);
+    let node_kubeconfig = w1.join("kubeconfig");
+    wait("the agent's kubeconfig", Duration::from_secs(60), || {
+        if node_kubeconfig.exists() {
+            Ok(())
+        } else {
+            Err(format!("{}{}", agent.stdout(), agent.stderr()))
+        }
+    });
+    agent.kill();
+    let mut c = Command::new("kubectl");
+    c.arg("--kubeconfig").arg(&node_kubeconfig).args([
+        "auth",
+        "whoami",
+        "-o",
+        "jsonpath={.status.userInfo.username} {.status.userInfo.groups}",
+    ]);
+    let who = run_bounded(c, None, Duration::from_secs(30));
+    assert!(who.success(), "{}", who.stderr);
+    assert!(
+        who.stdout.starts_with("system:node:w1 ") && who.stdout.contains("system:nodes"),
+        "{}",
+        who.stdout
+    );
+}
+
+/// A server join request sent by hand (what `keel server --join` sends), without starting the member.
+fn http_join(url: &str, token: &str, name: &str, peer: &str) -> String {
+    let cred = token.split_once("::").unwrap().1;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut config = kube::Config::new(url.parse().unwrap());
+        config.accept_invalid_certs = true;
+        let client = kube::Client::try_from(config).unwrap();
+        let body = serde_json::json!({"token": cred, "role": "server", "name": name, "peerUrls": [peer], "version": env!("CARGO_PKG_VERSION")});
+        let req = http::Request::post("/v1-keel/join")
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&body).unwrap())
+            .unwrap();
+        client.request_text(req).await.unwrap()
+    })
+}
