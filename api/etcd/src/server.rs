@@ -74,7 +74,7 @@ pub async fn serve(
     let (tx, _) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
     for l in listeners {
-        let router = tonic::transport::Server::builder()
+        let grpc = tonic::service::Routes::default()
             .add_service(
                 KvServer::new(KvService::new(node.clone()))
                     .max_decoding_message_size(DECODE_LIMIT)
@@ -106,6 +106,14 @@ pub async fn serve(
                     .max_decoding_message_size(DECODE_LIMIT)
                     .max_encoding_message_size(MAX_SEND_BYTES),
             );
+        // /metrics, /health and /version beside gRPC, as etcd serves them on its client port:
+        // HTTP/1.1 requests go to these routes, HTTP/2 ones to gRPC.
+        let routes = grpc
+            .into_axum_router()
+            .merge(super::metrics::routes(node.clone()));
+        let router = tonic::transport::Server::builder()
+            .accept_http1(true)
+            .add_routes(routes.into());
         let mut rx = tx.subscribe();
         tasks.push(tokio::spawn(router.serve_with_incoming_shutdown(
             super::authority::wrap_incoming(l),
