@@ -7,6 +7,7 @@ mod control;
 mod recover;
 mod server;
 mod snapshot;
+mod status;
 mod up;
 mod worker;
 
@@ -49,6 +50,9 @@ fn main() -> std::process::ExitCode {
             cli::Command::Images(args) => agent::images(args),
             cli::Command::Kubeconfig(args) => server::kubeconfig(args),
             cli::Command::Recover(args) => recover::run(args)
+                .await
+                .map_err(|e| server::ServerError::Config(e.to_string())),
+            cli::Command::Status(args) => status::run(args)
                 .await
                 .map_err(|e| server::ServerError::Config(e.to_string())),
             cli::Command::Snapshot(args) => snapshot::run(args)

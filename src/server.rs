@@ -181,6 +181,17 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Leaves this member's client URLs in its data dir for `keel status --data-dir` (a hint, so
+/// failing to write it only warns).
+fn write_client_urls(dir: &std::path::Path, urls: &[String]) {
+    let path = dir.join(crate::status::CLIENT_URLS_FILE);
+    let tmp = dir.join(format!("{}.tmp", crate::status::CLIENT_URLS_FILE));
+    let text: String = urls.iter().map(|u| format!("{u}\n")).collect();
+    if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &path)) {
+        tracing::warn!(path = %path.display(), %e, "cannot record the client URLs");
+    }
+}
+
 /// Runs one member until it is told to stop.
 pub(crate) async fn run(args: ServerArgs) -> Result<(), ServerError> {
     init_logging(&args.log_level)?;
@@ -222,6 +233,7 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), ServerError> {
     };
     // The schedule stops with the member however `run` returns.
     let _snapshots = AbortOnDrop(snapshots);
+    write_client_urls(&args.data_dir, &args.advertise_client_urls);
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let (kube_tx, kube_rx) = tokio::sync::oneshot::channel::<()>();
     let kube_node = node.clone();
