@@ -109,7 +109,11 @@ fn put_keys(c: &Cluster, n: usize) {
 #[test]
 fn metrics_health_and_status_on_three_members() {
     let _serial = cluster::serial();
-    let c = Options::new(Kind::Keel, 3).keel_bin(keel_bin!()).start();
+    // A small snapshot count, so the writes below make every member write a Raft snapshot.
+    let mut c = Options::new(Kind::Keel, 3)
+        .keel_bin(keel_bin!())
+        .snapshot_count(10)
+        .start();
 
     // One leader that every member sees, in one term.
     let before = scrape_until(&c, "one leader, seen by all, one term", |all| {
@@ -150,6 +154,13 @@ fn metrics_health_and_status_on_three_members() {
         all.iter()
             .zip(&committed)
             .all(|(s, b)| value(s, "etcd_server_proposals_committed_total") >= b + 20.0)
+    });
+    scrape_until(&c, "every member wrote a Raft snapshot", |all| {
+        all.iter().all(|s| {
+            s.samples
+                .iter()
+                .any(|x| x.metric == "keel_snapshot_last_size_bytes")
+        })
     });
     for s in &after {
         assert!(value(s, "etcd_disk_backend_commit_duration_seconds") > 0.0);
@@ -199,5 +210,55 @@ fn metrics_health_and_status_on_three_members() {
         .count();
     assert_eq!(roles, 1, "{}", out.stdout);
     assert!(out.stdout.contains("\nleader: "), "{}", out.stdout);
-    assert!(out.stdout.contains("raft snapshot: "), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l.starts_with("raft snapshot: ") && l.contains(" ago, ")),
+        "{}",
+        out.stdout
+    );
+
+    // A member left alone (the leader and another member killed) has no leader: /health says so.
+    let leader = (0..c.len())
+        .find(|&i| value(&scrape(&c.endpoint(i)), "etcd_server_is_leader") == 1.0)
+        .unwrap();
+    let others: Vec<usize> = (0..c.len()).filter(|&i| i != leader).collect();
+    let (gone, alone) = (others[0], others[1]);
+    c.kill9(leader);
+    c.kill9(gone);
+    let deadline = Instant::now() + SETTLE;
+    let body = loop {
+        let (code, body) = http_get(&c.endpoint(alone), "/health");
+        if code == 503 {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still healthy alone: {code} {body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(body.contains(r#""health":"false""#), "{body}");
+    assert!(body.contains("RAFT NO LEADER"), "{body}");
+    assert_eq!(
+        value(&scrape(&c.endpoint(alone)), "etcd_server_has_leader"),
+        0.0
+    );
+    // keel status still reports, with the unreachable members' rows.
+    let mut cmd = Command::new(keel_bin!());
+    cmd.args(["status", "--endpoints", &c.client_urls(&[alone]).join(",")]);
+    let out = run_bounded(cmd, None, Duration::from_secs(60));
+    eprintln!("{}", out.stdout);
+    assert!(
+        out.success(),
+        "keel status failed: {}{}",
+        out.stdout,
+        out.stderr
+    );
+    assert_eq!(
+        out.stdout.matches("unreachable: ").count(),
+        2,
+        "{}",
+        out.stdout
+    );
 }

@@ -42,6 +42,20 @@ pub fn routes(node: Arc<Node>) -> axum::Router {
         .route("/version", axum::routing::get(version_response))
 }
 
+/// What a path no route serves gets: gRPC's Unimplemented for gRPC calls (unknown services),
+/// 404 for anything else, as etcd's HTTP mux answers.
+pub async fn fallback(req: axum::extract::Request) -> Response {
+    let grpc = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/grpc"));
+    if grpc {
+        return tonic::Status::unimplemented("").into_http();
+    }
+    (StatusCode::NOT_FOUND, "404 page not found\n").into_response()
+}
+
 fn metrics_response(node: &Node) -> Response {
     match exposition(node) {
         Ok(text) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),

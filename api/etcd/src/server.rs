@@ -110,7 +110,8 @@ pub async fn serve(
         // HTTP/1.1 requests go to these routes, HTTP/2 ones to gRPC.
         let routes = grpc
             .into_axum_router()
-            .merge(super::metrics::routes(node.clone()));
+            .merge(super::metrics::routes(node.clone()))
+            .fallback(super::metrics::fallback);
         let router = tonic::transport::Server::builder()
             .accept_http1(true)
             .add_routes(routes.into());
