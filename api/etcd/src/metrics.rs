@@ -36,7 +36,7 @@ pub fn routes(node: Arc<Node>) -> axum::Router {
             "/health",
             axum::routing::get(move || {
                 let node = h.clone();
-                async move { health_response(&node) }
+                async move { health_response(&node).await }
             }),
         )
         .route("/version", axum::routing::get(version_response))
@@ -66,15 +66,31 @@ fn metrics_response(node: &Node) -> Response {
     }
 }
 
-fn health_response(node: &Node) -> Response {
-    let (code, body) = match health(node) {
+async fn health_response(node: &Node) -> Response {
+    let (code, body) = match health(node).await {
         Ok(()) => (StatusCode::OK, r#"{"health":"true"}"#.to_string()),
         Err(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            format!(r#"{{"health":"false","reason":"{reason}"}}"#),
+            format!(r#"{{"health":"false","reason":{}}}"#, json_string(&reason)),
         ),
     };
     (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// `s` as a JSON string literal (reasons may quote an error message).
+fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 async fn version_response() -> Response {
@@ -86,10 +102,13 @@ async fn version_response() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-/// Whether this member is healthy as etcd's `/health` judges it (a leader, no alarm), plus no
-/// slow log fsync in the last [`SLOW_FSYNC_MEMORY`]; the error is the reason, in etcd's words
-/// where etcd has some. Reasons never hold a quote, so they go into JSON as they are.
-pub fn health(node: &Node) -> Result<(), String> {
+/// How long `/health`'s read through the leader may take (etcd's one second).
+const HEALTH_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether this member is healthy as etcd's `/health` judges it (no alarm, a leader, a quorum
+/// read answered within a second), plus no slow log fsync in the last [`SLOW_FSYNC_MEMORY`]; the
+/// error is the reason, in etcd's words where etcd has some.
+pub async fn health(node: &Node) -> Result<(), String> {
     let status = node.status();
     if status.leader.is_none() {
         return Err("RAFT NO LEADER".into());
@@ -105,6 +124,12 @@ pub fn health(node: &Node) -> Result<(), String> {
             })
             .collect();
         return Err(format!("ALARM {}", names.join(",")));
+    }
+    // etcd runs a quorum GET; a ReadIndex round proves the same (a leader with a quorum behind it).
+    match tokio::time::timeout(HEALTH_READ_TIMEOUT, node.read_barrier()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(format!("QGET ERROR: {e}")),
+        Err(_) => return Err("QGET ERROR: etcdserver: request timed out".into()),
     }
     if let Some(ago) = node.metrics().since_slow_fsync() {
         if ago < SLOW_FSYNC_MEMORY {
@@ -325,6 +350,11 @@ fn go_bound(line: &str) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reasons_are_json_strings() {
+        assert_eq!(json_string("a \"b\" \\ \n"), r#""a \"b\" \\ \u000a""#);
+    }
 
     #[test]
     fn counters_and_bounds_read_as_etcd_prints_them() {
