@@ -244,6 +244,9 @@ fn metrics_health_and_status_on_three_members() {
         body.contains("RAFT NO LEADER") || body.contains("QGET ERROR"),
         "{body}"
     );
+    // etcd's serializable health judges the member alone: it still serves local reads.
+    let (code, body) = http_get(&c.endpoint(alone), "/health?serializable=true");
+    assert_eq!(code, 200, "{body}");
     while value(&scrape(&c.endpoint(alone)), "etcd_server_has_leader") != 0.0 {
         assert!(
             Instant::now() < deadline,

@@ -34,9 +34,12 @@ pub fn routes(node: Arc<Node>) -> axum::Router {
         )
         .route(
             "/health",
-            axum::routing::get(move || {
+            axum::routing::get(move |q: axum::extract::RawQuery| {
                 let node = h.clone();
-                async move { health_response(&node).await }
+                // etcd's `?serializable=true`: judge this member alone (no leader, no quorum read).
+                let serializable =
+                    q.0.is_some_and(|q| q.split('&').any(|kv| kv == "serializable=true"));
+                async move { health_response(&node, serializable).await }
             }),
         )
         .route("/version", axum::routing::get(version_response))
@@ -66,8 +69,8 @@ fn metrics_response(node: &Node) -> Response {
     }
 }
 
-async fn health_response(node: &Node) -> Response {
-    let (code, body) = match health(node).await {
+async fn health_response(node: &Node, serializable: bool) -> Response {
+    let (code, body) = match health(node, serializable).await {
         Ok(()) => (StatusCode::OK, r#"{"health":"true"}"#.to_string()),
         Err(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -106,13 +109,10 @@ async fn version_response() -> Response {
 const HEALTH_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Whether this member is healthy as etcd's `/health` judges it (no alarm, a leader, a quorum
-/// read answered within a second), plus no slow log fsync in the last [`SLOW_FSYNC_MEMORY`]; the
-/// error is the reason, in etcd's words where etcd has some.
-pub async fn health(node: &Node) -> Result<(), String> {
-    let status = node.status();
-    if status.leader.is_none() {
-        return Err("RAFT NO LEADER".into());
-    }
+/// read answered within a second; with `serializable`, as `?serializable=true`, only the alarms),
+/// plus no slow log fsync in the last [`SLOW_FSYNC_MEMORY`]. The error is the reason, in etcd's
+/// words where etcd has some.
+pub async fn health(node: &Node, serializable: bool) -> Result<(), String> {
     let alarms = node.store().alarms();
     if !alarms.is_empty() {
         let names: Vec<&str> = alarms
@@ -125,11 +125,16 @@ pub async fn health(node: &Node) -> Result<(), String> {
             .collect();
         return Err(format!("ALARM {}", names.join(",")));
     }
-    // etcd runs a quorum GET; a ReadIndex round proves the same (a leader with a quorum behind it).
-    match tokio::time::timeout(HEALTH_READ_TIMEOUT, node.read_barrier()).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => return Err(format!("QGET ERROR: {e}")),
-        Err(_) => return Err("QGET ERROR: etcdserver: request timed out".into()),
+    if !serializable {
+        if node.status().leader.is_none() {
+            return Err("RAFT NO LEADER".into());
+        }
+        // etcd runs a quorum GET; a ReadIndex round proves the same (a leader with a quorum).
+        match tokio::time::timeout(HEALTH_READ_TIMEOUT, node.read_barrier()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(format!("QGET ERROR:{e}")),
+            Err(_) => return Err("QGET ERROR:etcdserver: request timed out".into()),
+        }
     }
     if let Some(ago) = node.metrics().since_slow_fsync() {
         if ago < SLOW_FSYNC_MEMORY {
