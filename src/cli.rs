@@ -476,9 +476,12 @@ pub(crate) struct StatusArgs {
     /// the client URLs of --data-dir's member, else http://127.0.0.1:2379.
     #[arg(long, value_delimiter = ',')]
     pub endpoints: Vec<String>,
-    /// A member's data directory: its client URLs, newest Raft snapshot and certificates.
+    /// A member's data directory: its client URLs, newest snapshots and certificates.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// The member's snapshot directory, if not `<data-dir>/snapshots` (`keel server --snapshot-dir`).
+    #[arg(long)]
+    pub snapshot_dir: Option<PathBuf>,
     /// How long to wait for each connection (e.g. 5s).
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub dial_timeout: std::time::Duration,

@@ -219,10 +219,15 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), ServerError> {
             args.auto_compaction_revision_check_interval,
         );
     }
+    let mut extra_metrics = None;
     let snapshots = match snapshot_schedule(&args)? {
         Some(schedule) => {
             info!(dir = %schedule.dir.display(), cron = %args.snapshot_schedule, retention = schedule.retention, "scheduled snapshots on");
             let stats = std::sync::Arc::new(crate::snapshot::schedule::Stats::default());
+            extra_metrics = Some(crate::snapshot::schedule::metrics(
+                schedule.dir.clone(),
+                stats.clone(),
+            ));
             Some(crate::snapshot::schedule::spawn(
                 node.clone(),
                 schedule,
@@ -281,6 +286,7 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), ServerError> {
     let mut serving = tokio::spawn(serve(
         node.clone(),
         args.listen_client_urls.clone(),
+        extra_metrics,
         async move {
             let _ = rx.await;
         },

@@ -1,6 +1,6 @@
 //! `keel status`: the cluster at a glance, from the etcd API as any client sees it (MemberList,
 //! then Maintenance.Status of each member), plus what only a member's data directory shows
-//! (its newest Raft snapshot, its certificates' expiry).
+//! (its newest snapshot and Raft snapshot, its certificates' expiry).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -107,7 +107,11 @@ pub(crate) async fn run(a: StatusArgs) -> Result<(), StatusError> {
     }
     print!("{}", render(&rows));
     if let Some(dir) = &a.data_dir {
-        print!("{}", local_report(dir, SystemTime::now()));
+        let snapshots = a
+            .snapshot_dir
+            .clone()
+            .unwrap_or_else(|| dir.join("snapshots"));
+        print!("{}", local_report(dir, &snapshots, SystemTime::now()));
     }
     Ok(())
 }
@@ -232,9 +236,31 @@ fn render(rows: &[Row]) -> String {
     out
 }
 
-/// The newest Raft snapshot and the earliest certificate expiry in `dir`.
-fn local_report(dir: &Path, now: SystemTime) -> String {
+/// The newest snapshot in `snapshots`, the newest Raft snapshot and the earliest certificate
+/// expiry in the data dir `dir`.
+fn local_report(dir: &Path, snapshots: &Path, now: SystemTime) -> String {
     let mut out = String::new();
+    match crate::snapshot::archive::list(snapshots) {
+        Ok(list) => match list.last() {
+            Some(e) => {
+                let at = SystemTime::UNIX_EPOCH
+                    + Duration::from_secs(u64::try_from(e.modified).unwrap_or(0));
+                let name = e
+                    .path
+                    .file_name()
+                    .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+                out.push_str(&format!(
+                    "snapshots: newest {name}, {} ago, {} ({} in {})\n",
+                    human_duration(now.duration_since(at).unwrap_or_default()),
+                    human_bytes(e.size),
+                    list.len(),
+                    snapshots.display()
+                ));
+            }
+            None => out.push_str(&format!("snapshots: none in {}\n", snapshots.display())),
+        },
+        Err(e) => out.push_str(&format!("snapshots: {}: {e}\n", snapshots.display())),
+    }
     match keel_raft::metrics::newest_snapshot(dir) {
         Some(s) => {
             let age = now.duration_since(s.modified).unwrap_or_default();
@@ -360,7 +386,14 @@ mod tests {
             certificate_expiry(&dir.path().join("pki"), SystemTime::now()),
             None
         );
-        let report = local_report(dir.path(), SystemTime::now());
-        assert_eq!(report, "raft snapshot: none\n");
+        let snaps = dir.path().join("snapshots");
+        let report = local_report(dir.path(), &snaps, SystemTime::now());
+        assert_eq!(
+            report,
+            format!(
+                "snapshots: none in {}\nraft snapshot: none\n",
+                snaps.display()
+            )
+        );
     }
 }

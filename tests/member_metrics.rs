@@ -109,10 +109,12 @@ fn put_keys(c: &Cluster, n: usize) {
 #[test]
 fn metrics_health_and_status_on_three_members() {
     let _serial = cluster::serial();
-    // A small snapshot count, so the writes below make every member write a Raft snapshot.
+    // A small snapshot count, so the writes below make every member write a Raft snapshot, and
+    // scheduled snapshots every two seconds, so their series and `keel status` line have one.
     let mut c = Options::new(Kind::Keel, 3)
         .keel_bin(keel_bin!())
         .snapshot_count(10)
+        .arg("--snapshot-schedule=*/2 * * * * *")
         .start();
 
     // One leader that every member sees, in one term.
@@ -160,6 +162,14 @@ fn metrics_health_and_status_on_three_members() {
             s.samples
                 .iter()
                 .any(|x| x.metric == "keel_snapshot_last_size_bytes")
+        })
+    });
+    scrape_until(&c, "every member took a scheduled snapshot", |all| {
+        all.iter().all(|s| {
+            value(s, "keel_scheduled_snapshots_taken_total") >= 1.0
+                && s.samples
+                    .iter()
+                    .any(|x| x.metric == "keel_backup_snapshot_last_size_bytes")
         })
     });
     for s in &after {
@@ -210,6 +220,13 @@ fn metrics_health_and_status_on_three_members() {
         .count();
     assert_eq!(roles, 1, "{}", out.stdout);
     assert!(out.stdout.contains("\nleader: "), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l.starts_with("snapshots: newest keel-snapshot-")),
+        "{}",
+        out.stdout
+    );
     assert!(
         out.stdout
             .lines()

@@ -21,15 +21,20 @@ use prometheus_client::registry::Registry;
 /// The Content-Type of the exposition (Prometheus text format 0.0.4, as etcd answers).
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
+/// Series the embedding process adds to every scrape (registered afresh each time, so they may
+/// read their values then).
+pub type Extra = Arc<dyn Fn(&mut Registry) + Send + Sync>;
+
 /// The routes, to be merged into the gRPC router of one client URL.
-pub fn routes(node: Arc<Node>) -> axum::Router {
+pub fn routes(node: Arc<Node>, extra: Option<Extra>) -> axum::Router {
     let (m, h) = (node.clone(), node);
     axum::Router::new()
         .route(
             "/metrics",
             axum::routing::get(move || {
                 let node = m.clone();
-                async move { metrics_response(&node) }
+                let extra = extra.clone();
+                async move { metrics_response(&node, extra.as_deref()) }
             }),
         )
         .route(
@@ -59,8 +64,11 @@ pub async fn fallback(req: axum::extract::Request) -> Response {
     (StatusCode::NOT_FOUND, "404 page not found\n").into_response()
 }
 
-fn metrics_response(node: &Node) -> Response {
-    match exposition(node) {
+fn metrics_response(
+    node: &Node,
+    extra: Option<&(dyn Fn(&mut Registry) + Send + Sync)>,
+) -> Response {
+    match exposition(node, extra) {
         Ok(text) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),
         Err(e) => {
             tracing::warn!(%e, "encoding /metrics failed");
@@ -153,8 +161,11 @@ fn gauge(r: &mut Registry, name: &str, help: &str, v: i64) {
     r.register(name, help, ConstGauge::new(v));
 }
 
-/// This member's series in the Prometheus text format 0.0.4.
-pub fn exposition(node: &Node) -> Result<String, std::fmt::Error> {
+/// This member's series (and `extra`'s) in the Prometheus text format 0.0.4.
+pub fn exposition(
+    node: &Node,
+    extra: Option<&(dyn Fn(&mut Registry) + Send + Sync)>,
+) -> Result<String, std::fmt::Error> {
     let status = node.status();
     let raft = node.metrics();
     let store = node.store();
@@ -296,6 +307,9 @@ pub fn exposition(node: &Node) -> Result<String, std::fmt::Error> {
             "Seconds since this member's newest Raft snapshot file was written",
             ConstGauge::new(age),
         );
+    }
+    if let Some(extra) = extra {
+        extra(&mut r);
     }
     let mut open = String::new();
     prometheus_client::encoding::text::encode(&mut open, &r)?;

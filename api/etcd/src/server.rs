@@ -56,10 +56,12 @@ pub fn parse_url(url: &str) -> Result<SocketAddr, ServeError> {
     keel_raft::node::parse_http_addr(url).ok_or_else(|| ServeError::BadUrl(url.into()))
 }
 
-/// Binds every URL, then serves until `shutdown` resolves.
+/// Binds every URL, then serves until `shutdown` resolves; `extra` adds the embedding process'
+/// series to `/metrics`.
 pub async fn serve(
     node: Arc<Node>,
     urls: Vec<String>,
+    extra: Option<super::metrics::Extra>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let mut listeners = Vec::new();
@@ -110,7 +112,7 @@ pub async fn serve(
         // HTTP/1.1 requests go to these routes, HTTP/2 ones to gRPC.
         let routes = grpc
             .into_axum_router()
-            .merge(super::metrics::routes(node.clone()))
+            .merge(super::metrics::routes(node.clone(), extra.clone()))
             .fallback(super::metrics::fallback);
         let router = tonic::transport::Server::builder()
             .accept_http1(true)
