@@ -37,6 +37,9 @@ pub(crate) enum Command {
     /// Write a kubeconfig for a user, with a client certificate signed by the cluster CA of a member's data
     /// dir (e.g. `--user system:node:w1 --group system:nodes` for an agent).
     Kubeconfig(KubeconfigArgs),
+    /// Show every member of a running cluster: leader, Raft term and indexes, lag, DB size; with
+    /// --data-dir also the age of that member's newest Raft snapshot and its certificates' expiry.
+    Status(StatusArgs),
 }
 
 /// Flags of `keel server`.
@@ -482,6 +485,30 @@ pub(crate) struct SnapshotRestoreArgs {
     /// Accept a file without the SHA-256 trailer (e.g. a copy of etcd's member/snap/db).
     #[arg(long)]
     pub skip_hash_check: bool,
+}
+
+/// Flags of `keel status`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct StatusArgs {
+    /// Client URLs to ask for the member list (comma-separated); every member is shown. Default:
+    /// the client URLs of --data-dir's member, else http://127.0.0.1:2379.
+    #[arg(long, value_delimiter = ',')]
+    pub endpoints: Vec<String>,
+    /// A member's data directory: its client URLs, newest snapshots and certificates.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// The member's snapshot directory, if not `<data-dir>/snapshots` (`keel server --snapshot-dir`).
+    #[arg(long)]
+    pub snapshot_dir: Option<PathBuf>,
+    /// How long to wait for each connection (e.g. 5s).
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub dial_timeout: std::time::Duration,
+    /// How long each request may take (e.g. 5s).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub command_timeout: std::time::Duration,
+    /// `user:password` when the cluster has etcd auth enabled (etcdctl's flag).
+    #[arg(long)]
+    pub user: Option<String>,
 }
 
 /// Parses `10m`, `5s`, `250ms` or a bare number of seconds.

@@ -8,6 +8,7 @@ mod join;
 mod recover;
 mod server;
 mod snapshot;
+mod status;
 mod token;
 mod up;
 mod worker;
@@ -52,6 +53,9 @@ fn main() -> std::process::ExitCode {
             cli::Command::Kubeconfig(args) => server::kubeconfig(args),
             cli::Command::Token(args) => token::run(args).await,
             cli::Command::Recover(args) => recover::run(args)
+                .await
+                .map_err(|e| server::ServerError::Config(e.to_string())),
+            cli::Command::Status(args) => status::run(args)
                 .await
                 .map_err(|e| server::ServerError::Config(e.to_string())),
             cli::Command::Snapshot(args) => snapshot::run(args)

@@ -272,6 +272,17 @@ async fn write_init_tokens(
     );
 }
 
+/// Leaves this member's client URLs in its data dir for `keel status --data-dir` (a hint, so
+/// failing to write it only warns).
+fn write_client_urls(dir: &std::path::Path, urls: &[String]) {
+    let path = dir.join(crate::status::CLIENT_URLS_FILE);
+    let tmp = dir.join(format!("{}.tmp", crate::status::CLIENT_URLS_FILE));
+    let text: String = urls.iter().map(|u| format!("{u}\n")).collect();
+    if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &path)) {
+        tracing::warn!(path = %path.display(), %e, "cannot record the client URLs");
+    }
+}
+
 /// Runs one member until it is told to stop.
 pub(crate) async fn run(mut args: ServerArgs) -> Result<(), ServerError> {
     init_logging(&args.log_level)?;
@@ -310,10 +321,15 @@ pub(crate) async fn run(mut args: ServerArgs) -> Result<(), ServerError> {
             args.auto_compaction_revision_check_interval,
         );
     }
+    let mut extra_metrics = None;
     let snapshots = match snapshot_schedule(&args)? {
         Some(schedule) => {
             info!(dir = %schedule.dir.display(), cron = %args.snapshot_schedule, retention = schedule.retention, "scheduled snapshots on");
             let stats = std::sync::Arc::new(crate::snapshot::schedule::Stats::default());
+            extra_metrics = Some(crate::snapshot::schedule::metrics(
+                schedule.dir.clone(),
+                stats.clone(),
+            ));
             Some(crate::snapshot::schedule::spawn(
                 node.clone(),
                 schedule,
@@ -324,6 +340,7 @@ pub(crate) async fn run(mut args: ServerArgs) -> Result<(), ServerError> {
     };
     // The schedule stops with the member however `run` returns.
     let _snapshots = AbortOnDrop(snapshots);
+    write_client_urls(&args.data_dir, &args.advertise_client_urls);
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let (kube_tx, kube_rx) = tokio::sync::oneshot::channel::<()>();
     let kube_node = node.clone();
@@ -387,6 +404,7 @@ pub(crate) async fn run(mut args: ServerArgs) -> Result<(), ServerError> {
     let mut serving = tokio::spawn(serve(
         node.clone(),
         args.listen_client_urls.clone(),
+        extra_metrics,
         async move {
             let _ = rx.await;
         },

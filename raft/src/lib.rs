@@ -18,6 +18,7 @@ mod fuzz;
 mod leadership;
 mod log_store;
 pub mod membership;
+pub mod metrics;
 mod network;
 pub mod node;
 mod peer;

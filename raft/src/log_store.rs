@@ -50,6 +50,7 @@ struct Shared {
     /// Signalled when appends are waiting or on shutdown.
     wake: Condvar,
     log: Arc<RwLock<MemLog>>,
+    metrics: Arc<crate::metrics::RaftMetrics>,
     /// Held by tests to hold the flusher back while appends pile up.
     #[cfg(test)]
     gate: Mutex<()>,
@@ -372,7 +373,13 @@ impl LogStore {
             ?vote,
             "opened raft log"
         );
+        let metrics = Arc::new(crate::metrics::RaftMetrics::default());
+        wal.instrument(metrics.clone());
+        if let Some(c) = committed {
+            metrics.committed(c.index);
+        }
         let shared = Arc::new(Shared {
+            metrics,
             io: Mutex::new(Io {
                 wal,
                 pending: Vec::new(),
@@ -398,6 +405,11 @@ impl LogStore {
             committed,
             flusher: Some(flusher),
         })
+    }
+
+    /// The series this log and the rest of the member's Raft layer record into.
+    pub(crate) fn metrics(&self) -> Arc<crate::metrics::RaftMetrics> {
+        self.shared.metrics.clone()
     }
 
     /// Index of the last entry (or of the purge point when no entry is left), if any.
@@ -635,6 +647,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         io.committed_seed = Some(bytes);
         self.committed = committed;
         drop(io);
+        if let Some(c) = committed {
+            self.shared.metrics.committed(c.index);
+        }
         let mut log = self.shared.log.write();
         log.committed = committed.map(|c| c.index);
         log.evict();

@@ -19,6 +19,7 @@ use crate::error::{MembershipError, ProposeError, StartError};
 use crate::leadership;
 use crate::log_store::LogStore;
 use crate::membership::{self, cluster_id, member_id, members_of, ClusterState, InitialMember};
+use crate::metrics::RaftMetrics;
 use crate::network::{PeerApi, PeerNetwork};
 use crate::peer::server::{serve_service_on, PeerService};
 use crate::peer::AppHandler;
@@ -118,6 +119,7 @@ pub struct Node {
     removed_ids: parking_lot::Mutex<std::collections::HashSet<NodeId>>,
     /// Whether this member leads, following openraft's metrics (see leadership.rs).
     leadership: watch::Receiver<Leadership>,
+    metrics: Arc<RaftMetrics>,
 }
 
 /// Reads the member and cluster IDs from `dir/member`, creating them on first start.
@@ -179,6 +181,7 @@ impl Node {
         let mut log_store =
             LogStore::open(dir.join("wal")).map_err(|e| StartError::Wal(e.to_string()))?;
         let led_before = log_store.step_down_after_restart(id);
+        let metrics = log_store.metrics();
         let store = open_store(&dir, &cfg)?;
         let snap = reconcile_with_snapshot(
             &store,
@@ -280,8 +283,14 @@ impl Node {
         }
         let (stop, _) = watch::channel(false);
         let (fatal, _) = watch::channel(None);
-        let proposer = Proposer::start(raft.clone(), cfg.request_timeout, peers.clone());
+        let proposer = Proposer::start(
+            raft.clone(),
+            cfg.request_timeout,
+            peers.clone(),
+            metrics.clone(),
+        );
         let leadership = leadership::follow(&raft);
+        crate::metrics::count_leader_changes(&raft, metrics.clone());
         let node = Arc::new_cyclic(|me: &std::sync::Weak<Node>| {
             let me = me.clone();
             // Weak: the batching task must not keep the member alive.
@@ -314,6 +323,7 @@ impl Node {
                         .collect(),
                 ),
                 leadership,
+                metrics,
             }
         });
         node.clone().serve_peers().await?;
@@ -475,6 +485,16 @@ impl Node {
     /// This member's configuration.
     pub fn config(&self) -> &NodeConfig {
         &self.cfg
+    }
+
+    /// What the Raft layer recorded (fsyncs, proposals, leader changes, commit index).
+    pub fn metrics(&self) -> &Arc<RaftMetrics> {
+        &self.metrics
+    }
+
+    /// The newest Raft snapshot file of this member, if any.
+    pub fn newest_snapshot(&self) -> Option<crate::metrics::SnapshotFile> {
+        crate::metrics::newest_snapshot(&self.cfg.data_dir)
     }
 
     /// Current Raft term.

@@ -17,6 +17,7 @@ use prost::Message;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::error::ProposeError;
+use crate::metrics::{PendingProposal, RaftMetrics};
 use crate::network::PeerApi;
 use crate::types::{MemberNode, TypeConfig};
 
@@ -46,14 +47,21 @@ struct Pending {
 /// Queues proposals and submits them in batches.
 pub(crate) struct Proposer {
     tx: mpsc::Sender<Pending>,
+    metrics: Arc<RaftMetrics>,
 }
 
 impl Proposer {
     /// Starts the batching task for `raft`; each entry may wait `timeout` for its result.
-    pub(crate) fn start(raft: Raft<TypeConfig>, timeout: Duration, peers: PeerApi) -> Self {
+    /// Pending and failed proposals of this member's clients are counted in `metrics`.
+    pub(crate) fn start(
+        raft: Raft<TypeConfig>,
+        timeout: Duration,
+        peers: PeerApi,
+        metrics: Arc<RaftMetrics>,
+    ) -> Self {
         let (tx, rx) = mpsc::channel(8192);
         tokio::spawn(run(raft, rx, timeout, peers));
-        Proposer { tx }
+        Proposer { tx, metrics }
     }
 
     /// Proposes a command (often a batch) forwarded by a follower. It joins the local queue, so
@@ -65,7 +73,20 @@ impl Proposer {
 
     /// Proposes one command and waits for its result.
     pub(crate) async fn propose(&self, cmd: Command) -> Result<CommandResponse, ProposeError> {
-        self.enqueue(cmd, false).await
+        // Counted here, where this member's clients propose, not where forwarded batches land.
+        let _pending = PendingProposal::new(&self.metrics);
+        let res = self.enqueue(cmd, false).await;
+        // A command the store refused was committed all the same.
+        if matches!(
+            res,
+            Err(ProposeError::NoLeader
+                | ProposeError::NotLeader
+                | ProposeError::Timeout
+                | ProposeError::Stopped)
+        ) {
+            self.metrics.proposals_failed.inc();
+        }
+        res
     }
 
     async fn enqueue(&self, cmd: Command, here: bool) -> Result<CommandResponse, ProposeError> {

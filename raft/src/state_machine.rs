@@ -19,7 +19,7 @@ use crate::types::{
     Applied, Entry, LogId, MemberNode, NodeId, StorageError, StoredMembership, TypeConfig,
 };
 
-const SNAP_SUFFIX: &str = ".snap";
+pub(crate) const SNAP_SUFFIX: &str = ".snap";
 
 /// openraft's view of the store.
 pub(crate) struct StateMachine {

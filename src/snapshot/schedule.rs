@@ -54,6 +54,41 @@ pub(crate) struct Stats {
     pub failed: AtomicU64,
 }
 
+/// The schedule's series for the etcd port's `/metrics`: snapshots taken and failed, and the
+/// newest snapshot in `dir` (read on each scrape, so on-demand ones and restarts count too).
+pub(crate) fn metrics(dir: PathBuf, stats: Arc<Stats>) -> keel_etcd_api::metrics::Extra {
+    use prometheus_client::metrics::counter::ConstCounter;
+    use prometheus_client::metrics::gauge::ConstGauge;
+    Arc::new(move |r: &mut prometheus_client::registry::Registry| {
+        r.register(
+            "keel_scheduled_snapshots_taken",
+            "Scheduled snapshots taken since this member started",
+            ConstCounter::new(stats.taken.load(Ordering::Relaxed)),
+        );
+        r.register(
+            "keel_scheduled_snapshots_failed",
+            "Scheduled snapshots that failed since this member started",
+            ConstCounter::new(stats.failed.load(Ordering::Relaxed)),
+        );
+        let newest = archive::list(&dir).ok().and_then(|l| l.into_iter().last());
+        if let Some(e) = newest {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+            r.register(
+                "keel_backup_snapshot_last_age_seconds",
+                "Seconds since the newest snapshot in this member's snapshot directory was written",
+                ConstGauge::new(now.saturating_sub(e.modified).max(0)),
+            );
+            r.register(
+                "keel_backup_snapshot_last_size_bytes",
+                "Size of the newest snapshot in this member's snapshot directory",
+                ConstGauge::new(i64::try_from(e.size).unwrap_or(i64::MAX)),
+            );
+        }
+    })
+}
+
 /// Runs `schedule` for `node` until the task is aborted.
 pub(crate) fn spawn(
     node: Arc<Node>,

@@ -13,6 +13,7 @@ pub mod command;
 pub mod error;
 pub mod etcd_snapshot;
 pub mod lease;
+pub mod metrics;
 pub mod mvcc;
 pub mod snapshot;
 pub mod store;

@@ -106,6 +106,7 @@ pub struct Store {
     dir: PathBuf,
     /// The space quota in bytes (`None` = none).
     quota: Option<u64>,
+    metrics: crate::metrics::StoreMetrics,
 }
 
 /// The result of applying one entry: `Ok(None)` for entries that carry no command.
@@ -135,6 +136,7 @@ impl Store {
             auth,
             dir: dir.to_path_buf(),
             quota,
+            metrics: Default::default(),
         }))
     }
 
@@ -151,6 +153,11 @@ impl Store {
     /// The auth store (users, roles, permissions, tokens).
     pub fn auth(&self) -> &Arc<AuthStore> {
         &self.auth
+    }
+
+    /// What the store records about its disk work.
+    pub fn metrics(&self) -> &crate::metrics::StoreMetrics {
+        &self.metrics
     }
 
     /// The watch hub.
@@ -206,7 +213,11 @@ impl Store {
             batch.put(Space::Meta, META_RAFT.to_vec(), raft_meta.clone());
             // A compaction deletes history: wait for etcd-format exports streaming it.
             let _history = compacted.map(|_| self.shared.history.write());
+            let started = std::time::Instant::now();
             self.shared.backend.write(batch)?;
+            self.metrics
+                .backend_commit
+                .observe(started.elapsed().as_secs_f64());
             st.raft_meta = Some(raft_meta);
         }
         if let Some(rev) = compacted {

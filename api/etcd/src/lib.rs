@@ -11,6 +11,7 @@ pub mod header;
 pub mod kv;
 pub mod lease;
 pub mod maintenance;
+pub mod metrics;
 pub mod server;
 pub mod watch;
 

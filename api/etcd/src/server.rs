@@ -56,10 +56,12 @@ pub fn parse_url(url: &str) -> Result<SocketAddr, ServeError> {
     keel_raft::node::parse_http_addr(url).ok_or_else(|| ServeError::BadUrl(url.into()))
 }
 
-/// Binds every URL, then serves until `shutdown` resolves.
+/// Binds every URL, then serves until `shutdown` resolves; `extra` adds the embedding process'
+/// series to `/metrics`.
 pub async fn serve(
     node: Arc<Node>,
     urls: Vec<String>,
+    extra: Option<super::metrics::Extra>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let mut listeners = Vec::new();
@@ -74,7 +76,7 @@ pub async fn serve(
     let (tx, _) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
     for l in listeners {
-        let router = tonic::transport::Server::builder()
+        let grpc = tonic::service::Routes::default()
             .add_service(
                 KvServer::new(KvService::new(node.clone()))
                     .max_decoding_message_size(DECODE_LIMIT)
@@ -106,6 +108,15 @@ pub async fn serve(
                     .max_decoding_message_size(DECODE_LIMIT)
                     .max_encoding_message_size(MAX_SEND_BYTES),
             );
+        // /metrics, /health and /version beside gRPC, as etcd serves them on its client port:
+        // HTTP/1.1 requests go to these routes, HTTP/2 ones to gRPC.
+        let routes = grpc
+            .into_axum_router()
+            .merge(super::metrics::routes(node.clone(), extra.clone()))
+            .fallback(super::metrics::fallback);
+        let router = tonic::transport::Server::builder()
+            .accept_http1(true)
+            .add_routes(routes.into());
         let mut rx = tx.subscribe();
         tasks.push(tokio::spawn(router.serve_with_incoming_shutdown(
             super::authority::wrap_incoming(l),

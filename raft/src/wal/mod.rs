@@ -89,6 +89,8 @@ struct SyncState {
     /// Makes the next sync fail, to test fail-stop handling.
     #[cfg(test)]
     inject_failure: std::sync::atomic::AtomicBool,
+    /// Where sync timings go, once the owner gave one.
+    metrics: OnceLock<Arc<crate::metrics::RaftMetrics>>,
 }
 
 impl SyncState {
@@ -140,11 +142,15 @@ impl PendingSync {
         let injected = self.state.inject_failure.swap(false, Ordering::Relaxed);
         #[cfg(not(test))]
         let injected = false;
+        let started = std::time::Instant::now();
         let res = if injected {
             Err(std::io::Error::other("injected sync failure"))
         } else {
             self.file.sync_data()
         };
+        if let Some(m) = self.state.metrics.get() {
+            m.fsync(started.elapsed());
+        }
         if let Err(source) = res {
             let err = WalError::Io {
                 path: self.path,
@@ -310,6 +316,11 @@ impl Wal {
     pub(crate) fn read(dir: &Path, pos: RecordPos) -> Result<Vec<u8>, WalError> {
         let path = dir.join(segment::segment_name(pos.seq));
         segment::read_frame(&path, pos.offset, pos.frame_len as usize)
+    }
+
+    /// Records the time of every later `fdatasync` in `metrics`.
+    pub(crate) fn instrument(&self, metrics: Arc<crate::metrics::RaftMetrics>) {
+        let _ = self.state.metrics.set(metrics);
     }
 
     /// Makes everything written so far durable (flush plus `fdatasync`).
