@@ -29,6 +29,8 @@ pub(crate) enum Command {
     Images(ImagesArgs),
     /// Save or restore etcd-format snapshots (the files `etcdctl snapshot` reads and writes).
     Snapshot(SnapshotArgs),
+    /// Renew a member's serving certificate now, or show when its certificates end.
+    Certificate(CertificateArgs),
     /// Create, list or revoke the tokens servers and agents join the cluster with.
     Token(TokenArgs),
     /// After a quorum loss: turn this stopped member's data directory into a new one-member cluster with
@@ -151,6 +153,9 @@ pub(crate) struct ServerArgs {
     /// Where scheduled snapshots go (default `<data-dir>/snapshots`).
     #[arg(long, alias = "etcd-snapshot-dir")]
     pub snapshot_dir: Option<PathBuf>,
+    /// Test hook: days the member's serving certificate lives (default a year).
+    #[arg(long, hide = true, default_value_t = keel_kube_api::pki::LEAF_DAYS)]
+    pub leaf_cert_days: u32,
     /// Take no scheduled snapshots.
     #[arg(long, alias = "etcd-disable-snapshots")]
     pub disable_snapshots: bool,
@@ -608,4 +613,27 @@ pub(crate) enum TokenCommand {
     List,
     /// Revoke a join token (its ID, or the whole token).
     Revoke { id: String },
+}
+
+/// Flags of `keel certificate`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct CertificateArgs {
+    #[command(subcommand)]
+    pub command: CertificateCommand,
+    /// The member's data directory.
+    #[arg(long, global = true, default_value = "default.keel")]
+    pub data_dir: PathBuf,
+}
+
+/// `keel certificate` subcommands.
+#[derive(Debug, Subcommand, Clone)]
+pub(crate) enum CertificateCommand {
+    /// Ask the running member to renew its serving certificate now (no restart, no dropped request).
+    Rotate {
+        /// How long to wait for the member to do it.
+        #[arg(long, default_value = "30s", value_parser = parse_duration)]
+        timeout: std::time::Duration,
+    },
+    /// Show when each certificate under `<data-dir>/pki` ends.
+    Check,
 }

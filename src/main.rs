@@ -2,6 +2,7 @@
 //! cluster on loopback for trying keel with etcdctl.
 
 mod agent;
+mod certificate;
 mod cli;
 mod control;
 mod join;
@@ -52,6 +53,7 @@ fn main() -> std::process::ExitCode {
             cli::Command::Images(args) => agent::images(args),
             cli::Command::Kubeconfig(args) => server::kubeconfig(args),
             cli::Command::Token(args) => token::run(args).await,
+            cli::Command::Certificate(args) => certificate::run(args).await,
             cli::Command::Recover(args) => recover::run(args)
                 .await
                 .map_err(|e| server::ServerError::Config(e.to_string())),

@@ -80,6 +80,7 @@ pub(crate) fn kube_options(
         audit_policy: a.audit_policy_file.clone(),
         compaction_interval: a.kube_compaction_interval,
         event_ttl: a.event_ttl,
+        leaf_cert_days: a.leaf_cert_days,
     }))
 }
 

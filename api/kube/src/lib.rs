@@ -28,6 +28,7 @@ pub mod audit;
 pub mod authn;
 pub mod authz;
 pub mod body;
+pub mod certs;
 pub mod compaction;
 pub mod convert;
 pub mod crd;

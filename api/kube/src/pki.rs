@@ -68,6 +68,10 @@ pub struct ServingCert {
     pub key: String,
 }
 
+/// How long the leaf certificates a member makes for itself live (its serving certificate and its client
+/// certificates to agents and aggregated APIs): a year, renewed online 90 days before the end.
+pub const LEAF_DAYS: u32 = 365;
+
 fn validity(params: &mut CertificateParams, years: i32) {
     let now = jiff::Timestamp::now().to_zoned(jiff::tz::TimeZone::UTC);
     let (y, m, d) = (now.year() as i32, now.month() as u8, now.day() as u8);
@@ -75,6 +79,19 @@ fn validity(params: &mut CertificateParams, years: i32) {
     let start = now.checked_sub(jiff::Span::new().days(1)).unwrap_or(now);
     params.not_before = date_time_ymd(start.year() as i32, start.month() as u8, start.day() as u8);
     params.not_after = date_time_ymd(y + years, m, d.min(28));
+}
+
+/// Valid from yesterday (clock skew between members) for `days` days from today.
+fn validity_days(params: &mut CertificateParams, days: u32) {
+    let now = jiff::Timestamp::now().to_zoned(jiff::tz::TimeZone::UTC);
+    let start = now
+        .checked_sub(jiff::Span::new().days(1))
+        .unwrap_or(now.clone());
+    let end = now
+        .checked_add(jiff::Span::new().days(i64::from(days)))
+        .unwrap_or(now);
+    params.not_before = date_time_ymd(start.year() as i32, start.month() as u8, start.day() as u8);
+    params.not_after = date_time_ymd(end.year() as i32, end.month() as u8, end.day() as u8);
 }
 
 impl ClusterPki {
@@ -124,6 +141,11 @@ impl ClusterPki {
 
     /// Signs a serving certificate for `hosts` (IP addresses and DNS names).
     pub fn serving_cert(&self, hosts: &[String]) -> Result<ServingCert, PkiError> {
+        self.serving_cert_for(hosts, LEAF_DAYS)
+    }
+
+    /// [`ClusterPki::serving_cert`] valid for `days` days.
+    pub fn serving_cert_for(&self, hosts: &[String], days: u32) -> Result<ServingCert, PkiError> {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params
             .distinguished_name
@@ -139,14 +161,15 @@ impl ClusterPki {
             }
         }
         params.subject_alt_names = sans;
-        self.sign(params, ExtendedKeyUsagePurpose::ServerAuth)
+        self.sign(params, ExtendedKeyUsagePurpose::ServerAuth, days)
     }
 
-    /// Signs `params` with the cluster CA for `usage`, with a fresh key (10 years, as every leaf here).
+    /// Signs `params` with the cluster CA for `usage`, with a fresh key, valid for `days` days.
     fn sign(
         &self,
         mut params: CertificateParams,
         usage: ExtendedKeyUsagePurpose,
+        days: u32,
     ) -> Result<ServingCert, PkiError> {
         let ca_key = KeyPair::from_pem(&self.ca_key)?;
         let issuer = Issuer::from_ca_cert_pem(&self.ca_cert, ca_key)?;
@@ -156,7 +179,7 @@ impl ClusterPki {
             KeyUsagePurpose::KeyEncipherment,
         ];
         params.extended_key_usages = vec![usage];
-        validity(&mut params, 10);
+        validity_days(&mut params, days);
         let cert = params.signed_by(&key, &issuer)?;
         Ok(ServingCert {
             cert: cert.pem(),
@@ -174,7 +197,7 @@ impl ClusterPki {
         params
             .distinguished_name
             .push(DnType::OrganizationName, ADMIN_GROUP);
-        self.sign(params, ExtendedKeyUsagePurpose::ClientAuth)
+        self.sign(params, ExtendedKeyUsagePurpose::ClientAuth, LEAF_DAYS)
     }
 
     /// Signs the client certificate this member's API server shows aggregated API servers when it relays
@@ -186,7 +209,7 @@ impl ClusterPki {
         params
             .distinguished_name
             .push(DnType::CommonName, FRONT_PROXY_CLIENT_USER);
-        self.sign(params, ExtendedKeyUsagePurpose::ClientAuth)
+        self.sign(params, ExtendedKeyUsagePurpose::ClientAuth, LEAF_DAYS)
     }
 
     /// A kubeconfig for the admin pointing at `server` (an `https://host:port` URL).

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Router};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::CertificateDer;
 use rustls::server::WebPkiClientVerifier;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
@@ -53,6 +53,8 @@ pub struct KubeOptions {
     pub compaction_interval: Duration,
     /// kube-apiserver's `--event-ttl`: how long an Event lives after its last write.
     pub event_ttl: Duration,
+    /// Days the member's serving certificate lives ([`crate::pki::LEAF_DAYS`] unless a test says less).
+    pub leaf_cert_days: u32,
 }
 
 /// kube-apiserver's default `--event-ttl`.
@@ -135,8 +137,7 @@ async fn bootstrap_pki(storage: &Storage) -> Result<ClusterPki, KubeServeError> 
 
 fn tls_config(
     pki: &ClusterPki,
-    cert_pem: &str,
-    key_pem: &str,
+    resolver: Arc<crate::certs::ServingResolver>,
 ) -> Result<rustls::ServerConfig, KubeServeError> {
     let tls = |e: &dyn std::fmt::Display| KubeServeError::Tls(e.to_string());
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -150,16 +151,12 @@ fn tls_config(
         .allow_unauthenticated()
         .build()
         .map_err(|e| tls(&e))?;
-    let certs = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| tls(&e))?;
-    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| tls(&e))?;
+    // The serving certificate comes from a resolver so that renewal swaps it without a restart.
     let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| tls(&e))?
         .with_client_cert_verifier(verifier)
-        .with_single_cert(certs, key)
-        .map_err(|e| tls(&e))?;
+        .with_cert_resolver(resolver);
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(cfg)
 }
@@ -224,9 +221,14 @@ impl ApiServer {
                 .await
                 .map_err(|e| KubeServeError::Tls(e.to_string()))?,
         );
-        let serving = pki.serving_cert(&serving_hosts(&storage, &opts))?;
+        let hosts = serving_hosts(&storage, &opts);
+        let serving = pki.serving_cert_for(&hosts, opts.leaf_cert_days)?;
         let kubeconfig = pki.write_files(&opts.data_dir, &serving, &opts.advertise_url)?;
-        let tls = Arc::new(tls_config(&pki, &serving.cert, &serving.key)?);
+        let resolver = Arc::new(
+            crate::certs::ServingResolver::new(&serving.cert, &serving.key)
+                .map_err(KubeServeError::Tls)?,
+        );
+        let tls = Arc::new(tls_config(&pki, resolver.clone())?);
         let acceptor = tokio_rustls::TlsAcceptor::from(tls);
 
         let mut tokens = Tokens::default();
@@ -322,6 +324,17 @@ impl ApiServer {
                 stop_rx.clone(),
             )),
             tokio::spawn(crate::priority::bootstrap(state.clone())),
+            tokio::spawn(crate::certs::run(crate::certs::Renewal {
+                state: state.clone(),
+                pki: pki.clone(),
+                hosts,
+                data_dir: opts.data_dir.clone(),
+                advertise_url: opts.advertise_url.clone(),
+                resolver,
+                days: opts.leaf_cert_days,
+                serving: serving.cert.clone(),
+                member: storage.node().config().name.clone(),
+            })),
             tokio::spawn(crate::authz::rbac::run(
                 authz.rbac.clone(),
                 storage.clone(),

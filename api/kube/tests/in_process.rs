@@ -39,6 +39,7 @@ async fn start() -> (tempfile::TempDir, std::sync::Arc<Node>, ApiServer) {
         audit_policy: None,
         compaction_interval: keel_kube_api::compaction::DEFAULT_INTERVAL,
         event_ttl: keel_kube_api::DEFAULT_EVENT_TTL,
+        leaf_cert_days: keel_kube_api::pki::LEAF_DAYS,
     };
     let api = tokio::time::timeout(
         Duration::from_secs(30),

@@ -1,0 +1,82 @@
+//! `keel certificate rotate|check`: a member's certificates, from its data directory.
+
+use std::time::{Duration, Instant};
+
+use keel_kube_api::certs::{not_after, request_rotation, ROTATE_REQUEST};
+
+use crate::cli::{CertificateArgs, CertificateCommand};
+use crate::server::ServerError;
+
+fn err(e: impl std::fmt::Display) -> ServerError {
+    ServerError::Config(e.to_string())
+}
+
+fn describe(end: Option<i64>) -> String {
+    match end {
+        Some(t) => {
+            let days = (t - jiff::Timestamp::now().as_second()) / 86_400;
+            let when = jiff::Timestamp::from_second(t)
+                .map(|t| t.to_string())
+                .unwrap_or_default();
+            format!("{when} ({days} days)")
+        }
+        None => "unreadable".into(),
+    }
+}
+
+/// Runs `keel certificate ...`.
+pub(crate) async fn run(a: CertificateArgs) -> Result<(), ServerError> {
+    let pki = a.data_dir.join("pki");
+    match a.command {
+        CertificateCommand::Check => {
+            let mut files: Vec<_> = std::fs::read_dir(&pki)
+                .map_err(|e| err(format!("{}: {e}", pki.display())))?
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "crt"))
+                .collect();
+            files.sort();
+            for f in files {
+                let pem = std::fs::read_to_string(&f)
+                    .map_err(|e| err(format!("{}: {e}", f.display())))?;
+                println!(
+                    "{:<28}{}",
+                    f.file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default(),
+                    describe(not_after(&pem))
+                );
+            }
+            Ok(())
+        }
+        CertificateCommand::Rotate { timeout } => {
+            let crt = pki.join("apiserver.crt");
+            let before = std::fs::read_to_string(&crt)
+                .map_err(|e| err(format!("{}: {e}", crt.display())))?;
+            request_rotation(&a.data_dir).map_err(|e| {
+                err(format!(
+                    "{}: {e}",
+                    a.data_dir.join(ROTATE_REQUEST).display()
+                ))
+            })?;
+            // The running member picks the request up within seconds and serves the new certificate to
+            // every new connection; open ones keep theirs.
+            let start = Instant::now();
+            while start.elapsed() < timeout {
+                let now = std::fs::read_to_string(&crt).unwrap_or_default();
+                if !a.data_dir.join(ROTATE_REQUEST).exists() && now != before {
+                    println!(
+                        "serving certificate renewed: ends {}",
+                        describe(not_after(&now))
+                    );
+                    return Ok(());
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(err(format!(
+                "no running member renewed its certificate within {timeout:?}; the request stays in {} and is served when the member starts",
+                a.data_dir.join(ROTATE_REQUEST).display()
+            )))
+        }
+    }
+}
