@@ -12,6 +12,7 @@ mod snapshot;
 mod status;
 mod token;
 mod up;
+mod upgrade;
 mod worker;
 
 use clap::Parser;

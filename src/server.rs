@@ -288,6 +288,7 @@ fn write_client_urls(dir: &std::path::Path, urls: &[String]) {
 pub(crate) async fn run(mut args: ServerArgs) -> Result<(), ServerError> {
     init_logging(&args.log_level)?;
     let created_by_join = prepare_join(&mut args).await?;
+    crate::upgrade::check_data_format(&args.data_dir).map_err(ServerError::Config)?;
     let kube = kube_options(&args)?;
     let auto_compaction = keel_etcd_api::auto_compaction::parse(
         &args.auto_compaction_mode,
@@ -313,6 +314,16 @@ pub(crate) async fn run(mut args: ServerArgs) -> Result<(), ServerError> {
     // member that cannot reach a quorum still answers serializable reads and status).
     if !node.wait_published(node.config().request_timeout).await {
         tracing::warn!("member attributes not published yet; serving clients anyway");
+    }
+    let others: Vec<(String, Vec<String>)> = node
+        .members()
+        .into_iter()
+        .filter(|m| m.id != node.member_id())
+        .map(|m| (m.node.name, m.node.client_urls))
+        .collect();
+    if let Err(e) = crate::upgrade::check_skew(others).await {
+        node.shutdown().await;
+        return Err(ServerError::Config(e));
     }
     if let Some(ac) = auto_compaction {
         info!(?ac, "auto-compaction on");

@@ -106,9 +106,10 @@ fn json_string(s: &str) -> String {
 
 async fn version_response() -> Response {
     let body = format!(
-        r#"{{"etcdserver":"{}","etcdcluster":"{}"}}"#,
+        r#"{{"etcdserver":"{}","etcdcluster":"{}","keel":"{}"}}"#,
         crate::ETCD_VERSION,
-        crate::ETCD_CLUSTER_VERSION
+        crate::ETCD_CLUSTER_VERSION,
+        env!("CARGO_PKG_VERSION")
     );
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
