@@ -146,19 +146,27 @@ pub(crate) async fn run(args: AgentArgs) -> Result<(), ServerError> {
         }
         return Ok(());
     }
-    // With --join, the node's own kubeconfig comes from the cluster the first time and is kept.
+    // With --join, the node's own kubeconfig comes from the cluster the first time and is kept, and the
+    // API is reached through a local balancer over every member.
+    let mut balanced: Option<std::sync::Arc<crate::api_balancer::Servers>> = None;
     let kubeconfig = match (&args.join, &args.token) {
         (Some(url), Some(token)) => {
             let path = args
                 .kubeconfig
                 .clone()
                 .unwrap_or_else(|| args.root_dir.join("kubeconfig"));
+            let mut urls = vec![url.clone()];
             if !path.exists() {
                 let joined = crate::join::join_agent(url, token, &name, &path)
                     .await
                     .map_err(|e| ServerError::Config(e.to_string()))?;
                 tracing::info!(node = %name, servers = ?joined.servers, kubeconfig = %path.display(), "joined the cluster");
+                urls.extend(joined.servers);
             }
+            balanced = Some(crate::api_balancer::Servers::new(
+                &urls,
+                args.root_dir.join("apiservers.json"),
+            ));
             path
         }
         _ => match &args.kubeconfig {
@@ -176,10 +184,26 @@ pub(crate) async fn run(args: AgentArgs) -> Result<(), ServerError> {
             .parse()
             .map_err(|e| ServerError::Config(format!("--server {s}: {e}")))?;
     }
-    let server = config.cluster_url.to_string();
+    let mut server = config.cluster_url.to_string();
+    if let Some(servers) = &balanced {
+        let local = crate::api_balancer::start(servers.clone())
+            .await
+            .map_err(|e| ServerError::Config(format!("API load balancer: {e}")))?;
+        if let Some(first) = servers.first() {
+            // The node's address is the one it reaches a member from, not the loopback balancer's.
+            server = format!("https://{first}");
+        }
+        config.cluster_url = format!("https://{local}")
+            .parse()
+            .map_err(|e| ServerError::Config(format!("API load balancer address: {e}")))?;
+        tracing::info!(%local, "reaching the API through the local load balancer");
+    }
     let client_ca = config.root_cert.clone().unwrap_or_default();
     let client = kube::Client::try_from(config)
         .map_err(|e| ServerError::Config(format!("cannot make a client: {e}")))?;
+    if let Some(servers) = &balanced {
+        crate::api_balancer::refresh(client.clone(), servers.clone());
+    }
     if args.hollow > 0 {
         return hollow(client, &args).await;
     }

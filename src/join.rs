@@ -25,6 +25,8 @@ pub(crate) enum JoinError {
     },
     #[error("join refused by {url}: {message}")]
     Refused { url: String, message: String },
+    #[error("{url} is busy: {message}")]
+    Busy { url: String, message: String },
     #[error("{path}: {source}")]
     Io {
         path: std::path::PathBuf,
@@ -119,6 +121,10 @@ async fn post_join(url: &str, ca_pem: &str, body: serde_json::Value) -> Result<S
         .body(bytes)
         .map_err(|e| remote(e.to_string()))?;
     c.request_text(req).await.map_err(|e| match e {
+        kube::Error::Api(s) if s.code == 503 => JoinError::Busy {
+            url: url.to_string(),
+            message: s.message,
+        },
         kube::Error::Api(s) => JoinError::Refused {
             url: url.to_string(),
             message: s.message,
@@ -136,12 +142,18 @@ pub(crate) async fn join_server(
 ) -> Result<(ServerJoin, String), JoinError> {
     let token = parse_token(token)?;
     let ca = fetch_ca(url, &token).await?;
-    let text = post_join(
-        url,
-        &ca,
-        json!({"token": token.credential, "role": "server", "name": name, "peerUrls": peer_urls, "version": VERSION}),
-    )
-    .await?;
+    let body = json!({"token": token.credential, "role": "server", "name": name, "peerUrls": peer_urls, "version": VERSION});
+    // Another member joining at the same moment makes the cluster answer "busy": wait for it, bounded.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    let text = loop {
+        match post_join(url, &ca, body.clone()).await {
+            Err(JoinError::Busy { message, .. }) if std::time::Instant::now() < deadline => {
+                tracing::info!(%message, "waiting for another join to finish");
+                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+            }
+            other => break other?,
+        }
+    };
     let answer: ServerJoin = serde_json::from_str(&text).map_err(|e| JoinError::Remote {
         url: url.to_string(),
         reason: format!("join answer: {e}"),

@@ -2,6 +2,7 @@
 //! cluster on loopback for trying keel with etcdctl.
 
 mod agent;
+mod api_balancer;
 mod certificate;
 mod cli;
 mod control;

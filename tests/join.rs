@@ -312,6 +312,139 @@ fn a_cluster_built_with_init_and_join_tokens() {
     );
 }
 
+/// `kubectl` with `kubeconfig`; stdout when it succeeds.
+fn kubectl(kubeconfig: &Path, args: &[&str]) -> Option<String> {
+    let mut c = Command::new("kubectl");
+    c.arg("--kubeconfig").arg(kubeconfig).args(args);
+    let out = run_bounded(c, None, Duration::from_secs(30));
+    out.success().then_some(out.stdout)
+}
+
+#[test]
+fn a_joined_agent_keeps_working_when_the_member_it_joined_through_dies() {
+    require_etcd_tools();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let mut m1 = Member::new(root, "m1");
+    m1.start(&["--init"]);
+    let token_file = m1.dir.join("server-token");
+    wait("the init tokens", Duration::from_secs(60), || {
+        if m1.dir.join("agent-token").exists() && token_file.exists() {
+            Ok(())
+        } else {
+            Err(m1.log())
+        }
+    });
+    let server_token = std::fs::read_to_string(&token_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    let agent_token = std::fs::read_to_string(m1.dir.join("agent-token"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let mut m2 = Member::new(root, "m2");
+    m2.start(&["--join", &m1.kube, "--token", &server_token]);
+    let mut m3 = Member::new(root, "m3");
+    m3.start(&["--join", &m1.kube, "--token", &server_token]);
+    wait("three voting members", Duration::from_secs(90), || {
+        let list = members(m1.endpoint());
+        if list.len() == 3 && list.iter().all(|(n, l)| !n.is_empty() && !l) {
+            Ok(())
+        } else {
+            Err(format!("{list:?}\nm2:\n{}\nm3:\n{}", m2.log(), m3.log()))
+        }
+    });
+    let admin = m1.dir.join("admin.kubeconfig");
+    wait(
+        "every member's API published",
+        Duration::from_secs(60),
+        || {
+            let out = kubectl(&admin, &["get", "--raw", "/v1-keel/apiservers"]).unwrap_or_default();
+            if out.matches("https://").count() == 3 {
+                Ok(())
+            } else {
+                Err(out)
+            }
+        },
+    );
+
+    // A hollow node (the agent without containers) joined through m2, its own identity.
+    let agent_root = root.join("edge");
+    let mut agent = Command::new(KEEL);
+    agent
+        .args([
+            "agent",
+            "--join",
+            &m2.kube,
+            "--token",
+            &agent_token,
+            "--node-name",
+            "edge-0",
+        ])
+        .args([
+            "--hollow",
+            "1",
+            "--hollow-prefix",
+            "edge",
+            "--log-level",
+            "info",
+        ])
+        .arg("--root-dir")
+        .arg(&agent_root);
+    let agent = Process::spawn(&mut agent, None);
+    let renew = || {
+        kubectl(
+            &admin,
+            &[
+                "get",
+                "lease",
+                "-n",
+                "kube-node-lease",
+                "edge-0",
+                "-o",
+                "jsonpath={.spec.renewTime}",
+            ],
+        )
+    };
+    wait("the node's lease", Duration::from_secs(60), || {
+        renew()
+            .filter(|t| !t.is_empty())
+            .map(|_| ())
+            .ok_or_else(|| format!("{}{}", agent.stdout(), agent.stderr()))
+    });
+    let before = renew().unwrap();
+
+    // The member it joined through dies; the agent's balancer moves to another and the lease goes on.
+    m2.proc.as_mut().unwrap().kill();
+    wait(
+        "the lease renewed after m2 died",
+        Duration::from_secs(90),
+        || match renew() {
+            Some(t) if t != before => Ok(()),
+            other => Err(format!("{other:?}\n{}", agent.stderr())),
+        },
+    );
+    let node = kubectl(
+        &admin,
+        &[
+            "get",
+            "node",
+            "edge-0",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ],
+    );
+    assert_eq!(node.as_deref(), Some("True"));
+    assert!(
+        agent.stderr().contains("API server failover")
+            || agent.stdout().contains("API server failover"),
+        "{}{}",
+        agent.stdout(),
+        agent.stderr()
+    );
+}
+
 /// A server join request sent by hand (what `keel server --join` sends), without starting the member.
 fn http_join(url: &str, token: &str, name: &str, peer: &str) -> String {
     let cred = token.split_once("::").unwrap().1;

@@ -20,7 +20,13 @@ pub struct Identity {
 pub fn is_public(path: &str) -> bool {
     matches!(
         path,
-        "/version" | "/healthz" | "/livez" | "/readyz" | "/cacerts" | "/v1-keel/join"
+        "/version"
+            | "/healthz"
+            | "/livez"
+            | "/readyz"
+            | "/cacerts"
+            | "/v1-keel/join"
+            | "/v1-keel/apiservers"
     ) || path.starts_with("/healthz/")
         || path.starts_with("/livez/")
         || path.starts_with("/readyz/")

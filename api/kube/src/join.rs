@@ -280,52 +280,38 @@ pub async fn serve(state: Arc<KubeState>, body: &[u8]) -> Result<Value, ApiError
     }
 }
 
-/// The members' Kubernetes API URLs, from their `kube-apiserver` Endpoints-like record: the advertised
-/// address of this member and the `default/kubernetes` endpoints.
-async fn api_urls(state: &KubeState) -> Vec<String> {
+/// Every member's Kubernetes API URL (this member's first).
+pub async fn api_urls(state: &KubeState) -> Vec<String> {
     let mut out = vec![state.server_address.clone()];
-    if let Ok(Some(eps)) = state
-        .storage
-        .get("/registry/services/endpoints/default/kubernetes", false)
-        .await
-    {
-        for subset in eps
-            .object
-            .pointer("/subsets")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let port = subset
-                .pointer("/ports/0/port")
-                .and_then(Value::as_i64)
-                .unwrap_or(6443);
-            for a in subset
-                .get("addresses")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                if let Some(ip) = a.get("ip").and_then(Value::as_str) {
-                    let url = if ip.contains(':') {
-                        format!("https://[{ip}]:{port}")
-                    } else {
-                        format!("https://{ip}:{port}")
-                    };
-                    if !out.contains(&url) {
-                        out.push(url);
-                    }
-                }
-            }
+    for u in crate::kubernetes_service::member_urls(&state.storage) {
+        if !out.contains(&u) {
+            out.push(u);
         }
     }
     out
 }
 
-/// Adds a server to the membership. A member left half-joined by an earlier attempt (added, never started,
-/// so it never published its name) is removed first, so it never blocks this one; a running member with
+/// How long a member added by a join may take to start before the next join removes it.
+pub const JOIN_GRACE_SECS: i64 = 20;
+
+fn joined_key(id: u64) -> String {
+    format!("/keel/joins/{id:016x}")
+}
+
+/// When a join added member `id` (Unix seconds), if one did.
+async fn joined_at(state: &KubeState, id: u64) -> Option<i64> {
+    let raw = state.storage.get_raw(&joined_key(id)).await.ok()??;
+    String::from_utf8(raw).ok()?.trim().parse().ok()
+}
+
+/// Adds a server to the membership. A member left half-joined by an earlier attempt (added more than
+/// [`JOIN_GRACE_SECS`] ago and never started, so it never published its name) is removed first, so it
+/// never blocks this one; one added more recently makes this join wait (503, retried by the joiner); a running member with
 /// the same peer URLs is refused.
 async fn join_server(state: &KubeState, req: &JoinRequest) -> Result<ServerJoin, ApiError> {
+    // One join at a time through this member: two at once would each see the other half-joined.
+    static JOINING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _one = JOINING.lock().await;
     if req.peer_urls.is_empty() {
         return Err(ApiError::BadRequest(
             "join request: a server needs its peer URLs".into(),
@@ -333,6 +319,7 @@ async fn join_server(state: &KubeState, req: &JoinRequest) -> Result<ServerJoin,
     }
     let node = state.storage.node();
     let members = node.members();
+    let now = jiff::Timestamp::now().as_second();
     for m in &members {
         let same_urls = m.node.peer_urls.iter().any(|u| req.peer_urls.contains(u));
         let half_joined = m.node.name.is_empty();
@@ -351,12 +338,23 @@ async fn join_server(state: &KubeState, req: &JoinRequest) -> Result<ServerJoin,
             )));
         }
         if half_joined && m.id != node.member_id() {
+            // Added moments ago by another join: it is starting, not abandoned (a retry of this same
+            // join, with the same peer URLs, replaces it at once).
+            let added = joined_at(state, m.id).await;
+            if let Some(t) = added.filter(|t| !same_urls && now - t < JOIN_GRACE_SECS) {
+                return Err(ApiError::Unavailable(format!(
+                    "member {:x} is still joining (added {}s ago); retry shortly",
+                    m.id,
+                    now - t
+                )));
+            }
             tracing::info!(member = %format!("{:x}", m.id), "removing a half-joined member before a join");
             node.member_change(MemberChange::Remove { id: m.id })
                 .await
                 .map_err(|e| {
                     ApiError::Unavailable(format!("removing half-joined member {:x}: {e}", m.id))
                 })?;
+            let _ = state.storage.delete_raw(joined_key(m.id).as_bytes()).await;
         }
     }
     let added = node
@@ -368,19 +366,29 @@ async fn join_server(state: &KubeState, req: &JoinRequest) -> Result<ServerJoin,
         .map_err(|e| ApiError::Unavailable(format!("adding member {}: {e}", req.name)))?;
     let new: Option<&MemberInfo> = added.member.as_ref();
     let new_id = new.map(|m| m.id).unwrap_or(0);
+    // When it was added, so that a join meanwhile waits for it instead of taking it for abandoned.
+    if let Err(e) = state
+        .storage
+        .put_raw(&joined_key(new_id), now.to_string().into_bytes())
+        .await
+    {
+        tracing::warn!(%e, "recording the join time failed");
+    }
     let initial_cluster = added
         .members
         .iter()
         .flat_map(|m| {
+            // A member that has not started yet has no name; it is not part of how the newcomer starts.
             let name = if m.id == new_id {
                 req.name.clone()
             } else {
                 m.node.name.clone()
             };
+            let name = (!name.is_empty()).then_some(name);
             m.node
                 .peer_urls
                 .iter()
-                .map(move |u| format!("{name}={u}"))
+                .filter_map(move |u| name.as_ref().map(|n| format!("{n}={u}")))
                 .collect::<Vec<_>>()
         })
         .collect::<Vec<_>>()

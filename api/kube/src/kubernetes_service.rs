@@ -58,6 +58,31 @@ async fn api_addresses(storage: &Storage) -> Result<Vec<(IpAddr, u16)>, ApiError
     Ok(out)
 }
 
+/// The API URLs current members published (read from this member's store, no quorum needed).
+pub fn member_urls(storage: &Storage) -> Vec<String> {
+    let members: Vec<String> = storage
+        .member_ids()
+        .iter()
+        .map(|id| format!("{PREFIX}{id:016x}"))
+        .collect();
+    let mut out: Vec<String> = storage
+        .list_raw(PREFIX.as_bytes())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(key, _)| members.iter().any(|m| m.as_bytes() == key.as_ref()))
+        .filter_map(|(_, value)| {
+            serde_json::from_slice::<Value>(&value)
+                .ok()?
+                .get("url")?
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 fn service(port: u16) -> Value {
     let ip = KUBERNETES_SERVICE_IP.to_string();
     json!({

@@ -774,6 +774,10 @@ async fn dispatch(
             );
             Ok(r)
         }
+        ["v1-keel", "apiservers"] if read_only => Ok(respond(
+            StatusCode::OK,
+            &serde_json::json!({"servers": crate::join::api_urls(&app.state).await}),
+        )),
         ["v1-keel", "join"] if method == Method::POST => {
             let answer = crate::join::serve(app.state.clone(), &body).await?;
             Ok(respond(StatusCode::OK, &answer))
