@@ -31,6 +31,7 @@ pub mod body;
 pub mod compaction;
 pub mod convert;
 pub mod crd;
+pub mod csr;
 pub mod discovery;
 pub mod encode;
 pub mod encryption;
