@@ -1634,3 +1634,51 @@ fn agent_api_serves_a_ca_signed_certificate_and_authorizes_callers() {
     );
     let _ = cluster().kubectl(0, &["delete", "namespace", &ns, "--wait=false"]);
 }
+
+#[test]
+fn a_changed_image_restarts_the_container() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("set-image");
+    // Another name for the busybox image, so the change is visible without a registry.
+    let tagged =
+        lock(n)
+            .containerd()
+            .ctr(&["images", "tag", "--force", BUSYBOX, "localhost/busybox:v2"]);
+    assert_eq!(tagged.code, Some(0), "ctr images tag: {}", tagged.stderr);
+    apply(
+        &ns,
+        &format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: p
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
+"#
+        ),
+    );
+    wait_for(n, "pod p running", || running_ready(&pod(&ns, "p")));
+    let first = container_id(&pod(&ns, "p"));
+    kubectl(&["-n", &ns, "set", "image", "pod/p", "c=localhost/busybox:v2"]);
+    wait_for(n, "the container restarted with the new image", || {
+        let p = pod(&ns, "p");
+        let s = &p["status"]["containerStatuses"][0];
+        s["restartCount"] == 1
+            && s["state"]["running"].is_object()
+            && s["image"] == "localhost/busybox:v2"
+            && container_id(&p) != first
+    });
+    let evs = settled_events(&ns);
+    assert!(
+        evs.iter()
+            .any(|e| e == "Killing p Container c definition changed, will be restarted"),
+        "{evs:?}"
+    );
+    let _ = cluster().kubectl(0, &["delete", "namespace", &ns, "--wait=false"]);
+}

@@ -98,6 +98,8 @@ pub struct Worker {
     // must not make them again (the runtime would refuse the reused name).
     new_sandbox: Option<(String, u32)>,
     new_containers: HashMap<String, (String, u32)>,
+    /// Containers killed because their spec changed: restarted whatever the restart policy, at once.
+    spec_changed: std::collections::HashSet<String>,
 }
 
 fn is_image_local_only(image: &str) -> bool {
@@ -168,6 +170,7 @@ impl Worker {
             started: std::collections::HashSet::new(),
             new_sandbox: None,
             new_containers: HashMap::new(),
+            spec_changed: std::collections::HashSet::new(),
         }
     }
 
@@ -802,14 +805,20 @@ impl Worker {
                         running = true;
                         self.waiting.remove(&c.name);
                         if let Some(o) = v.current.as_ref() {
+                            if self.kill_if_changed(pod, c, o, input).await {
+                                wake = Duration::from_millis(500);
+                                continue;
+                            }
                             if let Some(d) = self.probe(pod, c, o, &ip).await {
                                 wake = wake.min(d);
                             }
                         }
                     }
                     Some((ObservedState::Exited, code)) => {
-                        let restart = policy == "Always" || (policy == "OnFailure" && code != 0);
-                        if code != 0 {
+                        let changed = self.spec_changed.remove(&c.name);
+                        let restart =
+                            changed || policy == "Always" || (policy == "OnFailure" && code != 0);
+                        if code != 0 && !changed {
                             any_failed = true;
                         }
                         if !restart {
@@ -819,9 +828,12 @@ impl Worker {
                         all_exited = false;
                         running = true;
                         let exited = v.current.clone();
-                        if let Some(d) = self.restart_gate(pod, &c.name, exited.as_ref()).await {
-                            wake = wake.min(d);
-                            continue;
+                        if !changed {
+                            if let Some(d) = self.restart_gate(pod, &c.name, exited.as_ref()).await
+                            {
+                                wake = wake.min(d);
+                                continue;
+                            }
                         }
                         let attempt = Self::next_attempt(input, &c.name);
                         self.start(
@@ -1125,6 +1137,35 @@ impl Worker {
 
     /// Runs the running container's due probes; kills it when startup or liveness gave up on it. When
     /// the next probe is due.
+    /// Kills a running container whose spec changed since it was created (its hash annotation differs,
+    /// as upstream's `containerChanged`: in practice a new `image`), with `Killing` "Container c
+    /// definition changed, will be restarted", its preStop hook and the pod's grace period.
+    async fn kill_if_changed(
+        &mut self,
+        pod: &Pod,
+        c: &Container,
+        o: &Observed,
+        input: &Input,
+    ) -> bool {
+        let recorded = input
+            .containers
+            .iter()
+            .find(|x| x.id == o.id)
+            .and_then(|x| x.annotations.get(labels::CONTAINER_HASH));
+        if recorded.is_none_or(|h| *h == spec::container_hash(c)) {
+            return false;
+        }
+        let msg = format!("Container {} definition changed, will be restarted", c.name);
+        self.event(pod, false, "Killing", msg).await;
+        self.pre_stop(pod, &c.name, &o.id, grace_of(pod)).await;
+        if let Err(e) = self.sh.cri.stop_container(&o.id, grace_of(pod)).await {
+            warn!(pod = %pod_key(pod), container = %c.name, error = %e, "container not stopped");
+            return true;
+        }
+        self.spec_changed.insert(c.name.clone());
+        true
+    }
+
     async fn probe(
         &mut self,
         pod: &Pod,
