@@ -1682,3 +1682,75 @@ spec:
     );
     let _ = cluster().kubectl(0, &["delete", "namespace", &ns, "--wait=false"]);
 }
+
+#[test]
+fn sidecar_runs_beside_the_main_container() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("sidecar");
+    apply(
+        &ns,
+        &format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: p
+spec:
+  terminationGracePeriodSeconds: 2
+  volumes:
+  - name: shared
+    emptyDir: {{}}
+  initContainers:
+  - name: once
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    command: ["sh", "-c", "echo init > /shared/log"]
+    volumeMounts: [{{name: shared, mountPath: /shared}}]
+  - name: side
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    restartPolicy: Always
+    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do echo side >> /shared/log; sleep 1; done"]
+    volumeMounts: [{{name: shared, mountPath: /shared}}]
+  containers:
+  - name: main
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
+    volumeMounts: [{{name: shared, mountPath: /shared}}]
+"#
+        ),
+    );
+    wait_for(n, "pod p running with its sidecar", || {
+        let p = pod(&ns, "p");
+        let init = &p["status"]["initContainerStatuses"];
+        running_ready(&p)
+            && init[0]["state"]["terminated"]["reason"] == "Completed"
+            && init[1]["state"]["running"].is_object()
+            && init[1]["started"] == true
+            && init[1]["ready"] == true
+    });
+    // The sidecar keeps writing to the volume the main container reads.
+    wait_for(n, "the sidecar's lines in the shared volume", || {
+        let out = kubectl_run(&[
+            "-n",
+            &ns,
+            "exec",
+            "p",
+            "-c",
+            "main",
+            "--",
+            "cat",
+            "/shared/log",
+        ]);
+        out.ok && out.stdout.starts_with("init\nside\n") && out.stdout.matches("side").count() >= 2
+    });
+    // A sidecar that exits is started again while the pod runs.
+    kubectl(&["-n", &ns, "exec", "p", "-c", "side", "--", "kill", "1"]);
+    wait_for(n, "the sidecar restarted", || {
+        let p = pod(&ns, "p");
+        let s = &p["status"]["initContainerStatuses"][1];
+        s["restartCount"] == 1 && s["state"]["running"].is_object() && running_ready(&p)
+    });
+    let _ = cluster().kubectl(0, &["delete", "namespace", &ns, "--wait=false"]);
+}

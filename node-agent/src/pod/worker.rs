@@ -327,31 +327,41 @@ impl Worker {
                     || c.state == CriState::ContainerCreated as i32
             })
             .collect();
-        let mut stops = Vec::new();
-        for c in &running {
-            let name = c
-                .metadata
-                .as_ref()
-                .map(|m| m.name.clone())
-                .unwrap_or_default();
-            let g = grace.unwrap_or_else(|| {
-                c.annotations
-                    .get(labels::GRACE_PERIOD)
-                    .and_then(|g| g.parse().ok())
-                    .unwrap_or(30)
-            });
-            if let Some(p) = pod {
-                self.event(p, false, "Killing", format!("Stopping container {name}"))
-                    .await;
-                self.pre_stop(p, &name, &c.id, g).await;
+        // Main containers first, then the init containers still running (sidecars), as upstream
+        // stops sidecars after the containers they serve.
+        for sidecars in [false, true] {
+            let mut stops = Vec::new();
+            for c in running.iter().filter(|c| {
+                (c.annotations
+                    .get(labels::CONTAINER_TYPE)
+                    .map(String::as_str)
+                    == Some("init"))
+                    == sidecars
+            }) {
+                let name = c
+                    .metadata
+                    .as_ref()
+                    .map(|m| m.name.clone())
+                    .unwrap_or_default();
+                let g = grace.unwrap_or_else(|| {
+                    c.annotations
+                        .get(labels::GRACE_PERIOD)
+                        .and_then(|g| g.parse().ok())
+                        .unwrap_or(30)
+                });
+                if let Some(p) = pod {
+                    self.event(p, false, "Killing", format!("Stopping container {name}"))
+                        .await;
+                    self.pre_stop(p, &name, &c.id, g).await;
+                }
+                let cri = self.sh.cri.clone();
+                let id = c.id.clone();
+                stops.push(async move { cri.stop_container(&id, g).await });
             }
-            let cri = self.sh.cri.clone();
-            let id = c.id.clone();
-            stops.push(async move { cri.stop_container(&id, g).await });
-        }
-        for r in futures::future::join_all(stops).await {
-            if let Err(e) = r {
-                warn!(pod = %self.uid, error = %e, "container not stopped");
+            for r in futures::future::join_all(stops).await {
+                if let Err(e) = r {
+                    warn!(pod = %self.uid, error = %e, "container not stopped");
+                }
             }
         }
     }
@@ -749,10 +759,55 @@ impl Worker {
         let mut phase = "Pending";
         let mut reason = None;
 
-        // Init containers, one at a time, each to success.
+        // Init containers, one at a time, each to success; a sidecar (`restartPolicy: Always`) only to
+        // running, and kept running (restarted under the back-off) for the pod's life.
         let mut init_done = true;
+        let initialized_before = spec.containers.iter().any(|a| {
+            input.containers.iter().any(|x| {
+                x.pod_sandbox_id == sandbox_id
+                    && x.metadata.as_ref().is_some_and(|m| m.name == a.name)
+            })
+        });
         for c in spec.init_containers.iter().flatten() {
             let v = self.view(input, &sandbox_id, &c.name).await;
+            if c.restart_policy.as_deref() == Some("Always") {
+                match v.current.as_ref().map(|o| o.state) {
+                    Some(ObservedState::Running) => {
+                        self.waiting.remove(&c.name);
+                        continue;
+                    }
+                    Some(ObservedState::Created) => {}
+                    _ => {
+                        let exited = v
+                            .current
+                            .as_ref()
+                            .filter(|o| o.state == ObservedState::Exited);
+                        match self.restart_gate(pod, &c.name, exited).await {
+                            Some(d) => wake = wake.min(d),
+                            None => {
+                                let attempt = Self::next_attempt(input, &c.name);
+                                self.start(
+                                    &seen,
+                                    c,
+                                    "init",
+                                    attempt,
+                                    &host_paths,
+                                    &sandbox_id,
+                                    &sandbox_cfg,
+                                )
+                                .await;
+                                wake = Duration::from_millis(500);
+                            }
+                        }
+                    }
+                }
+                // Once the app containers exist, a sidecar's restart holds nothing back.
+                if initialized_before {
+                    continue;
+                }
+                init_done = false;
+                break;
+            }
             match v.current.as_ref().map(|o| (o.state, o.exit_code)) {
                 Some((ObservedState::Exited, 0)) => {
                     self.waiting.remove(&c.name);
