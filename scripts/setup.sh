@@ -16,6 +16,7 @@ PACKAGES=(
     busybox-static              # /bin/busybox: the pause and busybox images the node agent runs without a registry
     nftables                    # nft, for netprog
     iproute2                    # ip, for network namespaces in tests
+    curl                        # tests/node_agent.rs calls the agent's API with chosen credentials
     python3                     # the official Kubernetes Python client's test (pip-installed into a venv)
     python3-venv
 )

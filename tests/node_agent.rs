@@ -1423,3 +1423,334 @@ fn termination_message_is_reported() {
     });
     kubectl(&["delete", "namespace", &ns, "--wait=false"]);
 }
+
+/// The cluster CA's certificate file (the member's `pki/ca.crt`).
+fn ca_file() -> std::path::PathBuf {
+    cluster()
+        .member(0)
+        .kubeconfig()
+        .parent()
+        .unwrap()
+        .join("pki/ca.crt")
+}
+
+/// A client certificate and key of the cluster CA for `user`, written under `dir` (through `keel
+/// kubeconfig`, as an administrator hands one out).
+fn user_cert(dir: &std::path::Path, user: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    use base64::Engine;
+    let member_dir = cluster()
+        .member(0)
+        .kubeconfig()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let kc = dir.join(format!("{user}.kubeconfig"));
+    let out = std::process::Command::new(keel_bin!())
+        .arg("kubeconfig")
+        .arg("--data-dir")
+        .arg(&member_dir)
+        .args(["--user", user, "--out"])
+        .arg(&kc)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&kc).unwrap();
+    let field = |name: &str| {
+        let line = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(name))
+            .unwrap();
+        base64::engine::general_purpose::STANDARD
+            .decode(line.trim())
+            .unwrap()
+    };
+    let (crt, key) = (
+        dir.join(format!("{user}.crt")),
+        dir.join(format!("{user}.key")),
+    );
+    std::fs::write(&crt, field("client-certificate-data:")).unwrap();
+    std::fs::write(&key, field("client-key-data:")).unwrap();
+    (crt, key)
+}
+
+/// curl to the agent's API, checking its serving certificate against the cluster CA for 127.0.0.1:
+/// the HTTP status and body, or status 0 when no HTTP answer came (a refused handshake).
+fn agent_call(path: &str, args: &[&str]) -> (u16, String) {
+    let port = *AGENT_PORT.get().unwrap();
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "30", "--cacert"])
+        .arg(ca_file())
+        .args(args)
+        .args(["-w", "\n%{http_code}"])
+        .arg(format!("https://127.0.0.1:{port}{path}"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = stdout.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+#[test]
+fn agent_api_serves_a_ca_signed_certificate_and_authorizes_callers() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("agent-authz");
+    // The agent asked for its serving certificate with a CSR, which the API server approved and signed.
+    wait_for(n, "the agent's serving certificate to be issued", || {
+        let csrs = json(&["get", "csr"]);
+        csrs["items"].as_array().into_iter().flatten().any(|c| {
+            c["spec"]["username"] == format!("system:node:{NODE}")
+                && c["spec"]["signerName"] == "kubernetes.io/kubelet-serving"
+                && c["status"]["conditions"][0]["type"] == "Approved"
+                && c["status"]["conditions"][0]["reason"] == "AutoApproved"
+                && c["status"]["certificate"]
+                    .as_str()
+                    .is_some_and(|s| !s.is_empty())
+        })
+    });
+    // ...and serves it: curl checks it against the cluster CA for the node's address.
+    let dir = tempfile::tempdir().unwrap();
+    // The member's admin certificate (`system:masters`).
+    let pki = ca_file().parent().unwrap().to_path_buf();
+    let (admin_crt, admin_key) = (pki.join("admin.crt"), pki.join("admin.key"));
+    let admin = [
+        "--cert",
+        admin_crt.to_str().unwrap(),
+        "--key",
+        admin_key.to_str().unwrap(),
+    ];
+    wait_for(n, "the agent to serve its issued certificate", || {
+        agent_call("/healthz", &admin).0 == 200
+    });
+    let (code, body) = agent_call("/stats/summary", &admin);
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("\"nodeName\""), "{body}");
+
+    // No credentials: 401. A certificate of another CA: the handshake is refused.
+    let (code, body) = agent_call("/stats/summary", &[]);
+    assert_eq!((code, body.as_str()), (401, "Unauthorized"));
+    let other_key = rcgen::KeyPair::generate().unwrap();
+    let mut other = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    other
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "mallory");
+    other
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "system:masters");
+    let other = other.self_signed(&other_key).unwrap();
+    std::fs::write(dir.path().join("mallory.crt"), other.pem()).unwrap();
+    std::fs::write(dir.path().join("mallory.key"), other_key.serialize_pem()).unwrap();
+    let (m_crt, m_key) = (
+        dir.path().join("mallory.crt"),
+        dir.path().join("mallory.key"),
+    );
+    let mallory = [
+        "--cert",
+        m_crt.to_str().unwrap(),
+        "--key",
+        m_key.to_str().unwrap(),
+    ];
+    assert_eq!(agent_call("/stats/summary", &mallory).0, 0);
+
+    // A user of the cluster CA without RBAC on the node: 403 with the kubelet's message.
+    let (crt, key) = user_cert(dir.path(), "nobody-much");
+    let nobody = [
+        "--cert",
+        crt.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+    ];
+    let (code, body) = agent_call("/stats/summary", &nobody);
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(
+        body,
+        "Forbidden (user=nobody-much, verb=get, resource=nodes, subresource=stats)"
+    );
+    let (code, body) = agent_call(&format!("/containerLogs/{ns}/x/y"), &nobody);
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("subresource=proxy"), "{body}");
+
+    // Allowed nodes/stats (granted before its first call): stats yes, the proxy subresource no.
+    kubectl(&[
+        "create",
+        "clusterrole",
+        "agent-stats-reader",
+        "--verb=get",
+        "--resource=nodes/stats",
+    ]);
+    kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "agent-stats-reader",
+        "--clusterrole=agent-stats-reader",
+        "--user=stats-reader",
+    ]);
+    let (crt, key) = user_cert(dir.path(), "stats-reader");
+    let reader = [
+        "--cert",
+        crt.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+    ];
+    let (code, body) = agent_call("/stats/summary", &reader);
+    assert_eq!(code, 200, "{body}");
+    let (code, _) = agent_call(&format!("/containerLogs/{ns}/x/y"), &reader);
+    assert_eq!(code, 403);
+
+    // Bearer tokens go through TokenReview: a service account's is authenticated (and has no rights
+    // on the node), a made-up one is not.
+    kubectl(&["-n", &ns, "create", "serviceaccount", "probe"]);
+    let token = kubectl(&["-n", &ns, "create", "token", "probe"]);
+    let bearer = format!("Authorization: Bearer {}", token.trim());
+    let (code, body) = agent_call("/stats/summary", &["-H", &bearer]);
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body.contains(&format!("user=system:serviceaccount:{ns}:probe")),
+        "{body}"
+    );
+    let (code, _) = agent_call(
+        "/stats/summary",
+        &["-H", "Authorization: Bearer not-a-token"],
+    );
+    assert_eq!(code, 401);
+
+    // The API server verifies the agent's certificate and is allowed through: kubectl logs works.
+    run_busybox(
+        &ns,
+        "hello",
+        &["--restart=Never"],
+        &["echo", "hello from the pod"],
+    );
+    wait_for(n, "pod hello to finish", || {
+        pod(&ns, "hello")["status"]["phase"] == "Succeeded"
+    });
+    assert_eq!(
+        kubectl(&["-n", &ns, "logs", "hello"]),
+        "hello from the pod\n"
+    );
+    let _ = cluster().kubectl(0, &["delete", "namespace", &ns, "--wait=false"]);
+}
+
+#[test]
+fn a_changed_image_restarts_the_container() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("set-image");
+    // Another name for the busybox image, so the change is visible without a registry.
+    let tagged =
+        lock(n)
+            .containerd()
+            .ctr(&["images", "tag", "--force", BUSYBOX, "localhost/busybox:v2"]);
+    assert_eq!(tagged.code, Some(0), "ctr images tag: {}", tagged.stderr);
+    apply(
+        &ns,
+        &format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: p
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: c
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
+"#
+        ),
+    );
+    wait_for(n, "pod p running", || running_ready(&pod(&ns, "p")));
+    let first = container_id(&pod(&ns, "p"));
+    kubectl(&["-n", &ns, "set", "image", "pod/p", "c=localhost/busybox:v2"]);
+    wait_for(n, "the container restarted with the new image", || {
+        let p = pod(&ns, "p");
+        let s = &p["status"]["containerStatuses"][0];
+        s["restartCount"] == 1
+            && s["state"]["running"].is_object()
+            && s["image"] == "localhost/busybox:v2"
+            && container_id(&p) != first
+    });
+    let evs = settled_events(&ns);
+    assert!(
+        evs.iter()
+            .any(|e| e == "Killing p Container c definition changed, will be restarted"),
+        "{evs:?}"
+    );
+    let _ = cluster().kubectl(0, &["delete", "namespace", &ns, "--wait=false"]);
+}
+
+#[test]
+fn sidecar_runs_beside_the_main_container() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("sidecar");
+    apply(
+        &ns,
+        &format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: p
+spec:
+  terminationGracePeriodSeconds: 2
+  volumes:
+  - name: shared
+    emptyDir: {{}}
+  initContainers:
+  - name: once
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    command: ["sh", "-c", "echo init > /shared/log"]
+    volumeMounts: [{{name: shared, mountPath: /shared}}]
+  - name: side
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    restartPolicy: Always
+    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do echo side >> /shared/log; sleep 1; done"]
+    volumeMounts: [{{name: shared, mountPath: /shared}}]
+  containers:
+  - name: main
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
+    volumeMounts: [{{name: shared, mountPath: /shared}}]
+"#
+        ),
+    );
+    wait_for(n, "pod p running with its sidecar", || {
+        let p = pod(&ns, "p");
+        let init = &p["status"]["initContainerStatuses"];
+        running_ready(&p)
+            && init[0]["state"]["terminated"]["reason"] == "Completed"
+            && init[1]["state"]["running"].is_object()
+            && init[1]["started"] == true
+            && init[1]["ready"] == true
+    });
+    // The sidecar keeps writing to the volume the main container reads.
+    wait_for(n, "the sidecar's lines in the shared volume", || {
+        let out = kubectl_run(&[
+            "-n",
+            &ns,
+            "exec",
+            "p",
+            "-c",
+            "main",
+            "--",
+            "cat",
+            "/shared/log",
+        ]);
+        out.ok && out.stdout.starts_with("init\nside\n") && out.stdout.matches("side").count() >= 2
+    });
+    // A sidecar that exits is started again while the pod runs.
+    kubectl(&["-n", &ns, "exec", "p", "-c", "side", "--", "kill", "1"]);
+    wait_for(n, "the sidecar restarted", || {
+        let p = pod(&ns, "p");
+        let s = &p["status"]["initContainerStatuses"][1];
+        s["restartCount"] == 1 && s["state"]["running"].is_object() && running_ready(&p)
+    });
+    let _ = cluster().kubectl(0, &["delete", "namespace", &ns, "--wait=false"]);
+}

@@ -143,7 +143,7 @@ pub async fn run(client: Client, opts: Options) -> Result<()> {
     info!(node = %opts.node.name, "agent running");
     let api = async {
         match opts.server.clone() {
-            Some(s) => crate::server::run(cri.clone(), s, sources.clone()).await,
+            Some(s) => crate::server::run(cri.clone(), client.clone(), s, sources.clone()).await,
             None => std::future::pending().await,
         }
     };

@@ -32,6 +32,7 @@ pub mod certs;
 pub mod compaction;
 pub mod convert;
 pub mod crd;
+pub mod csr;
 pub mod discovery;
 pub mod encode;
 pub mod encryption;

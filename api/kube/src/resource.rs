@@ -617,6 +617,22 @@ pub static BUILTIN: LazyLock<Vec<Arc<ResourceDef>>> = LazyLock::new(|| {
             gen = false
         ),
         res!(
+            "certificates.k8s.io",
+            "CertificateSigningRequest",
+            "certificatesigningrequests",
+            "certificatesigningrequest",
+            ns = false,
+            short = &["csr"],
+            cat = NONE,
+            status = true,
+            scale = false,
+            storage = "certificatesigningrequests",
+            printer = Default,
+            fields = &["spec.signerName"],
+            cou = false,
+            gen = false
+        ),
+        res!(
             "coordination.k8s.io",
             "Lease",
             "leases",

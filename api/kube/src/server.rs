@@ -263,7 +263,7 @@ impl ApiServer {
             shutdown: stop_rx.clone(),
             event_ttl: opts.event_ttl,
             kubelet_tls: match pki.kubelet_client_cert() {
-                Ok(c) => match handler::pod_log::agent_tls(&c.cert, &c.key) {
+                Ok(c) => match handler::pod_log::agent_tls(&c.cert, &c.key, &pki.ca_cert) {
                     Ok(t) => Some(t),
                     Err(e) => {
                         warn!(error = %e, "no TLS to node agents: kubectl logs will not work");
@@ -281,6 +281,7 @@ impl ApiServer {
             authz: authz.clone(),
             sa_key,
             ca_pem: pki.ca_cert.clone(),
+            ca_key_pem: pki.ca_key.clone(),
             rbac_ready: std::sync::atomic::AtomicBool::new(false),
         });
         let audit = match &opts.audit_log {

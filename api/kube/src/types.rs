@@ -6,7 +6,7 @@ macro_rules! with_builtin_type {
     ($group:expr, $kind:expr, $T:ident => $body:expr, _ => $default:expr) => {{
         #[allow(unused_imports)]
         use k8s_openapi::api::{
-            apps::v1 as apps, batch::v1 as batch, coordination::v1 as coord, core::v1 as core,
+            apps::v1 as apps, batch::v1 as batch, certificates::v1 as certs, coordination::v1 as coord, core::v1 as core,
             discovery::v1 as disc, events::v1 as events, networking::v1 as net, policy::v1 as policy,
             rbac::v1 as rbac, scheduling::v1 as scheduling,
         };
@@ -44,6 +44,9 @@ macro_rules! with_builtin_type {
             ("rbac.authorization.k8s.io", "Role") => arm!(rbac::Role),
             ("scheduling.k8s.io", "PriorityClass") => arm!(scheduling::PriorityClass),
             ("coordination.k8s.io", "Lease") => arm!(coord::Lease),
+            ("certificates.k8s.io", "CertificateSigningRequest") => {
+                arm!(certs::CertificateSigningRequest)
+            }
             ("discovery.k8s.io", "EndpointSlice") => arm!(disc::EndpointSlice),
             ("networking.k8s.io", "NetworkPolicy") => arm!(net::NetworkPolicy),
             ("apiextensions.k8s.io", "CustomResourceDefinition") => arm!(

@@ -12,6 +12,7 @@ pub mod deadline;
 pub mod env;
 pub mod events;
 pub mod grpc_health;
+pub mod http_probe;
 pub mod probe;
 pub mod resources;
 pub mod spec;

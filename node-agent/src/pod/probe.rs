@@ -1,5 +1,6 @@
 //! Container probes as the kubelet runs them: startup, liveness and readiness, each with its handler
-//! (`exec` through CRI's ExecSync, `httpGet` to the pod IP with 200–399 as success, `tcpSocket`, `grpc`
+//! (`exec` through CRI's ExecSync, `httpGet` over HTTP or HTTPS to the pod IP with 200–399 as success
+//! ([`super::http_probe`]), `tcpSocket`, `grpc`
 //! with the standard health service), `initialDelaySeconds`, `periodSeconds`, `timeoutSeconds` and the
 //! success and failure thresholds (defaults 0, 10, 1, 1, 3).
 //!
@@ -12,11 +13,10 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use super::http_probe::{self, join_host_port, Scheme};
+use crate::cri::Cri;
 use k8s_openapi::api::core::v1::{Container, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-use crate::cri::Cri;
 
 /// Which probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -256,9 +256,11 @@ async fn check(p: &Probe, c: &Container, t: &Target<'_>, timeout: Duration) -> R
             .clone()
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| t.pod_ip.to_string());
-        if h.scheme.as_deref() == Some("HTTPS") {
-            return Err("HTTPS probes are not supported by this agent yet".into());
-        }
+        let scheme = if h.scheme.as_deref() == Some("HTTPS") {
+            Scheme::Https
+        } else {
+            Scheme::Http
+        };
         let path = h
             .path
             .clone()
@@ -270,13 +272,14 @@ async fn check(p: &Probe, c: &Container, t: &Target<'_>, timeout: Duration) -> R
             .flatten()
             .map(|hh| (hh.name.clone(), hh.value.clone()))
             .collect();
-        return match tokio::time::timeout(timeout, http_get(&host, port, &path, &headers)).await {
+        let url = format!("{}://{}{path}", scheme.word(), join_host_port(&host, port));
+        let got = http_probe::get(scheme, &host, port, &path, &headers);
+        return match tokio::time::timeout(timeout, got).await {
             Ok(Ok(code)) if (200..400).contains(&code) => Ok(()),
             Ok(Ok(code)) => Err(format!("HTTP probe failed with statuscode: {code}")),
-            Ok(Err(e)) => Err(format!("Get \"http://{}{path}\": {e}", join_host_port(&host, port))),
+            Ok(Err(e)) => Err(format!("Get \"{url}\": {e}")),
             Err(_) => Err(format!(
-                "Get \"http://{}{path}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
-                join_host_port(&host, port)
+                "Get \"{url}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
             )),
         };
     }
@@ -309,14 +312,6 @@ async fn check(p: &Probe, c: &Container, t: &Target<'_>, timeout: Duration) -> R
     Err("probe has no handler".into())
 }
 
-fn join_host_port(host: &str, port: u16) -> String {
-    if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
-}
-
 fn short_io(e: &std::io::Error) -> String {
     match e.kind() {
         std::io::ErrorKind::ConnectionRefused => "connection refused".into(),
@@ -324,46 +319,23 @@ fn short_io(e: &std::io::Error) -> String {
     }
 }
 
-/// GET `path` over HTTP/1.1; the status code.
+/// GET `path` over plain HTTP/1.1 (same-host redirects followed); the status code.
 pub(crate) async fn http_get(
     host: &str,
     port: u16,
     path: &str,
     headers: &[(String, String)],
 ) -> std::io::Result<u16> {
-    let mut s = tokio::net::TcpStream::connect(join_host_port(host, port)).await?;
-    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: kube-probe/1.32\r\nAccept: */*\r\nConnection: close\r\n", join_host_port(host, port));
-    for (k, v) in headers {
-        // Header names and values with line breaks would split the request.
-        if !k.contains(['\r', '\n']) && !v.contains(['\r', '\n']) {
-            req.push_str(&format!("{k}: {v}\r\n"));
-        }
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).await?;
-    // The status line is all that counts; read until it is complete.
-    let mut buf = Vec::with_capacity(256);
-    let mut chunk = [0u8; 256];
-    while !buf.contains(&b'\n') && buf.len() < 4096 {
-        let n = s.read(&mut chunk).await?;
-        if n == 0 {
-            break;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    let line = String::from_utf8_lossy(&buf);
-    line.split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| {
-            std::io::Error::new(std::io::ErrorKind::InvalidData, "malformed HTTP response")
-        })
+    http_probe::get(Scheme::Http, host, port, path, headers)
+        .await
+        .map_err(std::io::Error::other)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ContainerPort;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[test]
     fn named_ports_resolve() {

@@ -228,11 +228,22 @@ pub fn gates_not_ready(pod: &Pod, conditions: &[PodCondition]) -> Option<String>
 pub fn compute(v: &PodView<'_>) -> PodStatus {
     let prev = v.pod.status.clone().unwrap_or_default();
     let prev_conds = prev.conditions.clone().unwrap_or_default();
-    let init_done = v.init.iter().all(|(_, _, c)| {
-        c.current
+    // A sidecar (an init container with `restartPolicy: Always`) is done once it runs.
+    let sidecar = |name: &str| {
+        v.pod
+            .spec
             .as_ref()
-            .is_some_and(|o| o.state == ObservedState::Exited && o.exit_code == 0)
-    });
+            .and_then(|s| s.init_containers.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.name == name))
+            .is_some_and(|c| c.restart_policy.as_deref() == Some("Always"))
+    };
+    let done = |name: &str, c: &ContainerView| {
+        c.current.as_ref().is_some_and(|o| {
+            (o.state == ObservedState::Exited && o.exit_code == 0)
+                || (o.state == ObservedState::Running && sidecar(name))
+        })
+    };
+    let init_done = v.init.iter().all(|(n, _, c)| done(n, c));
     let not_ready: Vec<&str> = v
         .app
         .iter()
@@ -257,11 +268,7 @@ pub fn compute(v: &PodView<'_>) -> PodStatus {
     let uninit: Vec<&str> = v
         .init
         .iter()
-        .filter(|(_, _, c)| {
-            !c.current
-                .as_ref()
-                .is_some_and(|o| o.state == ObservedState::Exited && o.exit_code == 0)
-        })
+        .filter(|(n, _, c)| !done(n, c))
         .map(|(n, _, _)| n.as_str())
         .collect();
     let mut conditions = vec![

@@ -98,6 +98,8 @@ pub struct Worker {
     // must not make them again (the runtime would refuse the reused name).
     new_sandbox: Option<(String, u32)>,
     new_containers: HashMap<String, (String, u32)>,
+    /// Containers killed because their spec changed: restarted whatever the restart policy, at once.
+    spec_changed: std::collections::HashSet<String>,
 }
 
 fn is_image_local_only(image: &str) -> bool {
@@ -168,6 +170,7 @@ impl Worker {
             started: std::collections::HashSet::new(),
             new_sandbox: None,
             new_containers: HashMap::new(),
+            spec_changed: std::collections::HashSet::new(),
         }
     }
 
@@ -324,31 +327,41 @@ impl Worker {
                     || c.state == CriState::ContainerCreated as i32
             })
             .collect();
-        let mut stops = Vec::new();
-        for c in &running {
-            let name = c
-                .metadata
-                .as_ref()
-                .map(|m| m.name.clone())
-                .unwrap_or_default();
-            let g = grace.unwrap_or_else(|| {
-                c.annotations
-                    .get(labels::GRACE_PERIOD)
-                    .and_then(|g| g.parse().ok())
-                    .unwrap_or(30)
-            });
-            if let Some(p) = pod {
-                self.event(p, false, "Killing", format!("Stopping container {name}"))
-                    .await;
-                self.pre_stop(p, &name, &c.id, g).await;
+        // Main containers first, then the init containers still running (sidecars), as upstream
+        // stops sidecars after the containers they serve.
+        for sidecars in [false, true] {
+            let mut stops = Vec::new();
+            for c in running.iter().filter(|c| {
+                (c.annotations
+                    .get(labels::CONTAINER_TYPE)
+                    .map(String::as_str)
+                    == Some("init"))
+                    == sidecars
+            }) {
+                let name = c
+                    .metadata
+                    .as_ref()
+                    .map(|m| m.name.clone())
+                    .unwrap_or_default();
+                let g = grace.unwrap_or_else(|| {
+                    c.annotations
+                        .get(labels::GRACE_PERIOD)
+                        .and_then(|g| g.parse().ok())
+                        .unwrap_or(30)
+                });
+                if let Some(p) = pod {
+                    self.event(p, false, "Killing", format!("Stopping container {name}"))
+                        .await;
+                    self.pre_stop(p, &name, &c.id, g).await;
+                }
+                let cri = self.sh.cri.clone();
+                let id = c.id.clone();
+                stops.push(async move { cri.stop_container(&id, g).await });
             }
-            let cri = self.sh.cri.clone();
-            let id = c.id.clone();
-            stops.push(async move { cri.stop_container(&id, g).await });
-        }
-        for r in futures::future::join_all(stops).await {
-            if let Err(e) = r {
-                warn!(pod = %self.uid, error = %e, "container not stopped");
+            for r in futures::future::join_all(stops).await {
+                if let Err(e) = r {
+                    warn!(pod = %self.uid, error = %e, "container not stopped");
+                }
             }
         }
     }
@@ -746,10 +759,55 @@ impl Worker {
         let mut phase = "Pending";
         let mut reason = None;
 
-        // Init containers, one at a time, each to success.
+        // Init containers, one at a time, each to success; a sidecar (`restartPolicy: Always`) only to
+        // running, and kept running (restarted under the back-off) for the pod's life.
         let mut init_done = true;
+        let initialized_before = spec.containers.iter().any(|a| {
+            input.containers.iter().any(|x| {
+                x.pod_sandbox_id == sandbox_id
+                    && x.metadata.as_ref().is_some_and(|m| m.name == a.name)
+            })
+        });
         for c in spec.init_containers.iter().flatten() {
             let v = self.view(input, &sandbox_id, &c.name).await;
+            if c.restart_policy.as_deref() == Some("Always") {
+                match v.current.as_ref().map(|o| o.state) {
+                    Some(ObservedState::Running) => {
+                        self.waiting.remove(&c.name);
+                        continue;
+                    }
+                    Some(ObservedState::Created) => {}
+                    _ => {
+                        let exited = v
+                            .current
+                            .as_ref()
+                            .filter(|o| o.state == ObservedState::Exited);
+                        match self.restart_gate(pod, &c.name, exited).await {
+                            Some(d) => wake = wake.min(d),
+                            None => {
+                                let attempt = Self::next_attempt(input, &c.name);
+                                self.start(
+                                    &seen,
+                                    c,
+                                    "init",
+                                    attempt,
+                                    &host_paths,
+                                    &sandbox_id,
+                                    &sandbox_cfg,
+                                )
+                                .await;
+                                wake = Duration::from_millis(500);
+                            }
+                        }
+                    }
+                }
+                // Once the app containers exist, a sidecar's restart holds nothing back.
+                if initialized_before {
+                    continue;
+                }
+                init_done = false;
+                break;
+            }
             match v.current.as_ref().map(|o| (o.state, o.exit_code)) {
                 Some((ObservedState::Exited, 0)) => {
                     self.waiting.remove(&c.name);
@@ -802,14 +860,20 @@ impl Worker {
                         running = true;
                         self.waiting.remove(&c.name);
                         if let Some(o) = v.current.as_ref() {
+                            if self.kill_if_changed(pod, c, o, input).await {
+                                wake = Duration::from_millis(500);
+                                continue;
+                            }
                             if let Some(d) = self.probe(pod, c, o, &ip).await {
                                 wake = wake.min(d);
                             }
                         }
                     }
                     Some((ObservedState::Exited, code)) => {
-                        let restart = policy == "Always" || (policy == "OnFailure" && code != 0);
-                        if code != 0 {
+                        let changed = self.spec_changed.remove(&c.name);
+                        let restart =
+                            changed || policy == "Always" || (policy == "OnFailure" && code != 0);
+                        if code != 0 && !changed {
                             any_failed = true;
                         }
                         if !restart {
@@ -819,9 +883,12 @@ impl Worker {
                         all_exited = false;
                         running = true;
                         let exited = v.current.clone();
-                        if let Some(d) = self.restart_gate(pod, &c.name, exited.as_ref()).await {
-                            wake = wake.min(d);
-                            continue;
+                        if !changed {
+                            if let Some(d) = self.restart_gate(pod, &c.name, exited.as_ref()).await
+                            {
+                                wake = wake.min(d);
+                                continue;
+                            }
                         }
                         let attempt = Self::next_attempt(input, &c.name);
                         self.start(
@@ -1125,6 +1192,35 @@ impl Worker {
 
     /// Runs the running container's due probes; kills it when startup or liveness gave up on it. When
     /// the next probe is due.
+    /// Kills a running container whose spec changed since it was created (its hash annotation differs,
+    /// as upstream's `containerChanged`: in practice a new `image`), with `Killing` "Container c
+    /// definition changed, will be restarted", its preStop hook and the pod's grace period.
+    async fn kill_if_changed(
+        &mut self,
+        pod: &Pod,
+        c: &Container,
+        o: &Observed,
+        input: &Input,
+    ) -> bool {
+        let recorded = input
+            .containers
+            .iter()
+            .find(|x| x.id == o.id)
+            .and_then(|x| x.annotations.get(labels::CONTAINER_HASH));
+        if recorded.is_none_or(|h| *h == spec::container_hash(c)) {
+            return false;
+        }
+        let msg = format!("Container {} definition changed, will be restarted", c.name);
+        self.event(pod, false, "Killing", msg).await;
+        self.pre_stop(pod, &c.name, &o.id, grace_of(pod)).await;
+        if let Err(e) = self.sh.cri.stop_container(&o.id, grace_of(pod)).await {
+            warn!(pod = %pod_key(pod), container = %c.name, error = %e, "container not stopped");
+            return true;
+        }
+        self.spec_changed.insert(c.name.clone());
+        true
+    }
+
     async fn probe(
         &mut self,
         pod: &Pod,

@@ -1,10 +1,8 @@
 //! The agent's own API (the kubelet's port, 10250): what the API server proxies `kubectl logs` to.
 //!
-//! HTTPS only. The agent serves with a self-signed certificate kept under `<root>/pki` (kube-apiserver
-//! does not verify kubelet serving certificates unless told to, and keel's API server does the same);
-//! every client must present a certificate signed by the cluster CA the agent's kubeconfig trusts, so
-//! only the API server (its kubelet-client certificate) and cluster admins get in. Finer authorization
-//! (SubjectAccessReview of `nodes/proxy`) is not done yet.
+//! HTTPS only, with a serving certificate the cluster CA signed through a kubelet-serving
+//! CertificateSigningRequest ([`certs`]). Callers show a client certificate of the cluster CA or a bearer
+//! token, and are authorized with a SubjectAccessReview of the Node's subresources ([`auth`]).
 //!
 //! - `GET /healthz`;
 //! - `GET /containerLogs/{namespace}/{pod}/{container}` with `follow`, `previous`, `timestamps`,
@@ -16,6 +14,8 @@
 //! - `GET /stats/summary`: CPU and memory of the node and its pods' containers ([`stats`]), which the
 //!   API server's `metrics.k8s.io` serves to `kubectl top`.
 
+pub mod auth;
+pub mod certs;
 pub mod logs;
 pub mod metrics;
 pub mod stats;
@@ -35,8 +35,6 @@ use axum::routing::get;
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use k8s_cri::v1::ContainerState;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -67,7 +65,7 @@ struct App {
     rates: Arc<std::sync::Mutex<stats::Rates>>,
 }
 
-/// The serving certificate and key (PEM): read from `dir`, or made (self-signed, 1 year) and written.
+/// The self-signed fallback serving certificate and key (PEM): read from `dir`, or made and written.
 fn serving_cert(dir: &Path, hosts: &[String]) -> Result<(String, String)> {
     let (crt, key) = (dir.join("kubelet.crt"), dir.join("kubelet.key"));
     if let (Ok(c), Ok(k)) = (std::fs::read_to_string(&crt), std::fs::read_to_string(&key)) {
@@ -111,41 +109,32 @@ fn serving_cert(dir: &Path, hosts: &[String]) -> Result<(String, String)> {
     Ok((c, k))
 }
 
-fn tls_config(opts: &ServerOptions) -> Result<rustls::ServerConfig> {
+fn tls_config(
+    opts: &ServerOptions,
+    certs: Arc<certs::ServingCerts>,
+) -> Result<rustls::ServerConfig> {
     let tls = |e: &dyn std::fmt::Display| Error::Config(format!("agent TLS: {e}"));
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
-    for raw in &opts.client_ca {
-        let ders: Vec<CertificateDer<'static>> = if raw.starts_with(b"-----") {
-            CertificateDer::pem_slice_iter(raw)
-                .filter_map(|c| c.ok())
-                .collect()
-        } else {
-            vec![CertificateDer::from(raw.clone())]
-        };
-        for d in ders {
-            roots.add(d).map_err(|e| tls(&e))?;
-        }
+    for d in certs::roots(&opts.client_ca) {
+        roots.add(d).map_err(|e| tls(&e))?;
     }
     if roots.is_empty() {
         return Err(Error::Config(
             "the kubeconfig names no certificate authority: the agent's API cannot check its clients".into(),
         ));
     }
+    // A client certificate is optional (a bearer token will do), but one that is shown must chain to
+    // the cluster CA or the handshake fails.
     let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .allow_unauthenticated()
         .build()
         .map_err(|e| tls(&e))?;
-    let (cert_pem, key_pem) = serving_cert(&opts.pki_dir, &opts.hosts)?;
-    let certs = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| tls(&e))?;
-    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| tls(&e))?;
     let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| tls(&e))?
         .with_client_cert_verifier(verifier)
-        .with_single_cert(certs, key)
-        .map_err(|e| tls(&e))?;
+        .with_cert_resolver(certs);
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(cfg)
 }
@@ -154,9 +143,30 @@ fn text(code: StatusCode, msg: impl Into<String>) -> Response {
     (code, msg.into()).into_response()
 }
 
-/// Serves the agent's API until the future is dropped.
-pub async fn run(cri: Cri, opts: ServerOptions, sources: metrics::Sources) -> Result<()> {
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls_config(&opts)?));
+/// Serves the agent's API until the future is dropped; `client` (the agent's own credentials) requests
+/// the serving certificate and checks callers.
+pub async fn run(
+    cri: Cri,
+    client: kube::Client,
+    opts: ServerOptions,
+    sources: metrics::Sources,
+) -> Result<()> {
+    let cert_cfg = certs::CertConfig {
+        dir: opts.pki_dir.clone(),
+        node: opts.node.clone(),
+        // `localhost` is for the self-signed fallback only: the cluster CA does not vouch for it.
+        sans: opts
+            .hosts
+            .iter()
+            .filter(|h| *h != "localhost")
+            .cloned()
+            .collect(),
+        roots: certs::roots(&opts.client_ca),
+    };
+    let (serving, issued) = certs::initial(&cert_cfg, &opts.hosts)?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls_config(&opts, serving.clone())?));
+    tokio::spawn(certs::manage(client.clone(), cert_cfg, serving, issued));
+    let auth = Arc::new(auth::Auth::new(client, opts.node.clone()));
     let listener = TcpListener::bind(opts.listen)
         .await
         .map_err(|e| Error::io(format!("listen {}", opts.listen), e))?;
@@ -190,7 +200,8 @@ pub async fn run(cri: Cri, opts: ServerOptions, sources: metrics::Sources) -> Re
             cri,
             node: opts.node.clone(),
             rates: Arc::default(),
-        });
+        })
+        .layer(axum::middleware::from_fn_with_state(auth, auth::guard));
     loop {
         let (tcp, peer) = match listener.accept().await {
             Ok(a) => a,
@@ -212,6 +223,19 @@ pub async fn run(cri: Cri, opts: ServerOptions, sources: metrics::Sources) -> Re
                     }
                     Err(_) => return,
                 };
+            let peer_cert = auth::PeerCert(
+                tls.get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .and_then(|c| auth::user_of_cert(c)),
+            );
+            let svc = tower::ServiceBuilder::new()
+                .map_request(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(peer_cert.clone());
+                    req
+                })
+                .service(svc);
             let svc = hyper_util::service::TowerToHyperService::new(svc);
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             if let Err(e) = builder

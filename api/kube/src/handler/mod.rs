@@ -53,6 +53,8 @@ pub struct KubeState {
     pub sa_key: Arc<crate::serviceaccount::key::SigningKey>,
     /// The cluster CA (PEM), for token Secrets.
     pub ca_pem: String,
+    /// The cluster CA's key (PEM), for signing kubelet serving certificates (`crate::csr`).
+    pub ca_key_pem: String,
     /// Whether this member has made sure the default RBAC roles exist (a `/readyz` check).
     pub rbac_ready: std::sync::atomic::AtomicBool,
 }
@@ -148,7 +150,9 @@ pub async fn serve(
         (&Method::POST, true, Some("eviction")) => eviction::evict(call).await,
         (&Method::POST, true, Some("binding")) => binding::bind(call).await,
         (&Method::PUT, true, Some("scale")) => scale::update(call).await,
-        (&Method::PUT, true, None | Some("status") | Some("finalize")) => write::update(call).await,
+        (&Method::PUT, true, None | Some("status") | Some("finalize") | Some("approval")) => {
+            write::update(call).await
+        }
         (&Method::PATCH, true, Some("scale")) => scale::patch(call).await,
         (&Method::PATCH, true, None | Some("status")) => write::patch(call).await,
         (&Method::DELETE, true, None) => delete::delete(call).await,

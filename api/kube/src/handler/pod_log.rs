@@ -1,8 +1,9 @@
 //! GET `pods/{name}/log`: the API server finds the pod's node and proxies to that node agent's
 //! `/containerLogs/{namespace}/{pod}/{container}` over HTTPS with its kubelet-client certificate, streaming
-//! the answer back (so `kubectl logs -f` follows). As kube-apiserver does without
-//! `--kubelet-certificate-authority`, the agent's serving certificate is not verified; the agent, for its
-//! part, only answers clients whose certificate the cluster CA signed.
+//! the answer back (so `kubectl logs -f` follows). As kube-apiserver does with
+//! `--kubelet-certificate-authority`, the agent's serving certificate must be signed by the cluster CA for
+//! the address dialed (agents get theirs through a kubelet-serving CertificateSigningRequest); the agent,
+//! for its part, authenticates and authorizes its callers.
 //!
 //! Checked here first, with upstream's messages: the container name (required when the pod has several),
 //! a pod with no node or a container still waiting, the numeric parameters.
@@ -36,8 +37,7 @@ const FORWARDED: [&str; 7] = [
     "limitBytes",
 ];
 
-/// Accepts any agent serving certificate (see the module documentation) while still checking the
-/// handshake's signatures.
+/// Accepts any server certificate while still checking the handshake's signatures.
 #[derive(Debug)]
 struct AnyAgentCert(Arc<rustls::crypto::CryptoProvider>);
 
@@ -86,16 +86,21 @@ impl ServerCertVerifier for AnyAgentCert {
     }
 }
 
-/// A verifier that accepts any server certificate but still checks the handshake's signatures: for node
-/// agents (see the module documentation) and for APIServices with `insecureSkipTLSVerify`.
+/// A verifier that accepts any server certificate but still checks the handshake's signatures: for
+/// APIServices with `insecureSkipTLSVerify`.
 pub(crate) fn any_server_cert(
     provider: Arc<rustls::crypto::CryptoProvider>,
 ) -> Arc<dyn ServerCertVerifier> {
     Arc::new(AnyAgentCert(provider))
 }
 
-/// The TLS client configuration for agents: the kubelet-client certificate and key (PEM).
-pub fn agent_tls(cert_pem: &str, key_pem: &str) -> Result<Arc<rustls::ClientConfig>, String> {
+/// The TLS client configuration for agents: the kubelet-client certificate and key (PEM), and the
+/// cluster CA (PEM) the agents' serving certificates must chain to, for the address dialed.
+pub fn agent_tls(
+    cert_pem: &str,
+    key_pem: &str,
+    ca_pem: &str,
+) -> Result<Arc<rustls::ClientConfig>, String> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::PrivateKeyDer;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -103,11 +108,22 @@ pub fn agent_tls(cert_pem: &str, key_pem: &str) -> Result<Arc<rustls::ClientConf
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
     let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| e.to_string())?;
-    let cfg = rustls::ClientConfig::builder_with_provider(provider.clone())
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots
+            .add(ca.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .map_err(|e| e.to_string())?;
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyAgentCert(provider)))
+        .with_webpki_verifier(verifier)
         .with_client_auth_cert(certs, key)
         .map_err(|e| e.to_string())?;
     Ok(Arc::new(cfg))

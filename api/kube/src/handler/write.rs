@@ -321,6 +321,16 @@ pub async fn create_object(
     }
     let name = object::name(&obj).to_string();
     validate::invalid(def, &name, validate::object(sdef, &obj))?;
+    if sdef.gk() == ("certificates.k8s.io", "CertificateSigningRequest") {
+        crate::csr::admit_create(
+            &call.state.storage,
+            &call.state.authz,
+            &call.identity,
+            Some((&call.state.ca_pem, &call.state.ca_key_pem)),
+            &mut obj,
+        )
+        .await?;
+    }
     priority::validate_write(&call.state.storage, sdef, &obj, false).await?;
     crate::admission::node_restriction::admit(
         &call.identity,
@@ -551,6 +561,9 @@ where
             None => validate::update(def, &cur.object, &new),
         };
         validate::invalid(&call.route.def, call.name(), causes)?;
+        if sub == Some("approval") {
+            crate::csr::sign_approved(Some((&call.state.ca_pem, &call.state.ca_key_pem)), &mut new);
+        }
         if sub.is_none() {
             priority::validate_write(&call.state.storage, def, &new, true).await?;
         }

@@ -34,6 +34,7 @@ mod apiservice;
 mod configmap;
 mod crd;
 mod cronjob;
+mod csr;
 mod custom;
 mod daemonset;
 mod deployment;
@@ -330,6 +331,10 @@ static BUILTIN: &[((&str, &str), &dyn Strategy)] = &[
     ),
     (("", "ResourceQuota"), &resourcequota::ResourceQuota),
     (("", "LimitRange"), &limitrange::LimitRange),
+    (
+        ("certificates.k8s.io", "CertificateSigningRequest"),
+        &csr::CertificateSigningRequest,
+    ),
     (("apps", "Deployment"), &deployment::Deployment),
     (("apps", "ReplicaSet"), &replicaset::ReplicaSet),
     (("apps", "StatefulSet"), &statefulset::StatefulSet),
