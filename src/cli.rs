@@ -59,6 +59,18 @@ pub(crate) struct ServerArgs {
     /// Comma-separated client URLs to advertise to the cluster.
     #[arg(long, default_value = "http://127.0.0.1:2379", value_delimiter = ',')]
     pub advertise_client_urls: Vec<String>,
+    /// Certificate (PEM) served on `https://` client URLs (etcd's `--cert-file`).
+    #[arg(long)]
+    pub cert_file: Option<PathBuf>,
+    /// Private key (PEM) of `--cert-file`.
+    #[arg(long)]
+    pub key_file: Option<PathBuf>,
+    /// CA (PEM) that signs client certificates, checked with `--client-cert-auth`.
+    #[arg(long)]
+    pub trusted_ca_file: Option<PathBuf>,
+    /// Require clients on `https://` client URLs to present a certificate signed by `--trusted-ca-file`.
+    #[arg(long)]
+    pub client_cert_auth: bool,
     /// Comma-separated URLs to listen on for peer traffic.
     #[arg(long, default_value = "http://127.0.0.1:2380", value_delimiter = ',')]
     pub listen_peer_urls: Vec<String>,

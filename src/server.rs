@@ -27,6 +27,38 @@ pub(crate) enum ServerError {
     Kube(#[from] keel_kube_api::KubeServeError),
 }
 
+/// The rustls server configuration of `https://` client URLs, from etcd's client TLS flags.
+fn client_tls(a: &ServerArgs) -> Result<Option<std::sync::Arc<rustls::ServerConfig>>, ServerError> {
+    let files = keel_raft::tls::TlsFiles {
+        cert: a.cert_file.clone(),
+        key: a.key_file.clone(),
+        trusted_ca: a.trusted_ca_file.clone(),
+        client_cert_auth: a.client_cert_auth,
+    };
+    if files.cert.is_some() != files.key.is_some() {
+        return Err(ServerError::Config(
+            "--cert-file and --key-file go together".into(),
+        ));
+    }
+    let pem = files
+        .load()
+        .map_err(|e| ServerError::Config(format!("client TLS: {e}")))?;
+    if pem.is_none() {
+        if let Some(u) = a
+            .listen_client_urls
+            .iter()
+            .find(|u| u.starts_with("https://"))
+        {
+            return Err(ServerError::Config(format!(
+                "--listen-client-urls {u}: https needs --cert-file and --key-file"
+            )));
+        }
+    }
+    pem.map(|p| p.server_config())
+        .transpose()
+        .map_err(|e| ServerError::Config(format!("client TLS: {e}")))
+}
+
 /// The port the Kubernetes API listens on unless `--kube-listen` says otherwise.
 pub(crate) const DEFAULT_KUBE_PORT: u16 = 6443;
 
@@ -40,7 +72,11 @@ fn kube_listen_url(a: &ServerArgs) -> Result<String, ServerError> {
         .first()
         .map(String::as_str)
         .unwrap_or("");
-    let addr = keel_raft::node::parse_http_addr(first).ok_or_else(|| {
+    let plain = match first.strip_prefix("https://") {
+        Some(rest) => format!("http://{rest}"),
+        None => first.to_string(),
+    };
+    let addr = keel_raft::node::parse_http_addr(&plain).ok_or_else(|| {
         ServerError::Config(format!(
             "--listen-client-urls {first:?}: cannot derive the Kubernetes API address from it; pass --kube-listen"
         ))
@@ -287,6 +323,7 @@ fn write_client_urls(dir: &std::path::Path, urls: &[String]) {
 /// Runs one member until it is told to stop.
 pub(crate) async fn run(mut args: ServerArgs) -> Result<(), ServerError> {
     init_logging(&args.log_level)?;
+    let client_tls = client_tls(&args)?;
     let created_by_join = prepare_join(&mut args).await?;
     crate::upgrade::check_data_format(&args.data_dir).map_err(ServerError::Config)?;
     let kube = kube_options(&args)?;
@@ -416,6 +453,7 @@ pub(crate) async fn run(mut args: ServerArgs) -> Result<(), ServerError> {
     let mut serving = tokio::spawn(serve(
         node.clone(),
         args.listen_client_urls.clone(),
+        client_tls,
         extra_metrics,
         async move {
             let _ = rx.await;

@@ -28,5 +28,6 @@ mod read_index;
 pub mod recover;
 mod state_machine;
 mod timing;
+pub mod tls;
 pub mod types;
 mod wal;

@@ -1,11 +1,19 @@
 //! Serving the etcd services on a member's client URLs.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use keel_raft::node::Node;
-use tokio::net::TcpListener;
-use tracing::info;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::server::{Connected, TcpConnectInfo};
+use tracing::{debug, info, warn};
+
+use super::authority::AuthorityFix;
+use super::coalesce::Coalesce;
 
 use super::auth::AuthService;
 use super::cluster::ClusterService;
@@ -42,8 +50,10 @@ const MAX_SEND_BYTES: usize = i32::MAX as usize;
 /// Why a client URL could not be served.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    #[error("client URL {0:?}: expected http://HOST:PORT")]
+    #[error("client URL {0:?}: expected http://HOST:PORT or https://HOST:PORT")]
     BadUrl(String),
+    #[error("client URL {0:?} is https but no --cert-file and --key-file were given")]
+    NoTls(String),
     #[error("listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -51,31 +61,129 @@ pub enum ServeError {
     },
 }
 
-/// Parses `http://host:port` into a socket address.
-pub fn parse_url(url: &str) -> Result<SocketAddr, ServeError> {
-    keel_raft::node::parse_http_addr(url).ok_or_else(|| ServeError::BadUrl(url.into()))
+/// Parses `http://host:port` or `https://host:port` into a socket address and whether it is TLS.
+pub fn parse_url(url: &str) -> Result<(SocketAddr, bool), ServeError> {
+    let (plain, tls) = match url.strip_prefix("https://") {
+        Some(rest) => (format!("http://{rest}"), true),
+        None => (url.to_string(), false),
+    };
+    keel_raft::node::parse_http_addr(&plain)
+        .map(|a| (a, tls))
+        .ok_or_else(|| ServeError::BadUrl(url.into()))
 }
 
-/// Binds every URL, then serves until `shutdown` resolves; `extra` adds the embedding process'
-/// series to `/metrics`.
+/// How long a client gets to finish its TLS handshake.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A server-side TLS connection, with the TCP peer address for tonic.
+pub struct TlsConn(tokio_rustls::server::TlsStream<TcpStream>);
+
+impl Connected for TlsConn {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        self.0.get_ref().0.connect_info()
+    }
+}
+
+impl AsyncRead for TlsConn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TlsConn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+/// Accepts TLS connections: each handshake runs in its own task so a slow or failing client
+/// never holds up the others, and a failed handshake is logged and dropped (an error item
+/// would stop tonic's server).
+fn tls_incoming(
+    listener: TcpListener,
+    config: Arc<rustls::ServerConfig>,
+) -> ReceiverStream<std::io::Result<AuthorityFix<Coalesce<TlsConn>>>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                r = listener.accept() => r,
+                // The server stopped and dropped the stream.
+                _ = tx.closed() => return,
+            };
+            let (conn, peer) = match accepted {
+                Ok(c) => c,
+                Err(e) => {
+                    // Out of descriptors and the like: back off instead of spinning.
+                    debug!(error = %e, "accept on TLS client port");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = conn.set_nodelay(true);
+            let acceptor = acceptor.clone();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(conn)).await {
+                    Ok(Ok(tls)) => {
+                        let _ = tx
+                            .send(Ok(AuthorityFix::new(Coalesce::new(TlsConn(tls)))))
+                            .await;
+                    }
+                    Ok(Err(e)) => warn!(%peer, error = %e, "TLS handshake with client failed"),
+                    Err(_) => debug!(%peer, "TLS handshake with client timed out"),
+                }
+            });
+        }
+    });
+    ReceiverStream::new(rx)
+}
+
+/// Binds every URL, then serves until `shutdown` resolves; `https://` URLs are served with
+/// `tls`; `extra` adds the embedding process' series to `/metrics`.
 pub async fn serve(
     node: Arc<Node>,
     urls: Vec<String>,
+    tls: Option<Arc<rustls::ServerConfig>>,
     extra: Option<super::metrics::Extra>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let mut listeners = Vec::new();
     for u in &urls {
-        let addr = parse_url(u)?;
+        let (addr, is_tls) = parse_url(u)?;
+        let config = match (is_tls, &tls) {
+            (false, _) => None,
+            (true, Some(c)) => Some(c.clone()),
+            (true, None) => return Err(ServeError::NoTls(u.clone())),
+        };
         let l = TcpListener::bind(addr)
             .await
             .map_err(|source| ServeError::Bind { addr, source })?;
         info!(url = %u, "serving etcd v3 API");
-        listeners.push(l);
+        listeners.push((l, config));
     }
     let (tx, _) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
-    for l in listeners {
+    for (l, config) in listeners {
         let grpc = tonic::service::Routes::default()
             .add_service(
                 KvServer::new(KvService::new(node.clone()))
@@ -118,12 +226,15 @@ pub async fn serve(
             .accept_http1(true)
             .add_routes(routes.into());
         let mut rx = tx.subscribe();
-        tasks.push(tokio::spawn(router.serve_with_incoming_shutdown(
-            super::authority::wrap_incoming(l),
-            async move {
-                let _ = rx.changed().await;
-            },
-        )));
+        let stop = async move {
+            let _ = rx.changed().await;
+        };
+        tasks.push(match config {
+            Some(c) => tokio::spawn(router.serve_with_incoming_shutdown(tls_incoming(l, c), stop)),
+            None => tokio::spawn(
+                router.serve_with_incoming_shutdown(super::authority::wrap_incoming(l), stop),
+            ),
+        });
     }
     shutdown.await;
     let _ = tx.send(true);

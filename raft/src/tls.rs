@@ -1,0 +1,291 @@
+//! TLS settings of a member's ports (etcd's `--cert-file`/`--peer-cert-file` families) and the
+//! rustls configurations built from them. Built from PEM text so that callers holding
+//! certificates in memory (e.g. ones generated from the cluster CA) need no files.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::client::WebPkiServerVerifier;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+
+/// Why TLS settings cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file could not be read.
+    #[error("read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// PEM text holds no certificate or does not parse.
+    #[error("{what}: no PEM certificate found")]
+    NoCert { what: &'static str },
+    /// PEM text holds no private key or does not parse.
+    #[error("{what}: no PEM private key found: {reason}")]
+    BadKey { what: &'static str, reason: String },
+    /// A CA certificate is not usable as a trust anchor.
+    #[error("trusted CA: {0}")]
+    BadCa(String),
+    /// Client certificates are required but no CA to check them against was given.
+    #[error("client certificate auth needs a trusted CA file")]
+    ClientAuthWithoutCa,
+    /// rustls refused the combination (e.g. key does not match certificate).
+    #[error("TLS configuration: {0}")]
+    Config(#[from] rustls::Error),
+}
+
+/// One port's TLS settings as file paths, as etcd's flags give them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// Certificate (chain) this member presents, PEM.
+    pub cert: Option<PathBuf>,
+    /// Its private key, PEM.
+    pub key: Option<PathBuf>,
+    /// CA that signs the other side's certificates, PEM.
+    pub trusted_ca: Option<PathBuf>,
+    /// Require the other side to present a certificate signed by `trusted_ca`.
+    pub client_cert_auth: bool,
+}
+
+impl TlsFiles {
+    /// True when no TLS setting was given.
+    pub fn is_empty(&self) -> bool {
+        self.cert.is_none()
+            && self.key.is_none()
+            && self.trusted_ca.is_none()
+            && !self.client_cert_auth
+    }
+
+    /// Reads the files; `None` when no certificate and key are given.
+    pub fn load(&self) -> Result<Option<TlsPem>, TlsError> {
+        let (Some(cert), Some(key)) = (&self.cert, &self.key) else {
+            return Ok(None);
+        };
+        Ok(Some(TlsPem {
+            cert: read(cert)?,
+            key: read(key)?,
+            trusted_ca: self.trusted_ca.as_deref().map(read).transpose()?,
+            client_cert_auth: self.client_cert_auth,
+        }))
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// One port's TLS settings as PEM text.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct TlsPem {
+    /// Certificate (chain) this member presents.
+    pub cert: Vec<u8>,
+    /// Its private key.
+    pub key: Vec<u8>,
+    /// CA that signs the other side's certificates.
+    pub trusted_ca: Option<Vec<u8>>,
+    /// Require the other side to present a certificate signed by `trusted_ca`.
+    pub client_cert_auth: bool,
+}
+
+// The key must never reach a log.
+impl std::fmt::Debug for TlsPem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsPem")
+            .field("trusted_ca", &self.trusted_ca.is_some())
+            .field("client_cert_auth", &self.client_cert_auth)
+            .finish_non_exhaustive()
+    }
+}
+
+/// ALPN of a port that carries gRPC (HTTP/2) and plain HTTP/1.1 routes.
+const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn certs(pem: &[u8], what: &'static str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs: Vec<_> = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<_, _>>()
+        .map_err(|_| TlsError::NoCert { what })?;
+    if certs.is_empty() {
+        return Err(TlsError::NoCert { what });
+    }
+    Ok(certs)
+}
+
+fn key(pem: &[u8]) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|e| TlsError::BadKey {
+        what: "key",
+        reason: e.to_string(),
+    })
+}
+
+fn roots(pem: &[u8]) -> Result<Arc<RootCertStore>, TlsError> {
+    let mut store = RootCertStore::empty();
+    for c in certs(pem, "trusted CA")? {
+        store.add(c).map_err(|e| TlsError::BadCa(e.to_string()))?;
+    }
+    Ok(Arc::new(store))
+}
+
+impl TlsPem {
+    /// The server side: presents `cert`; with `client_cert_auth`, refuses at the handshake a
+    /// client without a certificate signed by `trusted_ca`.
+    pub fn server_config(&self) -> Result<Arc<ServerConfig>, TlsError> {
+        let builder = ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()?;
+        let builder = if self.client_cert_auth {
+            let ca = self
+                .trusted_ca
+                .as_deref()
+                .ok_or(TlsError::ClientAuthWithoutCa)?;
+            let verifier = WebPkiClientVerifier::builder_with_provider(roots(ca)?, provider())
+                .build()
+                .map_err(|e| TlsError::BadCa(e.to_string()))?;
+            builder.with_client_cert_verifier(verifier)
+        } else {
+            builder.with_no_client_auth()
+        };
+        let mut config =
+            builder.with_single_cert(certs(&self.cert, "certificate")?, key(&self.key)?)?;
+        config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
+        Ok(Arc::new(config))
+    }
+
+    /// The client side (a member dialing a peer): verifies the server against `trusted_ca` and
+    /// presents `cert` as client certificate.
+    pub fn client_config(&self) -> Result<Arc<ClientConfig>, TlsError> {
+        let ca = self
+            .trusted_ca
+            .as_deref()
+            .ok_or(TlsError::ClientAuthWithoutCa)?;
+        let verifier = WebPkiServerVerifier::builder_with_provider(roots(ca)?, provider())
+            .build()
+            .map_err(|e| TlsError::BadCa(e.to_string()))?;
+        let mut config = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()?
+            .with_webpki_verifier(verifier)
+            .with_client_auth_cert(certs(&self.cert, "certificate")?, key(&self.key)?)?;
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(Arc::new(config))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+
+    struct Ca {
+        pem: String,
+        issuer: Issuer<'static, KeyPair>,
+    }
+
+    fn ca(name: &str) -> Ca {
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name
+            .push(rcgen::DnType::CommonName, name.to_string());
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let k = KeyPair::generate().unwrap();
+        let c = p.self_signed(&k).unwrap();
+        Ca {
+            pem: c.pem(),
+            issuer: Issuer::new(p, k),
+        }
+    }
+
+    fn leaf(ca: &Ca) -> (String, String) {
+        let p = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+        let k = KeyPair::generate().unwrap();
+        let c = p.signed_by(&k, &ca.issuer).unwrap();
+        (c.pem(), k.serialize_pem())
+    }
+
+    fn pem(ca: &Ca, auth: bool) -> TlsPem {
+        let (cert, key) = leaf(ca);
+        TlsPem {
+            cert: cert.into(),
+            key: key.into(),
+            trusted_ca: Some(ca.pem.clone().into()),
+            client_cert_auth: auth,
+        }
+    }
+
+    /// Runs one handshake in memory; true when both sides accept it.
+    fn handshake(server: Arc<ServerConfig>, client: Arc<ClientConfig>) -> bool {
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+        let mut c = rustls::ClientConnection::new(client, name).unwrap();
+        let mut s = rustls::ServerConnection::new(server).unwrap();
+        for _ in 0..10 {
+            let mut buf = Vec::new();
+            while c.wants_write() {
+                c.write_tls(&mut buf).unwrap();
+            }
+            if !buf.is_empty()
+                && (s.read_tls(&mut &buf[..]).is_err() || s.process_new_packets().is_err())
+            {
+                return false;
+            }
+            let mut buf = Vec::new();
+            while s.wants_write() {
+                s.write_tls(&mut buf).unwrap();
+            }
+            if !buf.is_empty()
+                && (c.read_tls(&mut &buf[..]).is_err() || c.process_new_packets().is_err())
+            {
+                return false;
+            }
+            if !c.is_handshaking() && !s.is_handshaking() {
+                return true;
+            }
+        }
+        false
+    }
+
+    #[test]
+    fn same_ca_handshakes_and_other_ca_is_refused() {
+        let ca1 = ca("ca1");
+        let ca2 = ca("ca2");
+        let server = pem(&ca1, true).server_config().unwrap();
+        assert!(handshake(
+            server.clone(),
+            pem(&ca1, true).client_config().unwrap()
+        ));
+        // A client whose certificate another CA signed, but which trusts the server's CA.
+        let mut other = pem(&ca2, true);
+        other.trusted_ca = Some(ca1.pem.clone().into());
+        assert!(!handshake(server, other.client_config().unwrap()));
+        // Without client-cert-auth the same client is accepted.
+        let lax = pem(&ca1, false).server_config().unwrap();
+        assert!(handshake(lax, other.client_config().unwrap()));
+    }
+
+    #[test]
+    fn bad_inputs_are_errors() {
+        let ca1 = ca("ca1");
+        let mut p = pem(&ca1, true);
+        p.trusted_ca = None;
+        assert!(matches!(
+            p.server_config(),
+            Err(TlsError::ClientAuthWithoutCa)
+        ));
+        let mut p = pem(&ca1, false);
+        p.key = b"garbage".to_vec();
+        assert!(matches!(p.server_config(), Err(TlsError::BadKey { .. })));
+        let files = TlsFiles {
+            cert: Some("/nonexistent/c.pem".into()),
+            key: Some("/nonexistent/k.pem".into()),
+            ..Default::default()
+        };
+        assert!(matches!(files.load(), Err(TlsError::Read { .. })));
+        assert!(TlsFiles::default().load().unwrap().is_none());
+    }
+}
