@@ -120,29 +120,33 @@ fn refused(root: &Path, join_url: &str, token: &str, why: &str, via: &str) {
     );
 }
 
+/// The first member, started with `--init`, and the server and agent tokens it wrote.
+fn init_member(root: &Path) -> (Member, String, String) {
+    let mut m1 = Member::new(root, "m1");
+    m1.start(&["--init"]);
+    // A token file is whole once it holds a line (it is written in one go, but may be read mid-write).
+    let read = |file: &str| {
+        std::fs::read_to_string(m1.dir.join(file))
+            .ok()
+            .filter(|t| t.ends_with('\n'))
+            .map(|t| t.trim().to_string())
+    };
+    wait("the init tokens", Duration::from_secs(60), || {
+        match (read("server-token"), read("agent-token")) {
+            (Some(_), Some(_)) => Ok(()),
+            _ => Err(m1.log()),
+        }
+    });
+    let (server, agent) = (read("server-token").unwrap(), read("agent-token").unwrap());
+    (m1, server, agent)
+}
+
 #[test]
 fn a_cluster_built_with_init_and_join_tokens() {
     require_etcd_tools();
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    let mut m1 = Member::new(root, "m1");
-    m1.start(&["--init"]);
-    let server_token_file = m1.dir.join("server-token");
-    wait("the init tokens", Duration::from_secs(60), || {
-        if server_token_file.exists() && m1.dir.join("agent-token").exists() {
-            Ok(())
-        } else {
-            Err(m1.log())
-        }
-    });
-    let server_token = std::fs::read_to_string(&server_token_file)
-        .unwrap()
-        .trim()
-        .to_string();
-    let agent_token = std::fs::read_to_string(m1.dir.join("agent-token"))
-        .unwrap()
-        .trim()
-        .to_string();
+    let (m1, server_token, agent_token) = init_member(root);
     assert!(server_token.starts_with("K10") && server_token.contains("::"));
     assert_ne!(server_token, agent_token);
 
@@ -325,24 +329,7 @@ fn a_joined_agent_keeps_working_when_the_member_it_joined_through_dies() {
     require_etcd_tools();
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    let mut m1 = Member::new(root, "m1");
-    m1.start(&["--init"]);
-    let token_file = m1.dir.join("server-token");
-    wait("the init tokens", Duration::from_secs(60), || {
-        if m1.dir.join("agent-token").exists() && token_file.exists() {
-            Ok(())
-        } else {
-            Err(m1.log())
-        }
-    });
-    let server_token = std::fs::read_to_string(&token_file)
-        .unwrap()
-        .trim()
-        .to_string();
-    let agent_token = std::fs::read_to_string(m1.dir.join("agent-token"))
-        .unwrap()
-        .trim()
-        .to_string();
+    let (m1, server_token, agent_token) = init_member(root);
     let mut m2 = Member::new(root, "m2");
     m2.start(&["--join", &m1.kube, "--token", &server_token]);
     let mut m3 = Member::new(root, "m3");

@@ -12,3 +12,4 @@ pub mod leading;
 pub mod lease;
 pub mod quantity;
 pub mod quota;
+pub mod tls;

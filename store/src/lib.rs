@@ -12,6 +12,7 @@ pub mod bbolt;
 pub mod command;
 pub mod error;
 pub mod etcd_snapshot;
+pub mod exposition;
 pub mod lease;
 pub mod metrics;
 pub mod mvcc;

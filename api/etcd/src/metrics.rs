@@ -314,57 +314,7 @@ pub fn exposition(
     }
     let mut open = String::new();
     prometheus_client::encoding::text::encode(&mut open, &r)?;
-    Ok(prometheus_text(&open))
-}
-
-/// The encoder's OpenMetrics text as the Prometheus text format 0.0.4 that etcd serves:
-/// counters' `# HELP`/`# TYPE` name the `_total` series, `# UNIT` and `# EOF` go, bucket bounds
-/// print as Go prints them (`le="1"`, not `le="1.0"`).
-fn prometheus_text(open: &str) -> String {
-    let mut out = String::with_capacity(open.len());
-    let mut help: Option<&str> = None;
-    for line in open.lines() {
-        if let Some(rest) = line.strip_prefix("# HELP ") {
-            help = Some(rest.split_once(' ').map_or("", |(_, t)| t));
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let (name, kind) = rest.split_once(' ').unwrap_or((rest, "untyped"));
-            let suffix = if kind == "counter" && !name.ends_with("_total") {
-                "_total"
-            } else {
-                ""
-            };
-            if let Some(h) = help.take() {
-                out.push_str(&format!("# HELP {name}{suffix} {h}\n"));
-            }
-            out.push_str(&format!("# TYPE {name}{suffix} {kind}\n"));
-            continue;
-        }
-        if line.starts_with("# UNIT ") || line == "# EOF" {
-            continue;
-        }
-        out.push_str(&go_bound(line));
-        out.push('\n');
-    }
-    out
-}
-
-/// A sample line with its `le` bound without a needless `.0` (`1.0` -> `1`).
-fn go_bound(line: &str) -> std::borrow::Cow<'_, str> {
-    let Some(at) = line.find("{le=\"") else {
-        return line.into();
-    };
-    let start = at + 5;
-    let Some(len) = line[start..].find('"') else {
-        return line.into();
-    };
-    match line[start..start + len].strip_suffix(".0") {
-        Some(whole) if whole.chars().all(|c| c.is_ascii_digit()) => {
-            format!("{}{whole}{}", &line[..start], &line[start + len..]).into()
-        }
-        _ => line.into(),
-    }
+    Ok(keel_store::exposition::prometheus_text(&open))
 }
 
 #[cfg(test)]
@@ -374,16 +324,5 @@ mod tests {
     #[test]
     fn reasons_are_json_strings() {
         assert_eq!(json_string("a \"b\" \\ \n"), r#""a \"b\" \\ \u000a""#);
-    }
-
-    #[test]
-    fn counters_and_bounds_read_as_etcd_prints_them() {
-        let open = "# HELP a_b Help text.\n# TYPE a_b counter\na_b_total 3\n\
-                    # TYPE h histogram\nh_bucket{le=\"1.0\"} 2\nh_bucket{le=\"0.5\"} 1\n# EOF\n";
-        assert_eq!(
-            prometheus_text(open),
-            "# HELP a_b_total Help text.\n# TYPE a_b_total counter\na_b_total 3\n\
-             # TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"0.5\"} 1\n"
-        );
     }
 }

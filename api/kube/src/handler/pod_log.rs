@@ -16,9 +16,8 @@ use axum::http::{header, StatusCode};
 use axum::response::Response;
 use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
+use rustls::client::danger::ServerCertVerifier;
+use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::Value;
 
 use super::{Call, KubeState};
@@ -37,61 +36,12 @@ const FORWARDED: [&str; 7] = [
     "limitBytes",
 ];
 
-/// Accepts any server certificate while still checking the handshake's signatures.
-#[derive(Debug)]
-struct AnyAgentCert(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for AnyAgentCert {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
 /// A verifier that accepts any server certificate but still checks the handshake's signatures: for
 /// APIServices with `insecureSkipTLSVerify`.
 pub(crate) fn any_server_cert(
     provider: Arc<rustls::crypto::CryptoProvider>,
 ) -> Arc<dyn ServerCertVerifier> {
-    Arc::new(AnyAgentCert(provider))
+    keel_client_kit::tls::any_server_cert(provider)
 }
 
 /// The TLS client configuration for agents: the kubelet-client certificate and key (PEM), and the

@@ -22,7 +22,6 @@
 
 mod process;
 mod request;
-mod text;
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -48,9 +47,9 @@ pub use request::RequestInfo;
 use crate::crd::registry::Registry as Served;
 use crate::resource::{Str, BUILTIN};
 use crate::storage::Storage;
+use keel_store::exposition::prometheus_text;
 use process::ProcessFigures;
 use request::{label, RequestLabels};
-use text::prometheus_text;
 
 /// Upstream's buckets for `apiserver_request_duration_seconds` and `etcd_request_duration_seconds`.
 pub const BUCKETS: [f64; 23] = [

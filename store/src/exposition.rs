@@ -1,11 +1,12 @@
-//! The encoder's OpenMetrics text as the Prometheus text format 0.0.4 kube-apiserver serves.
+//! The encoder's OpenMetrics text as the Prometheus text format 0.0.4 that etcd and kube-apiserver serve
+//! (both API front doors share it).
 
 use std::borrow::Cow;
 
 /// OpenMetrics text (what the encoder writes) as the Prometheus text format 0.0.4: counters' `# HELP`
 /// and `# TYPE` name the `_total` series, `# UNIT` and `# EOF` go, and bucket bounds read as Go prints
-/// them (`le="1"`, not `le="1.0"`), so rules written against kube-apiserver's output match.
-pub(super) fn prometheus_text(open: &str) -> String {
+/// them (`le="1"`, not `le="1.0"`), so rules written against etcd's and kube-apiserver's output match.
+pub fn prometheus_text(open: &str) -> String {
     let mut out = String::with_capacity(open.len());
     let mut help: Option<&str> = None;
     for line in open.lines() {
@@ -77,6 +78,17 @@ mod tests {
              d_seconds_bucket{le=\"0.005\",verb=\"GET\"} 1\n\
              d_seconds_bucket{le=\"1\",verb=\"GET\"} 2\n\
              d_seconds_bucket{le=\"+Inf\",verb=\"{le=\\\"2.0\"} 2\n"
+        );
+    }
+
+    #[test]
+    fn counters_and_bounds_read_as_etcd_prints_them() {
+        let open = "# HELP a_b Help text.\n# TYPE a_b counter\na_b_total 3\n\
+                    # TYPE h histogram\nh_bucket{le=\"1.0\"} 2\nh_bucket{le=\"0.5\"} 1\n# EOF\n";
+        assert_eq!(
+            prometheus_text(open),
+            "# HELP a_b_total Help text.\n# TYPE a_b_total counter\na_b_total 3\n\
+             # TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"0.5\"} 1\n"
         );
     }
 }
