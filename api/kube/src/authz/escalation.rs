@@ -11,12 +11,14 @@ use crate::authn::Identity;
 use crate::object;
 use crate::resource::ResourceDef;
 use crate::status::{ApiError, Target};
+use crate::storage::Storage;
 
 const GROUP: &str = "rbac.authorization.k8s.io";
 
 /// Checks a create or update of an RBAC object by `user`; anything else passes.
-pub fn check_write(
+pub async fn check_write(
     authz: &Authorizer,
+    storage: &Storage,
     user: &Identity,
     def: &ResourceDef,
     obj: &Value,
@@ -92,35 +94,31 @@ pub fn check_write(
             if check("bind", plural, role) {
                 return Ok(());
             }
-            let rules = role_rules(authz, kind, ns, role)?;
+            let rules = role_rules(storage, kind, ns, role).await?;
             confirm(authz, user, ns, &rules).map_err(refuse)
         }
         _ => Ok(()),
     }
 }
 
-/// The rules of the role a binding names; a missing role is upstream's 404.
-fn role_rules(
-    authz: &Authorizer,
+/// The rules of the role a binding names, read from the store with a consistent read (as upstream's
+/// rule resolver reads its registry), so a role created just before its binding is always found; a
+/// missing role is upstream's 404.
+async fn role_rules(
+    storage: &Storage,
     kind: &str,
     ns: &str,
     name: &str,
 ) -> Result<Vec<PolicyRule>, ApiError> {
-    let probe = super::rbac::Binding {
-        name: String::new(),
-        namespace: ns.to_string(),
-        role_kind: kind.to_string(),
-        role_name: name.to_string(),
-        subjects: Vec::new(),
+    let (key, singular) = if kind == "ClusterRole" {
+        (format!("/registry/clusterroles/{name}"), "clusterrole")
+    } else {
+        (format!("/registry/roles/{ns}/{name}"), "role")
     };
-    authz.rbac.role_of(&probe).map_err(|_| {
-        let singular = if kind == "ClusterRole" {
-            "clusterrole"
-        } else {
-            "role"
-        };
-        ApiError::NotFound(Target::new(GROUP, singular, name))
-    })
+    match storage.get(&key, true).await? {
+        Some(stored) => Ok(PolicyRule::all_of(&stored.object)),
+        None => Err(ApiError::NotFound(Target::new(GROUP, singular, name))),
+    }
 }
 
 /// Upstream's `ConfirmNoEscalation`: the text of the refusal when `user` lacks some of `rules`.

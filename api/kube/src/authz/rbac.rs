@@ -233,11 +233,6 @@ impl Rbac {
         Ok(rev)
     }
 
-    /// The rules of the role `b` names, or upstream's not-found error text.
-    pub fn role_of(&self, b: &Binding) -> Result<Vec<PolicyRule>, String> {
-        Self::role_rules(&self.read(), b).map(|r| r.to_vec())
-    }
-
     /// The rules of a role a binding names, or upstream's not-found error text.
     fn role_rules(o: &Objects, b: &Binding) -> Result<Arc<Vec<PolicyRule>>, String> {
         match b.role_kind.as_str() {

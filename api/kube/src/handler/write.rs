@@ -340,7 +340,14 @@ pub async fn create_object(
         None,
         Some(&obj),
     )?;
-    crate::authz::escalation::check_write(&call.state.authz, &call.identity, sdef, &obj)?;
+    crate::authz::escalation::check_write(
+        &call.state.authz,
+        &call.state.storage,
+        &call.identity,
+        sdef,
+        &obj,
+    )
+    .await?;
     let mut warnings = warnings.to_vec();
     warnings.extend(strategy.warnings_on_create(sdef, &obj));
     warnings.extend(
@@ -576,7 +583,14 @@ where
             Some(&new),
         )?;
         if sub.is_none() && !same(&new, &cur.object) {
-            crate::authz::escalation::check_write(&call.state.authz, &call.identity, def, &new)?;
+            crate::authz::escalation::check_write(
+                &call.state.authz,
+                &call.state.storage,
+                &call.identity,
+                def,
+                &new,
+            )
+            .await?;
             let raised = crate::admission::pod_security::admit(
                 &call.state.storage,
                 def,
