@@ -60,6 +60,8 @@ pub(crate) fn spawn_controllers(
     let client = kube::Client::new(api.service(identity), "default");
     let leading = leading(storage);
     opts.root_ca = Some(api.ca_pem().to_string());
+    // The controllers' workqueue series appear in this member's `/metrics` (idle on followers).
+    api.metrics().register_more(|r| opts.metrics.register(r));
     tokio::spawn(keel_controllers::run_while_leading(
         client,
         opts,

@@ -230,6 +230,11 @@ fn metrics_follow_kubectl_requests() {
         ("process_resident_memory_bytes", "gauge"),
         ("process_cpu_seconds_total", "counter"),
         ("process_start_time_seconds", "gauge"),
+        ("workqueue_adds_total", "counter"),
+        ("workqueue_retries_total", "counter"),
+        ("workqueue_work_duration_seconds", "histogram"),
+        ("workqueue_unfinished_work", "gauge"),
+        ("workqueue_depth", "gauge"),
     ] {
         assert_eq!(
             before.types.get(name).map(String::as_str),
@@ -389,6 +394,18 @@ fn metrics_follow_kubectl_requests() {
         .iter()
         .any(|s| s.name == "apiserver_storage_objects"
             && s.labels.get("resource").map(String::as_str) == Some("deployments.apps")));
+
+    // The controllers' queues: namespace `m` got its default ServiceAccount through a reconcile.
+    assert!(
+        after.sum("workqueue_adds_total", &[("name", "serviceaccount")]) >= 1.0,
+        "serviceaccount reconciles counted"
+    );
+    assert!(
+        after.sum(
+            "workqueue_work_duration_seconds_count",
+            &[("name", "serviceaccount")]
+        ) >= 1.0
+    );
 
     // Both in-flight kinds, and the process' figures.
     for kind in ["readOnly", "mutating"] {

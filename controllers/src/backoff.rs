@@ -34,6 +34,16 @@ impl Backoff {
             m.remove(key);
         }
     }
+
+    /// How many objects have failed since their last success (they wait for a retry).
+    pub fn len(&self) -> usize {
+        self.failures.lock().map(|m| m.len()).unwrap_or(0)
+    }
+
+    /// Whether no object waits for a retry.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// The wait after `n` consecutive failures.

@@ -70,6 +70,8 @@ pub struct Context {
     pub node_monitor_grace_period: Duration,
     /// How node-ipam cuts the cluster CIDR into node ranges; `None` when it allocates none.
     pub node_cidrs: Option<crate::nodeipam::Allocator>,
+    /// The controllers' metric handles.
+    pub metrics: crate::metrics::Metrics,
     informers: Informers,
 }
 
@@ -82,6 +84,7 @@ impl Context {
             root_ca,
             node_monitor_grace_period: crate::manager::DEFAULT_NODE_MONITOR_GRACE_PERIOD,
             node_cidrs: Some(crate::nodeipam::Allocator::default()),
+            metrics: crate::metrics::Metrics::default(),
             informers: Informers::default(),
         })
     }
@@ -94,6 +97,7 @@ impl Context {
             root_ca: opts.root_ca.clone(),
             node_monitor_grace_period: opts.node_monitor_grace_period,
             node_cidrs: opts.node_cidrs,
+            metrics: opts.metrics.clone(),
             informers: Informers::default(),
         })
     }

@@ -19,6 +19,7 @@ pub mod informers;
 pub mod job;
 pub use keel_client_kit::lease;
 pub mod manager;
+pub mod metrics;
 pub mod namespace;
 pub mod node_lifecycle;
 pub mod nodeipam;

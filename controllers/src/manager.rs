@@ -87,6 +87,8 @@ pub struct Options {
     pub node_cidrs: Option<crate::nodeipam::Allocator>,
     /// Whether ServiceLB writes the status of LoadBalancer Services (`--disable-servicelb` turns it off).
     pub servicelb: bool,
+    /// The controllers' metric handles (registered by whoever serves `/metrics`).
+    pub metrics: crate::metrics::Metrics,
 }
 
 impl Options {
@@ -100,6 +102,7 @@ impl Options {
             node_monitor_grace_period: DEFAULT_NODE_MONITOR_GRACE_PERIOD,
             node_cidrs: Some(crate::nodeipam::Allocator::default()),
             servicelb: true,
+            metrics: crate::metrics::Metrics::default(),
         }
     }
 

@@ -45,6 +45,7 @@ where
     let backoff = Arc::new(Backoff::default());
     let on_error = backoff.clone();
     let reconcile = Arc::new(reconcile);
+    let metrics = ctx.metrics.clone();
     let ctx = ctx.clone();
     controller
         .with_config(controller::Config::default().concurrency(CONCURRENCY))
@@ -52,11 +53,14 @@ where
             move |obj: Arc<K>, ctx: Arc<Context>| {
                 let reconcile = reconcile.clone();
                 let backoff = backoff.clone();
+                let running = ctx.metrics.started(name);
                 async move {
                     let k = key(name, obj.as_ref());
-                    let r = reconcile(obj, ctx).await;
+                    let r = reconcile(obj, ctx.clone()).await;
+                    drop(running);
                     if r.is_ok() {
                         backoff.succeeded(&k);
+                        ctx.metrics.backoff_depth(name, backoff.len());
                     }
                     r
                 }
@@ -64,6 +68,8 @@ where
             move |obj: Arc<K>, err: &Error, _ctx: Arc<Context>| {
                 let k = key(name, obj.as_ref());
                 let wait = on_error.failed(&k);
+                metrics.retried(name);
+                metrics.backoff_depth(name, on_error.len());
                 warn!(controller = name, object = %k, error = %err, retry_in = ?wait, "reconcile failed");
                 Action::requeue(wait)
             },
