@@ -230,6 +230,10 @@ pub(crate) async fn run(args: AgentArgs) -> Result<(), ServerError> {
         cri: args.cri.clone(),
         root: args.root_dir.clone(),
         log_root: args.pod_log_dir.clone(),
+        seccomp: keel_node_agent::pod::security::SeccompSettings {
+            profile_root: args.root_dir.join("seccomp"),
+            runtime_default: args.seccomp_default,
+        },
         cni_conf_dir: args.cni_conf_dir.clone(),
         image_dir: args.image_dir.clone(),
         dns: DnsSettings {

@@ -308,6 +308,10 @@ pub(crate) struct AgentArgs {
     /// Where container logs are written.
     #[arg(long, default_value = "/var/log/pods")]
     pub pod_log_dir: PathBuf,
+    /// Give pods that name no seccomp profile the runtime's default one instead of none (the
+    /// kubelet's `--seccomp-default`). `Localhost` profiles are read from `<root-dir>/seccomp`.
+    #[arg(long)]
+    pub seccomp_default: bool,
     /// containerd's CNI conf_dir, where the agent writes the pod network config.
     #[arg(long, default_value = "/etc/cni/net.d")]
     pub cni_conf_dir: PathBuf,

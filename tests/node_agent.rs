@@ -1754,3 +1754,86 @@ spec:
     });
     let _ = cluster().kubectl(0, &["delete", "namespace", &ns, "--wait=false"]);
 }
+
+/// `fsGroup` owns the agent's volumes and joins the processes' groups; seccomp profiles reach the
+/// runtime (the kernel reports filter mode 2 under RuntimeDefault, 0 unconfined); a Localhost profile
+/// that is not on the node is refused with the reason.
+#[test]
+fn fs_group_and_seccomp_reach_the_container() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("fsgroup");
+    kubectl(&[
+        "-n",
+        &ns,
+        "create",
+        "configmap",
+        "cfg",
+        "--from-literal=k=v",
+    ]);
+    let script = "grep Seccomp: /proc/self/status; id -G; stat -c '%g %a' /e; touch /e/new; \
+                  stat -c %g /e/new; cat /c/k; echo; sleep 3600";
+    apply(
+        &ns,
+        &format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"p"}},"spec":{{
+              "securityContext":{{"runAsUser":1000,"runAsGroup":1000,"fsGroup":2000,"supplementalGroups":[3000],
+                                  "seccompProfile":{{"type":"RuntimeDefault"}}}},
+              "volumes":[{{"name":"e","emptyDir":{{}}}},{{"name":"c","configMap":{{"name":"cfg","defaultMode":288}}}}],
+              "containers":[
+                {{"name":"confined","image":"{BUSYBOX}","imagePullPolicy":"Never","command":["sh","-c","{script}"],
+                  "volumeMounts":[{{"name":"e","mountPath":"/e"}},{{"name":"c","mountPath":"/c"}}]}},
+                {{"name":"open","image":"{BUSYBOX}","imagePullPolicy":"Never",
+                  "securityContext":{{"seccompProfile":{{"type":"Unconfined"}}}},
+                  "command":["sh","-c","grep Seccomp: /proc/self/status; sleep 3600"]}}]}}}}"#
+        ),
+    );
+    apply(
+        &ns,
+        &format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"missing"}},"spec":{{
+              "containers":[{{"name":"c","image":"{BUSYBOX}","imagePullPolicy":"Never","command":["sleep","3600"],
+                "securityContext":{{"seccompProfile":{{"type":"Localhost","localhostProfile":"nope.json"}}}}}}]}}}}"#
+        ),
+    );
+    wait_for(n, "the pod running", || running_ready(&pod(&ns, "p")));
+    let logs = |c: &str| kubectl_run(&["-n", &ns, "logs", "p", "-c", c]).stdout;
+    wait_for(n, "the confined container's report", || {
+        logs("confined").lines().count() >= 5
+    });
+    let out = logs("confined");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0].split_whitespace().collect::<Vec<_>>(),
+        ["Seccomp:", "2"],
+        "{out}"
+    );
+    let mut groups: Vec<&str> = lines[1].split_whitespace().collect();
+    groups.sort_unstable();
+    assert_eq!(groups, ["1000", "2000", "3000"], "{out}");
+    // The emptyDir belongs to fsGroup with the set-group-id bit, so new files inherit the group.
+    assert_eq!(lines[2], "2000 2777", "{out}");
+    assert_eq!(lines[3], "2000", "{out}");
+    // defaultMode 0440 and root ownership: only the group (fsGroup) lets uid 1000 read the file.
+    assert_eq!(lines[4], "v", "{out}");
+    wait_for(n, "the unconfined container's report", || {
+        !logs("open").is_empty()
+    });
+    assert_eq!(
+        logs("open").split_whitespace().collect::<Vec<_>>(),
+        ["Seccomp:", "0"]
+    );
+    wait_for(n, "the missing profile refused", || {
+        pod(&ns, "missing")["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+            == "CreateContainerConfigError"
+    });
+    let msg = pod(&ns, "missing")["status"]["containerStatuses"][0]["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        msg.contains("nope.json") && msg.contains("not found"),
+        "{msg}"
+    );
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}

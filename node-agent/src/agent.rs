@@ -29,6 +29,8 @@ pub struct Options {
     pub root: PathBuf,
     /// Where container logs go.
     pub log_root: PathBuf,
+    /// How seccomp profiles are chosen.
+    pub seccomp: crate::pod::security::SeccompSettings,
     /// Where the CNI conflist is written (containerd's `conf_dir`).
     pub cni_conf_dir: PathBuf,
     /// Image archives to import at start.
@@ -113,6 +115,7 @@ pub async fn run(client: Client, opts: Options) -> Result<()> {
         host_ip: opts.node.internal_ip.clone(),
         root: opts.root.clone(),
         log_root: opts.log_root.clone(),
+        seccomp: opts.seccomp.clone(),
         dns: opts.dns.clone(),
         cpus: machine.cpus,
         memory: machine.memory_bytes,

@@ -15,6 +15,7 @@ pub mod grpc_health;
 pub mod http_probe;
 pub mod probe;
 pub mod resources;
+pub mod security;
 pub mod spec;
 pub mod status;
 pub mod termination;

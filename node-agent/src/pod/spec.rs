@@ -13,10 +13,11 @@ use k8s_cri::v1::{
     LinuxSandboxSecurityContext, Mount, NamespaceMode, NamespaceOption, PodSandboxConfig,
     PodSandboxMetadata, PortMapping, Protocol,
 };
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, SeccompProfile};
 
 use super::env;
 use super::resources;
+use super::security::{self, SeccompSettings};
 use super::volumes::HostPaths;
 use crate::cri::{image_spec, labels};
 use crate::error::{Error, Result};
@@ -63,7 +64,13 @@ fn host_network(pod: &Pod) -> bool {
 }
 
 /// The sandbox configuration of `pod` (attempt `attempt`).
-pub fn sandbox(pod: &Pod, attempt: u32, log_root: &Path, dns: &DnsSettings) -> PodSandboxConfig {
+pub fn sandbox(
+    pod: &Pod,
+    attempt: u32,
+    log_root: &Path,
+    dns: &DnsSettings,
+    seccomp: &SeccompSettings,
+) -> PodSandboxConfig {
     let spec = pod.spec.clone().unwrap_or_default();
     let name = pod.metadata.name.clone().unwrap_or_default();
     let hostname = if host_network(pod) {
@@ -133,7 +140,8 @@ pub fn sandbox(pod: &Pod, attempt: u32, log_root: &Path, dns: &DnsSettings) -> P
                 }),
                 run_as_user: sc.run_as_user.map(|v| Int64Value { value: v }),
                 run_as_group: sc.run_as_group.map(|v| Int64Value { value: v }),
-                supplemental_groups: sc.supplemental_groups.clone().unwrap_or_default(),
+                supplemental_groups: security::supplemental_groups(pod),
+                seccomp: Some(seccomp.sandbox_profile(pod)),
                 ..Default::default()
             }),
             sysctls: sc
@@ -223,6 +231,8 @@ pub struct ContainerInputs<'a> {
     pub hosts_file: Option<PathBuf>,
     /// The host file the container's termination message goes to.
     pub termination_log: Option<PathBuf>,
+    /// How seccomp profiles are chosen on this node.
+    pub seccomp: &'a SeccompSettings,
 }
 
 /// Where in the container its termination message is written (`/dev/termination-log` by default).
@@ -292,6 +302,16 @@ pub fn container(pod: &Pod, i: ContainerInputs<'_>) -> Result<ContainerConfig> {
         .and_then(|s| s.security_context.clone())
         .unwrap_or_default();
     let caps = sc.capabilities.clone().unwrap_or_default();
+    // A privileged container runs unconfined, whatever profile it names (as the kubelet does).
+    let seccomp = if sc.privileged.unwrap_or(false) {
+        i.seccomp.profile(Some(&SeccompProfile {
+            type_: "Unconfined".into(),
+            localhost_profile: None,
+        }))?
+    } else {
+        i.seccomp
+            .profile(sc.seccomp_profile.as_ref().or(security::pod_seccomp(pod)))?
+    };
     let labels_map: HashMap<String, String> = HashMap::from([
         (
             labels::POD_NAME.to_string(),
@@ -380,7 +400,8 @@ pub fn container(pod: &Pod, i: ContainerInputs<'_>) -> Result<ContainerConfig> {
                     .or(psc.run_as_group)
                     .map(|v| Int64Value { value: v }),
                 readonly_rootfs: sc.read_only_root_filesystem.unwrap_or(false),
-                supplemental_groups: psc.supplemental_groups.clone().unwrap_or_default(),
+                supplemental_groups: security::supplemental_groups(pod),
+                seccomp: Some(seccomp),
                 no_new_privs: sc.allow_privilege_escalation == Some(false),
                 namespace_options: Some(NamespaceOption {
                     network: if host_network(pod) {

@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{
 use kube::api::Api;
 use kube::Client;
 
+use super::security;
 use crate::error::{Error, Result};
 
 /// Where each of a pod's volumes is on the host, by volume name.
@@ -300,9 +301,16 @@ pub async fn prepare(
         }
         let dir = base.join(plugin(v)).join(&v.name);
         if v.empty_dir.is_some() {
+            let fresh = !dir.exists();
             std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
                 .map_err(|e| Error::io(&dir, e))?;
+            // Set up once, as the kubelet mounts it once: what the containers write stays theirs.
+            if let (true, Some(g)) = (fresh, security::fs_group(pod)) {
+                security::apply_fs_group(&dir, g, false)?;
+            }
+            out.insert(v.name.clone(), dir);
+            continue;
         } else if let Some(cm) = &v.config_map {
             let mode = cm.default_mode.unwrap_or(0o644);
             let files = object_files(
@@ -388,6 +396,11 @@ pub async fn prepare(
                 "volume {:?}: this volume type is not supported by keel's agent",
                 v.name
             )));
+        }
+        // The files were just rewritten (by root), so they are given to fsGroup every time, read-only as
+        // these volumes are; `fsGroupChangePolicy` cannot skip fresh files.
+        if let Some(g) = security::fs_group(pod) {
+            security::apply_fs_group(&dir, g, true)?;
         }
         out.insert(v.name.clone(), dir);
     }

@@ -47,6 +47,8 @@ pub struct Shared {
     pub root: PathBuf,
     /// Where container logs go.
     pub log_root: PathBuf,
+    /// How seccomp profiles are chosen.
+    pub seccomp: super::security::SeccompSettings,
     /// Cluster DNS.
     pub dns: DnsSettings,
     /// CPUs of the node (resourceFieldRef without a limit).
@@ -675,8 +677,15 @@ impl Worker {
             .first()
             .and_then(|s| s.metadata.as_ref())
             .map_or(0, |m| m.attempt + 1);
-        let sandbox_config =
-            |attempt: u32| spec::sandbox(pod, attempt, &self.sh.log_root, &self.sh.dns);
+        let sandbox_config = |attempt: u32| {
+            spec::sandbox(
+                pod,
+                attempt,
+                &self.sh.log_root,
+                &self.sh.dns,
+                &self.sh.seccomp,
+            )
+        };
         let host_paths =
             match volumes::prepare(&self.sh.client, &self.sh.tokens, &self.sh.root, pod).await {
                 Ok(h) => h,
@@ -1127,6 +1136,7 @@ impl Worker {
             volumes: host_paths,
             hosts_file: Some(volumes::pod_dir(&self.sh.root, &self.uid).join("etc-hosts")),
             termination_log: Some(tlog),
+            seccomp: &self.sh.seccomp,
         };
         let cfg = match spec::container(pod, inputs) {
             Ok(c) => c,
