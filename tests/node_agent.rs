@@ -1179,6 +1179,16 @@ fn volumes_and_env_reach_the_container() {
         "sec",
         "--from-literal=password=s3cret",
     ]);
+    // A Service made before the pod: its variables reach the container, as the API server's do.
+    kubectl(&[
+        "-n",
+        &ns,
+        "create",
+        "service",
+        "clusterip",
+        "web",
+        "--tcp=80:8080",
+    ]);
     let manifest = format!(
         r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"vol","labels":{{"tier":"web"}}}},"spec":{{
           "volumes":[
@@ -1191,7 +1201,8 @@ fn volumes_and_env_reach_the_container() {
             {{"name":"main","image":"{BUSYBOX}","imagePullPolicy":"Never","command":["sh","-c","sleep 3600"],
               "env":[{{"name":"GREETING","valueFrom":{{"configMapKeyRef":{{"name":"cfg","key":"greeting"}}}}}},
                      {{"name":"POD","valueFrom":{{"fieldRef":{{"fieldPath":"metadata.name"}}}}}},
-                     {{"name":"BOTH","value":"$(GREETING)-$(POD)"}}],
+                     {{"name":"BOTH","value":"$(GREETING)-$(POD)"}},
+                     {{"name":"API","value":"$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"}}],
               "volumeMounts":[{{"name":"cfg","mountPath":"/cfg"}},{{"name":"sec","mountPath":"/sec"}},
                               {{"name":"all","mountPath":"/all"}},{{"name":"shared","mountPath":"/shared"}}]}},
             {{"name":"writer","image":"{BUSYBOX}","imagePullPolicy":"Never","command":["sh","-c","echo from-writer > /shared/f; sleep 3600"],
@@ -1209,6 +1220,23 @@ fn volumes_and_env_reach_the_container() {
     assert_eq!(exec("cat /all/greeting /all/password"), "hellos3cret");
     assert_eq!(exec("cat /all/labels"), "tier=\"web\"");
     assert_eq!(exec("echo $GREETING $POD $BOTH"), "hello vol hello-vol\n");
+    let ip = |ns: &str, name: &str| {
+        kubectl(&[
+            "-n",
+            ns,
+            "get",
+            "service",
+            name,
+            "-o",
+            "jsonpath={.spec.clusterIP}",
+        ])
+    };
+    let (api_ip, web_ip) = (ip("default", "kubernetes"), ip(&ns, "web"));
+    assert_eq!(exec("echo $API"), format!("{api_ip}:443\n"));
+    assert_eq!(
+        exec("echo $WEB_SERVICE_HOST $WEB_SERVICE_PORT $WEB_SERVICE_PORT_80_8080 $WEB_PORT"),
+        format!("{web_ip} 80 80 tcp://{web_ip}:80\n")
+    );
     wait_for(n, "the writer's file", || {
         exec("cat /shared/f 2>/dev/null || true") == "from-writer\n"
     });

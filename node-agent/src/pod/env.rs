@@ -1,6 +1,7 @@
 //! A container's environment as the kubelet builds it: `envFrom` first (ConfigMaps and Secrets, with
 //! their prefix), then `env` in order (`value` with `$(VAR)` references to earlier variables,
-//! `valueFrom` fieldRef, resourceFieldRef, configMapKeyRef, secretKeyRef).
+//! `valueFrom` fieldRef, resourceFieldRef, configMapKeyRef, secretKeyRef), then the Service variables
+//! ([`super::service_env`]) the container does not set itself.
 
 use std::collections::BTreeMap;
 
@@ -105,6 +106,7 @@ pub async fn build(
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let services = super::service_env::for_pod(client, pod).await?;
     let mut vars: BTreeMap<String, String> = BTreeMap::new();
     let mut order: Vec<String> = Vec::new();
     let mut set = |vars: &mut BTreeMap<String, String>, k: String, v: String| {
@@ -194,14 +196,20 @@ pub async fn build(
                 String::new()
             }
         } else {
-            expand(e.value.as_deref().unwrap_or(""), &vars)
+            // References reach the Service variables too; the container's own variables win.
+            let mut scope = services.clone();
+            scope.extend(vars.iter().map(|(k, v)| (k.clone(), v.clone())));
+            expand(e.value.as_deref().unwrap_or(""), &scope)
         };
         set(&mut vars, e.name.clone(), value);
     }
-    Ok(order
+    let mut out: Vec<(String, String)> = order
         .into_iter()
         .filter_map(|k| vars.get(&k).map(|v| (k.clone(), v.clone())))
-        .collect())
+        .collect();
+    // Service variables come last and never replace one the container sets.
+    out.extend(services.into_iter().filter(|(k, _)| !vars.contains_key(k)));
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ pub mod http_probe;
 pub mod probe;
 pub mod resources;
 pub mod security;
+pub mod service_env;
 pub mod spec;
 pub mod status;
 pub mod termination;
