@@ -234,6 +234,11 @@ pub(crate) async fn run(args: AgentArgs) -> Result<(), ServerError> {
             profile_root: args.root_dir.join("seccomp"),
             runtime_default: args.seccomp_default,
         },
+        log_rotation: keel_node_agent::log_rotation::RotationPolicy {
+            max_size: args.container_log_max_size,
+            max_files: args.container_log_max_files as usize,
+            interval: args.container_log_monitor_interval,
+        },
         cni_conf_dir: args.cni_conf_dir.clone(),
         image_dir: args.image_dir.clone(),
         dns: DnsSettings {

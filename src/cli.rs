@@ -312,6 +312,15 @@ pub(crate) struct AgentArgs {
     /// kubelet's `--seccomp-default`). `Localhost` profiles are read from `<root-dir>/seccomp`.
     #[arg(long)]
     pub seccomp_default: bool,
+    /// A running container's log file is rotated once this large (a quantity: 10Mi, 500Ki).
+    #[arg(long, default_value = "10Mi", value_parser = parse_byte_quantity)]
+    pub container_log_max_size: u64,
+    /// Log files kept per container, the live one included.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..))]
+    pub container_log_max_files: u32,
+    /// How often container log sizes are checked.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub container_log_monitor_interval: std::time::Duration,
     /// containerd's CNI conf_dir, where the agent writes the pod network config.
     #[arg(long, default_value = "/etc/cni/net.d")]
     pub cni_conf_dir: PathBuf,
@@ -533,6 +542,16 @@ pub(crate) struct StatusArgs {
 }
 
 /// Parses `10m`, `5s`, `250ms` or a bare number of seconds.
+/// A byte size written as a Kubernetes quantity (`10Mi`, `500Ki`, `1G`), at least 1 Ki.
+fn parse_byte_quantity(s: &str) -> Result<u64, String> {
+    let n = keel_client_kit::quantity::value(s)
+        .ok_or_else(|| format!("{s:?} is not a quantity (for example 10Mi)"))?;
+    u64::try_from(n)
+        .ok()
+        .filter(|n| *n >= 1024)
+        .ok_or_else(|| format!("{s:?}: at least 1Ki"))
+}
+
 pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let s = s.trim();
     let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use keel_testkit::agent::{AgentNode, BUSYBOX};
 use keel_testkit::keel_bin;
-use keel_testkit::kube::KubeCluster;
+use keel_testkit::kube::{Background, KubeCluster};
 use serde_json::Value;
 
 const NODE: &str = "keel-worker-0";
@@ -62,6 +62,14 @@ fn node() -> &'static std::sync::Mutex<AgentNode> {
             "--disable-kube-proxy",
             // ...and cluster DNS (port 53 on the host), tested in tests/services.rs too.
             "--disable-dns",
+            // Small logs rotate within seconds (log_rotation_keeps_the_newest_files); every other test's
+            // logs stay far below this.
+            "--container-log-max-size",
+            "32Ki",
+            "--container-log-max-files",
+            "3",
+            "--container-log-monitor-interval",
+            "1s",
         ];
         // The agent runs with its own node identity, so the Node authorizer and NodeRestriction decide
         // what it may read and write, as a kubelet's.
@@ -1863,5 +1871,113 @@ fn fs_group_and_seccomp_reach_the_container() {
         msg.contains("nope.json") && msg.contains("not found"),
         "{msg}"
     );
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// A chatty container's log is rotated by size: at most `--container-log-max-files` files are kept, and
+/// `kubectl logs -f` started before a rotation goes on with the lines written after it.
+#[test]
+fn log_rotation_keeps_the_newest_files() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("rotate");
+    // About 100 lines of 100 bytes a second: 32 Ki fills in a few seconds.
+    run_busybox(
+        &ns,
+        "chatty",
+        &[],
+        &[
+            "sh",
+            "-c",
+            "i=0; while :; do echo \"$i $(printf %090d 0)\"; i=$((i+1)); usleep 10000; done",
+        ],
+    );
+    wait_for(n, "the pod running", || running_ready(&pod(&ns, "chatty")));
+    let uid = pod(&ns, "chatty")["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let dir = lock(n)
+        .dir()
+        .join("pods-logs")
+        .join(format!("{ns}_chatty_{uid}"))
+        .join("chatty");
+    let follower = Background::start(
+        cluster(),
+        0,
+        &["-n", &ns, "logs", "-f", "chatty"],
+        "rotate-follow",
+    );
+    let files = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    let first_number = |text: &str| -> Option<u64> {
+        text.lines().next()?.split_whitespace().next()?.parse().ok()
+    };
+    // The follower is attached (it printed) to the live file of this moment; wait for a rotation after
+    // that, so the follower must move to the new file to see its lines.
+    wait_for(n, "the follower's first lines", || {
+        !follower.output().is_empty()
+    });
+    let ino = |p: &std::path::Path| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p).map(|m| m.ino()).unwrap_or(0)
+    };
+    let attached = ino(&dir.join("0.log"));
+    wait_for(n, "a rotation after the follower attached", || {
+        let now = ino(&dir.join("0.log"));
+        now != 0 && now != attached
+    });
+    let first_live = |n: &std::sync::Mutex<AgentNode>| {
+        let live = std::fs::read_to_string(dir.join("0.log")).unwrap_or_default();
+        // CRI log lines: `<time> stdout F <text>`.
+        live.lines()
+            .next()
+            .and_then(|l| l.splitn(4, ' ').nth(3))
+            .and_then(first_number)
+            .unwrap_or_else(|| fail(n, format!("no line in the live log: {live:?}")))
+    };
+    let mut after = None;
+    wait_for(n, "a line in the new live file", || {
+        after = std::fs::read_to_string(dir.join("0.log"))
+            .ok()
+            .filter(|t| t.contains('\n'))
+            .map(|_| first_live(n));
+        after.is_some()
+    });
+    let first_live = after.unwrap_or_default();
+    wait_for(n, "the follower past the rotation", || {
+        follower
+            .output()
+            .lines()
+            .any(|l| first_number(l).is_some_and(|i| i > first_live))
+    });
+    wait_for(n, "two rotated files", || files().len() == 3);
+    // More rotations never keep more than three files, and `kubectl logs` reads the live one.
+    wait_for(n, "another rotation", || {
+        files().len() == 3 && ino(&dir.join("0.log")) != attached
+    });
+    let names = files();
+    assert!(names.len() <= 3, "{names:?}");
+    assert!(
+        names
+            .iter()
+            .all(|f| f == "0.log" || f.starts_with("0.log.")),
+        "{names:?}"
+    );
+    let tail = kubectl(&["-n", &ns, "logs", "chatty", "--tail=1"]);
+    assert!(
+        first_number(&tail).is_some_and(|i| i > first_live),
+        "{tail:?}"
+    );
+    drop(follower);
     kubectl(&["delete", "namespace", &ns, "--wait=false"]);
 }

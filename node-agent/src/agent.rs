@@ -31,6 +31,8 @@ pub struct Options {
     pub log_root: PathBuf,
     /// How seccomp profiles are chosen.
     pub seccomp: crate::pod::security::SeccompSettings,
+    /// When container logs are rotated.
+    pub log_rotation: crate::log_rotation::RotationPolicy,
     /// Where the CNI conflist is written (containerd's `conf_dir`).
     pub cni_conf_dir: PathBuf,
     /// Image archives to import at start.
@@ -131,6 +133,7 @@ pub async fn run(client: Client, opts: Options) -> Result<()> {
         node.status.clone(),
     );
     let pods = crate::pod::run(shared);
+    let rotation = crate::log_rotation::run(cri.clone(), opts.log_rotation);
     let sources = crate::server::metrics::Sources {
         netprog: opts.netprog.as_ref().map(|_| Arc::default()),
         dns: opts.resolver.as_ref().map(|_| Arc::default()),
@@ -157,7 +160,7 @@ pub async fn run(client: Client, opts: Options) -> Result<()> {
         }
     };
     tokio::select! {
-        _ = async { tokio::join!(lease, status, pods) } => Ok(()),
+        _ = async { tokio::join!(lease, status, pods, rotation) } => Ok(()),
         r = api => r,
         r = netprog => r,
         r = resolver => r,

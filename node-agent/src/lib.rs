@@ -7,6 +7,7 @@
 //! - [`image`]: OCI image archives built from local files, and their import into containerd;
 //! - [`node`]: the machine's resources, registration, the node Lease, node status;
 //! - [`cni`]: the bridge + host-local network config from the node's pod CIDR;
+//! - [`log_rotation`]: container log files rotated by size, as the kubelet's log manager;
 //! - [`pod`]: the pods bound to the node, each synced against the runtime by its worker;
 //! - [`server`]: the agent's own HTTPS API on :10250 (container logs) for the API server;
 //! - [`dns`]: the node's cluster DNS resolver (Services and pods by name), in place of CoreDNS;
@@ -21,6 +22,7 @@ pub mod dns;
 pub mod error;
 pub mod hollow;
 pub mod image;
+pub mod log_rotation;
 pub mod node;
 pub mod pod;
 pub mod runtime;

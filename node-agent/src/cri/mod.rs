@@ -385,6 +385,22 @@ impl Cri {
         Ok(r.into_inner().url)
     }
 
+    /// `ReopenContainerLog`: the runtime closes the container's log file and opens its path again
+    /// (after the file was renamed by a rotation).
+    pub async fn reopen_container_log(&self, id: &str) -> Result<()> {
+        self.runtime
+            .clone()
+            .reopen_container_log(req(
+                ReopenContainerLogRequest {
+                    container_id: id.to_string(),
+                },
+                CALL_TIMEOUT,
+            ))
+            .await
+            .map(|_| ())
+            .map_err(|s| Error::cri("ReopenContainerLog", s))
+    }
+
     /// `ListContainerStats` of every container this agent made.
     pub async fn container_stats(&self) -> Result<Vec<ContainerStats>> {
         let filter = ContainerStatsFilter {

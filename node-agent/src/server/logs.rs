@@ -217,6 +217,13 @@ pub async fn stream(
                     if tx.is_closed() {
                         return;
                     }
+                    // Rotated (the path now names another file): everything of the old one was read,
+                    // so go on from the start of the new one.
+                    if let Some(next) = reopened(&path, &file).await {
+                        file = next;
+                        offset = 0;
+                        continue;
+                    }
                     tokio::time::sleep(FOLLOW_POLL).await;
                     continue;
                 }
@@ -236,6 +243,17 @@ pub async fn stream(
             }
         }
     }
+}
+
+/// The file now at `path` when it is not `open` any more (the log was rotated), opened.
+async fn reopened(path: &Path, open: &tokio::fs::File) -> Option<tokio::fs::File> {
+    use std::os::unix::fs::MetadataExt;
+    let now = tokio::fs::metadata(path).await.ok()?;
+    let was = open.metadata().await.ok()?;
+    if (now.dev(), now.ino()) == (was.dev(), was.ino()) {
+        return None;
+    }
+    tokio::fs::File::open(path).await.ok()
 }
 
 /// Sends within the byte budget; false when the stream must end.
