@@ -218,6 +218,12 @@ pub(crate) async fn run(args: AgentArgs) -> Result<(), ServerError> {
         Some(ip) => ip.clone(),
         None => local_ip_towards(&server).unwrap_or_else(|| "127.0.0.1".into()),
     };
+    if args.image_gc_low_threshold > args.image_gc_high_threshold {
+        return Err(ServerError::Config(format!(
+            "--image-gc-low-threshold {} is above --image-gc-high-threshold {}",
+            args.image_gc_low_threshold, args.image_gc_high_threshold
+        )));
+    }
     let opts = Options {
         node: NodeConfig {
             name,
@@ -238,6 +244,12 @@ pub(crate) async fn run(args: AgentArgs) -> Result<(), ServerError> {
             max_size: args.container_log_max_size,
             max_files: args.container_log_max_files as usize,
             interval: args.container_log_monitor_interval,
+        },
+        image_gc: keel_node_agent::image::gc::GcPolicy {
+            high_percent: args.image_gc_high_threshold,
+            low_percent: args.image_gc_low_threshold,
+            min_age: args.minimum_image_ttl_duration,
+            interval: args.image_gc_period,
         },
         cni_conf_dir: args.cni_conf_dir.clone(),
         image_dir: args.image_dir.clone(),

@@ -321,6 +321,18 @@ pub(crate) struct AgentArgs {
     /// How often container log sizes are checked.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub container_log_monitor_interval: std::time::Duration,
+    /// Remove unused images once the image filesystem is this full (percent; 100 never).
+    #[arg(long, default_value_t = 85, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub image_gc_high_threshold: u8,
+    /// Remove unused images down to this usage (percent).
+    #[arg(long, default_value_t = 80, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub image_gc_low_threshold: u8,
+    /// An unused image is kept at least this long.
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    pub minimum_image_ttl_duration: std::time::Duration,
+    /// How often image usage is checked.
+    #[arg(long, hide = true, default_value = "5m", value_parser = parse_duration)]
+    pub image_gc_period: std::time::Duration,
     /// containerd's CNI conf_dir, where the agent writes the pod network config.
     #[arg(long, default_value = "/etc/cni/net.d")]
     pub cni_conf_dir: PathBuf,

@@ -70,6 +70,17 @@ fn node() -> &'static std::sync::Mutex<AgentNode> {
             "3",
             "--container-log-monitor-interval",
             "1s",
+            // Image garbage collection at any usage, every second (unused_images_are_collected): only
+            // the test's own image is neither local (--image-dir) nor in use.
+            "--image-gc-high-threshold",
+            "1",
+            "--image-gc-low-threshold",
+            "0",
+            // Long enough for a freshly imported image to be taken by its pod first.
+            "--minimum-image-ttl-duration",
+            "30s",
+            "--image-gc-period",
+            "1s",
         ];
         // The agent runs with its own node identity, so the Node authorizer and NodeRestriction decide
         // what it may read and write, as a kubelet's.
@@ -1979,5 +1990,82 @@ fn log_rotation_keeps_the_newest_files() {
         "{tail:?}"
     );
     drop(follower);
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// Image garbage collection: an image a pod uses is kept; once the pod is gone it is removed, while the
+/// local images from `--image-dir` are never collected.
+#[test]
+fn unused_images_are_collected() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("imagegc");
+    const EXTRA: &str = "example.invalid/gc-me:1";
+    let socket = lock(n).containerd().socket();
+    let archive = lock(n).dir().join("gc-me.tar");
+    // busybox under another name, with its own config (so its own image ID).
+    let mut def = keel_node_agent::image::oci::busybox_def(std::path::Path::new(
+        keel_node_agent::image::oci::BUSYBOX,
+    ))
+    .unwrap_or_else(|e| fail(n, format!("busybox image: {e}")));
+    def.name = EXTRA.into();
+    def.cmd = vec!["sleep".into(), "3600".into()];
+    keel_node_agent::image::oci::write_archive(&def, &archive)
+        .unwrap_or_else(|e| fail(n, format!("writing {}: {e}", archive.display())));
+    let ctr = |args: &[&str]| {
+        let out = std::process::Command::new("ctr")
+            .arg("--address")
+            .arg(&socket)
+            .args(["-n", "k8s.io"])
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| fail(n, format!("ctr: {e}")));
+        assert!(
+            out.status.success(),
+            "ctr {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let images = || ctr(&["images", "ls", "-q"]);
+    ctr(&["images", "import", archive.to_str().unwrap_or_default()]);
+    let imported = Instant::now();
+    assert!(images().lines().any(|l| l == EXTRA), "{}", images());
+    apply(
+        &ns,
+        &format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"holder"}},"spec":{{
+              "terminationGracePeriodSeconds":0,
+              "containers":[{{"name":"c","image":"{EXTRA}","imagePullPolicy":"Never"}}]}}}}"#
+        ),
+    );
+    wait_for(n, "the holder running", || {
+        running_ready(&pod(&ns, "holder"))
+    });
+    // Collection runs every second at any usage: in use, the image outlives passes past its minimum
+    // age (30 s from the import).
+    std::thread::sleep(
+        (imported + Duration::from_secs(33)).saturating_duration_since(Instant::now()),
+    );
+    assert!(images().lines().any(|l| l == EXTRA), "{}", images());
+    kubectl(&[
+        "-n",
+        &ns,
+        "delete",
+        "pod",
+        "holder",
+        "--grace-period=0",
+        "--force",
+    ]);
+    wait_for(n, "the unused image collected", || {
+        !images().lines().any(|l| l == EXTRA)
+    });
+    let left = images();
+    for local in [BUSYBOX, "localhost/pause:3.10"] {
+        assert!(
+            left.lines().any(|l| l == local),
+            "{local} collected: {left}"
+        );
+    }
     kubectl(&["delete", "namespace", &ns, "--wait=false"]);
 }

@@ -33,6 +33,8 @@ pub struct Options {
     pub seccomp: crate::pod::security::SeccompSettings,
     /// When container logs are rotated.
     pub log_rotation: crate::log_rotation::RotationPolicy,
+    /// When unused images are removed.
+    pub image_gc: crate::image::gc::GcPolicy,
     /// Where the CNI conflist is written (containerd's `conf_dir`).
     pub cni_conf_dir: PathBuf,
     /// Image archives to import at start.
@@ -76,9 +78,15 @@ pub async fn connect(endpoint: &str) -> Result<Cri> {
 /// Runs the agent until the returned future is dropped.
 pub async fn run(client: Client, opts: Options) -> Result<()> {
     let cri = connect(&opts.cri).await?;
+    // The sandbox image and the local images can be brought back by no registry: never collected.
+    let mut protected: std::collections::HashSet<String> =
+        [crate::image::oci::PAUSE_IMAGE.to_string()].into();
     if let Some(dir) = &opts.image_dir {
         let n = crate::image::import::import_dir(&socket_path(&opts.cri), dir).await?;
         info!(archives = n, dir = %dir.display(), "image archives imported");
+        for a in crate::image::import::archives(dir)? {
+            protected.extend(crate::image::import::archive_names(&a)?);
+        }
     }
     std::fs::create_dir_all(&opts.root).map_err(|e| Error::io(&opts.root, e))?;
     std::fs::create_dir_all(&opts.log_root).map_err(|e| Error::io(&opts.log_root, e))?;
@@ -134,6 +142,7 @@ pub async fn run(client: Client, opts: Options) -> Result<()> {
     );
     let pods = crate::pod::run(shared);
     let rotation = crate::log_rotation::run(cri.clone(), opts.log_rotation);
+    let image_gc = crate::image::gc::Collector::new(cri.clone(), opts.image_gc, protected).run();
     let sources = crate::server::metrics::Sources {
         netprog: opts.netprog.as_ref().map(|_| Arc::default()),
         dns: opts.resolver.as_ref().map(|_| Arc::default()),
@@ -160,7 +169,7 @@ pub async fn run(client: Client, opts: Options) -> Result<()> {
         }
     };
     tokio::select! {
-        _ = async { tokio::join!(lease, status, pods, rotation) } => Ok(()),
+        _ = async { tokio::join!(lease, status, pods, rotation, image_gc) } => Ok(()),
         r = api => r,
         r = netprog => r,
         r = resolver => r,

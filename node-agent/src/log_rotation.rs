@@ -40,7 +40,8 @@ const STAMP: &str = "%Y%m%d-%H%M%S";
 
 /// Rotates the logs of `cri`'s running containers as `policy` says, until dropped.
 pub async fn run(cri: Cri, policy: RotationPolicy) {
-    let mut tick = tokio::time::interval(policy.interval);
+    // A zero period would make the timer panic.
+    let mut tick = tokio::time::interval(policy.interval.max(Duration::from_millis(100)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;

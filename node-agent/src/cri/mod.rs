@@ -470,6 +470,32 @@ impl Cri {
             .map_err(|s| Error::cri("ListImages", s))?;
         Ok(r.into_inner().images)
     }
+
+    /// `RemoveImage`: the image and every name of it (gone already is done).
+    pub async fn remove_image(&self, id: &str) -> Result<()> {
+        self.images
+            .clone()
+            .remove_image(req(
+                RemoveImageRequest {
+                    image: Some(image_spec(id)),
+                },
+                CALL_TIMEOUT,
+            ))
+            .await
+            .map(|_| ())
+            .or_else(|s| gone_is_done("RemoveImage", s))
+    }
+
+    /// `ImageFsInfo`: the filesystems the runtime keeps images on.
+    pub async fn image_fs_info(&self) -> Result<Vec<FilesystemUsage>> {
+        let r = self
+            .images
+            .clone()
+            .image_fs_info(req(ImageFsInfoRequest {}, CALL_TIMEOUT))
+            .await
+            .map_err(|s| Error::cri("ImageFsInfo", s))?;
+        Ok(r.into_inner().image_filesystems)
+    }
 }
 
 /// An image reference as CRI takes it.
