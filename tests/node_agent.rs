@@ -2069,3 +2069,94 @@ fn unused_images_are_collected() {
     }
     kubectl(&["delete", "namespace", &ns, "--wait=false"]);
 }
+
+/// A sidecar's probes: the app container waits for its startup probe, and its readiness is part of the
+/// pod's.
+#[test]
+fn sidecar_probes_gate_start_and_readiness() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("sideprobe");
+    apply(
+        &ns,
+        &format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: p
+spec:
+  terminationGracePeriodSeconds: 0
+  initContainers:
+  - name: side
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    restartPolicy: Always
+    command: ["sh", "-c", "sleep 4; touch /tmp/up /tmp/ready; while true; do sleep 1; done"]
+    startupProbe:
+      exec: {{command: ["test", "-f", "/tmp/up"]}}
+      periodSeconds: 1
+      failureThreshold: 60
+    readinessProbe:
+      exec: {{command: ["test", "-f", "/tmp/ready"]}}
+      periodSeconds: 1
+  containers:
+  - name: main
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    command: ["sh", "-c", "while true; do sleep 1; done"]
+"#
+        ),
+    );
+    // Until the sidecar's startup probe passes, the main container is not started.
+    let mut seen_unstarted = false;
+    wait_for(n, "the sidecar started", || {
+        let p = pod(&ns, "p");
+        let side = &p["status"]["initContainerStatuses"][0];
+        let main_running = p["status"]["containerStatuses"][0]["state"]["running"].is_object();
+        if side["state"]["running"].is_object() && side["started"] == false {
+            seen_unstarted = true;
+            assert!(
+                !main_running,
+                "main started before the sidecar's startup probe: {p}"
+            );
+        }
+        side["started"] == true
+    });
+    assert!(
+        seen_unstarted,
+        "the sidecar was never seen running and not yet started"
+    );
+    wait_for(n, "the pod ready", || running_ready(&pod(&ns, "p")));
+    // The sidecar's readiness is the pod's.
+    kubectl(&[
+        "-n",
+        &ns,
+        "exec",
+        "p",
+        "-c",
+        "side",
+        "--",
+        "rm",
+        "/tmp/ready",
+    ]);
+    wait_for(n, "the pod unready with its sidecar", || {
+        let p = pod(&ns, "p");
+        let ready = condition(&p, "Ready");
+        ready["status"] == "False"
+            && ready["message"] == "containers with unready status: [side]"
+            && p["status"]["initContainerStatuses"][0]["ready"] == false
+    });
+    kubectl(&[
+        "-n",
+        &ns,
+        "exec",
+        "p",
+        "-c",
+        "side",
+        "--",
+        "touch",
+        "/tmp/ready",
+    ]);
+    wait_for(n, "the pod ready again", || running_ready(&pod(&ns, "p")));
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}

@@ -244,9 +244,12 @@ pub fn compute(v: &PodView<'_>) -> PodStatus {
         })
     };
     let init_done = v.init.iter().all(|(n, _, c)| done(n, c));
+    // Running sidecars count for readiness as app containers do (upstream lists them first).
     let not_ready: Vec<&str> = v
-        .app
+        .init
         .iter()
+        .filter(|(n, _, _)| sidecar(n))
+        .chain(v.app.iter())
         .filter(|(_, _, c)| {
             !(c.ready
                 && c.current

@@ -783,6 +783,19 @@ impl Worker {
                 match v.current.as_ref().map(|o| o.state) {
                     Some(ObservedState::Running) => {
                         self.waiting.remove(&c.name);
+                        let Some(o) = v.current.as_ref() else {
+                            continue;
+                        };
+                        // A sidecar is probed as an app container is; a failed liveness or startup
+                        // probe restarts it.
+                        if let Some(d) = self.probe(pod, c, o, &ip).await {
+                            wake = wake.min(d);
+                        }
+                        // The next init container waits for the sidecar's startup probe.
+                        if !initialized_before && !self.probes.started(c, &o.id) {
+                            init_done = false;
+                            break;
+                        }
                         continue;
                     }
                     Some(ObservedState::Created) => {}
@@ -1280,7 +1293,20 @@ impl Worker {
         let spec = pod.spec.clone().unwrap_or_default();
         let mut init = Vec::new();
         for c in spec.init_containers.iter().flatten() {
-            let v = self.view(input, sandbox, &c.name).await;
+            let mut v = self.view(input, sandbox, &c.name).await;
+            if let Some(o) = v
+                .current
+                .as_ref()
+                .filter(|o| o.state == ObservedState::Running)
+            {
+                if c.restart_policy.as_deref() == Some("Always") {
+                    v.started = self.probes.started(c, &o.id);
+                    v.ready = self.probes.ready(c, &o.id);
+                } else {
+                    // An init container is ready once it completed, not while it runs.
+                    v.ready = false;
+                }
+            }
             init.push((c.name.clone(), c.image.clone().unwrap_or_default(), v));
         }
         let mut app = Vec::new();
@@ -1296,7 +1322,13 @@ impl Worker {
             }
             app.push((c.name.clone(), c.image.clone().unwrap_or_default(), v));
         }
-        let names: Vec<&str> = spec.containers.iter().map(|c| c.name.as_str()).collect();
+        // Sidecars keep their probe state too.
+        let names: Vec<&str> = spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .map(|c| c.name.as_str())
+            .collect();
         self.probes.retain(&names);
         (init, app)
     }
