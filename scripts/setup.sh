@@ -17,6 +17,8 @@ PACKAGES=(
     nftables                    # nft, for netprog
     iproute2                    # ip, for network namespaces in tests
     curl                        # tests/node_agent.rs calls the agent's API with chosen credentials
+    docker-registry             # a real registry (distribution) that tests/node_agent.rs pulls from with imagePullSecrets
+    apache2-utils               # htpasswd, the registry's bcrypt password file
     python3                     # the official Kubernetes Python client's test (pip-installed into a venv)
     python3-venv
 )
@@ -64,7 +66,7 @@ else
 fi
 
 # What the tests call by path or by name.
-for bin in /usr/bin/etcd /usr/bin/etcdctl protoc containerd ctr runc nft ip /bin/busybox; do
+for bin in /usr/bin/etcd /usr/bin/etcdctl protoc containerd ctr runc nft ip /bin/busybox docker-registry htpasswd; do
     command -v "$bin" >/dev/null 2>&1 || die "$bin not found although its package is installed"
 done
 [ -x /usr/lib/cni/bridge ] || die "/usr/lib/cni/bridge not found (containernetworking-plugins)"

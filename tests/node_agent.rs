@@ -2160,3 +2160,129 @@ spec:
     wait_for(n, "the pod ready again", || running_ready(&pod(&ns, "p")));
     kubectl(&["delete", "namespace", &ns, "--wait=false"]);
 }
+
+/// A real registry (distribution's `docker-registry`) on loopback behind basic auth: a pod without
+/// credentials fails to pull with the registry's refusal; a pod whose service account names a
+/// `docker-registry` Secret inherits it (ServiceAccount admission) and the agent pulls with it.
+#[test]
+fn image_pull_secrets_reach_the_registry() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("pullsecret");
+    let dir = lock(n).dir().join("registry");
+    std::fs::create_dir_all(&dir).unwrap();
+    let htpasswd = std::process::Command::new("htpasswd")
+        .args(["-Bbn", "puller", "s3cret"])
+        .output()
+        .unwrap_or_else(|e| fail(n, format!("htpasswd: {e}")));
+    assert!(htpasswd.status.success(), "htpasswd failed");
+    std::fs::write(dir.join("htpasswd"), &htpasswd.stdout).unwrap();
+    let port = keel_testkit::free_port();
+    let registry = format!("127.0.0.1:{port}");
+    std::fs::write(
+        dir.join("config.yml"),
+        format!(
+            "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {registry}\n\
+             auth:\n  htpasswd:\n    realm: keel-test\n    path: {}\n",
+            dir.join("data").display(),
+            dir.join("htpasswd").display()
+        ),
+    )
+    .unwrap();
+    let _server = keel_testkit::process::Process::start(
+        std::process::Command::new("docker-registry")
+            .arg("serve")
+            .arg(dir.join("config.yml")),
+        keel_testkit::process::Capture::Log(dir.join("registry.log")),
+        None,
+    )
+    .unwrap_or_else(|e| fail(n, format!("cannot start docker-registry: {e}")));
+    // Push busybox there through the worker's containerd, under the registry's name.
+    let socket = lock(n).containerd().socket();
+    let ctr = |args: &[&str]| {
+        let out = std::process::Command::new("ctr")
+            .arg("--address")
+            .arg(&socket)
+            .args(["-n", "k8s.io"])
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| fail(n, format!("ctr: {e}")));
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let image = format!("{registry}/keel/busybox:1");
+    let (ok, err) = ctr(&["images", "tag", BUSYBOX, &image]);
+    assert!(ok, "ctr images tag: {err}");
+    let mut pushed = (false, String::new());
+    wait_for(n, "busybox pushed to the registry", || {
+        pushed = ctr(&[
+            "images",
+            "push",
+            "--plain-http",
+            "-u",
+            "puller:s3cret",
+            &image,
+        ]);
+        pushed.0
+    });
+    let (ok, err) = ctr(&["images", "rm", &image]);
+    assert!(ok, "ctr images rm: {err}");
+
+    let manifest = |name: &str, sa: &str| {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}"}},"spec":{{
+              "serviceAccountName":"{sa}","terminationGracePeriodSeconds":0,
+              "containers":[{{"name":"c","image":"{image}","imagePullPolicy":"Always","command":["sleep","3600"]}}]}}}}"#
+        )
+    };
+    apply(&ns, &manifest("anonymous", "default"));
+    kubectl(&[
+        "-n",
+        &ns,
+        "create",
+        "secret",
+        "docker-registry",
+        "regcred",
+        &format!("--docker-server={registry}"),
+        "--docker-username=puller",
+        "--docker-password=s3cret",
+    ]);
+    kubectl(&["-n", &ns, "create", "serviceaccount", "puller"]);
+    kubectl(&[
+        "-n",
+        &ns,
+        "patch",
+        "serviceaccount",
+        "puller",
+        "-p",
+        r#"{"imagePullSecrets":[{"name":"regcred"}]}"#,
+    ]);
+    apply(&ns, &manifest("authorized", "puller"));
+    let p = pod(&ns, "authorized");
+    assert_eq!(
+        p["spec"]["imagePullSecrets"],
+        serde_json::json!([{"name": "regcred"}]),
+        "inherited from the service account: {p}"
+    );
+    wait_for(n, "the authorized pod running", || {
+        running_ready(&pod(&ns, "authorized"))
+    });
+    wait_for(n, "the anonymous pull refused", || {
+        let s = &pod(&ns, "anonymous")["status"]["containerStatuses"][0]["state"]["waiting"];
+        matches!(
+            s["reason"].as_str(),
+            Some("ErrImagePull" | "ImagePullBackOff")
+        )
+    });
+    let refused = events(&ns)
+        .into_iter()
+        .find(|e| e.contains("Failed to pull image") && e.contains("anonymous"))
+        .unwrap_or_default();
+    assert!(
+        refused.contains("401 Unauthorized") || refused.contains("authorization failed"),
+        "{refused}"
+    );
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}

@@ -438,10 +438,11 @@ impl Cri {
         Ok(r.into_inner().image)
     }
 
-    /// `PullImage`: the image's reference (`sha256:…`).
+    /// `PullImage` with `auth` (None: anonymous): the image's reference (`sha256:…`).
     pub async fn pull_image(
         &self,
         image: &str,
+        auth: Option<AuthConfig>,
         sandbox: Option<PodSandboxConfig>,
     ) -> Result<String> {
         let r = self
@@ -450,7 +451,7 @@ impl Cri {
             .pull_image(req(
                 PullImageRequest {
                     image: Some(image_spec(image)),
-                    auth: None,
+                    auth,
                     sandbox_config: sandbox,
                 },
                 PULL_TIMEOUT,

@@ -2,6 +2,7 @@
 //! Debian's `busybox-static`), [`import`] loads archives into containerd's `k8s.io` namespace, [`gc`]
 //! removes unused images when the image filesystem fills up.
 
+pub mod credentials;
 pub mod gc;
 pub mod import;
 pub mod oci;

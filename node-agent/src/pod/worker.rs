@@ -1078,12 +1078,7 @@ impl Worker {
             self.event(pod, false, "Pulling", format!("Pulling image \"{image}\""))
                 .await;
             let t = Instant::now();
-            match self
-                .sh
-                .cri
-                .pull_image(&image, Some(sandbox_cfg.clone()))
-                .await
-            {
+            match self.pull_with_secrets(pod, &image, sandbox_cfg).await {
                 Ok(_) => {
                     self.backoff.reset(&key);
                     self.event(
@@ -1211,6 +1206,46 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// Pulls `image` with each credential of the pod's `imagePullSecrets` that applies to it, in turn,
+    /// until one works (anonymously when none applies), as the kubelet does.
+    async fn pull_with_secrets(
+        &mut self,
+        pod: &Pod,
+        image: &str,
+        sandbox_cfg: &k8s_cri::v1::PodSandboxConfig,
+    ) -> crate::Result<String> {
+        let (entries, missing) = crate::image::credentials::pod_entries(&self.sh.client, pod).await;
+        if !missing.is_empty() {
+            let msg = format!(
+                "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
+                missing.join(", ")
+            );
+            self.event(pod, true, "FailedToRetrieveImagePullSecret", msg)
+                .await;
+        }
+        let creds = crate::image::credentials::for_image(image, &entries);
+        if creds.is_empty() {
+            return self
+                .sh
+                .cri
+                .pull_image(image, None, Some(sandbox_cfg.clone()))
+                .await;
+        }
+        let mut last = None;
+        for auth in creds {
+            match self
+                .sh
+                .cri
+                .pull_image(image, Some(auth), Some(sandbox_cfg.clone()))
+                .await
+            {
+                Ok(r) => return Ok(r),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| crate::Error::Config("no credential tried".into())))
     }
 
     /// Runs the running container's due probes; kills it when startup or liveness gave up on it. When

@@ -1,5 +1,6 @@
 //! The ServiceAccount admission plugin on pod create: a pod without `serviceAccountName` gets `default`,
-//! and unless the pod or its service account turns automounting off, every container gets the projected
+//! a pod naming no `imagePullSecrets` gets its service account's, and unless the pod or its service
+//! account turns automounting off, every container gets the projected
 //! `kube-api-access-<suffix>` volume (a bound token, the cluster CA and the namespace) at
 //! `/var/run/secrets/kubernetes.io/serviceaccount`, as upstream mounts it.
 //!
@@ -44,23 +45,41 @@ pub async fn admit_create(storage: &Storage, pod: &mut Value) {
             "default".to_string()
         }
     };
+    let sa = storage
+        .get(&format!("/registry/serviceaccounts/{ns}/{sa_name}"), false)
+        .await
+        .ok()
+        .flatten()
+        .map(|s| s.object);
+    // A pod that names no pull secrets gets its service account's, as upstream's plugin gives them.
+    let has_own = spec
+        .get("imagePullSecrets")
+        .and_then(Value::as_array)
+        .is_some_and(|a| !a.is_empty());
+    if !has_own {
+        let inherited: Vec<Value> = sa
+            .as_ref()
+            .and_then(|s| s.get("imagePullSecrets"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r.get("name").and_then(Value::as_str))
+            .map(|n| json!({"name": n}))
+            .collect();
+        if !inherited.is_empty() {
+            spec.insert("imagePullSecrets".into(), Value::Array(inherited));
+        }
+    }
     let automount = match spec
         .get("automountServiceAccountToken")
         .and_then(Value::as_bool)
     {
         Some(b) => b,
-        None => match storage
-            .get(&format!("/registry/serviceaccounts/{ns}/{sa_name}"), false)
-            .await
-        {
-            Ok(Some(sa)) => {
-                sa.object
-                    .get("automountServiceAccountToken")
-                    .and_then(Value::as_bool)
-                    != Some(false)
-            }
-            _ => true,
-        },
+        None => sa.as_ref().is_none_or(|sa| {
+            sa.get("automountServiceAccountToken")
+                .and_then(Value::as_bool)
+                != Some(false)
+        }),
     };
     if !automount {
         return;
