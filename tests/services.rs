@@ -993,3 +993,52 @@ fn a_load_balancer_gets_the_nodes_addresses_and_answers_on_each() {
     }
     eprintln!("LoadBalancer ingress {ingress} answered on both nodes");
 }
+
+/// A pod's `hostPort` answers on its node's address, from outside the node and from the other node,
+/// and goes away with the pod.
+#[test]
+fn a_host_port_reaches_its_pod() {
+    nodes();
+    let ns = namespace("hostport");
+    apply(&format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: hp, namespace: {ns}}}
+spec:
+  nodeName: {node}
+  terminationGracePeriodSeconds: 0
+  containers:
+  - name: web
+    image: {BUSYBOX}
+    command: ["sh", "-c", {serve}]
+    ports: [{{containerPort: 8080, hostPort: 18080}}]
+    readinessProbe: {{tcpSocket: {{port: 8080}}, periodSeconds: 1}}
+"#,
+        node = NODES[0].0,
+        serve = serde_json::to_string(SERVE).unwrap(),
+    ));
+    let a_ip = cluster().cluster().net().ip(1).to_string();
+    let url = format!("http://{a_ip}:18080/cgi-bin/who");
+    let fetch = |from_node_b: bool| {
+        if from_node_b {
+            in_node(1, &["wget", "-q", "-T", "3", "-O-", &url])
+        } else {
+            std::process::Command::new("wget")
+                .args(["-q", "-T", "3", "-O-", &url])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default()
+        }
+    };
+    wait_for("the hostPort to answer from the host", || {
+        fetch(false).contains("hp")
+    });
+    wait_for("the hostPort to answer from node b", || {
+        fetch(true).contains("hp")
+    });
+    kubectl(&["-n", &ns, "delete", "pod", "hp", "--wait=true"]);
+    wait_for("the hostPort gone with its pod", || {
+        !in_node(0, &["nft", "list", "map", "ip", "keel", "host-ports"]).contains("18080")
+    });
+}

@@ -7,10 +7,12 @@ use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
 use ipnet::Ipv4Net;
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use crate::model::{Endpoint, NodeView, PortKey, Protocol, ProxyState, ServicePort, TrafficPolicy};
+use crate::model::{
+    Endpoint, HostPort, NodeView, PortKey, Protocol, ProxyState, ServicePort, TrafficPolicy,
+};
 
 /// The label that ties an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -190,7 +192,89 @@ pub fn proxy_state<'a>(
             ports.insert(p.key.clone(), p);
         }
     }
-    ProxyState { node, ports }
+    ProxyState {
+        node,
+        ports,
+        host_ports: Vec::new(),
+    }
+}
+
+/// The `hostPort`s of the running pods bound to `node` that have an address. Two pods asking for the
+/// same port get it in creation order (the scheduler keeps them apart; a pod forced onto the node
+/// does not take a port from one already holding it).
+pub fn host_ports<'a>(node: &str, pods: impl IntoIterator<Item = &'a Pod>) -> Vec<HostPort> {
+    let mut mine: Vec<&Pod> = pods
+        .into_iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .filter(|p| {
+            !matches!(
+                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            ) && p.metadata.deletion_timestamp.is_none()
+        })
+        .collect();
+    mine.sort_by(|a, b| {
+        a.metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0)
+            .cmp(&b.metadata.creation_timestamp.as_ref().map(|t| t.0))
+    });
+    let mut taken = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for p in mine {
+        let Some(pod_ip) = p
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.as_deref())
+            .and_then(|ip| ip.parse::<Ipv4Addr>().ok())
+        else {
+            continue;
+        };
+        let spec = p.spec.as_ref();
+        if spec.and_then(|s| s.host_network) == Some(true) {
+            continue;
+        }
+        let key = format!(
+            "{}/{}",
+            p.metadata.namespace.as_deref().unwrap_or_default(),
+            p.metadata.name.as_deref().unwrap_or_default()
+        );
+        for c in spec.map(|s| s.containers.as_slice()).unwrap_or(&[]) {
+            for cp in c.ports.iter().flatten() {
+                let Some(host_port) = cp
+                    .host_port
+                    .and_then(|h| u16::try_from(h).ok())
+                    .filter(|h| *h > 0)
+                else {
+                    continue;
+                };
+                let Ok(container_port) = u16::try_from(cp.container_port) else {
+                    continue;
+                };
+                let Some(protocol) = Protocol::parse(cp.protocol.as_deref()) else {
+                    continue;
+                };
+                let host_ip = cp
+                    .host_ip
+                    .as_deref()
+                    .and_then(|ip| ip.parse::<Ipv4Addr>().ok())
+                    .filter(|ip| !ip.is_unspecified());
+                if !taken.insert((protocol, host_port)) {
+                    continue;
+                }
+                out.push(HostPort {
+                    pod: key.clone(),
+                    protocol,
+                    host_ip,
+                    host_port,
+                    pod_ip,
+                    container_port,
+                });
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -263,5 +347,89 @@ mod tests {
             "spec": {"clusterIP": "None", "ports": [{"port": 80}]}}));
         assert!(service_ports(&ext, &[]).is_empty());
         assert!(service_ports(&headless, &[]).is_empty());
+    }
+
+    #[test]
+    fn host_ports_of_this_nodes_live_pods_first_come_first_served() {
+        let pod = |name: &str,
+                   node: &str,
+                   ip: Option<&str>,
+                   phase: &str,
+                   created: &str,
+                   ports: serde_json::Value| {
+            serde_json::from_value::<Pod>(json!({
+                "metadata": {"name": name, "namespace": "ns", "creationTimestamp": created},
+                "spec": {"nodeName": node, "containers": [{"name": "c", "ports": ports}]},
+                "status": {"phase": phase, "podIP": ip}
+            }))
+            .unwrap()
+        };
+        let web = json!([{"containerPort": 8080, "hostPort": 18080},
+                         {"containerPort": 53, "hostPort": 1053, "protocol": "UDP", "hostIP": "192.0.2.7"},
+                         {"containerPort": 9000}]);
+        let pods = [
+            pod(
+                "second",
+                "a",
+                Some("10.42.0.6"),
+                "Running",
+                "2026-01-02T00:00:00Z",
+                json!([{"containerPort": 80, "hostPort": 18080}]),
+            ),
+            pod(
+                "web",
+                "a",
+                Some("10.42.0.5"),
+                "Running",
+                "2026-01-01T00:00:00Z",
+                web,
+            ),
+            pod(
+                "elsewhere",
+                "b",
+                Some("10.42.1.5"),
+                "Running",
+                "2026-01-01T00:00:00Z",
+                json!([{"containerPort": 80, "hostPort": 80}]),
+            ),
+            pod(
+                "done",
+                "a",
+                Some("10.42.0.7"),
+                "Succeeded",
+                "2026-01-01T00:00:00Z",
+                json!([{"containerPort": 80, "hostPort": 81}]),
+            ),
+            pod(
+                "no-ip",
+                "a",
+                None,
+                "Pending",
+                "2026-01-01T00:00:00Z",
+                json!([{"containerPort": 80, "hostPort": 82}]),
+            ),
+        ];
+        let hp = host_ports("a", pods.iter());
+        assert_eq!(
+            hp,
+            [
+                HostPort {
+                    pod: "ns/web".into(),
+                    protocol: Protocol::Tcp,
+                    host_ip: None,
+                    host_port: 18080,
+                    pod_ip: "10.42.0.5".parse().unwrap(),
+                    container_port: 8080,
+                },
+                HostPort {
+                    pod: "ns/web".into(),
+                    protocol: Protocol::Udp,
+                    host_ip: Some("192.0.2.7".parse().unwrap()),
+                    host_port: 1053,
+                    pod_ip: "10.42.0.5".parse().unwrap(),
+                    container_port: 53,
+                },
+            ]
+        );
     }
 }

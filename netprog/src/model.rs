@@ -161,6 +161,23 @@ pub struct NodeView {
     pub cluster_cidr: Ipv4Net,
 }
 
+/// A container port published on the node (`hostPort`), as the CNI portmap plugin publishes it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct HostPort {
+    /// The pod, `namespace/name`.
+    pub pod: String,
+    /// TCP, UDP or SCTP.
+    pub protocol: Protocol,
+    /// Only traffic to this node address (`hostIP`); None for any of the node's addresses.
+    pub host_ip: Option<Ipv4Addr>,
+    /// The node's port.
+    pub host_port: u16,
+    /// The pod's address.
+    pub pod_ip: Ipv4Addr,
+    /// The container's port.
+    pub container_port: u16,
+}
+
 /// Everything the table is rendered from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProxyState {
@@ -168,6 +185,8 @@ pub struct ProxyState {
     pub node: NodeView,
     /// Every Service port, by key.
     pub ports: BTreeMap<PortKey, ServicePort>,
+    /// The `hostPort`s of this node's pods.
+    pub host_ports: Vec<HostPort>,
 }
 
 #[cfg(test)]

@@ -69,6 +69,11 @@ pub fn affinity_set(key: &PortKey, ip: Ipv4Addr, port: u16) -> String {
     name("affinity", &endpoint_rest(key, ip, port))
 }
 
+/// The chain that DNATs a pod's `hostPort` to the pod (`namespace/pod/protocol/port`).
+pub fn host_port_chain(pod: &str, protocol: crate::model::Protocol, port: u16) -> String {
+    name("hostport", &format!("{pod}/{protocol}/{port}"))
+}
+
 /// Whether `name` is a per-service chain or set (one netprog made and may delete).
 pub fn is_per_service(name: &str) -> bool {
     name.contains('/')

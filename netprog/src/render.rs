@@ -14,7 +14,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use crate::model::{Endpoint, ProxyState, ServicePort, TrafficPolicy};
+use crate::model::{Endpoint, HostPort, ProxyState, ServicePort, TrafficPolicy};
 use crate::names;
 use crate::policy::{self, PodRules};
 
@@ -68,6 +68,8 @@ const MAPS: &[(&str, &str)] = &[
         "ipv4_addr . inet_proto . inet_service",
     ),
     ("no-endpoint-nodeports", "inet_proto . inet_service"),
+    ("host-ports", "inet_proto . inet_service"),
+    ("host-ip-ports", "ipv4_addr . inet_proto . inet_service"),
     ("policy-ingress", "ipv4_addr"),
     ("policy-egress", "ipv4_addr"),
 ];
@@ -103,6 +105,8 @@ struct Parts {
     nodeports: Vec<String>,
     noep_services: Vec<String>,
     noep_nodeports: Vec<String>,
+    host_ports: Vec<String>,
+    host_ip_ports: Vec<String>,
     policy_ingress: Vec<String>,
     policy_egress: Vec<String>,
     /// (name, rules).
@@ -122,6 +126,9 @@ pub fn render_with_policy(state: &ProxyState, policy: &[PodRules], existing: &Ex
     let mut parts = Parts::default();
     for port in state.ports.values() {
         service_port(state, port, &mut parts);
+    }
+    for hp in &state.host_ports {
+        host_port(hp, &mut parts);
     }
     for pod in policy {
         for (direction, allows, field, map) in [
@@ -160,6 +167,10 @@ pub fn render_with_policy(state: &ProxyState, policy: &[PodRules], existing: &Ex
             "services",
             vec![
                 "ip daddr . meta l4proto . th dport vmap @service-ips".into(),
+                // Pods' hostPorts, before NodePorts: to a named node address, or to any of them
+                // (loopback excepted, as for NodePorts: it is not routed to pods).
+                "fib daddr type local ip daddr . meta l4proto . th dport vmap @host-ip-ports".into(),
+                "fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @host-ports".into(),
                 "fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @service-nodeports".into(),
             ],
         ),
@@ -192,6 +203,8 @@ pub fn render_with_policy(state: &ProxyState, policy: &[PodRules], existing: &Ex
         ("service-nodeports", &parts.nodeports),
         ("no-endpoint-services", &parts.noep_services),
         ("no-endpoint-nodeports", &parts.noep_nodeports),
+        ("host-ports", &parts.host_ports),
+        ("host-ip-ports", &parts.host_ip_ports),
         ("policy-ingress", &parts.policy_ingress),
         ("policy-egress", &parts.policy_egress),
     ] {
@@ -276,6 +289,29 @@ fn base_rules(name: &str, cluster: &str) -> Vec<String> {
         ],
         _ => vec![],
     }
+}
+
+/// A pod's `hostPort`: its map element and the chain that DNATs to the pod. A pod reaching its own
+/// hostPort (hairpin) is masqueraded, so the reply comes back through the node.
+fn host_port(hp: &HostPort, parts: &mut Parts) {
+    let proto = hp.protocol.nft();
+    let chain = names::host_port_chain(&hp.pod, hp.protocol, hp.host_port);
+    match hp.host_ip {
+        Some(ip) => parts
+            .host_ip_ports
+            .push(format!("{ip} . {proto} . {} : goto {chain}", hp.host_port)),
+        None => parts
+            .host_ports
+            .push(format!("{proto} . {} : goto {chain}", hp.host_port)),
+    }
+    let rules = vec![
+        format!("ip saddr {} jump mark-for-masquerade", hp.pod_ip),
+        format!(
+            "meta l4proto {proto} dnat to {}:{}",
+            hp.pod_ip, hp.container_port
+        ),
+    ];
+    parts.chains.push((chain, rules));
 }
 
 /// The rules that spread a new connection over `eps`: the affinity checks first (when on), then a
@@ -464,6 +500,7 @@ mod tests {
 
     fn state(ports: Vec<ServicePort>) -> ProxyState {
         ProxyState {
+            host_ports: Vec::new(),
             node: NodeView {
                 name: "a".into(),
                 addresses: vec![Ipv4Addr::new(198, 18, 0, 11)],
@@ -579,5 +616,44 @@ mod tests {
             .text
             .contains("delete set ip keel affinity-OLD-default/gone/tcp/http__10.42.0.9/80"));
         assert_eq!(again.text.matches("delete ").count(), 2);
+    }
+
+    #[test]
+    fn host_ports_dnat_to_the_pod() {
+        let mut s = state(vec![]);
+        s.host_ports = vec![
+            HostPort {
+                pod: "ns/web".into(),
+                protocol: Protocol::Tcp,
+                host_ip: None,
+                host_port: 18080,
+                pod_ip: Ipv4Addr::new(10, 42, 0, 5),
+                container_port: 8080,
+            },
+            HostPort {
+                pod: "ns/dns".into(),
+                protocol: Protocol::Udp,
+                host_ip: Some(Ipv4Addr::new(192, 0, 2, 7)),
+                host_port: 1053,
+                pod_ip: Ipv4Addr::new(10, 42, 0, 6),
+                container_port: 53,
+            },
+        ];
+        let r = render(&s, &Existing::default());
+        let web = names::host_port_chain("ns/web", Protocol::Tcp, 18080);
+        assert!(
+            r.text.contains(&format!("tcp . 18080 : goto {web}")),
+            "{}",
+            r.text
+        );
+        assert!(r.text.contains("meta l4proto tcp dnat to 10.42.0.5:8080"));
+        assert!(r
+            .text
+            .contains("ip saddr 10.42.0.5 jump mark-for-masquerade"));
+        let dns = names::host_port_chain("ns/dns", Protocol::Udp, 1053);
+        assert!(r
+            .text
+            .contains(&format!("192.0.2.7 . udp . 1053 : goto {dns}")));
+        assert!(r.chains.contains(&web) && names::is_per_service(&web));
     }
 }

@@ -1,4 +1,5 @@
-//! The loop: one reflector each for Services, EndpointSlices, Nodes, and (for NetworkPolicy) Pods,
+//! The loop: one reflector each for Services, EndpointSlices, Nodes, and (for hostPorts and
+//! NetworkPolicy) Pods,
 //! Namespaces and NetworkPolicies; every change wakes the loop,
 //! which waits a moment for the rest of a burst, renders the whole table and applies it in one
 //! transaction when the text differs from what is in force. Nothing is written until all the
@@ -194,11 +195,13 @@ pub async fn run(client: Client, opts: Options, stats: Arc<Stats>) -> Result<()>
             let node = build::node_view(&opts.node, me.as_deref(), opts.cluster_cidr);
             let all_services = services.state();
             let all_slices = slices.state();
-            let state = build::proxy_state(
+            let mut state = build::proxy_state(
                 node,
                 all_services.iter().map(|s| s.as_ref()),
                 all_slices.iter().map(|s| s.as_ref()),
             );
+            state.host_ports =
+                build::host_ports(&opts.node, pods.state().iter().map(|p| p.as_ref()));
             let all_pods: Vec<PolicyPod> = pods
                 .state()
                 .iter()

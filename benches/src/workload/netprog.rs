@@ -171,6 +171,7 @@ fn state(n: usize) -> Result<ProxyState> {
             cluster_cidr,
         },
         ports,
+        host_ports: Vec::new(),
     })
 }
 
