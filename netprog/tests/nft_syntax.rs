@@ -10,7 +10,7 @@ use std::net::Ipv4Addr;
 use std::process::Command;
 
 use keel_netprog::model::{
-    Endpoint, NodeView, PortKey, Protocol, ProxyState, ServicePort, TrafficPolicy,
+    Endpoint, HostPort, NodeView, PortKey, Protocol, ProxyState, ServicePort, TrafficPolicy,
 };
 use keel_netprog::render::{self, Existing};
 
@@ -55,6 +55,7 @@ fn state(ports: Vec<ServicePort>) -> ProxyState {
             .into_iter()
             .map(|p| (p.key.clone(), p))
             .collect::<BTreeMap<_, _>>(),
+        host_ports: Vec::new(),
     }
 }
 
@@ -90,6 +91,24 @@ fn full() -> ProxyState {
         .into_iter()
         .map(|p| (p.key.clone(), p))
         .collect(),
+        host_ports: vec![
+            HostPort {
+                pod: "default/hp".into(),
+                protocol: Protocol::Tcp,
+                host_ip: None,
+                host_port: 18080,
+                pod_ip: Ipv4Addr::new(10, 42, 0, 9),
+                container_port: 8080,
+            },
+            HostPort {
+                pod: "default/hp".into(),
+                protocol: Protocol::Udp,
+                host_ip: Some(Ipv4Addr::new(198, 18, 0, 11)),
+                host_port: 1053,
+                pod_ip: Ipv4Addr::new(10, 42, 0, 9),
+                container_port: 53,
+            },
+        ],
         ..state(vec![])
     }
 }
