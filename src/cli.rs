@@ -71,6 +71,19 @@ pub(crate) struct ServerArgs {
     /// Require clients on `https://` client URLs to present a certificate signed by `--trusted-ca-file`.
     #[arg(long)]
     pub client_cert_auth: bool,
+    /// Certificate (PEM) this member serves on `https://` peer URLs and presents as client certificate
+    /// when it dials `https://` peers (etcd's `--peer-cert-file`; issue it for serverAuth and clientAuth).
+    #[arg(long)]
+    pub peer_cert_file: Option<PathBuf>,
+    /// Private key (PEM) of `--peer-cert-file`.
+    #[arg(long)]
+    pub peer_key_file: Option<PathBuf>,
+    /// CA (PEM) that signs the other members' peer certificates: peers are verified against it.
+    #[arg(long)]
+    pub peer_trusted_ca_file: Option<PathBuf>,
+    /// Refuse peers on `https://` peer URLs that show no certificate signed by `--peer-trusted-ca-file`.
+    #[arg(long)]
+    pub peer_client_cert_auth: bool,
     /// Comma-separated URLs to listen on for peer traffic.
     #[arg(long, default_value = "http://127.0.0.1:2380", value_delimiter = ',')]
     pub listen_peer_urls: Vec<String>,

@@ -59,6 +59,51 @@ fn client_tls(a: &ServerArgs) -> Result<Option<std::sync::Arc<rustls::ServerConf
         .map_err(|e| ServerError::Config(format!("client TLS: {e}")))
 }
 
+/// Peer TLS from etcd's peer TLS flags (`None` when no certificate is given).
+fn peer_tls(a: &ServerArgs) -> Result<Option<keel_raft::tls::TlsPem>, ServerError> {
+    let files = keel_raft::tls::TlsFiles {
+        cert: a.peer_cert_file.clone(),
+        key: a.peer_key_file.clone(),
+        trusted_ca: a.peer_trusted_ca_file.clone(),
+        client_cert_auth: a.peer_client_cert_auth,
+    };
+    if files.cert.is_some() != files.key.is_some() {
+        return Err(ServerError::Config(
+            "--peer-cert-file and --peer-key-file go together".into(),
+        ));
+    }
+    if files.cert.is_none() && (files.trusted_ca.is_some() || files.client_cert_auth) {
+        return Err(ServerError::Config(
+            "--peer-trusted-ca-file and --peer-client-cert-auth need --peer-cert-file and --peer-key-file".into(),
+        ));
+    }
+    let pem = files
+        .load()
+        .map_err(|e| ServerError::Config(format!("peer TLS: {e}")))?;
+    if pem.is_none() {
+        if let Some(u) = a
+            .listen_peer_urls
+            .iter()
+            .chain(&a.initial_advertise_peer_urls)
+            .find(|u| u.starts_with("https://"))
+        {
+            return Err(ServerError::Config(format!(
+                "peer URL {u}: https needs --peer-cert-file and --peer-key-file"
+            )));
+        }
+    }
+    if let Some(p) = &pem {
+        // Fail at start, with the flag names, rather than at the first peer connection.
+        p.server_config()
+            .map_err(|e| ServerError::Config(format!("peer TLS: {e}")))?;
+        if p.trusted_ca.is_some() {
+            p.client_config()
+                .map_err(|e| ServerError::Config(format!("peer TLS: {e}")))?;
+        }
+    }
+    Ok(pem)
+}
+
 /// The port the Kubernetes API listens on unless `--kube-listen` says otherwise.
 pub(crate) const DEFAULT_KUBE_PORT: u16 = 6443;
 
@@ -160,6 +205,7 @@ pub(crate) fn node_config(a: &ServerArgs) -> Result<NodeConfig, ServerError> {
         ..StoreOptions::default()
     };
     cfg.listen_peer_urls = a.listen_peer_urls.clone();
+    cfg.peer_tls = peer_tls(a)?;
     cfg.cluster_token = a.initial_cluster_token.clone();
     cfg.cluster_state = if a.initial_cluster_state == "existing" {
         ClusterState::Existing

@@ -55,9 +55,12 @@ pub fn cluster_id(token: &str) -> u64 {
     fnv64(&["keel-cluster-id", token])
 }
 
-/// True for `http://host:port` with a numeric port.
+/// True for `http://host:port` or `https://host:port` with a numeric port.
 pub(crate) fn valid_peer_url(u: &str) -> bool {
-    let Some(rest) = u.strip_prefix("http://") else {
+    let Some(rest) = u
+        .strip_prefix("http://")
+        .or_else(|| u.strip_prefix("https://"))
+    else {
         return false;
     };
     let rest = rest.trim_end_matches('/');

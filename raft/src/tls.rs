@@ -3,14 +3,22 @@
 //! certificates in memory (e.g. ones generated from the cluster CA) need no files.
 
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::server::{Connected, TcpConnectInfo};
+use tonic::transport::{Channel, Endpoint};
 
 /// Why TLS settings cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -177,6 +185,152 @@ impl TlsPem {
         config.alpn_protocols = vec![b"h2".to_vec()];
         Ok(Arc::new(config))
     }
+}
+
+/// A tonic channel that dials `endpoint`'s host over TCP, then TLS with `config` (which verifies the
+/// server and presents this side's client certificate), connecting lazily as
+/// [`Endpoint::connect_lazy`] does. The endpoint's connect timeout bounds TCP and handshake together;
+/// its HTTP/2 settings (keep-alive, windows) apply unchanged.
+///
+/// The endpoint should carry an `http://` URI: the TLS is done here, so tonic must not look for a TLS
+/// setup of its own (with one of its TLS features on, an `https://` URI without it fails).
+pub fn lazy_tls_channel(endpoint: &Endpoint, config: Arc<ClientConfig>) -> Channel {
+    let connector = tower::service_fn(move |uri: tonic::codegen::http::Uri| {
+        let config = config.clone();
+        async move {
+            let bad = |what: &str| {
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{uri}: {what}"))
+            };
+            let host = uri.host().ok_or_else(|| bad("no host"))?;
+            // An IPv6 literal comes bracketed.
+            let host = host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string();
+            let port = uri.port_u16().ok_or_else(|| bad("no port"))?;
+            let name = ServerName::try_from(host.clone()).map_err(|e| bad(&e.to_string()))?;
+            let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+            // Raft messages are small and latency-bound.
+            tcp.set_nodelay(true)?;
+            let tls = tokio_rustls::TlsConnector::from(config)
+                .connect(name, tcp)
+                .await
+                .inspect_err(|e| {
+                    // A certificate the peer CA did not sign, or a peer refusing ours: say so
+                    // here, where the reason is known (the caller only sees "unreachable").
+                    tracing::warn!(peer = %format!("{host}:{port}"), error = %e, "TLS handshake with peer failed");
+                })?;
+            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tls))
+        }
+    });
+    endpoint.connect_with_connector_lazy(connector)
+}
+
+/// Turns `https://host:port` into `http://host:port` (the scheme [`lazy_tls_channel`] wants) and
+/// says whether it was TLS.
+pub fn split_tls_scheme(url: &str) -> (String, bool) {
+    match url.strip_prefix("https://") {
+        Some(rest) => (format!("http://{rest}"), true),
+        None => (url.to_string(), false),
+    }
+}
+
+/// How long a caller gets to finish its TLS handshake on a server port.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A server-side TLS connection, with the TCP peer address for tonic.
+pub struct TlsConn(tokio_rustls::server::TlsStream<TcpStream>);
+
+impl TlsConn {
+    /// The certificates the other side presented (leaf first), if any.
+    pub fn peer_certificates(&self) -> Option<&[CertificateDer<'static>]> {
+        self.0.get_ref().1.peer_certificates()
+    }
+}
+
+impl Connected for TlsConn {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        self.0.get_ref().0.connect_info()
+    }
+}
+
+impl AsyncRead for TlsConn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TlsConn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+/// Accepts TLS connections on `listener` for tonic's `serve_with_incoming`: each handshake runs in
+/// its own task so a slow or failing caller never holds up the others, and a failed handshake is
+/// logged (naming `what`, e.g. "peer") and dropped, since an error item would stop tonic's server.
+pub fn tls_incoming(
+    listener: TcpListener,
+    config: Arc<ServerConfig>,
+    what: &'static str,
+) -> ReceiverStream<std::io::Result<TlsConn>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                r = listener.accept() => r,
+                // The server stopped and dropped the stream.
+                _ = tx.closed() => return,
+            };
+            let (conn, from) = match accepted {
+                Ok(c) => c,
+                Err(e) => {
+                    // Out of descriptors and the like: back off instead of spinning.
+                    tracing::debug!(error = %e, "accept on the TLS {what} port");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = conn.set_nodelay(true);
+            let acceptor = acceptor.clone();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(conn)).await {
+                    Ok(Ok(tls)) => {
+                        let _ = tx.send(Ok(TlsConn(tls))).await;
+                    }
+                    Ok(Err(e)) => tracing::warn!(
+                        from = %from,
+                        error = %e,
+                        "TLS handshake on the {what} port failed; connection refused"
+                    ),
+                    Err(_) => {
+                        tracing::debug!(from = %from, "TLS handshake on the {what} port timed out")
+                    }
+                }
+            });
+        }
+    });
+    ReceiverStream::new(rx)
 }
 
 #[cfg(test)]
