@@ -29,21 +29,40 @@ pub(crate) async fn run(a: CertificateArgs) -> Result<(), ServerError> {
     let pki = a.data_dir.join("pki");
     match a.command {
         CertificateCommand::Check => {
-            let mut files: Vec<_> = std::fs::read_dir(&pki)
-                .map_err(|e| err(format!("{}: {e}", pki.display())))?
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|x| x == "crt"))
-                .collect();
-            files.sort();
-            for f in files {
+            let crts = |dir: &std::path::Path| -> Vec<std::path::PathBuf> {
+                let mut files: Vec<_> = std::fs::read_dir(dir)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "crt"))
+                    .collect();
+                files.sort();
+                files
+            };
+            let tls = a.data_dir.join(keel_kube_api::pki::MEMBER_TLS_DIR);
+            if !pki.exists() && !tls.exists() {
+                return Err(err(format!(
+                    "{}: no pki/ or tls/ directory",
+                    a.data_dir.display()
+                )));
+            }
+            // pki/: the Kubernetes side; tls/: peer TLS and the etcd client port.
+            for (prefix, f) in crts(&pki)
+                .into_iter()
+                .map(|f| ("", f))
+                .chain(crts(&tls).into_iter().map(|f| ("tls/", f)))
+            {
                 let pem = std::fs::read_to_string(&f)
                     .map_err(|e| err(format!("{}: {e}", f.display())))?;
                 println!(
                     "{:<28}{}",
-                    f.file_name()
-                        .map(|n| n.to_string_lossy().into_owned())
-                        .unwrap_or_default(),
+                    format!(
+                        "{prefix}{}",
+                        f.file_name()
+                            .map(|n| n.to_string_lossy().into_owned())
+                            .unwrap_or_default()
+                    ),
                     describe(not_after(&pem))
                 );
             }

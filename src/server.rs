@@ -162,6 +162,7 @@ pub(crate) fn kube_options(
         compaction_interval: a.kube_compaction_interval,
         event_ttl: a.event_ttl,
         leaf_cert_days: a.leaf_cert_days,
+        initial_pki: None,
     }))
 }
 
@@ -286,9 +287,15 @@ async fn prepare_join(args: &mut ServerArgs) -> Result<bool, ServerError> {
     } else {
         args.initial_advertise_peer_urls.clone()
     };
-    let (answer, _) = crate::join::join_server(&url, &token, &args.name, &peer_urls)
-        .await
-        .map_err(|e| ServerError::Config(e.to_string()))?;
+    let (answer, _) = crate::join::join_server(
+        &url,
+        &token,
+        &args.name,
+        &peer_urls,
+        &args.advertise_client_urls,
+    )
+    .await
+    .map_err(|e| ServerError::Config(e.to_string()))?;
     info!(member = %answer.member_id, initial_cluster = %answer.initial_cluster, "joined the cluster; starting as an existing member");
     args.initial_cluster = answer.initial_cluster;
     args.initial_cluster_state = "existing".into();
@@ -296,6 +303,16 @@ async fn prepare_join(args: &mut ServerArgs) -> Result<bool, ServerError> {
     let created = !args.data_dir.exists();
     crate::join::write_private(&kept, answer.cluster_token.as_bytes())
         .map_err(|e| ServerError::Config(e.to_string()))?;
+    if let Some(tls) = &answer.tls {
+        // Signed by the cluster for this member: its peer TLS works before it has read anything.
+        let dir = args.data_dir.join(keel_kube_api::pki::MEMBER_TLS_DIR);
+        if let Err(e) = tls.write(&dir) {
+            if created {
+                let _ = std::fs::remove_dir_all(&args.data_dir);
+            }
+            return Err(ServerError::Config(format!("writing the join's certificates: {e}")));
+        }
+    }
     Ok(created)
 }
 
@@ -366,13 +383,179 @@ fn write_client_urls(dir: &std::path::Path, urls: &[String]) {
     }
 }
 
+/// A member made with `--init` or `--join` (or one that kept their TLS files): TLS by default.
+fn tls_by_default(a: &ServerArgs) -> bool {
+    a.init || a.join.is_some() || member_tls_file(a, "peer.crt").exists()
+}
+
+fn member_tls_file(a: &ServerArgs, name: &str) -> std::path::PathBuf {
+    a.data_dir
+        .join(keel_kube_api::pki::MEMBER_TLS_DIR)
+        .join(name)
+}
+
+/// The URLs a member gets when its flags name none: etcd's, with `https://` for a member made with
+/// `--init` or `--join` (an explicit `http://` URL stays plaintext, as in etcd).
+fn default_urls(a: &mut ServerArgs) {
+    let scheme = if tls_by_default(a) { "https" } else { "http" };
+    if a.listen_client_urls.is_empty() {
+        a.listen_client_urls = vec![format!("{scheme}://127.0.0.1:2379")];
+    }
+    if a.advertise_client_urls.is_empty() {
+        a.advertise_client_urls = vec![format!("{scheme}://127.0.0.1:2379")];
+    }
+    if a.listen_peer_urls.is_empty() {
+        a.listen_peer_urls = vec![format!("{scheme}://127.0.0.1:2380")];
+    }
+}
+
+/// Days before their end that a member's peer and etcd certificates are renewed at its start.
+const MEMBER_TLS_RENEW_DAYS: i64 = 90;
+
+/// The file `--init` keeps the cluster PKI in from before the member starts until the store holds it.
+const INIT_PKI_FILE: &str = "init-pki.json";
+
+/// For a member made with `--init` or `--join`: makes sure `<data-dir>/tls/` holds its peer and etcd
+/// certificates (the first `--init` makes the cluster CA for them; later starts renew them from
+/// `pki/ca.key` when they near their end), and makes them the default of the TLS flags the user did not
+/// give. Returns the PKI `--init` made, for the Kubernetes API to store.
+fn prepare_member_tls(
+    a: &mut ServerArgs,
+) -> Result<Option<keel_kube_api::pki::ClusterPki>, ServerError> {
+    use keel_kube_api::pki::{url_host, ClusterPki};
+    if !tls_by_default(a) {
+        return Ok(None);
+    }
+    let cfg = |e: &dyn std::fmt::Display| ServerError::Config(format!("member TLS: {e}"));
+    let dir = a.data_dir.join(keel_kube_api::pki::MEMBER_TLS_DIR);
+    let mut initial = None;
+    if a.init {
+        let path = dir.join(INIT_PKI_FILE);
+        match std::fs::read(&path) {
+            Ok(bytes) => initial = Some(serde_json::from_slice(&bytes).map_err(|e| cfg(&e))?),
+            Err(_)
+                if !a.data_dir.join("member").exists()
+                    && !a.data_dir.join("pki/ca.key").exists() =>
+            {
+                // A new cluster: its CA is made now, since the peer certificates come from it.
+                let pki = ClusterPki::generate().map_err(|e| cfg(&e))?;
+                let json = serde_json::to_vec(&pki).map_err(|e| cfg(&e))?;
+                crate::join::write_private(&path, &json).map_err(|e| cfg(&e))?;
+                initial = Some(pki);
+            }
+            Err(_) => {}
+        }
+    }
+    let peer_crt = member_tls_file(a, "peer.crt");
+    let ends_soon = match std::fs::read_to_string(&peer_crt) {
+        Ok(pem) => keel_kube_api::certs::not_after(&pem).is_none_or(|t| {
+            t - jiff::Timestamp::now().as_second() < MEMBER_TLS_RENEW_DAYS * 86_400
+        }),
+        Err(_) => true,
+    };
+    if ends_soon {
+        let ca = match &initial {
+            Some(p) => Some(p.clone()),
+            None => {
+                let read = |f: &str| std::fs::read_to_string(a.data_dir.join("pki").join(f)).ok();
+                match (read("ca.crt"), read("ca.key")) {
+                    (Some(ca_cert), Some(ca_key)) => Some(ClusterPki {
+                        ca_cert,
+                        ca_key,
+                        admin_cert: String::new(),
+                        admin_key: String::new(),
+                        admin_token: String::new(),
+                    }),
+                    _ => None,
+                }
+            }
+        };
+        if let Some(ca) = ca {
+            let hosts = |urls: &[&Vec<String>]| -> Vec<String> {
+                urls.iter()
+                    .flat_map(|u| u.iter())
+                    .filter_map(|u| url_host(u))
+                    .collect()
+            };
+            let tls = ca
+                .member_tls(
+                    &hosts(&[&a.listen_peer_urls, &a.initial_advertise_peer_urls]),
+                    &hosts(&[&a.listen_client_urls, &a.advertise_client_urls]),
+                    a.leaf_cert_days,
+                )
+                .map_err(|e| cfg(&e))?;
+            tls.write(&dir).map_err(|e| cfg(&e))?;
+            info!(dir = %dir.display(), "peer and etcd certificates written");
+        }
+    }
+    if peer_crt.exists() {
+        let dir = dir.clone();
+        let f = |n: &str| Some(dir.join(n));
+        if a.peer_cert_file.is_none()
+            && a.peer_key_file.is_none()
+            && a.peer_trusted_ca_file.is_none()
+        {
+            a.peer_cert_file = f("peer.crt");
+            a.peer_key_file = f("peer.key");
+            a.peer_trusted_ca_file = f("ca.crt");
+            a.peer_client_cert_auth = true;
+        }
+        if a.cert_file.is_none() && a.key_file.is_none() && a.trusted_ca_file.is_none() {
+            a.cert_file = f("etcd-server.crt");
+            a.key_file = f("etcd-server.key");
+            a.trusted_ca_file = f("ca.crt");
+            a.client_cert_auth = true;
+        }
+    }
+    Ok(initial)
+}
+
+/// `keel etcdctl-env`: the environment etcdctl needs for a member's etcd client port.
+pub(crate) fn etcdctl_env(a: crate::cli::EtcdctlEnvArgs) -> Result<(), ServerError> {
+    let dir = std::fs::canonicalize(&a.data_dir)
+        .map_err(|e| ServerError::Config(format!("{}: {e}", a.data_dir.display())))?;
+    let urls_file = dir.join(crate::status::CLIENT_URLS_FILE);
+    let urls: Vec<String> = std::fs::read_to_string(&urls_file)
+        .map_err(|e| {
+            ServerError::Config(format!(
+                "{}: {e} (it is written when the member starts)",
+                urls_file.display()
+            ))
+        })?
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect();
+    let quote = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
+    println!("export ETCDCTL_API=3");
+    println!("export ETCDCTL_ENDPOINTS={}", quote(&urls.join(",")));
+    let tls = dir.join(keel_kube_api::pki::MEMBER_TLS_DIR);
+    for (var, file) in [
+        ("ETCDCTL_CACERT", "ca.crt"),
+        ("ETCDCTL_CERT", "etcd-client.crt"),
+        ("ETCDCTL_KEY", "etcd-client.key"),
+    ] {
+        let p = tls.join(file);
+        if p.exists() {
+            println!("export {var}={}", quote(&p.to_string_lossy()));
+        }
+    }
+    Ok(())
+}
+
 /// Runs one member until it is told to stop.
 pub(crate) async fn run(mut args: ServerArgs) -> Result<(), ServerError> {
     init_logging(&args.log_level)?;
-    let client_tls = client_tls(&args)?;
+    default_urls(&mut args);
     let created_by_join = prepare_join(&mut args).await?;
+    let initial_pki = prepare_member_tls(&mut args)?;
+    let client_tls = client_tls(&args)?;
     crate::upgrade::check_data_format(&args.data_dir).map_err(ServerError::Config)?;
-    let kube = kube_options(&args)?;
+    let mut kube = kube_options(&args)?;
+    if let Some(k) = &mut kube {
+        k.initial_pki = initial_pki;
+    }
     let auto_compaction = keel_etcd_api::auto_compaction::parse(
         &args.auto_compaction_mode,
         &args.auto_compaction_retention,

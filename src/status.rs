@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use etcd_client::{Client, ConnectOptions, StatusResponse};
+use etcd_client::{ConnectOptions, StatusResponse};
 
 use crate::cli::StatusArgs;
 
@@ -32,6 +32,8 @@ struct Row {
 
 /// Runs `keel status`.
 pub(crate) async fn run(a: StatusArgs) -> Result<(), StatusError> {
+    let _ = DIAL.set(a.dial_timeout);
+    crate::etcd_tls::install(&a.tls, a.data_dir.as_deref()).map_err(StatusError::Flags)?;
     let endpoints = endpoints(&a);
     let mut opts = ConnectOptions::new()
         .with_connect_timeout(a.dial_timeout)
@@ -137,11 +139,19 @@ fn endpoints(a: &StatusArgs) -> Vec<String> {
     vec!["http://127.0.0.1:2379".into()]
 }
 
+/// The dial timeout `keel status` was given (kept beside the options, which do not expose it).
+static DIAL: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+
+fn opts_dial(_: &ConnectOptions) -> Duration {
+    DIAL.get().copied().unwrap_or(Duration::from_secs(2))
+}
+
 async fn member_list(
     endpoint: &str,
     opts: ConnectOptions,
 ) -> Result<Vec<etcd_client::Member>, etcd_client::Error> {
-    let mut c = Client::connect([endpoint], Some(opts)).await?;
+    let dial = opts_dial(&opts);
+    let mut c = crate::etcd_tls::connect(endpoint, opts, dial).await?;
     Ok(c.member_list().await?.members().to_vec())
 }
 
@@ -151,7 +161,8 @@ async fn member_status(endpoint: &str, opts: ConnectOptions) -> Result<StatusRes
         etcd_client::Error::GRpcStatus(s) => format!("unreachable: {}", s.message()),
         e => format!("unreachable: {e}"),
     };
-    let mut c = Client::connect([endpoint], Some(opts))
+    let dial = opts_dial(&opts);
+    let mut c = crate::etcd_tls::connect(endpoint, opts, dial)
         .await
         .map_err(unreachable)?;
     c.status().await.map_err(unreachable)

@@ -187,6 +187,26 @@ impl TlsPem {
     }
 }
 
+/// A client setup for a tool dialing a TLS port (etcdctl's `--cacert`, `--cert`, `--key`): verifies
+/// the server against `ca` and presents `identity` (certificate and key, PEM) when given; ALPN h2.
+pub fn tool_client_config(
+    ca: &[u8],
+    identity: Option<(&[u8], &[u8])>,
+) -> Result<Arc<ClientConfig>, TlsError> {
+    let verifier = WebPkiServerVerifier::builder_with_provider(roots(ca)?, provider())
+        .build()
+        .map_err(|e| TlsError::BadCa(e.to_string()))?;
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_webpki_verifier(verifier);
+    let mut config = match identity {
+        Some((cert, k)) => builder.with_client_auth_cert(certs(cert, "certificate")?, key(k)?)?,
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
+}
+
 /// A tonic channel that dials `endpoint`'s host over TCP, then TLS with `config` (which verifies the
 /// server and presents this side's client certificate), connecting lazily as
 /// [`Endpoint::connect_lazy`] does. The endpoint's connect timeout bounds TCP and handshake together;

@@ -129,6 +129,21 @@ pub async fn run(mut r: Renewal) {
     metrics.set("ca", &r.pki.ca_cert);
     metrics.set("admin", &r.pki.admin_cert);
     metrics.set("apiserver", &r.serving);
+    // The member's etcd-side certificates (peer TLS and the etcd client port), when it has them.
+    let member_tls = |r: &Renewal| -> Vec<(&'static str, String)> {
+        let dir = r.data_dir.join(crate::pki::MEMBER_TLS_DIR);
+        [
+            ("peer", "peer.crt"),
+            ("etcd-server", "etcd-server.crt"),
+            ("etcd-client", "etcd-client.crt"),
+        ]
+        .into_iter()
+        .filter_map(|(name, file)| Some((name, std::fs::read_to_string(dir.join(file)).ok()?)))
+        .collect()
+    };
+    for (name, pem) in member_tls(&r) {
+        metrics.set(name, &pem);
+    }
     let request = r.data_dir.join(ROTATE_REQUEST);
     let mut stop = r.state.shutdown.clone();
     let mut last_warned: Option<i64> = None;
@@ -145,6 +160,21 @@ pub async fn run(mut r: Renewal) {
                     Ok(pem) => {
                         r.serving = pem;
                         metrics.set("apiserver", &r.serving);
+    // The member's etcd-side certificates (peer TLS and the etcd client port), when it has them.
+    let member_tls = |r: &Renewal| -> Vec<(&'static str, String)> {
+        let dir = r.data_dir.join(crate::pki::MEMBER_TLS_DIR);
+        [
+            ("peer", "peer.crt"),
+            ("etcd-server", "etcd-server.crt"),
+            ("etcd-client", "etcd-client.crt"),
+        ]
+        .into_iter()
+        .filter_map(|(name, file)| Some((name, std::fs::read_to_string(dir.join(file)).ok()?)))
+        .collect()
+    };
+    for (name, pem) in member_tls(&r) {
+        metrics.set(name, &pem);
+    }
                         metrics.rotations.inc();
                         info!(asked, until = ?not_after(&r.serving), "serving certificate renewed");
                     }
@@ -156,10 +186,12 @@ pub async fn run(mut r: Renewal) {
             }
             let today = now / 86_400;
             if last_warned != Some(today) {
-                for (name, pem) in [
-                    ("apiserver", r.serving.as_str()),
-                    ("ca", r.pki.ca_cert.as_str()),
-                ] {
+                let mut certs: Vec<(&str, String)> = vec![
+                    ("apiserver", r.serving.clone()),
+                    ("ca", r.pki.ca_cert.clone()),
+                ];
+                certs.extend(member_tls(&r));
+                for (name, pem) in &certs {
                     if let Some(days) = left(pem).filter(|d| *d < WARN_BEFORE_DAYS) {
                         warn_event(&r, name, pem, days).await;
                         last_warned = Some(today);

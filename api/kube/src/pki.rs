@@ -62,7 +62,7 @@ pub struct ClusterPki {
 }
 
 /// A member's serving certificate and key (PEM).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ServingCert {
     pub cert: String,
     pub key: String,
@@ -167,8 +167,59 @@ impl ClusterPki {
     /// Signs `params` with the cluster CA for `usage`, with a fresh key, valid for `days` days.
     fn sign(
         &self,
-        mut params: CertificateParams,
+        params: CertificateParams,
         usage: ExtendedKeyUsagePurpose,
+        days: u32,
+    ) -> Result<ServingCert, PkiError> {
+        self.sign_for(params, vec![usage], days)
+    }
+
+    /// The certificates of a member's etcd side, signed by the cluster CA: its peer certificate
+    /// (serverAuth and clientAuth, for `peer_hosts`), the etcd client port's serving certificate (for
+    /// `client_hosts`, `localhost` and `127.0.0.1`) and a client certificate for tools (etcdctl,
+    /// `keel status`, `keel snapshot save`).
+    pub fn member_tls(
+        &self,
+        peer_hosts: &[String],
+        client_hosts: &[String],
+        days: u32,
+    ) -> Result<MemberTls, PkiError> {
+        let named = |cn: &str, hosts: &[String]| -> Result<CertificateParams, PkiError> {
+            let mut params = CertificateParams::new(Vec::<String>::new())?;
+            params.distinguished_name.push(DnType::CommonName, cn);
+            params.subject_alt_names = sans(hosts)?;
+            Ok(params)
+        };
+        let mut local: Vec<String> = client_hosts.to_vec();
+        local.extend(["localhost".to_string(), "127.0.0.1".to_string()]);
+        Ok(MemberTls {
+            ca_cert: self.ca_cert.clone(),
+            peer: self.sign_for(
+                named("keel-peer", peer_hosts)?,
+                vec![
+                    ExtendedKeyUsagePurpose::ServerAuth,
+                    ExtendedKeyUsagePurpose::ClientAuth,
+                ],
+                days,
+            )?,
+            etcd_server: self.sign_for(
+                named("keel-etcd-server", &local)?,
+                vec![ExtendedKeyUsagePurpose::ServerAuth],
+                days,
+            )?,
+            etcd_client: self.sign_for(
+                named(ETCD_CLIENT_USER, &[])?,
+                vec![ExtendedKeyUsagePurpose::ClientAuth],
+                days,
+            )?,
+        })
+    }
+
+    /// Signs `params` with the cluster CA for `usages`, with a fresh key, valid for `days` days.
+    fn sign_for(
+        &self,
+        mut params: CertificateParams,
+        usages: Vec<ExtendedKeyUsagePurpose>,
         days: u32,
     ) -> Result<ServingCert, PkiError> {
         let ca_key = KeyPair::from_pem(&self.ca_key)?;
@@ -178,7 +229,7 @@ impl ClusterPki {
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,
         ];
-        params.extended_key_usages = vec![usage];
+        params.extended_key_usages = usages;
         validity_days(&mut params, days);
         let cert = params.signed_by(&key, &issuer)?;
         Ok(ServingCert {
@@ -256,6 +307,92 @@ impl ClusterPki {
         )?;
         Ok(kubeconfig)
     }
+}
+
+/// Subject alternative names for host names and IP addresses, without repeats.
+fn sans(hosts: &[String]) -> Result<Vec<SanType>, PkiError> {
+    let mut sans = Vec::new();
+    for h in hosts {
+        let san = match h.parse::<IpAddr>() {
+            Ok(ip) => SanType::IpAddress(ip),
+            Err(_) => SanType::DnsName(h.clone().try_into()?),
+        };
+        if !sans.contains(&san) {
+            sans.push(san);
+        }
+    }
+    Ok(sans)
+}
+
+/// The CN of the etcd client certificate [`ClusterPki::member_tls`] makes.
+pub const ETCD_CLIENT_USER: &str = "keel-etcd-client";
+
+/// Where a member keeps its etcd-side TLS files, under its data directory.
+pub const MEMBER_TLS_DIR: &str = "tls";
+
+/// A member's etcd-side certificates (see [`ClusterPki::member_tls`]); a joining server gets them in
+/// the join answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberTls {
+    /// The cluster CA (PEM): it signs every member's peer certificate and the etcd certificates.
+    pub ca_cert: String,
+    /// The peer certificate (serverAuth and clientAuth).
+    pub peer: ServingCert,
+    /// The etcd client port's serving certificate.
+    pub etcd_server: ServingCert,
+    /// A client certificate for etcd clients.
+    pub etcd_client: ServingCert,
+}
+
+impl MemberTls {
+    /// The files [`MemberTls::write`] writes, under `<data-dir>/tls/`.
+    pub const FILES: [&'static str; 7] = [
+        "ca.crt",
+        "peer.crt",
+        "peer.key",
+        "etcd-server.crt",
+        "etcd-server.key",
+        "etcd-client.crt",
+        "etcd-client.key",
+    ];
+
+    /// Writes [`MemberTls::FILES`] into `dir` (keys with mode 0600), each atomically.
+    pub fn write(&self, dir: &Path) -> Result<(), PkiError> {
+        std::fs::create_dir_all(dir).map_err(|source| PkiError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let files: [(&str, &str, bool); 7] = [
+            ("ca.crt", &self.ca_cert, false),
+            ("peer.crt", &self.peer.cert, false),
+            ("peer.key", &self.peer.key, true),
+            ("etcd-server.crt", &self.etcd_server.cert, false),
+            ("etcd-server.key", &self.etcd_server.key, true),
+            ("etcd-client.crt", &self.etcd_client.cert, false),
+            ("etcd-client.key", &self.etcd_client.key, true),
+        ];
+        for (name, body, secret) in files {
+            write_file(&dir.join(name), body.as_bytes(), secret)?;
+        }
+        Ok(())
+    }
+}
+
+/// The host of `scheme://host:port[/...]` (brackets of an IPv6 literal removed), unless it is a
+/// wildcard address, which no certificate can name.
+pub fn url_host(url: &str) -> Option<String> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let hostport = rest.split('/').next()?;
+    let host = match hostport.rsplit_once(':') {
+        Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => hostport,
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() || host == "0.0.0.0" || host == "::" {
+        return None;
+    }
+    Some(host.to_string())
 }
 
 fn write_file(path: &Path, body: &[u8], secret: bool) -> Result<(), PkiError> {
