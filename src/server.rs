@@ -310,7 +310,9 @@ async fn prepare_join(args: &mut ServerArgs) -> Result<bool, ServerError> {
             if created {
                 let _ = std::fs::remove_dir_all(&args.data_dir);
             }
-            return Err(ServerError::Config(format!("writing the join's certificates: {e}")));
+            return Err(ServerError::Config(format!(
+                "writing the join's certificates: {e}"
+            )));
         }
     }
     Ok(created)
@@ -510,6 +512,25 @@ fn prepare_member_tls(
     Ok(initial)
 }
 
+/// How the version-skew check reaches other members' `https://` client ports: the client CA, and the
+/// data dir's etcd client certificate when there is one. `None` when there is no CA to verify them.
+fn skew_check_tls(a: &ServerArgs) -> Option<std::sync::Arc<rustls::ClientConfig>> {
+    let ca = std::fs::read(a.trusted_ca_file.as_ref()?).ok()?;
+    let identity = match (
+        std::fs::read(member_tls_file(a, "etcd-client.crt")),
+        std::fs::read(member_tls_file(a, "etcd-client.key")),
+    ) {
+        (Ok(c), Ok(k)) => Some((c, k)),
+        _ => None,
+    };
+    keel_raft::tls::tool_client_config(
+        &ca,
+        identity.as_ref().map(|(c, k)| (c.as_slice(), k.as_slice())),
+    )
+    .inspect_err(|e| tracing::warn!(%e, "the version-skew check cannot use TLS"))
+    .ok()
+}
+
 /// `keel etcdctl-env`: the environment etcdctl needs for a member's etcd client port.
 pub(crate) fn etcdctl_env(a: crate::cli::EtcdctlEnvArgs) -> Result<(), ServerError> {
     let dir = std::fs::canonicalize(&a.data_dir)
@@ -587,7 +608,7 @@ pub(crate) async fn run(mut args: ServerArgs) -> Result<(), ServerError> {
         .filter(|m| m.id != node.member_id())
         .map(|m| (m.node.name, m.node.client_urls))
         .collect();
-    if let Err(e) = crate::upgrade::check_skew(others).await {
+    if let Err(e) = crate::upgrade::check_skew(others, skew_check_tls(&args)).await {
         node.shutdown().await;
         return Err(ServerError::Config(e));
     }

@@ -57,7 +57,11 @@ impl Member {
 
     /// The member's TLS file `name` (`<data-dir>/tls/`).
     fn tls(&self, name: &str) -> String {
-        self.dir.join("tls").join(name).to_string_lossy().into_owned()
+        self.dir
+            .join("tls")
+            .join(name)
+            .to_string_lossy()
+            .into_owned()
     }
 
     /// etcdctl against this member's client port with its CA and etcd client certificate.
@@ -263,20 +267,8 @@ fn a_cluster_built_with_init_and_join_tokens() {
     let short = keel(&["token", "create", "--ttl", "1s", "--data-dir", d1]);
     assert!(short.success(), "{}", short.stderr);
     std::thread::sleep(Duration::from_secs(2));
-    refused(
-        root,
-        &m1.kube,
-        short.stdout.trim(),
-        "expired at",
-        &m1,
-    );
-    refused(
-        root,
-        &m1.kube,
-        &agent_token,
-        "may not join servers",
-        &m1,
-    );
+    refused(root, &m1.kube, short.stdout.trim(), "expired at", &m1);
+    refused(root, &m1.kube, &agent_token, "may not join servers", &m1);
     let other_ca = format!("K10{}::{cred}", "0".repeat(64));
     refused(
         root,
@@ -349,6 +341,12 @@ fn etcd_side_is_tls(root: &Path, m1: &Member, m3: &Member) {
         "peer URLs: {peers:?}"
     );
     assert!(std::path::Path::new(&m3.tls("peer.crt")).exists());
+    // The version-skew check at start reached the other members' TLS client ports.
+    assert!(
+        m3.log().contains("member version checked"),
+        "m3 did not check the others' versions over TLS: {}",
+        m3.log()
+    );
 
     // etcdctl with the environment `keel etcdctl-env` prints.
     let env = keel(&["etcdctl-env", "--data-dir", m3.dir.to_str().unwrap()]);
@@ -406,7 +404,10 @@ fn etcd_side_is_tls(root: &Path, m1: &Member, m3: &Member) {
         &["get", "/joined"],
         None,
     );
-    assert!(!http.success(), "plaintext was served on the TLS client port");
+    assert!(
+        !http.success(),
+        "plaintext was served on the TLS client port"
+    );
 
     // keel's own etcd clients take the data dir's files.
     let d1 = m1.dir.to_str().unwrap();

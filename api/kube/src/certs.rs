@@ -160,21 +160,23 @@ pub async fn run(mut r: Renewal) {
                     Ok(pem) => {
                         r.serving = pem;
                         metrics.set("apiserver", &r.serving);
-    // The member's etcd-side certificates (peer TLS and the etcd client port), when it has them.
-    let member_tls = |r: &Renewal| -> Vec<(&'static str, String)> {
-        let dir = r.data_dir.join(crate::pki::MEMBER_TLS_DIR);
-        [
-            ("peer", "peer.crt"),
-            ("etcd-server", "etcd-server.crt"),
-            ("etcd-client", "etcd-client.crt"),
-        ]
-        .into_iter()
-        .filter_map(|(name, file)| Some((name, std::fs::read_to_string(dir.join(file)).ok()?)))
-        .collect()
-    };
-    for (name, pem) in member_tls(&r) {
-        metrics.set(name, &pem);
-    }
+                        // The member's etcd-side certificates (peer TLS and the etcd client port), when it has them.
+                        let member_tls = |r: &Renewal| -> Vec<(&'static str, String)> {
+                            let dir = r.data_dir.join(crate::pki::MEMBER_TLS_DIR);
+                            [
+                                ("peer", "peer.crt"),
+                                ("etcd-server", "etcd-server.crt"),
+                                ("etcd-client", "etcd-client.crt"),
+                            ]
+                            .into_iter()
+                            .filter_map(|(name, file)| {
+                                Some((name, std::fs::read_to_string(dir.join(file)).ok()?))
+                            })
+                            .collect()
+                        };
+                        for (name, pem) in member_tls(&r) {
+                            metrics.set(name, &pem);
+                        }
                         metrics.rotations.inc();
                         info!(asked, until = ?not_after(&r.serving), "serving certificate renewed");
                     }

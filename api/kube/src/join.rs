@@ -261,7 +261,9 @@ pub async fn serve(state: Arc<KubeState>, body: &[u8]) -> Result<Value, ApiError
             check_token(&state, &req.token, SERVER_USAGE).await?;
             let pki = crate::server::cluster_pki(&state.storage).await?;
             let hosts = |urls: &[String]| -> Vec<String> {
-                urls.iter().filter_map(|u| crate::pki::url_host(u)).collect()
+                urls.iter()
+                    .filter_map(|u| crate::pki::url_host(u))
+                    .collect()
             };
             let tls = pki
                 .member_tls(
@@ -276,7 +278,7 @@ pub async fn serve(state: Arc<KubeState>, body: &[u8]) -> Result<Value, ApiError
                 tls: Some(tls),
                 ..joined
             })
-                .map_err(|e| ApiError::Internal(e.to_string()))?)
+            .map_err(|e| ApiError::Internal(e.to_string()))?)
         }
         "agent" => {
             check_token(&state, &req.token, AGENT_USAGE).await?;

@@ -497,4 +497,62 @@ mod tests {
         let kc = pki.admin_kubeconfig("https://127.0.0.1:6443");
         assert!(kc.contains("server: https://127.0.0.1:6443"));
     }
+
+    #[test]
+    fn member_tls_has_the_usages_and_names_peers_need() {
+        let pki = ClusterPki::generate().expect("generate");
+        let tls = pki
+            .member_tls(&["10.0.0.1".into()], &["m1.example".into()], 30)
+            .expect("member tls");
+        let parse = |pem: &str| {
+            let der = x509_parser::pem::parse_x509_pem(pem.as_bytes())
+                .expect("pem")
+                .1
+                .contents;
+            let (_, c) = x509_parser::parse_x509_certificate(&der).expect("x509");
+            let eku = c
+                .extended_key_usage()
+                .expect("eku")
+                .map(|e| (e.value.server_auth, e.value.client_auth));
+            let sans: Vec<String> = c
+                .subject_alternative_name()
+                .expect("san")
+                .map(|s| {
+                    s.value
+                        .general_names
+                        .iter()
+                        .map(|n| n.to_string())
+                        .collect()
+                })
+                .unwrap_or_default();
+            (eku, sans)
+        };
+        let (eku, sans) = parse(&tls.peer.cert);
+        assert_eq!(eku, Some((true, true)), "peer: serverAuth and clientAuth");
+        // x509-parser shows IP addresses in hex.
+        assert!(sans.iter().any(|s| s.contains("0a:00:00:01")), "{sans:?}");
+        let (eku, sans) = parse(&tls.etcd_server.cert);
+        assert_eq!(eku, Some((true, false)));
+        for want in ["m1.example", "localhost", "7f:00:00:01"] {
+            assert!(sans.iter().any(|s| s.contains(want)), "{want}: {sans:?}");
+        }
+        let (eku, _) = parse(&tls.etcd_client.cert);
+        assert_eq!(eku, Some((false, true)));
+        assert_eq!(tls.ca_cert, pki.ca_cert);
+    }
+
+    #[test]
+    fn url_hosts() {
+        assert_eq!(
+            url_host("https://10.0.0.1:2380").as_deref(),
+            Some("10.0.0.1")
+        );
+        assert_eq!(url_host("http://[::1]:2379/").as_deref(), Some("::1"));
+        assert_eq!(
+            url_host("https://m1.example:2379").as_deref(),
+            Some("m1.example")
+        );
+        assert_eq!(url_host("https://0.0.0.0:2379"), None);
+        assert_eq!(url_host("m1:2380").as_deref(), Some("m1"));
+    }
 }
