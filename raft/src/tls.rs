@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
@@ -238,7 +238,12 @@ pub fn lazy_tls_channel(endpoint: &Endpoint, config: Arc<ClientConfig>) -> Chann
                 .inspect_err(|e| {
                     // A certificate the peer CA did not sign, or a peer refusing ours: say so
                     // here, where the reason is known (the caller only sees "unreachable").
-                    tracing::warn!(peer = %format!("{host}:{port}"), error = %e, "TLS handshake with peer failed");
+                    let peer = format!("{host}:{port}");
+                    if first_in_a_while(format!("dial {peer} {e}")) {
+                        tracing::warn!(%peer, error = %e, "TLS handshake with peer failed");
+                    } else {
+                        tracing::debug!(%peer, error = %e, "TLS handshake with peer failed");
+                    }
                 })?;
             Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tls))
         }
@@ -254,6 +259,30 @@ pub fn split_tls_scheme(url: &str) -> (String, bool) {
         None => (url.to_string(), false),
     }
 }
+
+/// True unless the same handshake failure (`key`: direction, address and error) was reported in
+/// the last [`REPEAT_QUIET`]: a misconfigured member retries many times a second, and one warning
+/// per failure and address is enough (the rest go to debug).
+fn first_in_a_while(key: String) -> bool {
+    static SEEN: std::sync::OnceLock<
+        parking_lot::Mutex<std::collections::HashMap<String, Instant>>,
+    > = std::sync::OnceLock::new();
+    let mut seen = SEEN.get_or_init(Default::default).lock();
+    let now = Instant::now();
+    if seen.len() > 1024 {
+        seen.retain(|_, t| now.duration_since(*t) < REPEAT_QUIET);
+    }
+    match seen.get(&key) {
+        Some(t) if now.duration_since(*t) < REPEAT_QUIET => false,
+        _ => {
+            seen.insert(key, now);
+            true
+        }
+    }
+}
+
+/// See [`first_in_a_while`].
+const REPEAT_QUIET: Duration = Duration::from_secs(30);
 
 /// How long a caller gets to finish its TLS handshake on a server port.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -338,11 +367,17 @@ pub fn tls_incoming(
                     Ok(Ok(tls)) => {
                         let _ = tx.send(Ok(TlsConn(tls))).await;
                     }
-                    Ok(Err(e)) => tracing::warn!(
-                        from = %from,
-                        error = %e,
-                        "TLS handshake on the {what} port failed; connection refused"
-                    ),
+                    Ok(Err(e)) => {
+                        if first_in_a_while(format!("accept {what} {} {e}", from.ip())) {
+                            tracing::warn!(
+                                from = %from,
+                                error = %e,
+                                "TLS handshake on the {what} port failed; connection refused"
+                            )
+                        } else {
+                            tracing::debug!(from = %from, error = %e, "TLS handshake on the {what} port failed")
+                        }
+                    }
                     Err(_) => {
                         tracing::debug!(from = %from, "TLS handshake on the {what} port timed out")
                     }
