@@ -283,28 +283,44 @@ fn local_report(dir: &Path, snapshots: &Path, now: SystemTime) -> String {
         }
         None => out.push_str("raft snapshot: none\n"),
     }
-    if let Some(line) = certificate_expiry(&dir.join("pki"), now) {
+    if let Some(line) = certificate_expiry(
+        &[
+            ("", dir.join("pki")),
+            ("tls/", dir.join(keel_kube_api::pki::MEMBER_TLS_DIR)),
+        ],
+        now,
+    ) {
         out.push_str(&line);
         out.push('\n');
     }
     out
 }
 
-/// "certificates: earliest expiry ..." for the `*.crt` files in `pki`, if there are any.
-fn certificate_expiry(pki: &Path, now: SystemTime) -> Option<String> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(pki)
-        .ok()?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "crt"))
-        .collect();
-    files.sort();
+/// "certificates: earliest expiry ..." for the `*.crt` files in `dirs` (each named with its prefix:
+/// `pki/` unprefixed, `tls/` for the peer and etcd certificates), if there are any.
+fn certificate_expiry(dirs: &[(&str, PathBuf)], now: SystemTime) -> Option<String> {
+    let mut files: Vec<(&str, PathBuf)> = Vec::new();
+    for (prefix, dir) in dirs {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        let mut these: Vec<(&str, PathBuf)> = entries
+            .flatten()
+            .map(|e| (*prefix, e.path()))
+            .filter(|(_, p)| p.extension().is_some_and(|x| x == "crt"))
+            .collect();
+        these.sort();
+        files.extend(these);
+    }
+    if files.is_empty() {
+        return None;
+    }
     let mut earliest: Option<(i64, String, String)> = None;
     let mut unreadable = Vec::new();
-    for f in &files {
+    for (prefix, f) in &files {
         let file = f.file_name().map_or_else(
             || f.display().to_string(),
-            |n| n.to_string_lossy().into_owned(),
+            |n| format!("{prefix}{}", n.to_string_lossy()),
         );
         let Ok(bytes) = std::fs::read(f) else {
             unreadable.push(file);
@@ -394,7 +410,7 @@ mod tests {
     fn no_pki_means_no_certificate_line() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(
-            certificate_expiry(&dir.path().join("pki"), SystemTime::now()),
+            certificate_expiry(&[("", dir.path().join("pki"))], SystemTime::now()),
             None
         );
         let snaps = dir.path().join("snapshots");
