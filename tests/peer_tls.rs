@@ -257,6 +257,24 @@ fn peers_with_mutual_tls_replicate_and_a_foreign_ca_is_refused() {
         .iter()
         .any(|m| m["name"].as_str() == Some("m4"));
     assert!(!started_m4, "m4 published itself: {}", list.stdout);
+    // Added as a learner (promoted once caught up), it never catches up, so it never votes.
+    let m4_entry = v["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| {
+            m["peerURLs"]
+                .as_array()
+                .is_some_and(|u| u.iter().any(|u| u.as_str() == Some(m4.peer.as_str())))
+        })
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        m4_entry["isLearner"].as_bool(),
+        Some(true),
+        "m4 became a voter: {}",
+        list.stdout
+    );
 
     // The peer port itself: a client certificate of the cluster's CA gets HTTP/2 answered; one from
     // another CA, or none, is refused at the handshake; plaintext gets no HTTP answer.

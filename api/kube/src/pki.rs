@@ -332,7 +332,7 @@ pub const MEMBER_TLS_DIR: &str = "tls";
 
 /// A member's etcd-side certificates (see [`ClusterPki::member_tls`]); a joining server gets them in
 /// the join answer.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MemberTls {
     /// The cluster CA (PEM): it signs every member's peer certificate and the etcd certificates.
@@ -343,6 +343,13 @@ pub struct MemberTls {
     pub etcd_server: ServingCert,
     /// A client certificate for etcd clients.
     pub etcd_client: ServingCert,
+}
+
+// The keys must never reach a log (a join answer is `Debug`).
+impl std::fmt::Debug for MemberTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemberTls").finish_non_exhaustive()
+    }
 }
 
 impl MemberTls {
