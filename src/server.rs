@@ -672,6 +672,17 @@ pub(crate) async fn run(mut args: ServerArgs) -> Result<(), ServerError> {
                     _ = &mut kube_rx => return Ok(()),
                 };
                 let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+                if let Some((data_dir, _)) = &init {
+                    // The store holds the cluster PKI now (pki/ keeps the CA for renewals).
+                    let made = data_dir
+                        .join(keel_kube_api::pki::MEMBER_TLS_DIR)
+                        .join(INIT_PKI_FILE);
+                    if made.exists() {
+                        if let Err(e) = std::fs::remove_file(&made) {
+                            tracing::warn!(path = %made.display(), %e, "cannot remove the initial PKI file");
+                        }
+                    }
+                }
                 if let Some((data_dir, url)) = init {
                     tokio::spawn(write_init_tokens(
                         storage.clone(),

@@ -341,6 +341,17 @@ fn etcd_side_is_tls(root: &Path, m1: &Member, m3: &Member) {
         "peer URLs: {peers:?}"
     );
     assert!(std::path::Path::new(&m3.tls("peer.crt")).exists());
+    // One CA: the Kubernetes API's (stored by --init) signs the etcd side too; the file --init kept it
+    // in before the store had it is gone.
+    for m in [m1, m3] {
+        assert_eq!(
+            std::fs::read_to_string(m.dir.join("pki/ca.crt")).unwrap(),
+            std::fs::read_to_string(m.tls("ca.crt")).unwrap(),
+            "{}: two CAs",
+            m.name
+        );
+    }
+    assert!(!m1.dir.join("tls/init-pki.json").exists());
     // The version-skew check at start reached the other members' TLS client ports.
     assert!(
         m3.log().contains("member version checked"),
