@@ -72,6 +72,12 @@ pub(crate) async fn run(a: CertificateArgs) -> Result<(), ServerError> {
             let crt = pki.join("apiserver.crt");
             let before = std::fs::read_to_string(&crt)
                 .map_err(|e| err(format!("{}: {e}", crt.display())))?;
+            // A member made with --init/--join renews its peer and etcd certificates too.
+            let peer = a
+                .data_dir
+                .join(keel_kube_api::pki::MEMBER_TLS_DIR)
+                .join("peer.crt");
+            let peer_before = std::fs::read_to_string(&peer).ok();
             request_rotation(&a.data_dir).map_err(|e| {
                 err(format!(
                     "{}: {e}",
@@ -88,6 +94,15 @@ pub(crate) async fn run(a: CertificateArgs) -> Result<(), ServerError> {
                         "serving certificate renewed: ends {}",
                         describe(not_after(&now))
                     );
+                    if peer_before.is_some() {
+                        let peer_now = std::fs::read_to_string(&peer).ok();
+                        if peer_now != peer_before {
+                            println!(
+                                "peer and etcd certificates renewed: end {}",
+                                describe(peer_now.as_deref().and_then(not_after))
+                            );
+                        }
+                    }
                     return Ok(());
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;

@@ -163,6 +163,7 @@ pub(crate) fn kube_options(
         event_ttl: a.event_ttl,
         leaf_cert_days: a.leaf_cert_days,
         initial_pki: None,
+        member_tls_hosts: None,
     }))
 }
 
@@ -424,7 +425,7 @@ const INIT_PKI_FILE: &str = "init-pki.json";
 fn prepare_member_tls(
     a: &mut ServerArgs,
 ) -> Result<Option<keel_kube_api::pki::ClusterPki>, ServerError> {
-    use keel_kube_api::pki::{url_host, ClusterPki};
+    use keel_kube_api::pki::ClusterPki;
     if !tls_by_default(a) {
         return Ok(None);
     }
@@ -473,18 +474,9 @@ fn prepare_member_tls(
             }
         };
         if let Some(ca) = ca {
-            let hosts = |urls: &[&Vec<String>]| -> Vec<String> {
-                urls.iter()
-                    .flat_map(|u| u.iter())
-                    .filter_map(|u| url_host(u))
-                    .collect()
-            };
+            let (peer_hosts, client_hosts) = member_tls_hosts(a);
             let tls = ca
-                .member_tls(
-                    &hosts(&[&a.listen_peer_urls, &a.initial_advertise_peer_urls]),
-                    &hosts(&[&a.listen_client_urls, &a.advertise_client_urls]),
-                    a.leaf_cert_days,
-                )
+                .member_tls(&peer_hosts, &client_hosts, a.leaf_cert_days)
                 .map_err(|e| cfg(&e))?;
             tls.write(&dir).map_err(|e| cfg(&e))?;
             info!(dir = %dir.display(), "peer and etcd certificates written");
@@ -529,6 +521,21 @@ fn skew_check_tls(a: &ServerArgs) -> Option<std::sync::Arc<rustls::ClientConfig>
     )
     .inspect_err(|e| tracing::warn!(%e, "the version-skew check cannot use TLS"))
     .ok()
+}
+
+/// The hosts a member's peer certificate and etcd serving certificate name: those of its peer URLs and
+/// of its client URLs.
+fn member_tls_hosts(a: &ServerArgs) -> (Vec<String>, Vec<String>) {
+    let hosts = |urls: &[&Vec<String>]| -> Vec<String> {
+        urls.iter()
+            .flat_map(|u| u.iter())
+            .filter_map(|u| keel_kube_api::pki::url_host(u))
+            .collect()
+    };
+    (
+        hosts(&[&a.listen_peer_urls, &a.initial_advertise_peer_urls]),
+        hosts(&[&a.listen_client_urls, &a.advertise_client_urls]),
+    )
 }
 
 /// `keel etcdctl-env`: the environment etcdctl needs for a member's etcd client port.
@@ -576,6 +583,9 @@ pub(crate) async fn run(mut args: ServerArgs) -> Result<(), ServerError> {
     let mut kube = kube_options(&args)?;
     if let Some(k) = &mut kube {
         k.initial_pki = initial_pki;
+        if member_tls_file(&args, "peer.crt").exists() {
+            k.member_tls_hosts = Some(member_tls_hosts(&args));
+        }
     }
     let auto_compaction = keel_etcd_api::auto_compaction::parse(
         &args.auto_compaction_mode,

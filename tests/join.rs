@@ -216,6 +216,61 @@ fn a_cluster_built_with_init_and_join_tokens() {
     let got = m1.ctl(&["get", "/joined", "--print-value-only"]);
     assert_eq!(got.stdout.trim(), "yes");
     etcd_side_is_tls(root, &m1, &m3);
+
+    // `keel certificate rotate` renews m1's peer and etcd certificates online too.
+    let read = |p: String| std::fs::read_to_string(p).unwrap();
+    let (peer_before, server_before) = (read(m1.tls("peer.crt")), read(m1.tls("etcd-server.crt")));
+    let rot = keel(&[
+        "certificate",
+        "rotate",
+        "--data-dir",
+        m1.dir.to_str().unwrap(),
+    ]);
+    assert!(rot.success(), "rotate: {}{}", rot.stdout, rot.stderr);
+    assert!(
+        rot.stdout.contains("peer and etcd certificates renewed"),
+        "{}",
+        rot.stdout
+    );
+    assert_ne!(read(m1.tls("peer.crt")), peer_before);
+    let server_now = read(m1.tls("etcd-server.crt"));
+    assert_ne!(server_now, server_before);
+    // New handshakes on the client port get the new certificate, without a restart.
+    wait(
+        "m1 serving its renewed etcd certificate",
+        Duration::from_secs(20),
+        || {
+            let got = presented_cert(&m1, &m1.client);
+            (got.as_deref() == Some(pem_der(&server_now).as_slice()))
+                .then_some(())
+                .ok_or_else(|| "still the old one".to_string())
+        },
+    );
+    // And the peer port (the same certificate is m1's client certificate when it dials its peers).
+    let peer_now = read(m1.tls("peer.crt"));
+    wait(
+        "m1 serving its renewed peer certificate",
+        Duration::from_secs(20),
+        || {
+            let got = presented_cert(&m1, &m1.peer);
+            (got.as_deref() == Some(pem_der(&peer_now).as_slice()))
+                .then_some(())
+                .ok_or_else(|| "still the old one".to_string())
+        },
+    );
+    // New peer connections use the renewed peer certificate: m3 restarts, the others dial it again.
+    m3.proc.as_mut().unwrap().kill();
+    m3.start(&[]);
+    wait(
+        "a write through the restarted m3",
+        Duration::from_secs(60),
+        || {
+            let put = m3.ctl(&["put", "/after-rotation", "yes"]);
+            put.success().then_some(()).ok_or(put.stderr)
+        },
+    );
+    let got = m1.ctl(&["get", "/after-rotation", "--print-value-only"]);
+    assert_eq!(got.stdout.trim(), "yes", "{}", got.stderr);
     let kubeconfig = m3.dir.join("admin.kubeconfig");
     wait("kubectl against m3", Duration::from_secs(60), || {
         let mut c = Command::new("kubectl");
@@ -442,6 +497,42 @@ fn etcd_side_is_tls(root: &Path, m1: &Member, m3: &Member) {
         "{}",
         check.stdout
     );
+}
+
+/// The DER of the first certificate in `pem`.
+fn pem_der(pem: &str) -> Vec<u8> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::CertificateDer::from_pem_slice(pem.as_bytes())
+        .unwrap()
+        .to_vec()
+}
+
+/// The certificate `m` presents to a new TLS connection on `url` (its client or peer URL; made with
+/// its CA and etcd client certificate), as DER.
+fn presented_cert(m: &Member, url: &str) -> Option<Vec<u8>> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_file(m.tls("ca.crt")).ok()?)
+        .ok()?;
+    let chain = vec![CertificateDer::from_pem_file(m.tls("etcd-client.crt")).ok()?];
+    let key = PrivateKeyDer::from_pem_file(m.tls("etcd-client.key")).ok()?;
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .ok()?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .ok()?;
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").ok()?;
+    let mut conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).ok()?;
+    let mut tcp = std::net::TcpStream::connect(url.trim_start_matches("https://")).ok()?;
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    while conn.is_handshaking() {
+        conn.complete_io(&mut tcp).ok()?;
+    }
+    Some(conn.peer_certificates()?.first()?.to_vec())
 }
 
 /// `kubectl` with `kubeconfig`; stdout when it succeeds.

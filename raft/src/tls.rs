@@ -13,6 +13,7 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
+use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -78,6 +79,7 @@ impl TlsFiles {
             key: read(key)?,
             trusted_ca: self.trusted_ca.as_deref().map(read).transpose()?,
             client_cert_auth: self.client_cert_auth,
+            reload_from: Some((cert.clone(), key.clone())),
         }))
     }
 }
@@ -100,6 +102,10 @@ pub struct TlsPem {
     pub trusted_ca: Option<Vec<u8>>,
     /// Require the other side to present a certificate signed by `trusted_ca`.
     pub client_cert_auth: bool,
+    /// The certificate and key files `cert` and `key` were read from: the configurations then follow
+    /// them, so a renewed certificate is used by new handshakes without a restart (see
+    /// [`ReloadingKey`]).
+    pub reload_from: Option<(PathBuf, PathBuf)>,
 }
 
 // The key must never reach a log.
@@ -162,8 +168,7 @@ impl TlsPem {
         } else {
             builder.with_no_client_auth()
         };
-        let mut config =
-            builder.with_single_cert(certs(&self.cert, "certificate")?, key(&self.key)?)?;
+        let mut config = builder.with_cert_resolver(self.resolver()?);
         config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
         Ok(Arc::new(config))
     }
@@ -181,9 +186,98 @@ impl TlsPem {
         let mut config = ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()?
             .with_webpki_verifier(verifier)
-            .with_client_auth_cert(certs(&self.cert, "certificate")?, key(&self.key)?)?;
+            .with_client_cert_resolver(self.resolver()?);
         config.alpn_protocols = vec![b"h2".to_vec()];
         Ok(Arc::new(config))
+    }
+
+    /// This side's certificate: following its files when it has some, else fixed.
+    fn resolver(&self) -> Result<Arc<ReloadingKey>, TlsError> {
+        Ok(Arc::new(ReloadingKey {
+            files: self.reload_from.clone(),
+            state: parking_lot::Mutex::new(Loaded {
+                key: Arc::new(certified(&self.cert, &self.key)?),
+                cert_pem: self.cert.clone(),
+                checked: Instant::now(),
+            }),
+        }))
+    }
+}
+
+/// How often a [`ReloadingKey`] looks at its files (at a handshake, never in between).
+const RELOAD_CHECK: Duration = Duration::from_secs(2);
+
+/// A certificate and key for rustls that follow their files: at a handshake, at most every
+/// [`RELOAD_CHECK`], the files are read again, and a changed certificate whose key matches is used
+/// from then on (connections already open keep theirs). A pair that does not load (e.g. read between
+/// the writes of a renewal) is skipped until it does; the previous one stays in use.
+#[derive(Debug)]
+pub struct ReloadingKey {
+    files: Option<(PathBuf, PathBuf)>,
+    state: parking_lot::Mutex<Loaded>,
+}
+
+#[derive(Debug)]
+struct Loaded {
+    key: Arc<CertifiedKey>,
+    cert_pem: Vec<u8>,
+    checked: Instant,
+}
+
+fn certified(cert: &[u8], k: &[u8]) -> Result<CertifiedKey, TlsError> {
+    Ok(CertifiedKey::from_der(
+        certs(cert, "certificate")?,
+        key(k)?,
+        &provider(),
+    )?)
+}
+
+impl ReloadingKey {
+    /// The pair to present now.
+    pub fn current(&self) -> Arc<CertifiedKey> {
+        let mut s = self.state.lock();
+        if let Some((cert_path, key_path)) = &self.files {
+            if s.checked.elapsed() >= RELOAD_CHECK {
+                s.checked = Instant::now();
+                if let (Ok(cert), Ok(k)) = (std::fs::read(cert_path), std::fs::read(key_path)) {
+                    if cert != s.cert_pem {
+                        match certified(&cert, &k) {
+                            Ok(ck) => {
+                                s.key = Arc::new(ck);
+                                s.cert_pem = cert;
+                                tracing::info!(cert = %cert_path.display(), "renewed certificate in use");
+                            }
+                            Err(e) => {
+                                if first_in_a_while(format!("reload {} {e}", cert_path.display())) {
+                                    tracing::warn!(cert = %cert_path.display(), error = %e, "changed certificate not usable (yet); keeping the previous one");
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        s.key.clone()
+    }
+}
+
+impl rustls::server::ResolvesServerCert for ReloadingKey {
+    fn resolve(&self, _hello: rustls::server::ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+impl rustls::client::ResolvesClientCert for ReloadingKey {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
     }
 }
 
@@ -425,6 +519,7 @@ mod tests {
             key: key.into(),
             trusted_ca: Some(ca.pem.clone().into()),
             client_cert_auth: auth,
+            reload_from: None,
         }
     }
 
@@ -475,6 +570,33 @@ mod tests {
         // Without client-cert-auth the same client is accepted.
         let lax = pem(&ca1, false).server_config().unwrap();
         assert!(handshake(lax, other.client_config().unwrap()));
+    }
+
+    #[test]
+    fn a_renewed_certificate_is_picked_up_from_its_files() {
+        let ca1 = ca("ca1");
+        let dir = tempfile::tempdir().unwrap();
+        let (crt, key_file) = (dir.path().join("c.crt"), dir.path().join("c.key"));
+        let (c1, k1) = leaf(&ca1);
+        std::fs::write(&crt, &c1).unwrap();
+        std::fs::write(&key_file, &k1).unwrap();
+        let files = TlsFiles {
+            cert: Some(crt.clone()),
+            key: Some(key_file.clone()),
+            ..Default::default()
+        };
+        let r = files.load().unwrap().unwrap().resolver().unwrap();
+        let first = r.current().cert[0].clone();
+        assert_eq!(first, certs(c1.as_bytes(), "c").unwrap()[0]);
+        // A certificate whose key is not (yet) beside it is not used.
+        let (c2, k2) = leaf(&ca1);
+        std::fs::write(&crt, &c2).unwrap();
+        std::thread::sleep(RELOAD_CHECK + Duration::from_millis(100));
+        assert_eq!(r.current().cert[0], first);
+        // Once the pair is whole, the next check takes it.
+        std::fs::write(&key_file, &k2).unwrap();
+        std::thread::sleep(RELOAD_CHECK + Duration::from_millis(100));
+        assert_eq!(r.current().cert[0], certs(c2.as_bytes(), "c").unwrap()[0]);
     }
 
     #[test]

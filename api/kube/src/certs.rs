@@ -92,6 +92,9 @@ pub struct Renewal {
     /// The serving certificate in use (PEM).
     pub serving: String,
     pub member: String,
+    /// For a member with `<data-dir>/tls/` (made with `--init`/`--join`): the hosts its peer and etcd
+    /// client-port certificates name, so they are renewed with the serving certificate.
+    pub member_tls_hosts: Option<(Vec<String>, Vec<String>)>,
 }
 
 /// `keel_certificate_expiry_timestamp_seconds{certificate}` and `keel_certificate_rotations_total`.
@@ -154,6 +157,33 @@ pub async fn run(mut r: Renewal) {
         let asked = request.exists();
         // Looked at every 2 s for a request, every 10 minutes for age.
         if asked || tick.is_multiple_of(300) {
+            // The peer and etcd certificates first: a rotation request is done once it is gone.
+            if let Some((peer_hosts, client_hosts)) = &r.member_tls_hosts {
+                let present = member_tls(&r);
+                let due = present
+                    .iter()
+                    .any(|(_, pem)| left(pem).is_some_and(|d| d < RENEW_BEFORE_DAYS));
+                if !present.is_empty() && (asked || due) {
+                    let dir = r.data_dir.join(crate::pki::MEMBER_TLS_DIR);
+                    // The member's TLS configurations follow these files (new handshakes only).
+                    match r
+                        .pki
+                        .member_tls(peer_hosts, client_hosts, r.days)
+                        .and_then(|t| t.write(&dir))
+                    {
+                        Ok(()) => {
+                            for (name, pem) in member_tls(&r) {
+                                metrics.set(name, &pem);
+                            }
+                            metrics.rotations.inc();
+                            info!(asked, "peer and etcd certificates renewed");
+                        }
+                        Err(e) => {
+                            warn!(%e, "renewing the peer and etcd certificates failed; retrying")
+                        }
+                    }
+                }
+            }
             let due = left(&r.serving).is_some_and(|d| d < RENEW_BEFORE_DAYS);
             if asked || due {
                 match renew(&r) {

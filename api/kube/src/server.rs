@@ -58,6 +58,9 @@ pub struct KubeOptions {
     /// The PKI to store if the cluster has none yet (made by `keel server --init` before the member
     /// started); `None` makes a fresh one.
     pub initial_pki: Option<ClusterPki>,
+    /// The hosts of the member's peer and client URLs when it keeps peer and etcd certificates in
+    /// `<data-dir>/tls/`: they are renewed online with the serving certificate.
+    pub member_tls_hosts: Option<(Vec<String>, Vec<String>)>,
 }
 
 /// kube-apiserver's default `--event-ttl`.
@@ -346,6 +349,7 @@ impl ApiServer {
                 days: opts.leaf_cert_days,
                 serving: serving.cert.clone(),
                 member: storage.node().config().name.clone(),
+                member_tls_hosts: opts.member_tls_hosts.clone(),
             })),
             tokio::spawn(crate::authz::rbac::run(
                 authz.rbac.clone(),
