@@ -6,8 +6,10 @@
 //! Each member then signs its own serving certificate (its addresses and every member's as SANs) and writes
 //! the files under `<data-dir>/pki/` plus `<data-dir>/admin.kubeconfig`.
 //!
-//! Like kubeadm's etcd, whoever can read the etcd keyspace can read the CA key; keel serves no etcd auth, so
-//! the etcd port must be reachable only by the cluster's operators (docs/kubernetes-api.md says so).
+//! Like kubeadm's etcd, whoever can read the etcd keyspace can read the CA key. A cluster made with
+//! `keel server --init`/`--join` therefore asks for a client certificate of this CA on the etcd port and
+//! speaks mutual TLS between members ([`MemberTls`], made here, kept in `<data-dir>/tls/`); a member given
+//! explicit `http://` URLs must keep its etcd port reachable only by the cluster's operators.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
