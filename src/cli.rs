@@ -39,6 +39,9 @@ pub(crate) enum Command {
     /// Write a kubeconfig for a user, with a client certificate signed by the cluster CA of a member's data
     /// dir (e.g. `--user system:node:w1 --group system:nodes` for an agent).
     Kubeconfig(KubeconfigArgs),
+    /// Print the environment etcdctl needs to reach this member's etcd client port (endpoints, CA,
+    /// client certificate); `eval "$(keel etcdctl-env --data-dir D)"`.
+    EtcdctlEnv(EtcdctlEnvArgs),
     /// Show every member of a running cluster: leader, Raft term and indexes, lag, DB size; with
     /// --data-dir also the age of that member's newest Raft snapshot and its certificates' expiry.
     Status(StatusArgs),
@@ -53,11 +56,13 @@ pub(crate) struct ServerArgs {
     /// Directory for the WAL, snapshots and store.
     #[arg(long, default_value = "default.keel")]
     pub data_dir: PathBuf,
-    /// Comma-separated URLs to serve clients on.
-    #[arg(long, default_value = "http://127.0.0.1:2379", value_delimiter = ',')]
+    /// Comma-separated URLs to serve clients on (default `http://127.0.0.1:2379`; `https://` for a
+    /// member made with --init or --join).
+    #[arg(long, value_delimiter = ',')]
     pub listen_client_urls: Vec<String>,
-    /// Comma-separated client URLs to advertise to the cluster.
-    #[arg(long, default_value = "http://127.0.0.1:2379", value_delimiter = ',')]
+    /// Comma-separated client URLs to advertise to the cluster (default: as the listen client URLs'
+    /// default).
+    #[arg(long, value_delimiter = ',')]
     pub advertise_client_urls: Vec<String>,
     /// Certificate (PEM) served on `https://` client URLs (etcd's `--cert-file`).
     #[arg(long)]
@@ -71,8 +76,22 @@ pub(crate) struct ServerArgs {
     /// Require clients on `https://` client URLs to present a certificate signed by `--trusted-ca-file`.
     #[arg(long)]
     pub client_cert_auth: bool,
-    /// Comma-separated URLs to listen on for peer traffic.
-    #[arg(long, default_value = "http://127.0.0.1:2380", value_delimiter = ',')]
+    /// Certificate (PEM) this member serves on `https://` peer URLs and presents as client certificate
+    /// when it dials `https://` peers (etcd's `--peer-cert-file`; issue it for serverAuth and clientAuth).
+    #[arg(long)]
+    pub peer_cert_file: Option<PathBuf>,
+    /// Private key (PEM) of `--peer-cert-file`.
+    #[arg(long)]
+    pub peer_key_file: Option<PathBuf>,
+    /// CA (PEM) that signs the other members' peer certificates: peers are verified against it.
+    #[arg(long)]
+    pub peer_trusted_ca_file: Option<PathBuf>,
+    /// Refuse peers on `https://` peer URLs that show no certificate signed by `--peer-trusted-ca-file`.
+    #[arg(long)]
+    pub peer_client_cert_auth: bool,
+    /// Comma-separated URLs to listen on for peer traffic (default `http://127.0.0.1:2380`; `https://`
+    /// with peer TLS for a member made with --init or --join).
+    #[arg(long, value_delimiter = ',')]
     pub listen_peer_urls: Vec<String>,
     /// Comma-separated peer URLs to advertise to the cluster.
     #[arg(long, value_delimiter = ',')]
@@ -502,6 +521,8 @@ pub(crate) struct SnapshotSaveArgs {
     /// `user:password` when the member has etcd auth enabled (etcdctl's flag; the user needs role root).
     #[arg(long)]
     pub user: Option<String>,
+    #[command(flatten)]
+    pub tls: crate::etcd_tls::EtcdTlsArgs,
 }
 
 /// Flags of `keel snapshot restore` (etcdctl's, with keel's defaults).
@@ -551,6 +572,16 @@ pub(crate) struct StatusArgs {
     /// `user:password` when the cluster has etcd auth enabled (etcdctl's flag).
     #[arg(long)]
     pub user: Option<String>,
+    #[command(flatten)]
+    pub tls: crate::etcd_tls::EtcdTlsArgs,
+}
+
+/// Flags of `keel etcdctl-env`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct EtcdctlEnvArgs {
+    /// The member's data directory (its `client-urls` and `tls/` files).
+    #[arg(long, default_value = "default.keel")]
+    pub data_dir: PathBuf,
 }
 
 /// Parses `10m`, `5s`, `250ms` or a bare number of seconds.

@@ -139,10 +139,11 @@ pub(crate) async fn join_server(
     token: &str,
     name: &str,
     peer_urls: &[String],
+    client_urls: &[String],
 ) -> Result<(ServerJoin, String), JoinError> {
     let token = parse_token(token)?;
     let ca = fetch_ca(url, &token).await?;
-    let body = json!({"token": token.credential, "role": "server", "name": name, "peerUrls": peer_urls, "version": VERSION});
+    let body = json!({"token": token.credential, "role": "server", "name": name, "peerUrls": peer_urls, "clientUrls": client_urls, "version": VERSION});
     // Another member joining at the same moment makes the cluster answer "busy": wait for it, bounded.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
     let text = loop {

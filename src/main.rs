@@ -6,6 +6,7 @@ mod api_balancer;
 mod certificate;
 mod cli;
 mod control;
+mod etcd_tls;
 mod join;
 mod recover;
 mod server;
@@ -54,6 +55,7 @@ fn main() -> std::process::ExitCode {
             cli::Command::Agent(args) => agent::run(*args).await,
             cli::Command::Images(args) => agent::images(args),
             cli::Command::Kubeconfig(args) => server::kubeconfig(args),
+            cli::Command::EtcdctlEnv(args) => server::etcdctl_env(args),
             cli::Command::Token(args) => token::run(args).await,
             cli::Command::Certificate(args) => certificate::run(args).await,
             cli::Command::Recover(args) => recover::run(args)

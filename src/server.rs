@@ -59,6 +59,51 @@ fn client_tls(a: &ServerArgs) -> Result<Option<std::sync::Arc<rustls::ServerConf
         .map_err(|e| ServerError::Config(format!("client TLS: {e}")))
 }
 
+/// Peer TLS from etcd's peer TLS flags (`None` when no certificate is given).
+fn peer_tls(a: &ServerArgs) -> Result<Option<keel_raft::tls::TlsPem>, ServerError> {
+    let files = keel_raft::tls::TlsFiles {
+        cert: a.peer_cert_file.clone(),
+        key: a.peer_key_file.clone(),
+        trusted_ca: a.peer_trusted_ca_file.clone(),
+        client_cert_auth: a.peer_client_cert_auth,
+    };
+    if files.cert.is_some() != files.key.is_some() {
+        return Err(ServerError::Config(
+            "--peer-cert-file and --peer-key-file go together".into(),
+        ));
+    }
+    if files.cert.is_none() && (files.trusted_ca.is_some() || files.client_cert_auth) {
+        return Err(ServerError::Config(
+            "--peer-trusted-ca-file and --peer-client-cert-auth need --peer-cert-file and --peer-key-file".into(),
+        ));
+    }
+    let pem = files
+        .load()
+        .map_err(|e| ServerError::Config(format!("peer TLS: {e}")))?;
+    if pem.is_none() {
+        if let Some(u) = a
+            .listen_peer_urls
+            .iter()
+            .chain(&a.initial_advertise_peer_urls)
+            .find(|u| u.starts_with("https://"))
+        {
+            return Err(ServerError::Config(format!(
+                "peer URL {u}: https needs --peer-cert-file and --peer-key-file"
+            )));
+        }
+    }
+    if let Some(p) = &pem {
+        // Fail at start, with the flag names, rather than at the first peer connection.
+        p.server_config()
+            .map_err(|e| ServerError::Config(format!("peer TLS: {e}")))?;
+        if p.trusted_ca.is_some() {
+            p.client_config()
+                .map_err(|e| ServerError::Config(format!("peer TLS: {e}")))?;
+        }
+    }
+    Ok(pem)
+}
+
 /// The port the Kubernetes API listens on unless `--kube-listen` says otherwise.
 pub(crate) const DEFAULT_KUBE_PORT: u16 = 6443;
 
@@ -117,6 +162,8 @@ pub(crate) fn kube_options(
         compaction_interval: a.kube_compaction_interval,
         event_ttl: a.event_ttl,
         leaf_cert_days: a.leaf_cert_days,
+        initial_pki: None,
+        member_tls_hosts: None,
     }))
 }
 
@@ -160,6 +207,7 @@ pub(crate) fn node_config(a: &ServerArgs) -> Result<NodeConfig, ServerError> {
         ..StoreOptions::default()
     };
     cfg.listen_peer_urls = a.listen_peer_urls.clone();
+    cfg.peer_tls = peer_tls(a)?;
     cfg.cluster_token = a.initial_cluster_token.clone();
     cfg.cluster_state = if a.initial_cluster_state == "existing" {
         ClusterState::Existing
@@ -240,9 +288,15 @@ async fn prepare_join(args: &mut ServerArgs) -> Result<bool, ServerError> {
     } else {
         args.initial_advertise_peer_urls.clone()
     };
-    let (answer, _) = crate::join::join_server(&url, &token, &args.name, &peer_urls)
-        .await
-        .map_err(|e| ServerError::Config(e.to_string()))?;
+    let (answer, _) = crate::join::join_server(
+        &url,
+        &token,
+        &args.name,
+        &peer_urls,
+        &args.advertise_client_urls,
+    )
+    .await
+    .map_err(|e| ServerError::Config(e.to_string()))?;
     info!(member = %answer.member_id, initial_cluster = %answer.initial_cluster, "joined the cluster; starting as an existing member");
     args.initial_cluster = answer.initial_cluster;
     args.initial_cluster_state = "existing".into();
@@ -250,6 +304,18 @@ async fn prepare_join(args: &mut ServerArgs) -> Result<bool, ServerError> {
     let created = !args.data_dir.exists();
     crate::join::write_private(&kept, answer.cluster_token.as_bytes())
         .map_err(|e| ServerError::Config(e.to_string()))?;
+    if let Some(tls) = &answer.tls {
+        // Signed by the cluster for this member: its peer TLS works before it has read anything.
+        let dir = args.data_dir.join(keel_kube_api::pki::MEMBER_TLS_DIR);
+        if let Err(e) = tls.write(&dir) {
+            if created {
+                let _ = std::fs::remove_dir_all(&args.data_dir);
+            }
+            return Err(ServerError::Config(format!(
+                "writing the join's certificates: {e}"
+            )));
+        }
+    }
     Ok(created)
 }
 
@@ -320,13 +386,207 @@ fn write_client_urls(dir: &std::path::Path, urls: &[String]) {
     }
 }
 
+/// A member made with `--init` or `--join` (or one that kept their TLS files): TLS by default.
+fn tls_by_default(a: &ServerArgs) -> bool {
+    a.init || a.join.is_some() || member_tls_file(a, "peer.crt").exists()
+}
+
+fn member_tls_file(a: &ServerArgs, name: &str) -> std::path::PathBuf {
+    a.data_dir
+        .join(keel_kube_api::pki::MEMBER_TLS_DIR)
+        .join(name)
+}
+
+/// The URLs a member gets when its flags name none: etcd's, with `https://` for a member made with
+/// `--init` or `--join` (an explicit `http://` URL stays plaintext, as in etcd).
+fn default_urls(a: &mut ServerArgs) {
+    let scheme = if tls_by_default(a) { "https" } else { "http" };
+    if a.listen_client_urls.is_empty() {
+        a.listen_client_urls = vec![format!("{scheme}://127.0.0.1:2379")];
+    }
+    if a.advertise_client_urls.is_empty() {
+        a.advertise_client_urls = vec![format!("{scheme}://127.0.0.1:2379")];
+    }
+    if a.listen_peer_urls.is_empty() {
+        a.listen_peer_urls = vec![format!("{scheme}://127.0.0.1:2380")];
+    }
+}
+
+/// Days before their end that a member's peer and etcd certificates are renewed at its start.
+const MEMBER_TLS_RENEW_DAYS: i64 = 90;
+
+/// The file `--init` keeps the cluster PKI in from before the member starts until the store holds it.
+const INIT_PKI_FILE: &str = "init-pki.json";
+
+/// For a member made with `--init` or `--join`: makes sure `<data-dir>/tls/` holds its peer and etcd
+/// certificates (the first `--init` makes the cluster CA for them; later starts renew them from
+/// `pki/ca.key` when they near their end), and makes them the default of the TLS flags the user did not
+/// give. Returns the PKI `--init` made, for the Kubernetes API to store.
+fn prepare_member_tls(
+    a: &mut ServerArgs,
+) -> Result<Option<keel_kube_api::pki::ClusterPki>, ServerError> {
+    use keel_kube_api::pki::ClusterPki;
+    if !tls_by_default(a) {
+        return Ok(None);
+    }
+    let cfg = |e: &dyn std::fmt::Display| ServerError::Config(format!("member TLS: {e}"));
+    let dir = a.data_dir.join(keel_kube_api::pki::MEMBER_TLS_DIR);
+    let mut initial = None;
+    if a.init {
+        let path = dir.join(INIT_PKI_FILE);
+        match std::fs::read(&path) {
+            Ok(bytes) => initial = Some(serde_json::from_slice(&bytes).map_err(|e| cfg(&e))?),
+            Err(_)
+                if !a.data_dir.join("member").exists()
+                    && !a.data_dir.join("pki/ca.key").exists() =>
+            {
+                // A new cluster: its CA is made now, since the peer certificates come from it.
+                let pki = ClusterPki::generate().map_err(|e| cfg(&e))?;
+                let json = serde_json::to_vec(&pki).map_err(|e| cfg(&e))?;
+                crate::join::write_private(&path, &json).map_err(|e| cfg(&e))?;
+                initial = Some(pki);
+            }
+            Err(_) => {}
+        }
+    }
+    let peer_crt = member_tls_file(a, "peer.crt");
+    let ends_soon = match std::fs::read_to_string(&peer_crt) {
+        Ok(pem) => keel_kube_api::certs::not_after(&pem).is_none_or(|t| {
+            t - jiff::Timestamp::now().as_second() < MEMBER_TLS_RENEW_DAYS * 86_400
+        }),
+        Err(_) => true,
+    };
+    if ends_soon {
+        let ca = match &initial {
+            Some(p) => Some(p.clone()),
+            None => {
+                let read = |f: &str| std::fs::read_to_string(a.data_dir.join("pki").join(f)).ok();
+                match (read("ca.crt"), read("ca.key")) {
+                    (Some(ca_cert), Some(ca_key)) => Some(ClusterPki {
+                        ca_cert,
+                        ca_key,
+                        admin_cert: String::new(),
+                        admin_key: String::new(),
+                        admin_token: String::new(),
+                    }),
+                    _ => None,
+                }
+            }
+        };
+        if let Some(ca) = ca {
+            let (peer_hosts, client_hosts) = member_tls_hosts(a);
+            let tls = ca
+                .member_tls(&peer_hosts, &client_hosts, a.leaf_cert_days)
+                .map_err(|e| cfg(&e))?;
+            tls.write(&dir).map_err(|e| cfg(&e))?;
+            info!(dir = %dir.display(), "peer and etcd certificates written");
+        }
+    }
+    if peer_crt.exists() {
+        let dir = dir.clone();
+        let f = |n: &str| Some(dir.join(n));
+        if a.peer_cert_file.is_none()
+            && a.peer_key_file.is_none()
+            && a.peer_trusted_ca_file.is_none()
+        {
+            a.peer_cert_file = f("peer.crt");
+            a.peer_key_file = f("peer.key");
+            a.peer_trusted_ca_file = f("ca.crt");
+            a.peer_client_cert_auth = true;
+        }
+        if a.cert_file.is_none() && a.key_file.is_none() && a.trusted_ca_file.is_none() {
+            a.cert_file = f("etcd-server.crt");
+            a.key_file = f("etcd-server.key");
+            a.trusted_ca_file = f("ca.crt");
+            a.client_cert_auth = true;
+        }
+    }
+    Ok(initial)
+}
+
+/// How the version-skew check reaches other members' `https://` client ports: the client CA, and the
+/// data dir's etcd client certificate when there is one. `None` when there is no CA to verify them.
+fn skew_check_tls(a: &ServerArgs) -> Option<std::sync::Arc<rustls::ClientConfig>> {
+    let ca = std::fs::read(a.trusted_ca_file.as_ref()?).ok()?;
+    let identity = match (
+        std::fs::read(member_tls_file(a, "etcd-client.crt")),
+        std::fs::read(member_tls_file(a, "etcd-client.key")),
+    ) {
+        (Ok(c), Ok(k)) => Some((c, k)),
+        _ => None,
+    };
+    keel_raft::tls::tool_client_config(
+        &ca,
+        identity.as_ref().map(|(c, k)| (c.as_slice(), k.as_slice())),
+    )
+    .inspect_err(|e| tracing::warn!(%e, "the version-skew check cannot use TLS"))
+    .ok()
+}
+
+/// The hosts a member's peer certificate and etcd serving certificate name: those of its peer URLs and
+/// of its client URLs.
+fn member_tls_hosts(a: &ServerArgs) -> (Vec<String>, Vec<String>) {
+    let hosts = |urls: &[&Vec<String>]| -> Vec<String> {
+        urls.iter()
+            .flat_map(|u| u.iter())
+            .filter_map(|u| keel_kube_api::pki::url_host(u))
+            .collect()
+    };
+    (
+        hosts(&[&a.listen_peer_urls, &a.initial_advertise_peer_urls]),
+        hosts(&[&a.listen_client_urls, &a.advertise_client_urls]),
+    )
+}
+
+/// `keel etcdctl-env`: the environment etcdctl needs for a member's etcd client port.
+pub(crate) fn etcdctl_env(a: crate::cli::EtcdctlEnvArgs) -> Result<(), ServerError> {
+    let dir = std::fs::canonicalize(&a.data_dir)
+        .map_err(|e| ServerError::Config(format!("{}: {e}", a.data_dir.display())))?;
+    let urls_file = dir.join(crate::status::CLIENT_URLS_FILE);
+    let urls: Vec<String> = std::fs::read_to_string(&urls_file)
+        .map_err(|e| {
+            ServerError::Config(format!(
+                "{}: {e} (it is written when the member starts)",
+                urls_file.display()
+            ))
+        })?
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect();
+    let quote = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
+    println!("export ETCDCTL_API=3");
+    println!("export ETCDCTL_ENDPOINTS={}", quote(&urls.join(",")));
+    let tls = dir.join(keel_kube_api::pki::MEMBER_TLS_DIR);
+    for (var, file) in [
+        ("ETCDCTL_CACERT", "ca.crt"),
+        ("ETCDCTL_CERT", "etcd-client.crt"),
+        ("ETCDCTL_KEY", "etcd-client.key"),
+    ] {
+        let p = tls.join(file);
+        if p.exists() {
+            println!("export {var}={}", quote(&p.to_string_lossy()));
+        }
+    }
+    Ok(())
+}
+
 /// Runs one member until it is told to stop.
 pub(crate) async fn run(mut args: ServerArgs) -> Result<(), ServerError> {
     init_logging(&args.log_level)?;
-    let client_tls = client_tls(&args)?;
+    default_urls(&mut args);
     let created_by_join = prepare_join(&mut args).await?;
+    let initial_pki = prepare_member_tls(&mut args)?;
+    let client_tls = client_tls(&args)?;
     crate::upgrade::check_data_format(&args.data_dir).map_err(ServerError::Config)?;
-    let kube = kube_options(&args)?;
+    let mut kube = kube_options(&args)?;
+    if let Some(k) = &mut kube {
+        k.initial_pki = initial_pki;
+        if member_tls_file(&args, "peer.crt").exists() {
+            k.member_tls_hosts = Some(member_tls_hosts(&args));
+        }
+    }
     let auto_compaction = keel_etcd_api::auto_compaction::parse(
         &args.auto_compaction_mode,
         &args.auto_compaction_retention,
@@ -358,7 +618,7 @@ pub(crate) async fn run(mut args: ServerArgs) -> Result<(), ServerError> {
         .filter(|m| m.id != node.member_id())
         .map(|m| (m.node.name, m.node.client_urls))
         .collect();
-    if let Err(e) = crate::upgrade::check_skew(others).await {
+    if let Err(e) = crate::upgrade::check_skew(others, skew_check_tls(&args)).await {
         node.shutdown().await;
         return Err(ServerError::Config(e));
     }
@@ -422,6 +682,17 @@ pub(crate) async fn run(mut args: ServerArgs) -> Result<(), ServerError> {
                     _ = &mut kube_rx => return Ok(()),
                 };
                 let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+                if let Some((data_dir, _)) = &init {
+                    // The store holds the cluster PKI now (pki/ keeps the CA for renewals).
+                    let made = data_dir
+                        .join(keel_kube_api::pki::MEMBER_TLS_DIR)
+                        .join(INIT_PKI_FILE);
+                    if made.exists() {
+                        if let Err(e) = std::fs::remove_file(&made) {
+                            tracing::warn!(path = %made.display(), %e, "cannot remove the initial PKI file");
+                        }
+                    }
+                }
                 if let Some((data_dir, url)) = init {
                     tokio::spawn(write_init_tokens(
                         storage.clone(),

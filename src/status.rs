@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use etcd_client::{Client, ConnectOptions, StatusResponse};
+use etcd_client::{ConnectOptions, StatusResponse};
 
 use crate::cli::StatusArgs;
 
@@ -32,6 +32,8 @@ struct Row {
 
 /// Runs `keel status`.
 pub(crate) async fn run(a: StatusArgs) -> Result<(), StatusError> {
+    let _ = DIAL.set(a.dial_timeout);
+    crate::etcd_tls::install(&a.tls, a.data_dir.as_deref()).map_err(StatusError::Flags)?;
     let endpoints = endpoints(&a);
     let mut opts = ConnectOptions::new()
         .with_connect_timeout(a.dial_timeout)
@@ -137,11 +139,19 @@ fn endpoints(a: &StatusArgs) -> Vec<String> {
     vec!["http://127.0.0.1:2379".into()]
 }
 
+/// The dial timeout `keel status` was given (kept beside the options, which do not expose it).
+static DIAL: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+
+fn opts_dial(_: &ConnectOptions) -> Duration {
+    DIAL.get().copied().unwrap_or(Duration::from_secs(2))
+}
+
 async fn member_list(
     endpoint: &str,
     opts: ConnectOptions,
 ) -> Result<Vec<etcd_client::Member>, etcd_client::Error> {
-    let mut c = Client::connect([endpoint], Some(opts)).await?;
+    let dial = opts_dial(&opts);
+    let mut c = crate::etcd_tls::connect(endpoint, opts, dial).await?;
     Ok(c.member_list().await?.members().to_vec())
 }
 
@@ -151,7 +161,8 @@ async fn member_status(endpoint: &str, opts: ConnectOptions) -> Result<StatusRes
         etcd_client::Error::GRpcStatus(s) => format!("unreachable: {}", s.message()),
         e => format!("unreachable: {e}"),
     };
-    let mut c = Client::connect([endpoint], Some(opts))
+    let dial = opts_dial(&opts);
+    let mut c = crate::etcd_tls::connect(endpoint, opts, dial)
         .await
         .map_err(unreachable)?;
     c.status().await.map_err(unreachable)
@@ -272,28 +283,44 @@ fn local_report(dir: &Path, snapshots: &Path, now: SystemTime) -> String {
         }
         None => out.push_str("raft snapshot: none\n"),
     }
-    if let Some(line) = certificate_expiry(&dir.join("pki"), now) {
+    if let Some(line) = certificate_expiry(
+        &[
+            ("", dir.join("pki")),
+            ("tls/", dir.join(keel_kube_api::pki::MEMBER_TLS_DIR)),
+        ],
+        now,
+    ) {
         out.push_str(&line);
         out.push('\n');
     }
     out
 }
 
-/// "certificates: earliest expiry ..." for the `*.crt` files in `pki`, if there are any.
-fn certificate_expiry(pki: &Path, now: SystemTime) -> Option<String> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(pki)
-        .ok()?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "crt"))
-        .collect();
-    files.sort();
+/// "certificates: earliest expiry ..." for the `*.crt` files in `dirs` (each named with its prefix:
+/// `pki/` unprefixed, `tls/` for the peer and etcd certificates), if there are any.
+fn certificate_expiry(dirs: &[(&str, PathBuf)], now: SystemTime) -> Option<String> {
+    let mut files: Vec<(&str, PathBuf)> = Vec::new();
+    for (prefix, dir) in dirs {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        let mut these: Vec<(&str, PathBuf)> = entries
+            .flatten()
+            .map(|e| (*prefix, e.path()))
+            .filter(|(_, p)| p.extension().is_some_and(|x| x == "crt"))
+            .collect();
+        these.sort();
+        files.extend(these);
+    }
+    if files.is_empty() {
+        return None;
+    }
     let mut earliest: Option<(i64, String, String)> = None;
     let mut unreadable = Vec::new();
-    for f in &files {
+    for (prefix, f) in &files {
         let file = f.file_name().map_or_else(
             || f.display().to_string(),
-            |n| n.to_string_lossy().into_owned(),
+            |n| format!("{prefix}{}", n.to_string_lossy()),
         );
         let Ok(bytes) = std::fs::read(f) else {
             unreadable.push(file);
@@ -383,7 +410,7 @@ mod tests {
     fn no_pki_means_no_certificate_line() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(
-            certificate_expiry(&dir.path().join("pki"), SystemTime::now()),
+            certificate_expiry(&[("", dir.path().join("pki"))], SystemTime::now()),
             None
         );
         let snaps = dir.path().join("snapshots");

@@ -53,35 +53,71 @@ pub(crate) fn check_data_format(dir: &Path) -> Result<(), String> {
 }
 
 /// The keel version a member reports on `GET <client url>/version` (None when it does not answer or is
-/// not keel). Plain HTTP only.
-fn member_version(client_url: &str) -> Option<String> {
-    let hostport = client_url.strip_prefix("http://")?.trim_end_matches('/');
+/// not keel). `https://` URLs need `tls` (the etcd client CA, and a client certificate when the port
+/// asks for one); without it they are not asked.
+fn member_version(
+    client_url: &str,
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+) -> Option<String> {
+    let (hostport, tls) = match client_url.strip_prefix("https://") {
+        Some(rest) => (rest, Some(tls?)),
+        None => (client_url.strip_prefix("http://")?, None),
+    };
+    let hostport = hostport.trim_end_matches('/');
     let addr = std::net::ToSocketAddrs::to_socket_addrs(hostport)
         .ok()?
         .next()?;
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.set_write_timeout(Some(Duration::from_secs(2))).ok()?;
     // One write: a request in pieces may meet a peer that answers after the first and resets.
     let request = format!("GET /version HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n\r\n");
-    s.write_all(request.as_bytes()).ok()?;
     let mut body = String::new();
-    s.take(64 * 1024).read_to_string(&mut body).ok()?;
+    match tls {
+        None => {
+            let mut s = s;
+            s.write_all(request.as_bytes()).ok()?;
+            s.take(64 * 1024).read_to_string(&mut body).ok()?;
+        }
+        Some(config) => {
+            // The client port speaks gRPC (h2) and HTTP/1.1; this asks in HTTP/1.1.
+            let mut config = (*config).clone();
+            config.alpn_protocols = vec![b"http/1.1".to_vec()];
+            let host = hostport
+                .rsplit_once(':')
+                .map_or(hostport, |(h, _)| h)
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string();
+            let name = rustls::pki_types::ServerName::try_from(host).ok()?;
+            let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).ok()?;
+            let mut s = rustls::StreamOwned::new(conn, s);
+            s.write_all(request.as_bytes()).ok()?;
+            // A TLS peer may close without close_notify once it answered; keep what came.
+            let _ = s.take(64 * 1024).read_to_string(&mut body);
+        }
+    }
     let json = body.split_once("\r\n\r\n")?.1;
     let v: serde_json::Value = serde_json::from_str(json.trim()).ok()?;
     v.get("keel")?.as_str().map(str::to_string)
 }
 
 /// Refuses to run next to a member whose keel is more than one minor version away.
-pub(crate) async fn check_skew(members: Vec<(String, Vec<String>)>) -> Result<(), String> {
+pub(crate) async fn check_skew(
+    members: Vec<(String, Vec<String>)>,
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+) -> Result<(), String> {
     for (name, urls) in members {
         let Some(url) = urls.into_iter().next() else {
             continue;
         };
-        let found = tokio::task::spawn_blocking(move || member_version(&url))
+        let tls = tls.clone();
+        let found = tokio::task::spawn_blocking(move || member_version(&url, tls))
             .await
             .ok()
             .flatten();
         if let Some(theirs) = found {
+            tracing::info!(member = %name, version = %theirs, "member version checked");
             if !compatible(&theirs, VERSION) {
                 return Err(format!(
                     "keel {VERSION} cannot run in a cluster whose member {name} runs keel {theirs}: members may be at most one minor version apart; upgrade one member at a time, one minor version at a time"
@@ -143,15 +179,15 @@ mod tests {
     #[tokio::test]
     async fn members_two_minor_versions_away_are_refused() -> Result<(), String> {
         let near = fake_member(VERSION)?;
-        check_skew(vec![("m2".into(), vec![near])]).await?;
+        check_skew(vec![("m2".into(), vec![near])], None).await?;
         let far = fake_member("0.9.0")?;
-        let err = check_skew(vec![("m3".into(), vec![far])])
+        let err = check_skew(vec![("m3".into(), vec![far])], None)
             .await
             .err()
             .unwrap_or_default();
         assert!(err.contains("whose member m3 runs keel 0.9.0"), "{err}");
         // A member that does not answer is no reason to refuse.
-        check_skew(vec![("m4".into(), vec!["http://127.0.0.1:1".into()])]).await?;
+        check_skew(vec![("m4".into(), vec!["http://127.0.0.1:1".into()])], None).await?;
         Ok(())
     }
 }

@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use keel_testkit::{etcdctl, free_port, require_etcd_tools, run_bounded, CtlOutput, Process};
+use keel_testkit::{
+    etcdctl, etcdctl_with, free_port, require_etcd_tools, run_bounded, CtlOutput, Process,
+};
 
 const KEEL: &str = env!("CARGO_BIN_EXE_keel");
 
@@ -26,8 +28,10 @@ impl Member {
     fn new(root: &Path, name: &str) -> Member {
         Member {
             name: name.into(),
-            client: format!("http://127.0.0.1:{}", free_port()),
-            peer: format!("http://127.0.0.1:{}", free_port()),
+            // https://: a member made with --init or --join gets its peer and etcd certificates
+            // from the cluster CA (explicit http:// URLs would mean plaintext, as in etcd).
+            client: format!("https://127.0.0.1:{}", free_port()),
+            peer: format!("https://127.0.0.1:{}", free_port()),
             kube: format!("https://127.0.0.1:{}", free_port()),
             dir: root.join(name),
             proc: None,
@@ -51,8 +55,26 @@ impl Member {
         self.proc = Some(Process::spawn(&mut self.command(extra), None));
     }
 
-    fn endpoint(&self) -> &str {
-        self.client.trim_start_matches("http://")
+    /// The member's TLS file `name` (`<data-dir>/tls/`).
+    fn tls(&self, name: &str) -> String {
+        self.dir
+            .join("tls")
+            .join(name)
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// etcdctl against this member's client port with its CA and etcd client certificate.
+    fn ctl(&self, args: &[&str]) -> CtlOutput {
+        let global = [
+            "--command-timeout=5s".to_string(),
+            "--dial-timeout=2s".to_string(),
+            format!("--cacert={}", self.tls("ca.crt")),
+            format!("--cert={}", self.tls("etcd-client.crt")),
+            format!("--key={}", self.tls("etcd-client.key")),
+        ];
+        let global: Vec<&str> = global.iter().map(String::as_str).collect();
+        etcdctl_with(&self.client, args, None, &global)
     }
 
     fn log(&self) -> String {
@@ -75,8 +97,8 @@ fn wait(what: &str, limit: Duration, mut f: impl FnMut() -> Result<(), String>) 
 }
 
 /// `etcdctl member list -w json` as (name, is learner).
-fn members(endpoint: &str) -> Vec<(String, bool)> {
-    let out = etcdctl(endpoint, &["member", "list", "-w", "json"], None);
+fn members(via: &Member) -> Vec<(String, bool)> {
+    let out = via.ctl(&["member", "list", "-w", "json"]);
     assert!(out.success(), "{}", out.stderr);
     let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     v["members"]
@@ -99,7 +121,7 @@ fn keel(args: &[&str]) -> CtlOutput {
 }
 
 /// Tries to join a member with `token` and expects a refusal naming `why`; nothing may be left behind.
-fn refused(root: &Path, join_url: &str, token: &str, why: &str, via: &str) {
+fn refused(root: &Path, join_url: &str, token: &str, why: &str, via: &Member) {
     let m = Member::new(root, "refused");
     let out = run_bounded(
         m.command(&["--join", join_url, "--token", token]),
@@ -154,7 +176,7 @@ fn a_cluster_built_with_init_and_join_tokens() {
     let mut m2 = Member::new(root, "m2");
     m2.start(&["--join", &m1.kube, "--token", &server_token]);
     wait("m2 a voting member", Duration::from_secs(60), || {
-        let list = members(m1.endpoint());
+        let list = members(&m1);
         if list.len() == 2 && list.iter().all(|(n, l)| !n.is_empty() && !l) {
             Ok(())
         } else {
@@ -170,7 +192,7 @@ fn a_cluster_built_with_init_and_join_tokens() {
         &format!("http://127.0.0.1:{}", free_port()),
     );
     assert!(ghost.contains("initialCluster"), "{ghost}");
-    assert_eq!(members(m1.endpoint()).len(), 3);
+    assert_eq!(members(&m1).len(), 3);
     // ... does not block the next one, through any member: the half-joined member is removed.
     let mut m3 = Member::new(root, "m3");
     m3.start(&["--join", &m2.kube, "--token", &server_token]);
@@ -178,7 +200,7 @@ fn a_cluster_built_with_init_and_join_tokens() {
         "m3 a voting member, the ghost gone",
         Duration::from_secs(60),
         || {
-            let list = members(m1.endpoint());
+            let list = members(&m1);
             let names: Vec<&str> = list.iter().map(|(n, _)| n.as_str()).collect();
             if list.len() == 3 && names.contains(&"m3") && list.iter().all(|(_, l)| !l) {
                 Ok(())
@@ -189,14 +211,66 @@ fn a_cluster_built_with_init_and_join_tokens() {
     );
 
     // The cluster works through every member, and kubectl reaches the newest one.
-    let put = etcdctl(m3.endpoint(), &["put", "/joined", "yes"], None);
+    let put = m3.ctl(&["put", "/joined", "yes"]);
     assert!(put.success(), "{}", put.stderr);
-    let got = etcdctl(
-        m1.endpoint(),
-        &["get", "/joined", "--print-value-only"],
-        None,
-    );
+    let got = m1.ctl(&["get", "/joined", "--print-value-only"]);
     assert_eq!(got.stdout.trim(), "yes");
+    etcd_side_is_tls(root, &m1, &m3);
+
+    // `keel certificate rotate` renews m1's peer and etcd certificates online too.
+    let read = |p: String| std::fs::read_to_string(p).unwrap();
+    let (peer_before, server_before) = (read(m1.tls("peer.crt")), read(m1.tls("etcd-server.crt")));
+    let rot = keel(&[
+        "certificate",
+        "rotate",
+        "--data-dir",
+        m1.dir.to_str().unwrap(),
+    ]);
+    assert!(rot.success(), "rotate: {}{}", rot.stdout, rot.stderr);
+    assert!(
+        rot.stdout.contains("peer and etcd certificates renewed"),
+        "{}",
+        rot.stdout
+    );
+    assert_ne!(read(m1.tls("peer.crt")), peer_before);
+    let server_now = read(m1.tls("etcd-server.crt"));
+    assert_ne!(server_now, server_before);
+    // New handshakes on the client port get the new certificate, without a restart.
+    wait(
+        "m1 serving its renewed etcd certificate",
+        Duration::from_secs(20),
+        || {
+            let got = presented_cert(&m1, &m1.client);
+            (got.as_deref() == Some(pem_der(&server_now).as_slice()))
+                .then_some(())
+                .ok_or_else(|| "still the old one".to_string())
+        },
+    );
+    // And the peer port (the same certificate is m1's client certificate when it dials its peers).
+    let peer_now = read(m1.tls("peer.crt"));
+    wait(
+        "m1 serving its renewed peer certificate",
+        Duration::from_secs(20),
+        || {
+            let got = presented_cert(&m1, &m1.peer);
+            (got.as_deref() == Some(pem_der(&peer_now).as_slice()))
+                .then_some(())
+                .ok_or_else(|| "still the old one".to_string())
+        },
+    );
+    // New peer connections use the renewed peer certificate: m3 restarts, the others dial it again.
+    m3.proc.as_mut().unwrap().kill();
+    m3.start(&[]);
+    wait(
+        "a write through the restarted m3",
+        Duration::from_secs(60),
+        || {
+            let put = m3.ctl(&["put", "/after-rotation", "yes"]);
+            put.success().then_some(()).ok_or(put.stderr)
+        },
+    );
+    let got = m1.ctl(&["get", "/after-rotation", "--print-value-only"]);
+    assert_eq!(got.stdout.trim(), "yes", "{}", got.stderr);
     let kubeconfig = m3.dir.join("admin.kubeconfig");
     wait("kubectl against m3", Duration::from_secs(60), || {
         let mut c = Command::new("kubectl");
@@ -231,7 +305,7 @@ fn a_cluster_built_with_init_and_join_tokens() {
         &m1.kube,
         &format!("{prefix}::{id}.0000000000000000"),
         "wrong secret",
-        m1.endpoint(),
+        &m1,
     );
     let revoked = keel(&["token", "create", "--data-dir", d1])
         .stdout
@@ -243,32 +317,20 @@ fn a_cluster_built_with_init_and_join_tokens() {
         &m1.kube,
         &revoked,
         "does not exist or was revoked",
-        m1.endpoint(),
+        &m1,
     );
     let short = keel(&["token", "create", "--ttl", "1s", "--data-dir", d1]);
     assert!(short.success(), "{}", short.stderr);
     std::thread::sleep(Duration::from_secs(2));
-    refused(
-        root,
-        &m1.kube,
-        short.stdout.trim(),
-        "expired at",
-        m1.endpoint(),
-    );
-    refused(
-        root,
-        &m1.kube,
-        &agent_token,
-        "may not join servers",
-        m1.endpoint(),
-    );
+    refused(root, &m1.kube, short.stdout.trim(), "expired at", &m1);
+    refused(root, &m1.kube, &agent_token, "may not join servers", &m1);
     let other_ca = format!("K10{}::{cred}", "0".repeat(64));
     refused(
         root,
         &m1.kube,
         &other_ca,
         "another cluster, or someone in between",
-        m1.endpoint(),
+        &m1,
     );
 
     // An agent token yields the node's own identity (the agent stops later, with no runtime to drive).
@@ -316,6 +378,163 @@ fn a_cluster_built_with_init_and_join_tokens() {
     );
 }
 
+/// The etcd side of an --init/--join cluster is TLS: peer URLs are https, etcdctl works with the
+/// files `keel etcdctl-env` names (snapshot save included) and is refused without them, and keel's own
+/// etcd clients (`keel status`, `keel snapshot save`) find the data dir's files themselves.
+fn etcd_side_is_tls(root: &Path, m1: &Member, m3: &Member) {
+    let list = m1.ctl(&["member", "list", "-w", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&list.stdout).unwrap();
+    let peers: Vec<&str> = v["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["peerURLs"].as_array().unwrap().iter())
+        .map(|u| u.as_str().unwrap())
+        .collect();
+    assert!(
+        peers.len() >= 3 && peers.iter().all(|u| u.starts_with("https://")),
+        "peer URLs: {peers:?}"
+    );
+    assert!(std::path::Path::new(&m3.tls("peer.crt")).exists());
+    // One CA: the Kubernetes API's (stored by --init) signs the etcd side too; the file --init kept it
+    // in before the store had it is gone.
+    for m in [m1, m3] {
+        assert_eq!(
+            std::fs::read_to_string(m.dir.join("pki/ca.crt")).unwrap(),
+            std::fs::read_to_string(m.tls("ca.crt")).unwrap(),
+            "{}: two CAs",
+            m.name
+        );
+    }
+    assert!(!m1.dir.join("tls/init-pki.json").exists());
+    // The version-skew check at start reached the other members' TLS client ports.
+    assert!(
+        m3.log().contains("member version checked"),
+        "m3 did not check the others' versions over TLS: {}",
+        m3.log()
+    );
+
+    // etcdctl with the environment `keel etcdctl-env` prints.
+    let env = keel(&["etcdctl-env", "--data-dir", m3.dir.to_str().unwrap()]);
+    assert!(env.success(), "{}", env.stderr);
+    let vars: Vec<(String, String)> = env
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("export "))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.trim_matches('\'').to_string()))
+        .collect();
+    let names: Vec<&str> = vars.iter().map(|(k, _)| k.as_str()).collect();
+    for want in [
+        "ETCDCTL_API",
+        "ETCDCTL_ENDPOINTS",
+        "ETCDCTL_CACERT",
+        "ETCDCTL_CERT",
+        "ETCDCTL_KEY",
+    ] {
+        assert!(names.contains(&want), "{want} missing: {}", env.stdout);
+    }
+    let with_env = |args: &[&str]| {
+        let mut c = Command::new("etcdctl");
+        c.envs(vars.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .args(["--command-timeout=5s", "--dial-timeout=2s"])
+            .args(args);
+        run_bounded(c, None, Duration::from_secs(20))
+    };
+    let got = with_env(&["get", "/joined", "--print-value-only"]);
+    assert_eq!(got.stdout.trim(), "yes", "etcdctl-env: {}", got.stderr);
+    let snap = root.join("tls-snap.db");
+    let save = with_env(&["snapshot", "save", snap.to_str().unwrap()]);
+    assert!(save.success(), "snapshot save: {}", save.stderr);
+    assert!(std::fs::metadata(&snap).unwrap().len() > 0);
+
+    // Without certificates: refused (no CA to trust the server; with it, no client certificate).
+    let plain = etcdctl(&m1.client, &["get", "/joined"], None);
+    assert!(!plain.success(), "etcdctl without certificates was served");
+    let ca_only = etcdctl_with(
+        &m1.client,
+        &["get", "/joined"],
+        None,
+        &[
+            "--command-timeout=5s",
+            "--dial-timeout=2s",
+            &format!("--cacert={}", m1.tls("ca.crt")),
+        ],
+    );
+    assert!(
+        !ca_only.success(),
+        "etcdctl without a client certificate was served"
+    );
+    let http = etcdctl(
+        &m1.client.replace("https://", "http://"),
+        &["get", "/joined"],
+        None,
+    );
+    assert!(
+        !http.success(),
+        "plaintext was served on the TLS client port"
+    );
+
+    // keel's own etcd clients take the data dir's files.
+    let d1 = m1.dir.to_str().unwrap();
+    let status = keel(&["status", "--data-dir", d1]);
+    assert!(status.success(), "keel status: {}", status.stderr);
+    assert!(status.stdout.contains("m3"), "{}", status.stdout);
+    let snap2 = root.join("keel-snap.db");
+    let save = keel(&[
+        "snapshot",
+        "save",
+        snap2.to_str().unwrap(),
+        "--endpoints",
+        &m1.client,
+        "--data-dir",
+        d1,
+    ]);
+    assert!(save.success(), "keel snapshot save: {}", save.stderr);
+    let check = keel(&["certificate", "check", "--data-dir", d1]);
+    assert!(
+        check.stdout.contains("tls/peer.crt") && check.stdout.contains("tls/etcd-server.crt"),
+        "{}",
+        check.stdout
+    );
+}
+
+/// The DER of the first certificate in `pem`.
+fn pem_der(pem: &str) -> Vec<u8> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::CertificateDer::from_pem_slice(pem.as_bytes())
+        .unwrap()
+        .to_vec()
+}
+
+/// The certificate `m` presents to a new TLS connection on `url` (its client or peer URL; made with
+/// its CA and etcd client certificate), as DER.
+fn presented_cert(m: &Member, url: &str) -> Option<Vec<u8>> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_file(m.tls("ca.crt")).ok()?)
+        .ok()?;
+    let chain = vec![CertificateDer::from_pem_file(m.tls("etcd-client.crt")).ok()?];
+    let key = PrivateKeyDer::from_pem_file(m.tls("etcd-client.key")).ok()?;
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .ok()?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .ok()?;
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").ok()?;
+    let mut conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).ok()?;
+    let mut tcp = std::net::TcpStream::connect(url.trim_start_matches("https://")).ok()?;
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    while conn.is_handshaking() {
+        conn.complete_io(&mut tcp).ok()?;
+    }
+    Some(conn.peer_certificates()?.first()?.to_vec())
+}
+
 /// `kubectl` with `kubeconfig`; stdout when it succeeds.
 fn kubectl(kubeconfig: &Path, args: &[&str]) -> Option<String> {
     let mut c = Command::new("kubectl");
@@ -335,7 +554,7 @@ fn a_joined_agent_keeps_working_when_the_member_it_joined_through_dies() {
     let mut m3 = Member::new(root, "m3");
     m3.start(&["--join", &m1.kube, "--token", &server_token]);
     wait("three voting members", Duration::from_secs(90), || {
-        let list = members(m1.endpoint());
+        let list = members(&m1);
         if list.len() == 3 && list.iter().all(|(n, l)| !n.is_empty() && !l) {
             Ok(())
         } else {

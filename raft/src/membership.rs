@@ -55,9 +55,12 @@ pub fn cluster_id(token: &str) -> u64 {
     fnv64(&["keel-cluster-id", token])
 }
 
-/// True for `http://host:port` with a numeric port.
+/// True for `http://host:port` or `https://host:port` with a numeric port.
 pub(crate) fn valid_peer_url(u: &str) -> bool {
-    let Some(rest) = u.strip_prefix("http://") else {
+    let Some(rest) = u
+        .strip_prefix("http://")
+        .or_else(|| u.strip_prefix("https://"))
+    else {
         return false;
     };
     let rest = rest.trim_end_matches('/');
@@ -418,6 +421,9 @@ mod tests {
             Err(InitialClusterError::DuplicateUrl(_))
         ));
         assert!(check_self(&m, "b", &["http://127.0.0.1:2".into()]).is_ok());
+        assert!(valid_peer_url("https://127.0.0.1:2380"));
+        assert!(!valid_peer_url("ftp://127.0.0.1:2380"));
+        assert!(!valid_peer_url("https://127.0.0.1"));
         assert!(check_self(&m, "c", &["http://127.0.0.1:2".into()]).is_err());
         assert!(check_self(&m, "b", &["http://127.0.0.1:3".into()]).is_err());
         let x = member_id(&["http://b:1".into(), "http://a:1".into()], "t");

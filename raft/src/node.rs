@@ -65,6 +65,9 @@ pub struct NodeConfig {
     /// UNSAFE, for testing the Jepsen checker only: answer linearizable reads from local state without a
     /// ReadIndex round, so a partitioned or lagging member serves stale data.
     pub unsafe_local_linearizable_reads: bool,
+    /// Peer TLS (etcd's `--peer-cert-file` family): served on `https://` listen peer URLs and used to
+    /// dial `https://` peers. Required when any of those URLs is `https://`.
+    pub peer_tls: Option<crate::tls::TlsPem>,
 }
 
 impl NodeConfig {
@@ -85,6 +88,7 @@ impl NodeConfig {
             cluster_state: ClusterState::New,
             cluster_token: "keel-cluster".into(),
             unsafe_local_linearizable_reads: false,
+            peer_tls: None,
         }
     }
 
@@ -219,12 +223,15 @@ impl Node {
                 path: dir.join("snap"),
                 source,
             })?;
-        let peers = PeerApi::new(cluster_id);
+        let (peer_server_tls, peer_client_tls) = peer_tls_configs(&cfg)?;
+        let peers = PeerApi::new(cluster_id).with_tls(peer_client_tls.clone());
         let removed = Arc::new(watch::channel(false).0);
         let raft = Raft::new(
             id,
             Arc::new(raft_cfg),
-            PeerNetwork::new(cluster_id).on_removed(removed.clone()),
+            PeerNetwork::new(cluster_id)
+                .on_removed(removed.clone())
+                .with_tls(peer_client_tls),
             log_store,
             sm,
         )
@@ -326,7 +333,7 @@ impl Node {
                 metrics,
             }
         });
-        node.clone().serve_peers().await?;
+        node.clone().serve_peers(peer_server_tls).await?;
         tokio::spawn(leader_loop(node.clone()));
         tokio::spawn(publish_loop(node.clone()));
         tokio::spawn(watchdog_loop(node.clone()));
@@ -334,13 +341,26 @@ impl Node {
     }
 
     /// Starts the peer transport on every listen peer URL.
-    async fn serve_peers(self: Arc<Self>) -> Result<(), StartError> {
+    async fn serve_peers(
+        self: Arc<Self>,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> Result<(), StartError> {
         for url in &self.cfg.listen_peer_urls {
-            let addr = parse_http_addr(url).ok_or_else(|| {
+            let (plain, is_tls) = crate::tls::split_tls_scheme(url);
+            let addr = parse_http_addr(&plain).ok_or_else(|| {
                 StartError::Peer(format!(
-                    "--listen-peer-urls {url:?}: expected http://HOST:PORT"
+                    "--listen-peer-urls {url:?}: expected http://HOST:PORT or https://HOST:PORT"
                 ))
             })?;
+            let tls = if is_tls {
+                Some(tls.clone().ok_or_else(|| {
+                    StartError::Peer(format!(
+                        "--listen-peer-urls {url}: https needs --peer-cert-file and --peer-key-file"
+                    ))
+                })?)
+            } else {
+                None
+            };
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(|e| StartError::Peer(format!("listen on {addr}: {e}")))?;
@@ -365,7 +385,7 @@ impl Node {
                             )));
                         }
                     }));
-                if let Err(e) = serve_service_on(listener, service, shutdown).await {
+                if let Err(e) = serve_service_on(listener, service, tls, shutdown).await {
                     warn!(%e, "peer transport stopped");
                 }
             });
@@ -868,6 +888,43 @@ async fn publish_loop(node: Arc<Node>) {
             _ = stop.changed() => return,
         }
     }
+}
+
+/// The peer server's and the peer client's rustls setups from `cfg.peer_tls`, checked against the
+/// URLs: an `https://` listen or advertised peer URL needs a certificate and key, and dialing
+/// `https://` peers needs the peer CA to verify them.
+type PeerTlsConfigs = (
+    Option<Arc<rustls::ServerConfig>>,
+    Option<Arc<rustls::ClientConfig>>,
+);
+
+fn peer_tls_configs(cfg: &NodeConfig) -> Result<PeerTlsConfigs, StartError> {
+    let https = |urls: &[String]| urls.iter().find(|u| u.starts_with("https://")).cloned();
+    let any_https = https(&cfg.listen_peer_urls).or_else(|| https(&cfg.peer_urls));
+    let Some(pem) = &cfg.peer_tls else {
+        if let Some(u) = any_https {
+            return Err(StartError::Peer(format!(
+                "peer URL {u}: https needs --peer-cert-file and --peer-key-file"
+            )));
+        }
+        return Ok((None, None));
+    };
+    let server = pem
+        .server_config()
+        .map_err(|e| StartError::Peer(format!("peer TLS: {e}")))?;
+    let client = match pem.client_config() {
+        Ok(c) => Some(c),
+        Err(crate::tls::TlsError::ClientAuthWithoutCa) => {
+            if let Some(u) = any_https {
+                return Err(StartError::Peer(format!(
+                    "peer URL {u}: dialing https:// peers needs --peer-trusted-ca-file to verify them"
+                )));
+            }
+            None
+        }
+        Err(e) => return Err(StartError::Peer(format!("peer TLS: {e}"))),
+    };
+    Ok((Some(server), client))
 }
 
 /// Parses `http://host:port` (localhost allowed) into a socket address.

@@ -3,14 +3,23 @@
 //! certificates in memory (e.g. ones generated from the cluster CA) need no files.
 
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
+use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::server::{Connected, TcpConnectInfo};
+use tonic::transport::{Channel, Endpoint};
 
 /// Why TLS settings cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +79,7 @@ impl TlsFiles {
             key: read(key)?,
             trusted_ca: self.trusted_ca.as_deref().map(read).transpose()?,
             client_cert_auth: self.client_cert_auth,
+            reload_from: Some((cert.clone(), key.clone())),
         }))
     }
 }
@@ -92,6 +102,10 @@ pub struct TlsPem {
     pub trusted_ca: Option<Vec<u8>>,
     /// Require the other side to present a certificate signed by `trusted_ca`.
     pub client_cert_auth: bool,
+    /// The certificate and key files `cert` and `key` were read from: the configurations then follow
+    /// them, so a renewed certificate is used by new handshakes without a restart (see
+    /// [`ReloadingKey`]).
+    pub reload_from: Option<(PathBuf, PathBuf)>,
 }
 
 // The key must never reach a log.
@@ -154,8 +168,7 @@ impl TlsPem {
         } else {
             builder.with_no_client_auth()
         };
-        let mut config =
-            builder.with_single_cert(certs(&self.cert, "certificate")?, key(&self.key)?)?;
+        let mut config = builder.with_cert_resolver(self.resolver()?);
         config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
         Ok(Arc::new(config))
     }
@@ -173,10 +186,300 @@ impl TlsPem {
         let mut config = ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()?
             .with_webpki_verifier(verifier)
-            .with_client_auth_cert(certs(&self.cert, "certificate")?, key(&self.key)?)?;
+            .with_client_cert_resolver(self.resolver()?);
         config.alpn_protocols = vec![b"h2".to_vec()];
         Ok(Arc::new(config))
     }
+
+    /// This side's certificate: following its files when it has some, else fixed.
+    fn resolver(&self) -> Result<Arc<ReloadingKey>, TlsError> {
+        Ok(Arc::new(ReloadingKey {
+            files: self.reload_from.clone(),
+            state: parking_lot::Mutex::new(Loaded {
+                key: Arc::new(certified(&self.cert, &self.key)?),
+                cert_pem: self.cert.clone(),
+                checked: Instant::now(),
+            }),
+        }))
+    }
+}
+
+/// How often a [`ReloadingKey`] looks at its files (at a handshake, never in between).
+const RELOAD_CHECK: Duration = Duration::from_secs(2);
+
+/// A certificate and key for rustls that follow their files: at a handshake, at most every
+/// [`RELOAD_CHECK`], the files are read again, and a changed certificate whose key matches is used
+/// from then on (connections already open keep theirs). A pair that does not load (e.g. read between
+/// the writes of a renewal) is skipped until it does; the previous one stays in use.
+#[derive(Debug)]
+pub struct ReloadingKey {
+    files: Option<(PathBuf, PathBuf)>,
+    state: parking_lot::Mutex<Loaded>,
+}
+
+#[derive(Debug)]
+struct Loaded {
+    key: Arc<CertifiedKey>,
+    cert_pem: Vec<u8>,
+    checked: Instant,
+}
+
+fn certified(cert: &[u8], k: &[u8]) -> Result<CertifiedKey, TlsError> {
+    Ok(CertifiedKey::from_der(
+        certs(cert, "certificate")?,
+        key(k)?,
+        &provider(),
+    )?)
+}
+
+impl ReloadingKey {
+    /// The pair to present now.
+    pub fn current(&self) -> Arc<CertifiedKey> {
+        let mut s = self.state.lock();
+        if let Some((cert_path, key_path)) = &self.files {
+            if s.checked.elapsed() >= RELOAD_CHECK {
+                s.checked = Instant::now();
+                if let (Ok(cert), Ok(k)) = (std::fs::read(cert_path), std::fs::read(key_path)) {
+                    if cert != s.cert_pem {
+                        match certified(&cert, &k) {
+                            Ok(ck) => {
+                                s.key = Arc::new(ck);
+                                s.cert_pem = cert;
+                                tracing::info!(cert = %cert_path.display(), "renewed certificate in use");
+                            }
+                            Err(e) => {
+                                if first_in_a_while(format!("reload {} {e}", cert_path.display())) {
+                                    tracing::warn!(cert = %cert_path.display(), error = %e, "changed certificate not usable (yet); keeping the previous one");
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        s.key.clone()
+    }
+}
+
+impl rustls::server::ResolvesServerCert for ReloadingKey {
+    fn resolve(&self, _hello: rustls::server::ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+impl rustls::client::ResolvesClientCert for ReloadingKey {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+/// A client setup for a tool dialing a TLS port (etcdctl's `--cacert`, `--cert`, `--key`): verifies
+/// the server against `ca` and presents `identity` (certificate and key, PEM) when given; ALPN h2.
+pub fn tool_client_config(
+    ca: &[u8],
+    identity: Option<(&[u8], &[u8])>,
+) -> Result<Arc<ClientConfig>, TlsError> {
+    let verifier = WebPkiServerVerifier::builder_with_provider(roots(ca)?, provider())
+        .build()
+        .map_err(|e| TlsError::BadCa(e.to_string()))?;
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_webpki_verifier(verifier);
+    let mut config = match identity {
+        Some((cert, k)) => builder.with_client_auth_cert(certs(cert, "certificate")?, key(k)?)?,
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// A tonic channel that dials `endpoint`'s host over TCP, then TLS with `config` (which verifies the
+/// server and presents this side's client certificate), connecting lazily as
+/// [`Endpoint::connect_lazy`] does. The endpoint's connect timeout bounds TCP and handshake together;
+/// its HTTP/2 settings (keep-alive, windows) apply unchanged.
+///
+/// The endpoint should carry an `http://` URI: the TLS is done here, so tonic must not look for a TLS
+/// setup of its own (with one of its TLS features on, an `https://` URI without it fails).
+pub fn lazy_tls_channel(endpoint: &Endpoint, config: Arc<ClientConfig>) -> Channel {
+    let connector = tower::service_fn(move |uri: tonic::codegen::http::Uri| {
+        let config = config.clone();
+        async move {
+            let bad = |what: &str| {
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{uri}: {what}"))
+            };
+            let host = uri.host().ok_or_else(|| bad("no host"))?;
+            // An IPv6 literal comes bracketed.
+            let host = host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string();
+            let port = uri.port_u16().ok_or_else(|| bad("no port"))?;
+            let name = ServerName::try_from(host.clone()).map_err(|e| bad(&e.to_string()))?;
+            let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+            // Raft messages are small and latency-bound.
+            tcp.set_nodelay(true)?;
+            let tls = tokio_rustls::TlsConnector::from(config)
+                .connect(name, tcp)
+                .await
+                .inspect_err(|e| {
+                    // A certificate the peer CA did not sign, or a peer refusing ours: say so
+                    // here, where the reason is known (the caller only sees "unreachable").
+                    let peer = format!("{host}:{port}");
+                    if first_in_a_while(format!("dial {peer} {e}")) {
+                        tracing::warn!(%peer, error = %e, "TLS handshake with peer failed");
+                    } else {
+                        tracing::debug!(%peer, error = %e, "TLS handshake with peer failed");
+                    }
+                })?;
+            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tls))
+        }
+    });
+    endpoint.connect_with_connector_lazy(connector)
+}
+
+/// Turns `https://host:port` into `http://host:port` (the scheme [`lazy_tls_channel`] wants) and
+/// says whether it was TLS.
+pub fn split_tls_scheme(url: &str) -> (String, bool) {
+    match url.strip_prefix("https://") {
+        Some(rest) => (format!("http://{rest}"), true),
+        None => (url.to_string(), false),
+    }
+}
+
+/// True unless the same handshake failure (`key`: direction, address and error) was reported in
+/// the last [`REPEAT_QUIET`]: a misconfigured member retries many times a second, and one warning
+/// per failure and address is enough (the rest go to debug).
+fn first_in_a_while(key: String) -> bool {
+    static SEEN: std::sync::OnceLock<
+        parking_lot::Mutex<std::collections::HashMap<String, Instant>>,
+    > = std::sync::OnceLock::new();
+    let mut seen = SEEN.get_or_init(Default::default).lock();
+    let now = Instant::now();
+    if seen.len() > 1024 {
+        seen.retain(|_, t| now.duration_since(*t) < REPEAT_QUIET);
+    }
+    match seen.get(&key) {
+        Some(t) if now.duration_since(*t) < REPEAT_QUIET => false,
+        _ => {
+            seen.insert(key, now);
+            true
+        }
+    }
+}
+
+/// See [`first_in_a_while`].
+const REPEAT_QUIET: Duration = Duration::from_secs(30);
+
+/// How long a caller gets to finish its TLS handshake on a server port.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A server-side TLS connection, with the TCP peer address for tonic.
+pub struct TlsConn(tokio_rustls::server::TlsStream<TcpStream>);
+
+impl TlsConn {
+    /// The certificates the other side presented (leaf first), if any.
+    pub fn peer_certificates(&self) -> Option<&[CertificateDer<'static>]> {
+        self.0.get_ref().1.peer_certificates()
+    }
+}
+
+impl Connected for TlsConn {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        self.0.get_ref().0.connect_info()
+    }
+}
+
+impl AsyncRead for TlsConn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TlsConn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+/// Accepts TLS connections on `listener` for tonic's `serve_with_incoming`: each handshake runs in
+/// its own task so a slow or failing caller never holds up the others, and a failed handshake is
+/// logged (naming `what`, e.g. "peer") and dropped, since an error item would stop tonic's server.
+pub fn tls_incoming(
+    listener: TcpListener,
+    config: Arc<ServerConfig>,
+    what: &'static str,
+) -> ReceiverStream<std::io::Result<TlsConn>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                r = listener.accept() => r,
+                // The server stopped and dropped the stream.
+                _ = tx.closed() => return,
+            };
+            let (conn, from) = match accepted {
+                Ok(c) => c,
+                Err(e) => {
+                    // Out of descriptors and the like: back off instead of spinning.
+                    tracing::debug!(error = %e, "accept on the TLS {what} port");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = conn.set_nodelay(true);
+            let acceptor = acceptor.clone();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(conn)).await {
+                    Ok(Ok(tls)) => {
+                        let _ = tx.send(Ok(TlsConn(tls))).await;
+                    }
+                    Ok(Err(e)) => {
+                        if first_in_a_while(format!("accept {what} {} {e}", from.ip())) {
+                            tracing::warn!(
+                                from = %from,
+                                error = %e,
+                                "TLS handshake on the {what} port failed; connection refused"
+                            )
+                        } else {
+                            tracing::debug!(from = %from, error = %e, "TLS handshake on the {what} port failed")
+                        }
+                    }
+                    Err(_) => {
+                        tracing::debug!(from = %from, "TLS handshake on the {what} port timed out")
+                    }
+                }
+            });
+        }
+    });
+    ReceiverStream::new(rx)
 }
 
 #[cfg(test)]
@@ -216,6 +519,7 @@ mod tests {
             key: key.into(),
             trusted_ca: Some(ca.pem.clone().into()),
             client_cert_auth: auth,
+            reload_from: None,
         }
     }
 
@@ -266,6 +570,33 @@ mod tests {
         // Without client-cert-auth the same client is accepted.
         let lax = pem(&ca1, false).server_config().unwrap();
         assert!(handshake(lax, other.client_config().unwrap()));
+    }
+
+    #[test]
+    fn a_renewed_certificate_is_picked_up_from_its_files() {
+        let ca1 = ca("ca1");
+        let dir = tempfile::tempdir().unwrap();
+        let (crt, key_file) = (dir.path().join("c.crt"), dir.path().join("c.key"));
+        let (c1, k1) = leaf(&ca1);
+        std::fs::write(&crt, &c1).unwrap();
+        std::fs::write(&key_file, &k1).unwrap();
+        let files = TlsFiles {
+            cert: Some(crt.clone()),
+            key: Some(key_file.clone()),
+            ..Default::default()
+        };
+        let r = files.load().unwrap().unwrap().resolver().unwrap();
+        let first = r.current().cert[0].clone();
+        assert_eq!(first, certs(c1.as_bytes(), "c").unwrap()[0]);
+        // A certificate whose key is not (yet) beside it is not used.
+        let (c2, k2) = leaf(&ca1);
+        std::fs::write(&crt, &c2).unwrap();
+        std::thread::sleep(RELOAD_CHECK + Duration::from_millis(100));
+        assert_eq!(r.current().cert[0], first);
+        // Once the pair is whole, the next check takes it.
+        std::fs::write(&key_file, &k2).unwrap();
+        std::thread::sleep(RELOAD_CHECK + Duration::from_millis(100));
+        assert_eq!(r.current().cert[0], certs(c2.as_bytes(), "c").unwrap()[0]);
     }
 
     #[test]

@@ -107,6 +107,7 @@ pub(crate) async fn run(args: SnapshotArgs) -> Result<(), SnapshotCmdError> {
 // save
 
 async fn save(a: SnapshotSaveArgs) -> Result<(), SnapshotCmdError> {
+    crate::etcd_tls::install(&a.tls, a.data_dir.as_deref()).map_err(SnapshotCmdError::Flags)?;
     let endpoint = match a.endpoints.as_slice() {
         [one] => one.clone(),
         _ => {
@@ -272,7 +273,7 @@ async fn connect(
             .ok_or_else(|| remote("--user must be NAME:PASSWORD".into()))?;
         opts = opts.with_user(name, password);
     }
-    etcd_client::Client::connect([endpoint], Some(opts))
+    crate::etcd_tls::connect(endpoint, opts, dial_timeout)
         .await
         .map_err(|e| remote(e.to_string()))
 }

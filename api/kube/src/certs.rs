@@ -92,6 +92,9 @@ pub struct Renewal {
     /// The serving certificate in use (PEM).
     pub serving: String,
     pub member: String,
+    /// For a member with `<data-dir>/tls/` (made with `--init`/`--join`): the hosts its peer and etcd
+    /// client-port certificates name, so they are renewed with the serving certificate.
+    pub member_tls_hosts: Option<(Vec<String>, Vec<String>)>,
 }
 
 /// `keel_certificate_expiry_timestamp_seconds{certificate}` and `keel_certificate_rotations_total`.
@@ -129,6 +132,21 @@ pub async fn run(mut r: Renewal) {
     metrics.set("ca", &r.pki.ca_cert);
     metrics.set("admin", &r.pki.admin_cert);
     metrics.set("apiserver", &r.serving);
+    // The member's etcd-side certificates (peer TLS and the etcd client port), when it has them.
+    let member_tls = |r: &Renewal| -> Vec<(&'static str, String)> {
+        let dir = r.data_dir.join(crate::pki::MEMBER_TLS_DIR);
+        [
+            ("peer", "peer.crt"),
+            ("etcd-server", "etcd-server.crt"),
+            ("etcd-client", "etcd-client.crt"),
+        ]
+        .into_iter()
+        .filter_map(|(name, file)| Some((name, std::fs::read_to_string(dir.join(file)).ok()?)))
+        .collect()
+    };
+    for (name, pem) in member_tls(&r) {
+        metrics.set(name, &pem);
+    }
     let request = r.data_dir.join(ROTATE_REQUEST);
     let mut stop = r.state.shutdown.clone();
     let mut last_warned: Option<i64> = None;
@@ -139,12 +157,56 @@ pub async fn run(mut r: Renewal) {
         let asked = request.exists();
         // Looked at every 2 s for a request, every 10 minutes for age.
         if asked || tick.is_multiple_of(300) {
+            // The peer and etcd certificates first: a rotation request is done once it is gone.
+            if let Some((peer_hosts, client_hosts)) = &r.member_tls_hosts {
+                let present = member_tls(&r);
+                let due = present
+                    .iter()
+                    .any(|(_, pem)| left(pem).is_some_and(|d| d < RENEW_BEFORE_DAYS));
+                if !present.is_empty() && (asked || due) {
+                    let dir = r.data_dir.join(crate::pki::MEMBER_TLS_DIR);
+                    // The member's TLS configurations follow these files (new handshakes only).
+                    match r
+                        .pki
+                        .member_tls(peer_hosts, client_hosts, r.days)
+                        .and_then(|t| t.write(&dir))
+                    {
+                        Ok(()) => {
+                            for (name, pem) in member_tls(&r) {
+                                metrics.set(name, &pem);
+                            }
+                            metrics.rotations.inc();
+                            info!(asked, "peer and etcd certificates renewed");
+                        }
+                        Err(e) => {
+                            warn!(%e, "renewing the peer and etcd certificates failed; retrying")
+                        }
+                    }
+                }
+            }
             let due = left(&r.serving).is_some_and(|d| d < RENEW_BEFORE_DAYS);
             if asked || due {
                 match renew(&r) {
                     Ok(pem) => {
                         r.serving = pem;
                         metrics.set("apiserver", &r.serving);
+                        // The member's etcd-side certificates (peer TLS and the etcd client port), when it has them.
+                        let member_tls = |r: &Renewal| -> Vec<(&'static str, String)> {
+                            let dir = r.data_dir.join(crate::pki::MEMBER_TLS_DIR);
+                            [
+                                ("peer", "peer.crt"),
+                                ("etcd-server", "etcd-server.crt"),
+                                ("etcd-client", "etcd-client.crt"),
+                            ]
+                            .into_iter()
+                            .filter_map(|(name, file)| {
+                                Some((name, std::fs::read_to_string(dir.join(file)).ok()?))
+                            })
+                            .collect()
+                        };
+                        for (name, pem) in member_tls(&r) {
+                            metrics.set(name, &pem);
+                        }
                         metrics.rotations.inc();
                         info!(asked, until = ?not_after(&r.serving), "serving certificate renewed");
                     }
@@ -156,10 +218,12 @@ pub async fn run(mut r: Renewal) {
             }
             let today = now / 86_400;
             if last_warned != Some(today) {
-                for (name, pem) in [
-                    ("apiserver", r.serving.as_str()),
-                    ("ca", r.pki.ca_cert.as_str()),
-                ] {
+                let mut certs: Vec<(&str, String)> = vec![
+                    ("apiserver", r.serving.clone()),
+                    ("ca", r.pki.ca_cert.clone()),
+                ];
+                certs.extend(member_tls(&r));
+                for (name, pem) in &certs {
                     if let Some(days) = left(pem).filter(|d| *d < WARN_BEFORE_DAYS) {
                         warn_event(&r, name, pem, days).await;
                         last_warned = Some(today);

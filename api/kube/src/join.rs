@@ -40,6 +40,9 @@ pub struct JoinRequest {
     /// A server's peer URLs.
     #[serde(default)]
     pub peer_urls: Vec<String>,
+    /// A server's etcd client URLs (the names its etcd serving certificate is made for).
+    #[serde(default)]
+    pub client_urls: Vec<String>,
     /// The newcomer's keel version.
     pub version: String,
 }
@@ -56,6 +59,10 @@ pub struct ServerJoin {
     pub member_id: String,
     /// Every member's Kubernetes API URL known so far.
     pub servers: Vec<String>,
+    /// The newcomer's peer and etcd certificates, signed by the cluster CA (it needs them to reach the
+    /// other members over peer TLS before it can read anything from the store).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<crate::pki::MemberTls>,
 }
 
 /// What a joining agent is told.
@@ -252,9 +259,26 @@ pub async fn serve(state: Arc<KubeState>, body: &[u8]) -> Result<Value, ApiError
     match req.role.as_str() {
         "server" => {
             check_token(&state, &req.token, SERVER_USAGE).await?;
+            let pki = crate::server::cluster_pki(&state.storage).await?;
+            let hosts = |urls: &[String]| -> Vec<String> {
+                urls.iter()
+                    .filter_map(|u| crate::pki::url_host(u))
+                    .collect()
+            };
+            let tls = pki
+                .member_tls(
+                    &hosts(&req.peer_urls),
+                    &hosts(&req.client_urls),
+                    crate::pki::LEAF_DAYS,
+                )
+                .map_err(|e| ApiError::BadRequest(format!("join request: certificates: {e}")))?;
             let joined = join_server(&state, &req).await?;
-            Ok(serde_json::to_value(ServerJoin { servers, ..joined })
-                .map_err(|e| ApiError::Internal(e.to_string()))?)
+            Ok(serde_json::to_value(ServerJoin {
+                servers,
+                tls: Some(tls),
+                ..joined
+            })
+            .map_err(|e| ApiError::Internal(e.to_string()))?)
         }
         "agent" => {
             check_token(&state, &req.token, AGENT_USAGE).await?;
@@ -398,6 +422,7 @@ async fn join_server(state: &KubeState, req: &JoinRequest) -> Result<ServerJoin,
         initial_cluster,
         member_id: format!("{new_id:x}"),
         servers: Vec::new(),
+        tls: None,
     })
 }
 

@@ -6,8 +6,10 @@
 //! Each member then signs its own serving certificate (its addresses and every member's as SANs) and writes
 //! the files under `<data-dir>/pki/` plus `<data-dir>/admin.kubeconfig`.
 //!
-//! Like kubeadm's etcd, whoever can read the etcd keyspace can read the CA key; keel serves no etcd auth, so
-//! the etcd port must be reachable only by the cluster's operators (docs/kubernetes-api.md says so).
+//! Like kubeadm's etcd, whoever can read the etcd keyspace can read the CA key. A cluster made with
+//! `keel server --init`/`--join` therefore asks for a client certificate of this CA on the etcd port and
+//! speaks mutual TLS between members ([`MemberTls`], made here, kept in `<data-dir>/tls/`); a member given
+//! explicit `http://` URLs must keep its etcd port reachable only by the cluster's operators.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -62,7 +64,7 @@ pub struct ClusterPki {
 }
 
 /// A member's serving certificate and key (PEM).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ServingCert {
     pub cert: String,
     pub key: String,
@@ -167,8 +169,59 @@ impl ClusterPki {
     /// Signs `params` with the cluster CA for `usage`, with a fresh key, valid for `days` days.
     fn sign(
         &self,
-        mut params: CertificateParams,
+        params: CertificateParams,
         usage: ExtendedKeyUsagePurpose,
+        days: u32,
+    ) -> Result<ServingCert, PkiError> {
+        self.sign_for(params, vec![usage], days)
+    }
+
+    /// The certificates of a member's etcd side, signed by the cluster CA: its peer certificate
+    /// (serverAuth and clientAuth, for `peer_hosts`), the etcd client port's serving certificate (for
+    /// `client_hosts`, `localhost` and `127.0.0.1`) and a client certificate for tools (etcdctl,
+    /// `keel status`, `keel snapshot save`).
+    pub fn member_tls(
+        &self,
+        peer_hosts: &[String],
+        client_hosts: &[String],
+        days: u32,
+    ) -> Result<MemberTls, PkiError> {
+        let named = |cn: &str, hosts: &[String]| -> Result<CertificateParams, PkiError> {
+            let mut params = CertificateParams::new(Vec::<String>::new())?;
+            params.distinguished_name.push(DnType::CommonName, cn);
+            params.subject_alt_names = sans(hosts)?;
+            Ok(params)
+        };
+        let mut local: Vec<String> = client_hosts.to_vec();
+        local.extend(["localhost".to_string(), "127.0.0.1".to_string()]);
+        Ok(MemberTls {
+            ca_cert: self.ca_cert.clone(),
+            peer: self.sign_for(
+                named("keel-peer", peer_hosts)?,
+                vec![
+                    ExtendedKeyUsagePurpose::ServerAuth,
+                    ExtendedKeyUsagePurpose::ClientAuth,
+                ],
+                days,
+            )?,
+            etcd_server: self.sign_for(
+                named("keel-etcd-server", &local)?,
+                vec![ExtendedKeyUsagePurpose::ServerAuth],
+                days,
+            )?,
+            etcd_client: self.sign_for(
+                named(ETCD_CLIENT_USER, &[])?,
+                vec![ExtendedKeyUsagePurpose::ClientAuth],
+                days,
+            )?,
+        })
+    }
+
+    /// Signs `params` with the cluster CA for `usages`, with a fresh key, valid for `days` days.
+    fn sign_for(
+        &self,
+        mut params: CertificateParams,
+        usages: Vec<ExtendedKeyUsagePurpose>,
         days: u32,
     ) -> Result<ServingCert, PkiError> {
         let ca_key = KeyPair::from_pem(&self.ca_key)?;
@@ -178,7 +231,7 @@ impl ClusterPki {
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,
         ];
-        params.extended_key_usages = vec![usage];
+        params.extended_key_usages = usages;
         validity_days(&mut params, days);
         let cert = params.signed_by(&key, &issuer)?;
         Ok(ServingCert {
@@ -256,6 +309,99 @@ impl ClusterPki {
         )?;
         Ok(kubeconfig)
     }
+}
+
+/// Subject alternative names for host names and IP addresses, without repeats.
+fn sans(hosts: &[String]) -> Result<Vec<SanType>, PkiError> {
+    let mut sans = Vec::new();
+    for h in hosts {
+        let san = match h.parse::<IpAddr>() {
+            Ok(ip) => SanType::IpAddress(ip),
+            Err(_) => SanType::DnsName(h.clone().try_into()?),
+        };
+        if !sans.contains(&san) {
+            sans.push(san);
+        }
+    }
+    Ok(sans)
+}
+
+/// The CN of the etcd client certificate [`ClusterPki::member_tls`] makes.
+pub const ETCD_CLIENT_USER: &str = "keel-etcd-client";
+
+/// Where a member keeps its etcd-side TLS files, under its data directory.
+pub const MEMBER_TLS_DIR: &str = "tls";
+
+/// A member's etcd-side certificates (see [`ClusterPki::member_tls`]); a joining server gets them in
+/// the join answer.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberTls {
+    /// The cluster CA (PEM): it signs every member's peer certificate and the etcd certificates.
+    pub ca_cert: String,
+    /// The peer certificate (serverAuth and clientAuth).
+    pub peer: ServingCert,
+    /// The etcd client port's serving certificate.
+    pub etcd_server: ServingCert,
+    /// A client certificate for etcd clients.
+    pub etcd_client: ServingCert,
+}
+
+// The keys must never reach a log (a join answer is `Debug`).
+impl std::fmt::Debug for MemberTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemberTls").finish_non_exhaustive()
+    }
+}
+
+impl MemberTls {
+    /// The files [`MemberTls::write`] writes, under `<data-dir>/tls/`.
+    pub const FILES: [&'static str; 7] = [
+        "ca.crt",
+        "peer.crt",
+        "peer.key",
+        "etcd-server.crt",
+        "etcd-server.key",
+        "etcd-client.crt",
+        "etcd-client.key",
+    ];
+
+    /// Writes [`MemberTls::FILES`] into `dir` (keys with mode 0600), each atomically.
+    pub fn write(&self, dir: &Path) -> Result<(), PkiError> {
+        std::fs::create_dir_all(dir).map_err(|source| PkiError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let files: [(&str, &str, bool); 7] = [
+            ("ca.crt", &self.ca_cert, false),
+            ("peer.crt", &self.peer.cert, false),
+            ("peer.key", &self.peer.key, true),
+            ("etcd-server.crt", &self.etcd_server.cert, false),
+            ("etcd-server.key", &self.etcd_server.key, true),
+            ("etcd-client.crt", &self.etcd_client.cert, false),
+            ("etcd-client.key", &self.etcd_client.key, true),
+        ];
+        for (name, body, secret) in files {
+            write_file(&dir.join(name), body.as_bytes(), secret)?;
+        }
+        Ok(())
+    }
+}
+
+/// The host of `scheme://host:port[/...]` (brackets of an IPv6 literal removed), unless it is a
+/// wildcard address, which no certificate can name.
+pub fn url_host(url: &str) -> Option<String> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let hostport = rest.split('/').next()?;
+    let host = match hostport.rsplit_once(':') {
+        Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => hostport,
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() || host == "0.0.0.0" || host == "::" {
+        return None;
+    }
+    Some(host.to_string())
 }
 
 fn write_file(path: &Path, body: &[u8], secret: bool) -> Result<(), PkiError> {
@@ -359,5 +505,63 @@ mod tests {
         assert_eq!(cert.issuer(), ca.subject());
         let kc = pki.admin_kubeconfig("https://127.0.0.1:6443");
         assert!(kc.contains("server: https://127.0.0.1:6443"));
+    }
+
+    #[test]
+    fn member_tls_has_the_usages_and_names_peers_need() {
+        let pki = ClusterPki::generate().expect("generate");
+        let tls = pki
+            .member_tls(&["10.0.0.1".into()], &["m1.example".into()], 30)
+            .expect("member tls");
+        let parse = |pem: &str| {
+            let der = x509_parser::pem::parse_x509_pem(pem.as_bytes())
+                .expect("pem")
+                .1
+                .contents;
+            let (_, c) = x509_parser::parse_x509_certificate(&der).expect("x509");
+            let eku = c
+                .extended_key_usage()
+                .expect("eku")
+                .map(|e| (e.value.server_auth, e.value.client_auth));
+            let sans: Vec<String> = c
+                .subject_alternative_name()
+                .expect("san")
+                .map(|s| {
+                    s.value
+                        .general_names
+                        .iter()
+                        .map(|n| n.to_string())
+                        .collect()
+                })
+                .unwrap_or_default();
+            (eku, sans)
+        };
+        let (eku, sans) = parse(&tls.peer.cert);
+        assert_eq!(eku, Some((true, true)), "peer: serverAuth and clientAuth");
+        // x509-parser shows IP addresses in hex.
+        assert!(sans.iter().any(|s| s.contains("0a:00:00:01")), "{sans:?}");
+        let (eku, sans) = parse(&tls.etcd_server.cert);
+        assert_eq!(eku, Some((true, false)));
+        for want in ["m1.example", "localhost", "7f:00:00:01"] {
+            assert!(sans.iter().any(|s| s.contains(want)), "{want}: {sans:?}");
+        }
+        let (eku, _) = parse(&tls.etcd_client.cert);
+        assert_eq!(eku, Some((false, true)));
+        assert_eq!(tls.ca_cert, pki.ca_cert);
+    }
+
+    #[test]
+    fn url_hosts() {
+        assert_eq!(
+            url_host("https://10.0.0.1:2380").as_deref(),
+            Some("10.0.0.1")
+        );
+        assert_eq!(url_host("http://[::1]:2379/").as_deref(), Some("::1"));
+        assert_eq!(
+            url_host("https://m1.example:2379").as_deref(),
+            Some("m1.example")
+        );
+        assert_eq!(url_host("https://0.0.0.0:2379"), None);
+        assert_eq!(url_host("m1:2380").as_deref(), Some("m1"));
     }
 }

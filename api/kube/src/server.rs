@@ -55,6 +55,12 @@ pub struct KubeOptions {
     pub event_ttl: Duration,
     /// Days the member's serving certificate lives ([`crate::pki::LEAF_DAYS`] unless a test says less).
     pub leaf_cert_days: u32,
+    /// The PKI to store if the cluster has none yet (made by `keel server --init` before the member
+    /// started); `None` makes a fresh one.
+    pub initial_pki: Option<ClusterPki>,
+    /// The hosts of the member's peer and client URLs when it keeps peer and etcd certificates in
+    /// `<data-dir>/tls/`: they are renewed online with the serving certificate.
+    pub member_tls_hosts: Option<(Vec<String>, Vec<String>)>,
 }
 
 /// kube-apiserver's default `--event-ttl`.
@@ -112,14 +118,22 @@ pub async fn cluster_pki(storage: &Storage) -> Result<ClusterPki, ApiError> {
 }
 
 /// Reads the cluster PKI from the store, creating it first if this is the first member to get here.
-async fn bootstrap_pki(storage: &Storage) -> Result<ClusterPki, KubeServeError> {
+/// `initial` is the PKI to store when none is (`keel server --init` makes it before the member starts,
+/// since its peer certificates come from the same CA); without it a fresh one is made.
+async fn bootstrap_pki(
+    storage: &Storage,
+    initial: Option<&ClusterPki>,
+) -> Result<ClusterPki, KubeServeError> {
     let mut delay = Duration::from_millis(200);
     loop {
         let attempt = async {
             if let Some(raw) = storage.get_raw(PKI_KEY).await? {
                 return Ok::<_, ApiError>(Some(raw));
             }
-            let fresh = ClusterPki::generate().map_err(|e| ApiError::Internal(e.to_string()))?;
+            let fresh = match initial {
+                Some(p) => p.clone(),
+                None => ClusterPki::generate().map_err(|e| ApiError::Internal(e.to_string()))?,
+            };
             let bytes =
                 serde_json::to_vec(&fresh).map_err(|e| ApiError::Internal(e.to_string()))?;
             storage.create_raw(PKI_KEY, bytes).await?;
@@ -215,7 +229,7 @@ impl ApiServer {
             crate::encryption::install(crate::encryption::Encryption::load(path)?);
             info!(config = %path.display(), "encrypting resources at rest");
         }
-        let pki = bootstrap_pki(&storage).await?;
+        let pki = bootstrap_pki(&storage, opts.initial_pki.as_ref()).await?;
         let sa_key = Arc::new(
             crate::serviceaccount::key::bootstrap(&storage)
                 .await
@@ -335,6 +349,7 @@ impl ApiServer {
                 days: opts.leaf_cert_days,
                 serving: serving.cert.clone(),
                 member: storage.node().config().name.clone(),
+                member_tls_hosts: opts.member_tls_hosts.clone(),
             })),
             tokio::spawn(crate::authz::rbac::run(
                 authz.rbac.clone(),

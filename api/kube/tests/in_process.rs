@@ -40,6 +40,8 @@ async fn start() -> (tempfile::TempDir, std::sync::Arc<Node>, ApiServer) {
         compaction_interval: keel_kube_api::compaction::DEFAULT_INTERVAL,
         event_ttl: keel_kube_api::DEFAULT_EVENT_TTL,
         leaf_cert_days: keel_kube_api::pki::LEAF_DAYS,
+        initial_pki: None,
+        member_tls_hosts: None,
     };
     let api = tokio::time::timeout(
         Duration::from_secs(30),

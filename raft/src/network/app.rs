@@ -14,7 +14,7 @@ use tonic::transport::Channel;
 use tonic::Status;
 use tracing::{debug, warn};
 
-use super::{endpoint, grpc_client, is_timeout, request, GrpcClient, TransportError};
+use super::{connect, grpc_client, is_timeout, request, GrpcClient, PeerTls, TransportError};
 use crate::error::ProposeError;
 use crate::peer::codec::{self, pb, CodecError, LeaseTtl};
 use crate::types::{MemberChange, MemberChangeResult, MemberNode, NodeId};
@@ -29,6 +29,7 @@ use crate::types::{MemberChange, MemberChangeResult, MemberNode, NodeId};
 pub(crate) struct PeerApi {
     cluster_id: u64,
     channels: Arc<Mutex<HashMap<String, Channel>>>,
+    tls: PeerTls,
 }
 
 impl PeerApi {
@@ -37,7 +38,14 @@ impl PeerApi {
         PeerApi {
             cluster_id,
             channels: Arc::default(),
+            tls: None,
         }
+    }
+
+    /// Dials `https://` peers with this TLS client setup.
+    pub(crate) fn with_tls(mut self, tls: PeerTls) -> Self {
+        self.tls = tls;
+        self
     }
 
     fn client(&self, node: &MemberNode) -> Result<GrpcClient, TransportError> {
@@ -49,7 +57,7 @@ impl PeerApi {
         if let Some(ch) = channels.get(url) {
             return Ok(grpc_client(ch.clone()));
         }
-        let ch = endpoint(url)?.connect_lazy();
+        let ch = connect(url, &self.tls)?;
         channels.insert(url.clone(), ch.clone());
         Ok(grpc_client(ch))
     }

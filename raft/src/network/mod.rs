@@ -51,17 +51,14 @@ pub(crate) enum TransportError {
     Reply(#[from] CodecError),
 }
 
+/// The client TLS setup peers are dialed with (`https://` peer URLs), shared by every channel.
+pub(crate) type PeerTls = Option<std::sync::Arc<rustls::ClientConfig>>;
+
 /// Makes an endpoint for a peer URL: lazy connect, bounded connect time, no Nagle delay (Raft
 /// messages are small and latency-bound), keep-alive to notice dead connections.
 fn endpoint(url: &str) -> Result<Endpoint, TransportError> {
-    // etcd-style URLs always carry a scheme; tolerate a bare host:port.
-    let url = if url.contains("://") {
-        url.to_string()
-    } else {
-        format!("http://{url}")
-    };
-    let ep = Endpoint::from_shared(url.clone()).map_err(|e| TransportError::BadUrl {
-        url: url.clone(),
+    let ep = Endpoint::from_shared(url.to_string()).map_err(|e| TransportError::BadUrl {
+        url: url.to_string(),
         reason: e.to_string(),
     })?;
     Ok(ep
@@ -71,6 +68,26 @@ fn endpoint(url: &str) -> Result<Endpoint, TransportError> {
         .keep_alive_timeout(KEEPALIVE_TIMEOUT)
         .keep_alive_while_idle(true)
         .http2_adaptive_window(true))
+}
+
+/// A lazily connecting channel to a peer URL: plaintext for `http://`, TLS with `tls` (the peer CA
+/// verifies the server, this member's peer certificate is its client certificate) for `https://`.
+fn connect(url: &str, tls: &PeerTls) -> Result<Channel, TransportError> {
+    // etcd-style URLs always carry a scheme; tolerate a bare host:port.
+    let url = if url.contains("://") {
+        url.to_string()
+    } else {
+        format!("http://{url}")
+    };
+    let (plain, is_tls) = crate::tls::split_tls_scheme(&url);
+    if !is_tls {
+        return Ok(endpoint(&url)?.connect_lazy());
+    }
+    let config = tls.clone().ok_or_else(|| TransportError::BadUrl {
+        url: url.clone(),
+        reason: "an https:// peer needs peer TLS (--peer-cert-file, --peer-key-file, --peer-trusted-ca-file)".into(),
+    })?;
+    Ok(crate::tls::lazy_tls_channel(&endpoint(&plain)?, config))
 }
 
 fn grpc_client(channel: Channel) -> GrpcClient {

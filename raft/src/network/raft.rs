@@ -23,9 +23,7 @@ use tonic::transport::Channel;
 use tonic::{Code, Status};
 use tracing::{debug, warn};
 
-use super::{
-    endpoint, grpc_client, is_timeout, is_unreachable, request, GrpcClient, TransportError,
-};
+use super::{grpc_client, is_timeout, is_unreachable, request, GrpcClient, TransportError};
 use crate::peer::codec::{self, CodecError};
 use crate::peer::wire::{APPEND_SPLIT_BYTES, REMOVED_MESSAGE};
 use crate::types::{MemberNode, NodeId, TypeConfig, Vote};
@@ -72,6 +70,8 @@ pub(crate) struct PeerNetwork {
     removed: Option<Arc<tokio::sync::watch::Sender<bool>>>,
     /// One channel per member, with the URL it was made for (a changed URL gets a new one).
     channels: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
+    /// How `https://` peers are dialed.
+    tls: super::PeerTls,
 }
 
 impl PeerNetwork {
@@ -82,7 +82,14 @@ impl PeerNetwork {
             cluster_id,
             removed: None,
             channels: Arc::default(),
+            tls: None,
         }
+    }
+
+    /// Dials `https://` peers with this TLS client setup.
+    pub(crate) fn with_tls(mut self, tls: super::PeerTls) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// Sets `flag` when a peer refuses a Raft call because this member was removed.
@@ -103,7 +110,7 @@ impl PeerNetwork {
                 return Ok(ch.clone());
             }
         }
-        let ch = endpoint(url)?.connect_lazy();
+        let ch = super::connect(url, &self.tls)?;
         channels.insert(target, (url.clone(), ch.clone()));
         Ok(ch)
     }

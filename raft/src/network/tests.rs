@@ -332,7 +332,7 @@ impl Member {
             .expect("raft");
         let (tx, rx) = oneshot::channel::<()>();
         let service = PeerService::new(raft.clone(), app).with_cluster_id(CLUSTER);
-        let server = tokio::spawn(serve_service_on(listener, service, async {
+        let server = tokio::spawn(serve_service_on(listener, service, None, async {
             let _ = rx.await;
         }));
         Member {

@@ -184,20 +184,35 @@ fn invalid(what: &str, e: CodecError) -> Status {
     Status::invalid_argument(format!("{what}: {e}"))
 }
 
-/// Serves a configured [`PeerService`] (e.g. with a cluster-ID check) on `listener`.
+/// Serves a configured [`PeerService`] (e.g. with a cluster-ID check) on `listener`; with `tls`,
+/// every connection must complete a TLS handshake first (and, when the config requires it, show a
+/// client certificate signed by the peer CA).
 pub(crate) async fn serve_service_on(
     listener: TcpListener,
     service: PeerService,
+    tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), PeerError> {
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .http2_adaptive_window(Some(true))
-        .add_service(service.into_server())
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await?;
+        .add_service(service.into_server());
+    match tls {
+        Some(config) => {
+            let incoming = crate::tls::tls_incoming(listener, config, "peer");
+            router
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await?
+        }
+        None => {
+            let incoming =
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            router
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await?
+        }
+    }
     Ok(())
 }
 
