@@ -316,7 +316,110 @@ async fn prepare_join(args: &mut ServerArgs) -> Result<bool, ServerError> {
             )));
         }
     }
+    // Kept (as `--init` keeps its own) so that a member a quorum-loss recovery leaves out can join the
+    // recovered cluster again by itself.
+    if let Err(e) = crate::join::write_private(
+        &args.data_dir.join(SERVER_TOKEN_FILE),
+        format!("{token}\n").as_bytes(),
+    ) {
+        tracing::warn!(%e, "cannot keep the join token in the data directory");
+    }
     Ok(created)
+}
+
+/// The file of a server's data directory that keeps a server join token.
+const SERVER_TOKEN_FILE: &str = "server-token";
+
+/// The API URL member `by` published (`/keel/apiservers/<id>`), read from this member's own store.
+fn published_api_url(node: &Node, by: u64) -> Option<String> {
+    let key = format!("/keel/apiservers/{by:016x}");
+    let r = node
+        .store()
+        .range(&keel_store::pb::etcdserverpb::RangeRequest {
+            key: key.into_bytes().into(),
+            ..Default::default()
+        })
+        .ok()?;
+    let kv = r.kvs.into_iter().next()?;
+    let v: serde_json::Value = serde_json::from_slice(&kv.value).ok()?;
+    v.get("url")?.as_str().map(str::to_string)
+}
+
+/// A member a quorum-loss recovery left out joins the recovered cluster again, as a new member: its
+/// data directory is kept aside and the process starts over (same PID, for its supervisor) as
+/// `keel server --join <url> --token <its kept server token>` with its other flags. Returns only when
+/// that cannot be done.
+fn rejoin_after_recovery(args: &ServerArgs, url: &str) -> Result<(), ServerError> {
+    use std::os::unix::process::CommandExt;
+    let token = std::fs::read_to_string(args.data_dir.join(SERVER_TOKEN_FILE))
+        .map(|t| t.trim().to_string())
+        .ok()
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            ServerError::Config(format!(
+                "a quorum-loss recovery left this member out, and {} holds no {SERVER_TOKEN_FILE} to join \
+                 again with: move the data directory aside and start with --join {url} --token <server token>",
+                args.data_dir.display()
+            ))
+        })?;
+    let stamp = jiff::Timestamp::now()
+        .strftime("%Y%m%dT%H%M%SZ")
+        .to_string();
+    let mut aside = args.data_dir.as_os_str().to_owned();
+    aside.push(format!(".left-out-{stamp}"));
+    let aside = std::path::PathBuf::from(aside);
+    std::fs::rename(&args.data_dir, &aside).map_err(|e| {
+        ServerError::Config(format!(
+            "moving {} aside to join again: {e}",
+            args.data_dir.display()
+        ))
+    })?;
+    let argv = rejoin_args(std::env::args().skip(1), url, &token);
+    tracing::warn!(join = %url, kept = %aside.display(), "a quorum-loss recovery left this member out: joining the recovered cluster again as a new member");
+    let exe = std::env::current_exe().map_err(|e| ServerError::Config(e.to_string()))?;
+    let e = std::process::Command::new(exe).args(argv).exec();
+    Err(ServerError::Config(format!(
+        "cannot start again to join: {e}"
+    )))
+}
+
+/// `args` without the flags that made or joined the old cluster, plus `--join url --token token`.
+fn rejoin_args(args: impl Iterator<Item = String>, url: &str, token: &str) -> Vec<String> {
+    const WITH_VALUE: [&str; 4] = [
+        "--join",
+        "--token",
+        "--initial-cluster",
+        "--initial-cluster-state",
+    ];
+    let mut out = Vec::new();
+    let mut skip_next = false;
+    for a in args {
+        if skip_next {
+            skip_next = false;
+            continue;
+        }
+        if a == "--init" {
+            continue;
+        }
+        if WITH_VALUE.contains(&a.as_str()) {
+            skip_next = true;
+            continue;
+        }
+        if WITH_VALUE
+            .iter()
+            .any(|f| a.strip_prefix(f).is_some_and(|rest| rest.starts_with('=')))
+        {
+            continue;
+        }
+        out.push(a);
+    }
+    out.extend([
+        "--join".into(),
+        url.to_string(),
+        "--token".into(),
+        token.to_string(),
+    ]);
+    out
 }
 
 /// `--init`: makes sure the cluster has a server and an agent join token and writes them to
@@ -753,11 +856,19 @@ pub(crate) async fn run(mut args: ServerArgs) -> Result<(), ServerError> {
             return Err(ServerError::Config(msg));
         }
         Ok(_) = removed.wait_for(|r| *r) => {
-            // As etcd: a removed member stops with status 0 (a supervisor must not bring it back).
-            tracing::error!("the member has been permanently removed from the cluster; its data directory must not be reused");
+            // Left out by a recovery of the cluster: join it again (read where before stopping).
+            let rejoin = node.left_out_by().and_then(|by| published_api_url(&node, by));
+            if rejoin.is_none() {
+                // As etcd: a removed member stops with status 0 (a supervisor must not bring it back).
+                tracing::error!("the member has been permanently removed from the cluster; its data directory must not be reused");
+            }
             let _ = kube_tx.send(());
             let _ = tx.send(());
             let _ = serving.await;
+            if let Some(url) = rejoin {
+                node.shutdown().await;
+                return rejoin_after_recovery(&args, &url);
+            }
         }
         r = signal => {
             r.map_err(ServerError::Signal)?;
@@ -827,5 +938,43 @@ pub(crate) fn kubeconfig(a: crate::cli::KubeconfigArgs) -> Result<(), ServerErro
             print!("{text}");
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod rejoin_tests {
+    use super::rejoin_args;
+
+    #[test]
+    fn rejoin_drops_the_old_cluster_flags_and_joins() {
+        let args = [
+            "server",
+            "--name",
+            "m2",
+            "--join",
+            "https://a:6443",
+            "--token=K10old::x.y",
+            "--init",
+            "--initial-cluster-state",
+            "existing",
+            "--initial-cluster=m1=https://a:2380",
+            "--data-dir",
+            "/var/lib/keel",
+        ]
+        .map(String::from);
+        assert_eq!(
+            rejoin_args(args.into_iter(), "https://b:6443", "K10new::p.q"),
+            [
+                "server",
+                "--name",
+                "m2",
+                "--data-dir",
+                "/var/lib/keel",
+                "--join",
+                "https://b:6443",
+                "--token",
+                "K10new::p.q"
+            ]
+        );
     }
 }

@@ -121,6 +121,10 @@ pub struct Node {
     removed: Arc<watch::Sender<bool>>,
     /// Members removed while this one ran: their Raft calls are refused, which stops them.
     removed_ids: parking_lot::Mutex<std::collections::HashSet<NodeId>>,
+    /// The members this member's quorum-loss recovery left out (told they may join again).
+    left_out: std::collections::HashSet<NodeId>,
+    /// The peer that told this member a recovery left it out.
+    left_out_by: Arc<parking_lot::Mutex<Option<NodeId>>>,
     /// Whether this member leads, following openraft's metrics (see leadership.rs).
     leadership: watch::Receiver<Leadership>,
     metrics: Arc<RaftMetrics>,
@@ -226,11 +230,13 @@ impl Node {
         let (peer_server_tls, peer_client_tls) = peer_tls_configs(&cfg)?;
         let peers = PeerApi::new(cluster_id).with_tls(peer_client_tls.clone());
         let removed = Arc::new(watch::channel(false).0);
+        let left_out_by = Arc::new(parking_lot::Mutex::new(None));
         let raft = Raft::new(
             id,
             Arc::new(raft_cfg),
             PeerNetwork::new(cluster_id)
                 .on_removed(removed.clone())
+                .on_left_out(left_out_by.clone())
                 .with_tls(peer_client_tls),
             log_store,
             sm,
@@ -329,6 +335,11 @@ impl Node {
                         .filter(|m| *m != id)
                         .collect(),
                 ),
+                left_out: crate::recover::read_removed_members(&dir)
+                    .into_iter()
+                    .filter(|m| *m != id)
+                    .collect(),
+                left_out_by,
                 leadership,
                 metrics,
             }
@@ -416,6 +427,12 @@ impl Node {
     /// from the cluster; like etcd's removed members, the process should stop).
     pub fn removed(&self) -> watch::Receiver<bool> {
         self.removed.subscribe()
+    }
+
+    /// The member that refused this one because a quorum-loss recovery left it out (so it may join
+    /// the recovered cluster again as a new member); None for an ordinary removal.
+    pub fn left_out_by(&self) -> Option<NodeId> {
+        *self.left_out_by.lock()
     }
 
     /// Waits (up to `timeout`) until this member's name and client URLs are in the membership,
@@ -995,6 +1012,10 @@ impl AppHandler for Node {
 
     fn is_removed(&self, id: NodeId) -> bool {
         self.removed_ids.lock().contains(&id)
+    }
+
+    fn left_out_by_recovery(&self, id: NodeId) -> bool {
+        self.left_out.contains(&id)
     }
 
     async fn move_leader(&self, target: NodeId) -> Result<(), ProposeError> {

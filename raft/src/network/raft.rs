@@ -25,7 +25,7 @@ use tracing::{debug, warn};
 
 use super::{grpc_client, is_timeout, is_unreachable, request, GrpcClient, TransportError};
 use crate::peer::codec::{self, CodecError};
-use crate::peer::wire::{APPEND_SPLIT_BYTES, REMOVED_MESSAGE};
+use crate::peer::wire::{APPEND_SPLIT_BYTES, RECOVERED_AWAY_MESSAGE, REMOVED_MESSAGE};
 use crate::types::{MemberNode, NodeId, TypeConfig, Vote};
 
 /// Assumed worst-case snapshot transfer rate, used to size a chunk's timeout.
@@ -68,6 +68,8 @@ pub(crate) struct PeerNetwork {
     cluster_id: u64,
     /// Set when a peer refuses this member as removed from the cluster.
     removed: Option<Arc<tokio::sync::watch::Sender<bool>>>,
+    /// The peer that refused this member because a recovery left it out (it may join again).
+    left_out_by: Option<Arc<parking_lot::Mutex<Option<NodeId>>>>,
     /// One channel per member, with the URL it was made for (a changed URL gets a new one).
     channels: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
     /// How `https://` peers are dialed.
@@ -81,6 +83,7 @@ impl PeerNetwork {
         PeerNetwork {
             cluster_id,
             removed: None,
+            left_out_by: None,
             channels: Arc::default(),
             tls: None,
         }
@@ -95,6 +98,12 @@ impl PeerNetwork {
     /// Sets `flag` when a peer refuses a Raft call because this member was removed.
     pub(crate) fn on_removed(mut self, flag: Arc<tokio::sync::watch::Sender<bool>>) -> Self {
         self.removed = Some(flag);
+        self
+    }
+
+    /// Records in `by` which peer refused this member because a recovery left it out.
+    pub(crate) fn on_left_out(mut self, by: Arc<parking_lot::Mutex<Option<NodeId>>>) -> Self {
+        self.left_out_by = Some(by);
         self
     }
 
@@ -131,6 +140,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
             node: node.clone(),
             cluster_id: self.cluster_id,
             removed: self.removed.clone(),
+            left_out_by: self.left_out_by.clone(),
             client,
         }
     }
@@ -143,6 +153,7 @@ pub(crate) struct PeerClient {
     node: MemberNode,
     cluster_id: u64,
     removed: Option<Arc<tokio::sync::watch::Sender<bool>>>,
+    left_out_by: Option<Arc<parking_lot::Mutex<Option<NodeId>>>>,
     /// `Err` when the member's URL is unusable: every RPC then reports it unreachable.
     client: Result<GrpcClient, TransportError>,
 }
@@ -183,9 +194,15 @@ impl PeerClient {
             Ok(Ok(resp)) => Ok(resp.into_inner()),
             Ok(Err(status)) => {
                 debug!(target = %format!("{:016x}", self.target), ?action, %status, "peer RPC failed");
-                if status.code() == Code::PermissionDenied && status.message() == REMOVED_MESSAGE {
+                let left_out = status.message() == RECOVERED_AWAY_MESSAGE;
+                if status.code() == Code::PermissionDenied
+                    && (status.message() == REMOVED_MESSAGE || left_out)
+                {
+                    if let (true, Some(by)) = (left_out, &self.left_out_by) {
+                        *by.lock() = Some(self.target);
+                    }
                     if let Some(flag) = &self.removed {
-                        warn!(peer = %format!("{:016x}", self.target), "{REMOVED_MESSAGE}");
+                        warn!(peer = %format!("{:016x}", self.target), "{}", status.message());
                         let _ = flag.send(true);
                     }
                 }

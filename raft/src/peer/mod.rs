@@ -41,4 +41,8 @@ pub(crate) trait AppHandler: Send + Sync + 'static {
     fn is_removed(&self, _id: NodeId) -> bool {
         false
     }
+    /// Whether `id` is one of the members a quorum-loss recovery of this member left out.
+    fn left_out_by_recovery(&self, _id: NodeId) -> bool {
+        false
+    }
 }

@@ -15,8 +15,8 @@ use tracing::debug;
 
 use crate::peer::codec::{self, pb, CodecError};
 use crate::peer::wire::{
-    CLUSTER_HEADER, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_MESSAGE_BYTES, REMOVED_MESSAGE,
-    TO_HEADER,
+    CLUSTER_HEADER, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, MAX_MESSAGE_BYTES,
+    RECOVERED_AWAY_MESSAGE, REMOVED_MESSAGE, TO_HEADER,
 };
 use crate::peer::AppHandler;
 use crate::types::{NodeId, TypeConfig};
@@ -167,7 +167,12 @@ impl PeerService {
     /// tells it to stop (a restarted removed member would otherwise disturb elections).
     fn refuse_removed(&self, from: NodeId) -> Result<(), Status> {
         if self.app.is_removed(from) {
-            return Err(Status::permission_denied(REMOVED_MESSAGE));
+            let msg = if self.app.left_out_by_recovery(from) {
+                RECOVERED_AWAY_MESSAGE
+            } else {
+                REMOVED_MESSAGE
+            };
+            return Err(Status::permission_denied(msg));
         }
         Ok(())
     }

@@ -21,6 +21,11 @@ pub(crate) const TO_HEADER: &str = "keel-to";
 /// The refusal a removed member gets for its Raft calls (etcd's words).
 pub(crate) const REMOVED_MESSAGE: &str = "the member has been permanently removed from the cluster";
 
+/// The refusal a member gets when a quorum-loss recovery left it out (`keel recover`): unlike an
+/// explicit removal, it may join the recovered cluster again as a new member.
+pub(crate) const RECOVERED_AWAY_MESSAGE: &str =
+    "the member was left out of the cluster by a quorum-loss recovery";
+
 /// HTTP/2 keep-alive on idle peer connections, so a dead peer's connection is noticed and
 /// replaced instead of eating RPC timeouts.
 pub(crate) const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
