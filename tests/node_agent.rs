@@ -950,8 +950,193 @@ fn logs_reach_the_agent() {
     kubectl(&["delete", "namespace", &ns, "--wait=false"]);
 }
 
-/// `kubectl exec` (output, error output, exit code, stdin), `kubectl cp` and `kubectl port-forward`
-/// through the API server, the agent and containerd's streaming server.
+/// kubectl's environment switches for its streaming transports: empty for its default (WebSocket,
+/// which the agent translates to the runtime's SPDY), or both set to `false` for SPDY end to end.
+const SPDY_ONLY: [(&str, &str); 2] = [
+    ("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false"),
+    ("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false"),
+];
+
+/// kubectl with `env`, bounded; the exit code as it was.
+fn kubectl_env(
+    env: &[(&str, &str)],
+    args: &[&str],
+    stdin: Option<&[u8]>,
+) -> keel_testkit::CtlOutput {
+    let mut cmd = cluster().kubectl_cmd(0, args);
+    cmd.envs(env.iter().copied());
+    keel_testkit::run_bounded(cmd, stdin, Duration::from_secs(60))
+}
+
+/// The agent's `keel_agent_stream_sessions_total` by `kind,transport,protocol`, read through the API
+/// server's `nodes/proxy`.
+fn stream_sessions() -> std::collections::BTreeMap<String, u64> {
+    let text = kubectl(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{NODE}/proxy/metrics"),
+    ]);
+    let mut m = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("keel_agent_stream_sessions_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once("} ") else {
+            continue;
+        };
+        let get = |k: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(&format!("{k}=\"")))
+                .map(|v| v.trim_end_matches('"').to_string())
+                .unwrap_or_default()
+        };
+        m.insert(
+            format!("{},{},{}", get("kind"), get("transport"), get("protocol")),
+            value.trim().parse().unwrap_or(0),
+        );
+    }
+    m
+}
+
+fn grew(before: &std::collections::BTreeMap<String, u64>, key: &str) -> u64 {
+    let after = stream_sessions();
+    after.get(key).copied().unwrap_or(0) - before.get(key).copied().unwrap_or(0)
+}
+
+/// `kubectl exec` (output, error output, exit code, stdin of 208 KiB ended by EOF), a container that
+/// is not there, and `kubectl port-forward` to an httpd in pod `ns/srv`, with kubectl's transport
+/// chosen by `env`.
+fn exec_and_port_forward_checks(n: &std::sync::Mutex<AgentNode>, ns: &str, env: &[(&str, &str)]) {
+    // The seeds' check from inside the pod.
+    let out = kubectl_env(
+        env,
+        &[
+            "-n",
+            ns,
+            "exec",
+            "srv",
+            "--",
+            "wget",
+            "-qO-",
+            "localhost:8080/hostname",
+        ],
+        None,
+    );
+    assert!(out.success(), "{}", out.stderr);
+    assert_eq!(out.stdout.trim(), "srv");
+    let out = kubectl_env(env, &["-n", ns, "exec", "srv", "--", "echo", "hi"], None);
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (Some(0), "hi\n"),
+        "{}",
+        out.stderr
+    );
+    // The exit code and both output streams.
+    let r = kubectl_env(
+        env,
+        &[
+            "-n",
+            ns,
+            "exec",
+            "srv",
+            "--",
+            "sh",
+            "-c",
+            "echo out; echo err >&2; exit 3",
+        ],
+        None,
+    );
+    assert_eq!(r.code, Some(3), "{}", r.stderr);
+    assert_eq!(r.stdout, "out\n");
+    assert!(
+        r.stderr.contains("err\n") && r.stderr.contains("command terminated with exit code 3"),
+        "{}",
+        r.stderr
+    );
+    // stdin to EOF: `cat` ends only when its stdin is closed (the v5 close signal over WebSocket).
+    let input: String = (0..8192)
+        .map(|i| format!("line {i:05} of the input..\n"))
+        .collect();
+    assert_eq!(input.len(), 8192 * 26);
+    let echoed = kubectl_env(
+        env,
+        &["-n", ns, "exec", "-i", "srv", "--", "cat"],
+        Some(input.as_bytes()),
+    );
+    assert_eq!(echoed.code, Some(0), "{}", echoed.stderr);
+    assert!(
+        echoed.stdout == input,
+        "stdin came back as {} bytes",
+        echoed.stdout.len()
+    );
+    let counted = kubectl_env(
+        env,
+        &["-n", ns, "exec", "-i", "srv", "--", "wc", "-c"],
+        Some(b"data"),
+    );
+    assert_eq!(counted.stdout.trim(), "4", "{}", counted.stderr);
+    // A container that is not there.
+    let e = kubectl_env(
+        env,
+        &["-n", ns, "exec", "srv", "-c", "nope", "--", "true"],
+        None,
+    );
+    assert!(
+        e.stderr.contains("container nope is not valid for pod srv")
+            || e.stderr.contains("container not found"),
+        "{}",
+        e.stderr
+    );
+
+    // port-forward from a loopback port of this machine to the pod's 8080.
+    let local = keel_testkit::free_port();
+    let mut cmd = cluster().kubectl_cmd(
+        0,
+        &[
+            "-n",
+            ns,
+            "port-forward",
+            "pod/srv",
+            &format!("{local}:8080"),
+            "--address",
+            "127.0.0.1",
+        ],
+    );
+    cmd.envs(env.iter().copied());
+    let log = cluster().dir().join(format!("port-forward-{ns}.out"));
+    let pf = keel_testkit::Process::start(&mut cmd, keel_testkit::Capture::Log(log), None).unwrap();
+    let mut bodies = Vec::new();
+    for _ in 0..60 {
+        if pf.stdout().contains("Forwarding from") {
+            // Two connections through one port-forward session.
+            if let Some(b) = http_get("127.0.0.1", local) {
+                bodies.push(b);
+                if bodies.len() == 2 {
+                    break;
+                }
+                continue;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    if bodies.len() < 2 {
+        fail(
+            n,
+            format!("no answer through port-forward: {}", pf.stdout()),
+        )
+    }
+    assert!(
+        bodies.iter().all(|b| b.starts_with("HTTP/1.")),
+        "{bodies:?}"
+    );
+    drop(pf);
+}
+
+/// `kubectl exec`, `cp` and `port-forward` with kubectl's default transport: WebSocket
+/// (`v5.channel.k8s.io`, and SPDY tunnelled in WebSocket for port-forward), which the agent
+/// translates to containerd's SPDY. The agent's session counter and kubectl's own log show that
+/// WebSocket was used, not the SPDY fallback.
 #[test]
 fn exec_cp_and_port_forward() {
     let _turn = shared_turn();
@@ -964,42 +1149,25 @@ fn exec_cp_and_port_forward() {
         &["httpd", "-f", "-p", "8080", "-h", "/etc"],
     );
     wait_for(n, "pod srv running", || running_ready(&pod(&ns, "srv")));
-    // The seeds' check from inside the pod.
-    let out = kubectl(&[
-        "-n",
-        &ns,
-        "exec",
-        "srv",
-        "--",
-        "wget",
-        "-qO-",
-        "localhost:8080/hostname",
-    ]);
-    assert_eq!(out.trim(), "srv");
-    let r = kubectl_run(&[
-        "-n",
-        &ns,
-        "exec",
-        "srv",
-        "--",
-        "sh",
-        "-c",
-        "echo out; echo err >&2; exit 3",
-    ]);
-    assert!(!r.ok);
-    assert_eq!(r.stdout, "out\n");
+    let before = stream_sessions();
+    exec_and_port_forward_checks(n, &ns, &[]);
+    // kubectl says which protocol the server chose.
+    let v = kubectl_env(&[], &["-n", &ns, "exec", "srv", "-v=4", "--", "true"], None);
     assert!(
-        r.stderr.contains("err\n") && r.stderr.contains("command terminated with exit code 3"),
+        v.stderr.contains("The subprotocol is v5.channel.k8s.io"),
         "{}",
-        r.stderr
+        v.stderr
     );
-    let echoed = cluster().kubectl_stdin(
-        0,
-        &["-n", &ns, "exec", "-i", "srv", "--", "cat"],
-        Some("from stdin\n"),
+    assert!(
+        grew(&before, "exec,websocket,v5.channel.k8s.io") >= 6,
+        "{:?}",
+        stream_sessions()
     );
-    assert!(echoed.ok, "{}", echoed.stderr);
-    assert_eq!(echoed.stdout, "from stdin\n");
+    assert!(
+        grew(&before, "portforward,websocket,SPDY/3.1+portforward.k8s.io") >= 1,
+        "{:?}",
+        stream_sessions()
+    );
     // cp is tar over exec, both ways.
     let dir = cluster().dir().join("cp");
     std::fs::create_dir_all(&dir).unwrap();
@@ -1013,47 +1181,55 @@ fn exec_cp_and_port_forward() {
     let back = dir.join("back.txt");
     kubectl(&["-n", &ns, "cp", "srv:/tmp/in.txt", back.to_str().unwrap()]);
     assert_eq!(std::fs::read_to_string(&back).unwrap(), "copied in\n");
-    // Errors: no command, a container that is not there.
-    let e = cluster().err(0, &["-n", &ns, "exec", "srv", "-c", "nope", "--", "true"]);
-    assert!(
-        e.contains("container nope is not valid for pod srv") || e.contains("container not found"),
-        "{e}"
-    );
-
-    // port-forward from a loopback port of this machine to the pod's 8080.
-    let local = keel_testkit::free_port();
-    let pf = keel_testkit::kube::Background::start(
-        cluster(),
-        0,
-        &[
-            "-n",
-            &ns,
-            "port-forward",
-            "pod/srv",
-            &format!("{local}:8080"),
-            "--address",
-            "127.0.0.1",
-        ],
-        "port-forward",
-    );
-    let mut body = None;
-    for _ in 0..60 {
-        if pf.output().contains("Forwarding from") {
-            body = http_get("127.0.0.1", local);
-            if body.is_some() {
-                break;
-            }
+    // A TTY (from `script`'s pseudo-terminal, sized 30x100): stderr joins stdout, the size reaches
+    // the container through the resize channel, and the exit code still comes back.
+    let k = cluster().kubectl_cmd(0, &[]);
+    let mut cmd = std::process::Command::new("script");
+    for (key, val) in k.get_envs() {
+        if let Some(val) = val {
+            cmd.env(key, val);
         }
-        std::thread::sleep(Duration::from_millis(500));
     }
-    let body = body.unwrap_or_else(|| {
-        fail(
-            n,
-            format!("no answer through port-forward: {}", pf.output()),
-        )
-    });
-    assert!(body.starts_with("HTTP/1."), "{body}");
-    drop(pf);
+    cmd.args([
+        "-qec",
+        &format!(
+            "stty rows 30 cols 100; kubectl -n {ns} exec -it srv -- sh -c 'sleep 1; stty size; echo e >&2; exit 4'"
+        ),
+        "/dev/null",
+    ]);
+    let t = keel_testkit::run_bounded(cmd, None, Duration::from_secs(60));
+    assert_eq!(t.code, Some(4), "{} {}", t.stdout, t.stderr);
+    assert!(t.stdout.contains("30 100"), "{:?}", t.stdout);
+    assert!(t.stdout.contains('e'), "{:?}", t.stdout);
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// The same with kubectl told to use SPDY (its fallback, and what older clients speak): relayed to
+/// the runtime unchanged.
+#[test]
+fn exec_and_port_forward_over_spdy() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("streams-spdy");
+    run_busybox(
+        &ns,
+        "srv",
+        &[],
+        &["httpd", "-f", "-p", "8080", "-h", "/etc"],
+    );
+    wait_for(n, "pod srv running", || running_ready(&pod(&ns, "srv")));
+    let before = stream_sessions();
+    exec_and_port_forward_checks(n, &ns, &SPDY_ONLY);
+    assert!(
+        grew(&before, "exec,spdy,v4.channel.k8s.io") >= 5,
+        "{:?}",
+        stream_sessions()
+    );
+    assert!(
+        grew(&before, "portforward,spdy,portforward.k8s.io") >= 1,
+        "{:?}",
+        stream_sessions()
+    );
     kubectl(&["delete", "namespace", &ns, "--wait=false"]);
 }
 

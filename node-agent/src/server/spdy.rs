@@ -332,7 +332,9 @@ impl HeaderDecoder {
                 out.reserve(out.capacity().max(1024));
             }
             let before = self.z.total_in();
-            let res = self.z.decompress_vec(input, &mut out, FlushDecompress::Sync);
+            let res = self
+                .z
+                .decompress_vec(input, &mut out, FlushDecompress::Sync);
             let used = usize::try_from(self.z.total_in() - before).unwrap_or(input.len());
             input = input.get(used..).unwrap_or_default();
             match res {
@@ -733,7 +735,10 @@ mod tests {
             }
             (b << 16) | a
         };
-        assert_eq!(u32::from_be_bytes([block[2], block[3], block[4], block[5]]), adler);
+        assert_eq!(
+            u32::from_be_bytes([block[2], block[3], block[4], block[5]]),
+            adler
+        );
         // A decoder without the dictionary cannot read it; ours can.
         let mut plain = Decompress::new(true);
         let mut out = Vec::with_capacity(1024);
@@ -781,7 +786,12 @@ mod tests {
         assert!(parse_header_block(&lie).is_err());
         // SETTINGS claiming more entries than it holds.
         let head = [0x80, 3, 0, 4, 0, 0, 0, 4];
-        assert!(decode(head, Bytes::from_static(&[0xff, 0xff, 0xff, 0xff]), &mut dec).is_err());
+        assert!(decode(
+            head,
+            Bytes::from_static(&[0xff, 0xff, 0xff, 0xff]),
+            &mut dec
+        )
+        .is_err());
         // Unknown control types are skipped.
         let head = [0x80, 3, 0, 0x0a, 0, 0, 0, 0];
         assert_eq!(

@@ -98,7 +98,10 @@ pub fn is_websocket(headers: &HeaderMap) -> bool {
         .get_all(header::UPGRADE)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .any(|v| v.split(',').any(|p| p.trim().eq_ignore_ascii_case("websocket")))
+        .any(|v| {
+            v.split(',')
+                .any(|p| p.trim().eq_ignore_ascii_case("websocket"))
+        })
 }
 
 /// The subprotocols the client offers, in its order.
@@ -128,7 +131,10 @@ fn accept(headers: &HeaderMap, protocol: Option<&str>) -> Result<Response, Respo
         .get(header::SEC_WEBSOCKET_VERSION)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.trim() == "13");
-    let Some(key) = headers.get(header::SEC_WEBSOCKET_KEY).filter(|_| version_ok) else {
+    let Some(key) = headers
+        .get(header::SEC_WEBSOCKET_KEY)
+        .filter(|_| version_ok)
+    else {
         return Err(text(
             StatusCode::BAD_REQUEST,
             "websocket: a Sec-WebSocket-Key and Sec-WebSocket-Version 13 are required".into(),
@@ -399,12 +405,7 @@ impl ExecSession {
         Ok(())
     }
 
-    async fn run(
-        mut self,
-        client: OnUpgrade,
-        rd: ReadHalf<TokioIo<Upgraded>>,
-        first: u8,
-    ) {
+    async fn run(mut self, client: OnUpgrade, rd: ReadHalf<TokioIo<Upgraded>>, first: u8) {
         let up = match client.await {
             Ok(u) => u,
             Err(e) => {
@@ -713,7 +714,10 @@ mod tests {
             header::SEC_WEBSOCKET_KEY,
             HeaderValue::from_static("dGhlIHNhbXBsZSBub25jZQ=="),
         );
-        h.insert(header::SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
+        h.insert(
+            header::SEC_WEBSOCKET_VERSION,
+            HeaderValue::from_static("13"),
+        );
         let r = accept(&h, Some(V5)).unwrap();
         assert_eq!(r.status(), StatusCode::SWITCHING_PROTOCOLS);
         assert_eq!(
