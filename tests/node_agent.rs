@@ -1233,6 +1233,55 @@ fn exec_and_port_forward_over_spdy() {
     kubectl(&["delete", "namespace", &ns, "--wait=false"]);
 }
 
+/// `kubectl attach` with kubectl's default WebSocket transport: a running container's output, and
+/// stdin to a container started with `--stdin`.
+#[test]
+fn attach_over_websocket() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("attach");
+    run_busybox(
+        &ns,
+        "ticker",
+        &[],
+        &[
+            "sh",
+            "-c",
+            "i=0; while true; do echo tick $i; i=$((i+1)); sleep 1; done",
+        ],
+    );
+    run_busybox(&ns, "echo", &["--stdin"], &["cat"]);
+    wait_for(n, "pods ticker and echo running", || {
+        running_ready(&pod(&ns, "ticker")) && running_ready(&pod(&ns, "echo"))
+    });
+    let before = stream_sessions();
+    let start = |name: &str, args: &[&str], stdin: Option<&[u8]>| {
+        let log = cluster().dir().join(format!("attach-{name}.out"));
+        let mut cmd = cluster().kubectl_cmd(0, args);
+        keel_testkit::Process::start(&mut cmd, keel_testkit::Capture::Log(log), stdin).unwrap()
+    };
+    let ticker = start("ticker", &["-n", &ns, "attach", "ticker"], None);
+    wait_for(n, "attach to print the ticker's output", || {
+        ticker.stdout().contains("tick ")
+    });
+    drop(ticker);
+    let echo = start(
+        "echo",
+        &["-n", &ns, "attach", "-i", "echo"],
+        Some(b"hello through attach\n"),
+    );
+    wait_for(n, "attach -i to echo its stdin", || {
+        echo.stdout().contains("hello through attach")
+    });
+    drop(echo);
+    assert!(
+        grew(&before, "attach,websocket,v5.channel.k8s.io") >= 2,
+        "{:?}",
+        stream_sessions()
+    );
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
 /// `kubectl top node` and `kubectl top pod`: metrics.k8s.io served by the API server from the agent's
 /// `/stats/summary`, with a busy container using CPU.
 #[test]
