@@ -1282,6 +1282,39 @@ fn attach_over_websocket() {
     kubectl(&["delete", "namespace", &ns, "--wait=false"]);
 }
 
+/// An exec quiet for longer than kubectl's WebSocket heartbeat deadline (a ping every 5 s, the
+/// session dropped after 61 s without a pong): the agent answers the pings, so it ends normally.
+#[test]
+fn quiet_exec_outlives_the_websocket_heartbeat_deadline() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("quiet");
+    run_busybox(&ns, "q", &[], &["sleep", "3600"]);
+    wait_for(n, "pod q running", || running_ready(&pod(&ns, "q")));
+    let mut cmd = cluster().kubectl_cmd(
+        0,
+        &[
+            "-n",
+            &ns,
+            "exec",
+            "q",
+            "--",
+            "sh",
+            "-c",
+            "sleep 66; echo awake",
+        ],
+    );
+    cmd.envs([("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "true")]);
+    let out = keel_testkit::run_bounded(cmd, None, Duration::from_secs(120));
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (Some(0), "awake\n"),
+        "{}",
+        out.stderr
+    );
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
 /// `kubectl top node` and `kubectl top pod`: metrics.k8s.io served by the API server from the agent's
 /// `/stats/summary`, with a busy container using CPU.
 #[test]

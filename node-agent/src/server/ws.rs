@@ -124,9 +124,9 @@ fn text(code: StatusCode, msg: String) -> Response {
         .unwrap_or_default()
 }
 
-/// The 101 answer to a WebSocket request (RFC 6455 §4.2.2) with `protocol`, or the 400 a malformed
-/// request gets.
-fn accept(headers: &HeaderMap, protocol: Option<&str>) -> Result<Response, Response> {
+/// The 101 answer to a WebSocket request (RFC 6455 §4.2.2) with `protocol`, or what makes a malformed
+/// request a 400.
+fn accept(headers: &HeaderMap, protocol: Option<&str>) -> Result<Response, String> {
     let version_ok = headers
         .get(header::SEC_WEBSOCKET_VERSION)
         .and_then(|v| v.to_str().ok())
@@ -135,10 +135,9 @@ fn accept(headers: &HeaderMap, protocol: Option<&str>) -> Result<Response, Respo
         .get(header::SEC_WEBSOCKET_KEY)
         .filter(|_| version_ok)
     else {
-        return Err(text(
-            StatusCode::BAD_REQUEST,
+        return Err(
             "websocket: a Sec-WebSocket-Key and Sec-WebSocket-Version 13 are required".into(),
-        ));
+        );
     };
     let mut r = Response::builder()
         .status(StatusCode::SWITCHING_PROTOCOLS)
@@ -153,8 +152,7 @@ fn accept(headers: &HeaderMap, protocol: Option<&str>) -> Result<Response, Respo
             r = r.header(header::SEC_WEBSOCKET_PROTOCOL, v);
         }
     }
-    r.body(Body::empty())
-        .map_err(|e| text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+    r.body(Body::empty()).map_err(|e| e.to_string())
 }
 
 /// An upgraded SPDY/3.1 connection to the runtime and the protocol it chose.
@@ -299,6 +297,7 @@ fn open_streams(s: Streams) -> (Vec<Frame>, StreamIds) {
 /// `exec` or `attach` for a WebSocket client: see the module docs.
 pub async fn exec(mut req: Request, url: &str, kind: &'static str, s: Streams) -> Response {
     let offered = offered(req.headers());
+    debug!(kind, protocols = ?offered, "websocket streaming request");
     let Some(protocol) = offered.iter().find(|p| *p == V5 || *p == V4).cloned() else {
         return text(
             StatusCode::BAD_REQUEST,
@@ -306,8 +305,8 @@ pub async fn exec(mut req: Request, url: &str, kind: &'static str, s: Streams) -
         );
     };
     // Checked before the runtime is asked for anything.
-    if let Err(r) = accept(req.headers(), Some(&protocol)) {
-        return r;
+    if let Err(e) = accept(req.headers(), Some(&protocol)) {
+        return text(StatusCode::BAD_REQUEST, e);
     }
     let rt = match upgrade_runtime(url, &[V4.to_string()]).await {
         Ok(rt) => rt,
@@ -333,7 +332,7 @@ pub async fn exec(mut req: Request, url: &str, kind: &'static str, s: Streams) -
     }
     let resp = match accept(req.headers(), Some(&protocol)) {
         Ok(r) => r,
-        Err(r) => return r,
+        Err(e) => return text(StatusCode::BAD_REQUEST, e),
     };
     count(kind, "websocket", &protocol);
     let client = hyper::upgrade::on(&mut req);
@@ -372,7 +371,7 @@ impl ExecSession {
     }
 
     /// Data from the client on `channel` (already stripped of the channel byte).
-    async fn from_client(&mut self, channel: u8, data: &[u8]) -> Result<(), spdy::Error> {
+    async fn client_data(&mut self, channel: u8, data: &[u8]) -> Result<(), spdy::Error> {
         match channel {
             STDIN | RESIZE => {
                 let Some(stream_id) = self.ids.id(channel) else {
@@ -493,7 +492,7 @@ impl ExecSession {
                 m = src.next() => match m {
                     Some(Ok(Message::Binary(b))) => {
                         if let Some((&ch, data)) = b.split_first() {
-                            if let Err(e) = self.from_client(ch, data).await {
+                            if let Err(e) = self.client_data(ch, data).await {
                                 debug!(error = %e, "writing to the runtime");
                                 break;
                             }
@@ -550,6 +549,7 @@ impl ExecSession {
 
 /// `port-forward` for a WebSocket client: the SPDY tunnel (see the module docs).
 pub async fn port_forward(mut req: Request, url: &str) -> Response {
+    debug!(protocols = ?offered(req.headers()), "websocket port-forward request");
     let protocols: Vec<String> = offered(req.headers())
         .into_iter()
         .filter_map(|p| p.strip_prefix(TUNNEL_PREFIX).map(str::to_string))
@@ -561,8 +561,8 @@ pub async fn port_forward(mut req: Request, url: &str) -> Response {
             "unable to upgrade: no tunneling spdy protocols provided".into(),
         );
     }
-    if let Err(r) = accept(req.headers(), None) {
-        return r;
+    if let Err(e) = accept(req.headers(), None) {
+        return text(StatusCode::BAD_REQUEST, e);
     }
     let rt = match upgrade_runtime(url, &protocols).await {
         Ok(rt) => rt,
@@ -571,7 +571,7 @@ pub async fn port_forward(mut req: Request, url: &str) -> Response {
     let chosen = rt.protocol.as_ref().map(|p| format!("{TUNNEL_PREFIX}{p}"));
     let resp = match accept(req.headers(), chosen.as_deref()) {
         Ok(r) => r,
-        Err(r) => return r,
+        Err(e) => return text(StatusCode::BAD_REQUEST, e),
     };
     count(
         "portforward",
