@@ -1315,6 +1315,84 @@ fn quiet_exec_outlives_the_websocket_heartbeat_deadline() {
     kubectl(&["delete", "namespace", &ns, "--wait=false"]);
 }
 
+/// The status line containerd's streaming server answers a WebSocket upgrade at `url` offering
+/// `protocol`.
+fn websocket_probe(url: &str, protocol: &str) -> String {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_at(rest.find('/').unwrap());
+    let mut s = std::net::TcpStream::connect(host).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+         Sec-WebSocket-Protocol: {protocol}\r\n\r\n"
+    )
+    .unwrap();
+    let mut buf = [0u8; 512];
+    let n = s.read(&mut buf).unwrap_or(0);
+    String::from_utf8_lossy(&buf[..n])
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Why the agent translates: containerd 1.6's streaming server, asked directly (through URLs from CRI
+/// `Exec` and `PortForward`), refuses the WebSocket protocols kubectl 1.32 offers (`v5.channel.k8s.io`,
+/// `SPDY/3.1+portforward.k8s.io`) and accepts only the older `v4.channel.k8s.io`, which cannot close
+/// stdin alone. If a containerd upgrade starts accepting them, this test says so.
+#[test]
+fn containerd_refuses_the_websocket_protocols_kubectl_offers() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("wsprobe");
+    run_busybox(&ns, "p", &[], &["sleep", "3600"]);
+    wait_for(n, "pod p running", || running_ready(&pod(&ns, "p")));
+    let cid = container_id(&pod(&ns, "p"))
+        .trim_start_matches("containerd://")
+        .to_string();
+    let endpoint = lock(n).containerd().endpoint();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (cri, sandbox) = rt.block_on(async {
+        let cri = keel_node_agent::cri::Cri::connect(&endpoint).await.unwrap();
+        let sandbox = cri
+            .list_sandboxes()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|s| {
+                s.labels.get(keel_node_agent::cri::labels::POD_NAMESPACE) == Some(&ns)
+                    && s.labels
+                        .get(keel_node_agent::cri::labels::POD_NAME)
+                        .map(String::as_str)
+                        == Some("p")
+            })
+            .unwrap()
+            .id;
+        (cri, sandbox)
+    });
+    let exec = |proto: &str| {
+        let url = rt
+            .block_on(exec_url.exec(&cid, vec!["true".into()], false, false, true, true))
+            .unwrap();
+        websocket_probe(&url, proto)
+    };
+    let v5 = exec("v5.channel.k8s.io");
+    assert!(!v5.contains(" 101 "), "{v5}");
+    let v4 = exec("v4.channel.k8s.io");
+    assert!(v4.contains(" 101 "), "{v4}");
+    let url = rt.block_on(cri.port_forward(&sandbox, vec![8080])).unwrap();
+    let tunnel = websocket_probe(&url, "SPDY/3.1+portforward.k8s.io");
+    assert!(!tunnel.contains(" 101 "), "{tunnel}");
+    eprintln!("containerd: v5 {v5:?}, v4 {v4:?}, port-forward tunnel {tunnel:?}");
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}
+
 /// `kubectl top node` and `kubectl top pod`: metrics.k8s.io served by the API server from the agent's
 /// `/stats/summary`, with a busy container using CPU.
 #[test]
