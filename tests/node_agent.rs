@@ -1378,7 +1378,7 @@ fn containerd_refuses_the_websocket_protocols_kubectl_offers() {
     });
     let exec = |proto: &str| {
         let url = rt
-            .block_on(exec_url.exec(&cid, vec!["true".into()], false, false, true, true))
+            .block_on(cri.exec(&cid, vec!["true".into()], false, false, true, true))
             .unwrap();
         websocket_probe(&url, proto)
     };
