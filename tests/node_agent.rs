@@ -1727,7 +1727,7 @@ fn termination_message_is_reported() {
             "tail",
             "FallbackToLogsOnError",
             "Never",
-            "echo first; echo second >&2; exit 2",
+            "echo first; sleep 0.2; echo second >&2; exit 2",
         ),
     );
     apply(
