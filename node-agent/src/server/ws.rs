@@ -39,7 +39,7 @@ use futures::{SinkExt, StreamExt};
 use http_body_util::BodyExt;
 use hyper::upgrade::{OnUpgrade, Upgraded};
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
@@ -344,25 +344,35 @@ pub async fn exec(mut req: Request, url: &str, kind: &'static str, s: Streams) -
         ERROR
     };
     tokio::spawn(async move {
+        let up = match client.await {
+            Ok(u) => u,
+            Err(e) => {
+                debug!(error = %e, "websocket upgrade failed");
+                return;
+            }
+        };
+        let ws = WebSocketStream::from_raw_socket(TokioIo::new(up), Role::Server, None).await;
         let session = ExecSession {
             ids,
             enc,
             wr,
             v5: protocol == V5,
         };
-        session.run(client, rd, first).await;
+        session.run(ws, rd, first).await;
     });
     resp
 }
 
-struct ExecSession {
+/// One exec or attach session: the client's WebSocket on one side, the runtime's SPDY connection
+/// (whose streams are already open) on the other.
+struct ExecSession<W> {
     ids: StreamIds,
     enc: HeaderEncoder,
-    wr: WriteHalf<TokioIo<Upgraded>>,
+    wr: W,
     v5: bool,
 }
 
-impl ExecSession {
+impl<W: AsyncWrite + Unpin> ExecSession<W> {
     async fn send_frame(&mut self, f: Frame) -> Result<(), spdy::Error> {
         let mut buf = BytesMut::new();
         spdy::encode(&f, &mut self.enc, &mut buf)?;
@@ -404,15 +414,12 @@ impl ExecSession {
         Ok(())
     }
 
-    async fn run(mut self, client: OnUpgrade, rd: ReadHalf<TokioIo<Upgraded>>, first: u8) {
-        let up = match client.await {
-            Ok(u) => u,
-            Err(e) => {
-                debug!(error = %e, "websocket upgrade failed");
-                return;
-            }
-        };
-        let ws = WebSocketStream::from_raw_socket(TokioIo::new(up), Role::Server, None).await;
+    /// Relays until the runtime has finished its streams (or either side is gone), then closes.
+    async fn run<S, R>(mut self, ws: WebSocketStream<S>, rd: R, first: u8)
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+        R: AsyncRead + Unpin + Send + 'static,
+    {
         let (mut sink, mut src) = ws.split();
         // An empty message on the first channel the client reads tells it the session is up.
         if sink
@@ -645,6 +652,158 @@ async fn tunnel(client: OnUpgrade, rt: TokioIo<Upgraded>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::DuplexStream;
+
+    /// A session between a WebSocket client and a fake runtime, both in process: (client, runtime
+    /// frames, runtime writer, the session's task).
+    async fn session(
+        s: Streams,
+    ) -> (
+        WebSocketStream<DuplexStream>,
+        spdy::FrameReader<tokio::io::ReadHalf<DuplexStream>>,
+        tokio::io::WriteHalf<DuplexStream>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let (client_io, agent_io) = tokio::io::duplex(1 << 20);
+        let (agent_rt, runtime_io) = tokio::io::duplex(1 << 20);
+        let (rt_rd, mut rt_wr) = tokio::io::split(agent_rt);
+        let (frames, ids) = open_streams(s);
+        let mut enc = HeaderEncoder::new().unwrap();
+        let mut buf = BytesMut::new();
+        for f in &frames {
+            spdy::encode(f, &mut enc, &mut buf).unwrap();
+        }
+        rt_wr.write_all(&buf).await.unwrap();
+        let session = ExecSession {
+            ids,
+            enc,
+            wr: rt_wr,
+            v5: true,
+        };
+        let task = tokio::spawn(async move {
+            let ws = WebSocketStream::from_raw_socket(agent_io, Role::Server, None).await;
+            session.run(ws, rt_rd, STDOUT).await;
+        });
+        let client = WebSocketStream::from_raw_socket(client_io, Role::Client, None).await;
+        let (r, w) = tokio::io::split(runtime_io);
+        (client, spdy::FrameReader::new(r), w, task)
+    }
+
+    fn bin(b: &[u8]) -> Message {
+        Message::Binary(Bytes::copy_from_slice(b))
+    }
+
+    #[tokio::test]
+    async fn exec_session_translates_both_ways_and_ends_with_the_status() {
+        let (mut client, mut rt, mut rt_wr, task) = session(Streams {
+            stdin: true,
+            stdout: true,
+            stderr: true,
+            tty: false,
+        })
+        .await;
+        for want in ["error", "stdin", "stdout", "stderr"] {
+            match rt.next().await.unwrap().unwrap() {
+                Frame::SynStream { headers, .. } => {
+                    assert_eq!(headers, vec![("streamtype".to_string(), want.to_string())])
+                }
+                f => panic!("{f:?}"),
+            }
+        }
+        // The session is announced on stdout.
+        assert_eq!(client.next().await.unwrap().unwrap(), bin(&[STDOUT]));
+        // stdin, then the v5 close signal: data, then FIN on the stdin stream (3).
+        client.send(bin(b"\x00hi")).await.unwrap();
+        client.send(bin(&[CLOSE, STDIN])).await.unwrap();
+        let data = |stream_id, flags, d: &'static [u8]| Frame::Data {
+            stream_id,
+            flags,
+            data: Bytes::from_static(d),
+        };
+        assert_eq!(rt.next().await.unwrap().unwrap(), data(3, 0, b"hi"));
+        assert_eq!(rt.next().await.unwrap().unwrap(), data(3, FLAG_FIN, b""));
+        // The runtime answers, writes stdout, stderr and the status, then resets its streams.
+        let status = br#"{"metadata":{},"status":"Failure","reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"3"}]}}"#;
+        let mut enc = HeaderEncoder::new().unwrap();
+        let mut out = BytesMut::new();
+        for stream_id in [1, 3, 5, 7] {
+            let reply = Frame::SynReply {
+                stream_id,
+                flags: 0,
+                headers: vec![],
+            };
+            spdy::encode(&reply, &mut enc, &mut out).unwrap();
+        }
+        for f in [
+            Frame::Ping(2),
+            data(5, 0, b"out"),
+            data(7, 0, b"err"),
+            data(1, 0, status),
+        ] {
+            spdy::encode(&f, &mut enc, &mut out).unwrap();
+        }
+        for stream_id in [1, 3, 5, 7] {
+            let rst = Frame::RstStream {
+                stream_id,
+                status: 5,
+            };
+            spdy::encode(&rst, &mut enc, &mut out).unwrap();
+        }
+        rt_wr.write_all(&out).await.unwrap();
+        assert_eq!(client.next().await.unwrap().unwrap(), bin(b"\x01out"));
+        assert_eq!(client.next().await.unwrap().unwrap(), bin(b"\x02err"));
+        let mut want = vec![ERROR];
+        want.extend_from_slice(status);
+        assert_eq!(client.next().await.unwrap().unwrap(), bin(&want));
+        assert!(matches!(
+            client.next().await.unwrap().unwrap(),
+            Message::Close(_)
+        ));
+        // The close is answered (tungstenite does so on the next read), the session ends.
+        assert!(client.next().await.is_none());
+        task.await.unwrap();
+        // The runtime got its ping back, then GOAWAY, then the end of the connection.
+        assert_eq!(rt.next().await.unwrap().unwrap(), Frame::Ping(2));
+        assert!(matches!(
+            rt.next().await.unwrap().unwrap(),
+            Frame::GoAway { .. }
+        ));
+        assert_eq!(rt.next().await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn a_runtime_gone_without_a_status_is_a_failure_not_a_success() {
+        let (mut client, mut rt, rt_wr, task) = session(Streams {
+            stdin: false,
+            stdout: true,
+            stderr: false,
+            tty: false,
+        })
+        .await;
+        for _ in 0..2 {
+            assert!(matches!(
+                rt.next().await.unwrap().unwrap(),
+                Frame::SynStream { .. }
+            ));
+        }
+        assert_eq!(client.next().await.unwrap().unwrap(), bin(&[STDOUT]));
+        drop(rt_wr);
+        drop(rt);
+        match client.next().await.unwrap().unwrap() {
+            Message::Binary(b) => {
+                assert_eq!(b[0], ERROR);
+                let v: serde_json::Value = serde_json::from_slice(&b[1..]).unwrap();
+                assert_eq!(v["status"], "Failure");
+            }
+            m => panic!("{m:?}"),
+        }
+        assert!(matches!(
+            client.next().await.unwrap().unwrap(),
+            Message::Close(_)
+        ));
+        assert!(client.next().await.is_none());
+        task.await.unwrap();
+    }
 
     #[test]
     fn streams_are_opened_as_the_kubelet_expects() {
