@@ -1004,7 +1004,7 @@ fn grew(before: &std::collections::BTreeMap<String, u64>, key: &str) -> u64 {
     after.get(key).copied().unwrap_or(0) - before.get(key).copied().unwrap_or(0)
 }
 
-/// `kubectl exec` (output, error output, exit code, stdin of 208 KiB ended by EOF), a container that
+/// `kubectl exec` (output, error output, exit code, stdin of 2 MiB ended by EOF), a container that
 /// is not there, and `kubectl port-forward` to an httpd in pod `ns/srv`, with kubectl's transport
 /// chosen by `env`.
 fn exec_and_port_forward_checks(n: &std::sync::Mutex<AgentNode>, ns: &str, env: &[(&str, &str)]) {
@@ -1055,10 +1055,11 @@ fn exec_and_port_forward_checks(n: &std::sync::Mutex<AgentNode>, ns: &str, env: 
         r.stderr
     );
     // stdin to EOF: `cat` ends only when its stdin is closed (the v5 close signal over WebSocket).
-    let input: String = (0..8192)
+    // 2 MiB, more than the pipes and sockets on the way hold: stdin and stdout must flow at once.
+    let input: String = (0..81920)
         .map(|i| format!("line {i:05} of the input..\n"))
         .collect();
-    assert_eq!(input.len(), 8192 * 26);
+    assert_eq!(input.len(), 81920 * 26);
     let echoed = kubectl_env(
         env,
         &["-n", ns, "exec", "-i", "srv", "--", "cat"],

@@ -372,54 +372,50 @@ struct ExecSession<W> {
     v5: bool,
 }
 
-impl<W: AsyncWrite + Unpin> ExecSession<W> {
-    async fn send_frame(&mut self, f: Frame) -> Result<(), spdy::Error> {
-        let mut buf = BytesMut::new();
-        spdy::encode(&f, &mut self.enc, &mut buf)?;
-        self.wr.write_all(&buf).await?;
-        Ok(())
-    }
-
-    /// Data from the client on `channel` (already stripped of the channel byte).
-    async fn client_data(&mut self, channel: u8, data: &[u8]) -> Result<(), spdy::Error> {
-        match channel {
-            STDIN | RESIZE => {
-                let Some(stream_id) = self.ids.id(channel) else {
-                    return Ok(());
-                };
-                for chunk in data.chunks(CHUNK) {
-                    self.send_frame(Frame::Data {
-                        stream_id,
-                        flags: 0,
-                        data: Bytes::copy_from_slice(chunk),
-                    })
-                    .await?;
-                }
-            }
-            CLOSE if self.v5 => {
-                // The client finished writing the named channel: half-close its stream.
-                for &c in data {
-                    if let (STDIN | RESIZE, Some(stream_id)) = (c, self.ids.id(c)) {
-                        self.send_frame(Frame::Data {
-                            stream_id,
-                            flags: FLAG_FIN,
-                            data: Bytes::new(),
-                        })
-                        .await?;
-                    }
-                }
-            }
-            _ => {}
+/// The SPDY frames one client message on `channel` (its first byte already stripped) turns into:
+/// stdin and resize data onto their streams (in frames of at most [`CHUNK`] bytes), the v5 close
+/// signal as FIN of the named stream; anything else is dropped.
+fn client_frames(ids: &StreamIds, v5: bool, channel: u8, data: &[u8]) -> Vec<Frame> {
+    match channel {
+        STDIN | RESIZE => {
+            let Some(stream_id) = ids.id(channel) else {
+                return Vec::new();
+            };
+            data.chunks(CHUNK)
+                .map(|chunk| Frame::Data {
+                    stream_id,
+                    flags: 0,
+                    data: Bytes::copy_from_slice(chunk),
+                })
+                .collect()
         }
-        Ok(())
+        CLOSE if v5 => data
+            .iter()
+            .filter(|&&c| c == STDIN || c == RESIZE)
+            .filter_map(|&c| ids.id(c))
+            .map(|stream_id| Frame::Data {
+                stream_id,
+                flags: FLAG_FIN,
+                data: Bytes::new(),
+            })
+            .collect(),
+        _ => Vec::new(),
     }
+}
 
+impl<W: AsyncWrite + Unpin + Send + 'static> ExecSession<W> {
     /// Relays until the runtime has finished its streams (or either side is gone), then closes.
-    async fn run<S, R>(mut self, ws: WebSocketStream<S>, rd: R, first: u8)
+    ///
+    /// Three tasks, so that neither direction waits on the other (a `cat` fed faster than it can
+    /// write back would otherwise stall both): this one copies the runtime's frames to the client, a
+    /// reader parses the runtime's frames, and the client's messages become frames for a writer
+    /// that owns the runtime connection's sending half and header compression.
+    async fn run<S, R>(self, ws: WebSocketStream<S>, rd: R, first: u8)
     where
-        S: AsyncRead + AsyncWrite + Unpin,
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         R: AsyncRead + Unpin + Send + 'static,
     {
+        let ExecSession { ids, enc, wr, v5 } = self;
         let (mut sink, mut src) = ws.split();
         // An empty message on the first channel the client reads tells it the session is up.
         if sink
@@ -429,6 +425,22 @@ impl<W: AsyncWrite + Unpin> ExecSession<W> {
         {
             return;
         }
+        let (ftx, mut frx) = tokio::sync::mpsc::channel::<Frame>(64);
+        let writer = tokio::spawn(async move {
+            let (mut enc, mut wr) = (enc, wr);
+            while let Some(f) = frx.recv().await {
+                let mut buf = BytesMut::new();
+                if let Err(e) = spdy::encode(&f, &mut enc, &mut buf) {
+                    debug!(error = %e, "encoding a frame for the runtime");
+                    break;
+                }
+                if let Err(e) = wr.write_all(&buf).await {
+                    debug!(error = %e, "writing to the runtime");
+                    break;
+                }
+            }
+            let _ = wr.shutdown().await;
+        });
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Frame, spdy::Error>>(16);
         let reader = tokio::spawn(async move {
             let mut r = spdy::FrameReader::new(rd);
@@ -447,10 +459,27 @@ impl<W: AsyncWrite + Unpin> ExecSession<W> {
                 }
             }
         });
+        // The client's messages, until its close (answered on the read after it) or its end.
+        let client_ids = ids.clone();
+        let to_runtime = ftx.clone();
+        let mut client = tokio::spawn(async move {
+            while let Some(Ok(m)) = src.next().await {
+                if let Message::Binary(b) = m {
+                    let Some((&ch, data)) = b.split_first() else {
+                        continue;
+                    };
+                    for f in client_frames(&client_ids, v5, ch, data) {
+                        if to_runtime.send(f).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
         // The runtime's streams the session waits for: error, stdout, stderr.
         let mut open: BTreeSet<u32> = [ERROR, STDOUT, STDERR]
             .iter()
-            .filter_map(|&c| self.ids.id(c))
+            .filter_map(|&c| ids.id(c))
             .collect();
         let mut status_bytes = 0usize;
         let mut client_gone = false;
@@ -458,7 +487,7 @@ impl<W: AsyncWrite + Unpin> ExecSession<W> {
             tokio::select! {
                 f = rx.recv() => match f {
                     Some(Ok(Frame::Data { stream_id, flags, data })) => {
-                        if let Some(ch) = self.ids.channel(stream_id).filter(|c| [ERROR, STDOUT, STDERR].contains(c)) {
+                        if let Some(ch) = ids.channel(stream_id).filter(|c| [ERROR, STDOUT, STDERR].contains(c)) {
                             if ch == ERROR {
                                 status_bytes += data.len();
                             }
@@ -485,9 +514,8 @@ impl<W: AsyncWrite + Unpin> ExecSession<W> {
                         open.remove(&stream_id);
                     }
                     Some(Ok(Frame::Ping(id))) => {
-                        if self.send_frame(Frame::Ping(id)).await.is_err() {
-                            break;
-                        }
+                        // Never waits: a ping answer lost to a full queue costs nothing.
+                        let _ = ftx.try_send(Frame::Ping(id));
                     }
                     Some(Ok(_)) => {}
                     Some(Err(e)) => {
@@ -496,25 +524,14 @@ impl<W: AsyncWrite + Unpin> ExecSession<W> {
                     }
                     None => break,
                 },
-                m = src.next() => match m {
-                    Some(Ok(Message::Binary(b))) => {
-                        if let Some((&ch, data)) = b.split_first() {
-                            if let Err(e) = self.client_data(ch, data).await {
-                                debug!(error = %e, "writing to the runtime");
-                                break;
-                            }
-                        }
-                    }
-                    Some(Ok(Message::Close(_))) | Some(Err(_)) | None => {
-                        client_gone = true;
-                        break;
-                    }
-                    Some(Ok(_)) => {}
-                },
+                _ = &mut client => {
+                    client_gone = true;
+                    break;
+                }
             }
         }
         if !client_gone {
-            if open.contains(&self.ids.id(ERROR).unwrap_or(0)) && status_bytes == 0 {
+            if open.contains(&ids.id(ERROR).unwrap_or(0)) && status_bytes == 0 {
                 // The runtime went away without a status: say so rather than let it read as success.
                 let status = serde_json::json!({
                     "metadata": {},
@@ -534,22 +551,23 @@ impl<W: AsyncWrite + Unpin> ExecSession<W> {
                 })))
                 .await;
             // Wait for the client's close: it closes once it has read everything.
-            let _ = tokio::time::timeout(CLOSE_WAIT, async {
-                while let Some(Ok(m)) = src.next().await {
-                    if let Message::Close(_) = m {
-                        break;
-                    }
-                }
-            })
-            .await;
+            let _ = tokio::time::timeout(CLOSE_WAIT, &mut client).await;
         }
-        let _ = self
-            .send_frame(Frame::GoAway {
-                last_good_stream_id: 0,
-                status: 0,
-            })
-            .await;
-        let _ = self.wr.shutdown().await;
+        client.abort();
+        let _ = ftx.try_send(Frame::GoAway {
+            last_good_stream_id: 0,
+            status: 0,
+        });
+        drop(ftx);
+        // The writer drains what is queued, then shuts the runtime connection down.
+        let mut writer = writer;
+        if tokio::time::timeout(Duration::from_secs(5), &mut writer)
+            .await
+            .is_err()
+        {
+            debug!("the runtime did not take the session's last frames");
+            writer.abort();
+        }
         reader.abort();
     }
 }
@@ -691,6 +709,50 @@ mod tests {
 
     fn bin(b: &[u8]) -> Message {
         Message::Binary(Bytes::copy_from_slice(b))
+    }
+
+    #[test]
+    fn client_messages_become_frames() {
+        let (_, ids) = open_streams(Streams {
+            stdin: true,
+            stdout: true,
+            stderr: false,
+            tty: true,
+        });
+        // error 1, stdin 3, stdout 5, resize 7.
+        let big = vec![b'x'; CHUNK * 2 + 1];
+        let frames = client_frames(&ids, true, STDIN, &big);
+        assert_eq!(frames.len(), 3);
+        assert!(frames.iter().all(|f| matches!(
+            f,
+            Frame::Data {
+                stream_id: 3,
+                flags: 0,
+                ..
+            }
+        )));
+        assert_eq!(
+            client_frames(&ids, true, RESIZE, br#"{"Width":80,"Height":24}"#),
+            vec![Frame::Data {
+                stream_id: 7,
+                flags: 0,
+                data: Bytes::from_static(br#"{"Width":80,"Height":24}"#)
+            }]
+        );
+        let fin = vec![Frame::Data {
+            stream_id: 3,
+            flags: FLAG_FIN,
+            data: Bytes::new(),
+        }];
+        assert_eq!(client_frames(&ids, true, CLOSE, &[STDIN]), fin);
+        // v4 has no close signal; output channels and unknown ones are not the client's to write.
+        assert!(client_frames(&ids, false, CLOSE, &[STDIN]).is_empty());
+        assert!(client_frames(&ids, true, CLOSE, &[STDOUT, 9]).is_empty());
+        assert!(client_frames(&ids, true, STDOUT, b"x").is_empty());
+        assert!(client_frames(&ids, true, 42, b"x").is_empty());
+        // No stdin stream: stdin data is dropped.
+        let (_, no_stdin) = open_streams(Streams::default());
+        assert!(client_frames(&no_stdin, true, STDIN, b"x").is_empty());
     }
 
     #[tokio::test]
