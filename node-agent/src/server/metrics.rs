@@ -168,6 +168,23 @@ pub fn render(s: &Sources) -> String {
             get(&d.dropped),
         );
     }
+    let sessions = Family::<Vec<(String, String)>, Counter>::default();
+    if let Ok(m) = super::ws::SESSIONS.lock() {
+        for ((kind, transport, protocol), n) in m.iter() {
+            sessions
+                .get_or_create(&vec![
+                    ("kind".to_string(), kind.clone()),
+                    ("transport".to_string(), transport.clone()),
+                    ("protocol".to_string(), protocol.clone()),
+                ])
+                .inc_by(*n);
+        }
+    }
+    r.register(
+        "stream_sessions",
+        "exec, attach and port-forward sessions past their upgrade, by transport (websocket: translated to the runtime's SPDY; spdy: relayed) and protocol",
+        sessions,
+    );
     let mut out = String::new();
     // Writing into a String cannot fail.
     let _ = encode(&mut out, &r);

@@ -9,7 +9,8 @@
 //!   `tailLines`, `sinceSeconds`, `sinceTime`, `limitBytes` ([`logs`]);
 //! - `/exec/{namespace}/{pod}/{container}?command=…&input=&output=&error=&tty=`,
 //!   `/attach/{namespace}/{pod}/{container}` and `/portForward/{namespace}/{pod}`: upgrade requests
-//!   relayed to the runtime's streaming server ([`stream`]);
+//!   for the runtime's streaming server, SPDY relayed as it is, WebSocket translated to SPDY
+//!   ([`stream`], [`ws`], [`spdy`]);
 //! - `GET /metrics`: netprog's and the resolver's counters, Prometheus text ([`metrics`]);
 //! - `GET /stats/summary`: CPU and memory of the node and its pods' containers ([`stats`]), which the
 //!   API server's `metrics.k8s.io` serves to `kubectl top`.
@@ -18,8 +19,10 @@ pub mod auth;
 pub mod certs;
 pub mod logs;
 pub mod metrics;
+pub mod spdy;
 pub mod stats;
 pub mod stream;
+pub mod ws;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -347,6 +350,17 @@ async fn running_container(
         })
 }
 
+/// The streams an exec or attach asks for, from the kubelet's query names.
+fn streams(query: &str) -> ws::Streams {
+    let f = |k| stream::flag(query, k);
+    ws::Streams {
+        stdin: f("input"),
+        stdout: f("output"),
+        stderr: f("error"),
+        tty: f("tty"),
+    }
+}
+
 async fn exec(
     State(app): State<App>,
     UrlPath((ns, pod, container)): UrlPath<(String, String, String)>,
@@ -370,7 +384,7 @@ async fn exec(
         .exec(&id, cmd, f("tty"), f("input"), f("output"), f("error"))
         .await
     {
-        Ok(url) => stream::relay(req, &url).await,
+        Ok(url) => stream::serve(req, &url, stream::Kind::Exec, streams(&query)).await,
         Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
@@ -391,7 +405,7 @@ async fn attach(
         .attach(&id, f("tty"), f("input"), f("output"), f("error"))
         .await
     {
-        Ok(url) => stream::relay(req, &url).await,
+        Ok(url) => stream::serve(req, &url, stream::Kind::Attach, streams(&query)).await,
         Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
@@ -425,7 +439,9 @@ async fn port_forward(
         .filter_map(|p| p.parse().ok())
         .collect();
     match app.cri.port_forward(&sb.id, ports).await {
-        Ok(url) => stream::relay(req, &url).await,
+        Ok(url) => {
+            stream::serve(req, &url, stream::Kind::PortForward, ws::Streams::default()).await
+        }
         Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }

@@ -1,9 +1,16 @@
 //! `kubectl exec`, `attach` and `port-forward` on the agent. The agent asks the runtime (CRI `Exec`,
-//! `Attach`, `PortForward`) for a URL on its streaming server, then relays the client's upgrade request
-//! there unchanged and, once the runtime answers `101 Switching Protocols`, copies bytes both ways. The
-//! streaming protocol (WebSocket `*.channel.k8s.io` or SPDY/3.1) is negotiated end to end between kubectl
-//! and the runtime; an answer other than 101 (say, a WebSocket subprotocol the runtime does not speak)
-//! goes back to the client as it is, which is what makes kubectl fall back to SPDY.
+//! `Attach`, `PortForward`) for a URL on its streaming server, then:
+//!
+//! - a **WebSocket** request (kubectl 1.31+'s first choice: `v5.channel.k8s.io` for exec and attach,
+//!   `SPDY/3.1+portforward.k8s.io` for port-forward) is terminated here and spoken to the runtime as
+//!   SPDY/3.1 ([`super::ws`]), since containerd 1.6 speaks no WebSocket protocol kubectl offers;
+//! - a **SPDY/3.1** request (kubectl's fallback, `KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false`, older
+//!   clients) is relayed to the runtime unchanged and, once the runtime answers `101 Switching
+//!   Protocols`, bytes are copied both ways ([`relay`]). An answer other than 101 goes back to the
+//!   client as it is.
+//!
+//! Every session that gets past its upgrade is counted by kind, transport and protocol
+//! (`keel_agent_stream_sessions_total` in `/metrics`).
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -28,6 +35,49 @@ fn text(code: StatusCode, msg: String) -> Response {
         .header(header::CONTENT_TYPE, "text/plain")
         .body(Body::from(msg))
         .unwrap_or_default()
+}
+
+/// What a streaming request is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `kubectl exec`.
+    Exec,
+    /// `kubectl attach`.
+    Attach,
+    /// `kubectl port-forward`.
+    PortForward,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Exec => "exec",
+            Kind::Attach => "attach",
+            Kind::PortForward => "portforward",
+        }
+    }
+}
+
+/// Serves one streaming request whose runtime URL is `url`: WebSocket requests are translated
+/// ([`super::ws`]), SPDY ones relayed ([`relay`]).
+pub async fn serve(req: Request, url: &str, kind: Kind, streams: super::ws::Streams) -> Response {
+    if super::ws::is_websocket(req.headers()) {
+        return match kind {
+            Kind::PortForward => super::ws::port_forward(req, url).await,
+            Kind::Exec | Kind::Attach => super::ws::exec(req, url, kind.name(), streams).await,
+        };
+    }
+    let resp = relay(req, url).await;
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+        let protocol = resp
+            .headers()
+            .get("X-Stream-Protocol-Version")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        super::ws::count(kind.name(), "spdy", &protocol);
+    }
+    resp
 }
 
 /// Relays the upgrade request `req` to `url` (the runtime's plain-HTTP streaming server on loopback) and

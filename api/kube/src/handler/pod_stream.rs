@@ -1,8 +1,11 @@
 //! `pods/{name}/exec`, `pods/{name}/attach` and `pods/{name}/portforward`: upgrade requests (WebSocket
 //! or SPDY/3.1) relayed to the pod's node agent (`/exec/…`, `/attach/…`, `/portForward/…`, with the
 //! kubelet's parameter names `input`, `output`, `error`), then the two upgraded connections spliced. The
-//! streaming protocol is negotiated between the client and the container runtime behind the agent; an
-//! answer other than 101 reaches the client unchanged, so kubectl's fallback from WebSocket to SPDY works.
+//! API server never looks inside the stream: the agent relays SPDY to the container runtime as it is and
+//! translates kubectl's WebSocket (`v5.channel.k8s.io`, port-forward's `SPDY/3.1+portforward.k8s.io`
+//! tunnel) to the runtime's SPDY itself, which upstream's kube-apiserver does here. An answer other
+//! than 101 reaches the client unchanged, so kubectl's fallback from WebSocket to SPDY still works
+//! where an agent refuses the WebSocket.
 
 use std::sync::Arc;
 
@@ -169,9 +172,9 @@ async fn relay(
                 String::from_utf8_lossy(&body).trim()
             )));
         }
-        // A 4xx from the runtime's streaming server is a refused upgrade (containerd 1.6 refuses
-        // kubectl's WebSocket `v5.channel.k8s.io` with 403): passed on as it is, for the client
-        // to fall back to SPDY.
+        // A 4xx from the agent or the runtime's streaming server is a refused upgrade (containerd
+        // 1.6 itself refuses kubectl's WebSocket `v5.channel.k8s.io` with 403; keel's agent
+        // translates it): passed on as it is, for the client to fall back to SPDY.
         let mut r = Response::builder().status(status);
         for (k, v) in &headers {
             if !HOP_BY_HOP.contains(&k.as_str()) {
