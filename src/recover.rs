@@ -145,8 +145,10 @@ pub(crate) async fn run(a: RecoverArgs) -> Result<(), RecoverCmdError> {
     println!("Next:");
     println!("  1. Start this member with its usual flags (it is the only member now).");
     if !others.is_empty() {
-        println!("  2. The previous members were removed; one that comes back with its old data is told so and stops.");
-        println!("     For each, wipe its data directory, then add it again and start it as an existing member:");
+        println!("  2. The previous members were removed. One made with --init/--join that comes back with its old");
+        println!("     data and flags is told a recovery left it out, keeps its old data directory aside and joins");
+        println!("     again by itself with the server token it kept. Any other stops; for each of those, wipe its");
+        println!("     data directory, then add it again and start it as an existing member:");
         for p in others {
             println!(
                 "       etcdctl member add {} --peer-urls={}",
@@ -259,6 +261,7 @@ async fn prepare(
         previous_data_dir: aside.display().to_string(),
         keel_version: env!("CARGO_PKG_VERSION").to_string(),
     };
+    carry_over(dir, work)?;
     let path = work.join("recovered.json");
     let text =
         serde_json::to_vec_pretty(&record).map_err(|e| RecoverCmdError::Internal(e.to_string()))?;
@@ -269,4 +272,45 @@ async fn prepare(
             .map_err(io_err(p))?;
     }
     Ok(record)
+}
+
+/// Copies what the data directory holds besides the Raft log and the store (the PKI, the member's TLS
+/// files, the kept tokens, the secrets' encryption key, the data format, …) into the new directory,
+/// which would otherwise start without them. Scheduled snapshots stay in the kept directory.
+fn carry_over(dir: &Path, work: &Path) -> Result<(), RecoverCmdError> {
+    const REBUILT: [&str; 7] = [
+        "store",
+        "member",
+        "snap",
+        "wal",
+        "removed-members",
+        "recovered.json",
+        "snapshots",
+    ];
+    for e in std::fs::read_dir(dir).map_err(io_err(dir))? {
+        let e = e.map_err(io_err(dir))?;
+        let name = e.file_name();
+        let text = name.to_string_lossy();
+        if REBUILT.contains(&text.as_ref()) || text.starts_with('.') || work.join(&name).exists() {
+            continue;
+        }
+        copy_tree(&e.path(), &work.join(&name))?;
+    }
+    Ok(())
+}
+
+/// Copies a file or a directory tree, keeping permissions (keys stay private).
+fn copy_tree(from: &Path, to: &Path) -> Result<(), RecoverCmdError> {
+    let meta = std::fs::symlink_metadata(from).map_err(io_err(from))?;
+    if meta.is_dir() {
+        std::fs::create_dir(to).map_err(io_err(to))?;
+        for e in std::fs::read_dir(from).map_err(io_err(from))? {
+            let e = e.map_err(io_err(from))?;
+            copy_tree(&e.path(), &to.join(e.file_name()))?;
+        }
+        std::fs::set_permissions(to, meta.permissions()).map_err(io_err(to))?;
+    } else if meta.is_file() {
+        std::fs::copy(from, to).map_err(io_err(from))?;
+    }
+    Ok(())
 }

@@ -348,7 +348,7 @@ fn published_api_url(node: &Node, by: u64) -> Option<String> {
 /// A member a quorum-loss recovery left out joins the recovered cluster again, as a new member: its
 /// data directory is kept aside and the process starts over (same PID, for its supervisor) as
 /// `keel server --join <url> --token <its kept server token>` with its other flags. Returns only when
-/// that cannot be done.
+/// that cannot be done (it is only called when the token file exists).
 fn rejoin_after_recovery(args: &ServerArgs, url: &str) -> Result<(), ServerError> {
     use std::os::unix::process::CommandExt;
     let token = std::fs::read_to_string(args.data_dir.join(SERVER_TOKEN_FILE))
@@ -856,11 +856,17 @@ pub(crate) async fn run(mut args: ServerArgs) -> Result<(), ServerError> {
             return Err(ServerError::Config(msg));
         }
         Ok(_) = removed.wait_for(|r| *r) => {
-            // Left out by a recovery of the cluster: join it again (read where before stopping).
-            let rejoin = node.left_out_by().and_then(|by| published_api_url(&node, by));
-            if rejoin.is_none() {
-                // As etcd: a removed member stops with status 0 (a supervisor must not bring it back).
-                tracing::error!("the member has been permanently removed from the cluster; its data directory must not be reused");
+            // Left out by a recovery of a cluster made with join tokens: join it again (where, read
+            // before stopping). Otherwise, as etcd: a removed member stops with status 0 (a supervisor
+            // must not bring it back).
+            let left_out = node.left_out_by();
+            let rejoin = left_out
+                .filter(|_| args.data_dir.join(SERVER_TOKEN_FILE).exists())
+                .and_then(|by| published_api_url(&node, by));
+            match (rejoin.is_some(), left_out.is_some()) {
+                (true, _) => {}
+                (false, true) => tracing::error!("a quorum-loss recovery left this member out; with no join token kept, it must be wiped and added again"),
+                (false, false) => tracing::error!("the member has been permanently removed from the cluster; its data directory must not be reused"),
             }
             let _ = kube_tx.send(());
             let _ = tx.send(());

@@ -667,3 +667,79 @@ fn http_join(url: &str, token: &str, name: &str, peer: &str) -> String {
         client.request_text(req).await.unwrap()
     })
 }
+
+/// Quorum lost in a two-member cluster built with tokens: `keel recover` on the first, then the second,
+/// restarted with its old data and its old flags, is told a recovery left it out and joins the recovered
+/// cluster again by itself (its old data directory kept aside), and serves what was written.
+#[test]
+fn a_member_left_out_by_a_recovery_joins_again_by_itself() {
+    require_etcd_tools();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let (mut m1, server_token, _) = init_member(root);
+    let mut m2 = Member::new(root, "m2");
+    let m1_api = m1.kube.clone();
+    let m2_flags = ["--join", &m1_api, "--token", &server_token];
+    m2.start(&m2_flags);
+    let voters = |via: &Member, n: usize| {
+        let list = members(via);
+        if list.len() == n
+            && list
+                .iter()
+                .all(|(name, learner)| !name.is_empty() && !learner)
+        {
+            Ok(())
+        } else {
+            Err(format!("{list:?}"))
+        }
+    };
+    wait("m2 a voting member", Duration::from_secs(60), || {
+        voters(&m1, 2).map_err(|e| format!("{e}\n{}", m2.log()))
+    });
+    let put = m1.ctl(&["put", "/rejoin/k", "before"]);
+    assert!(put.success(), "{}", put.stderr);
+    // Quorum lost: m2 dies, m1 is stopped and recovered alone.
+    m2.proc.as_mut().unwrap().kill();
+    m1.proc.as_mut().unwrap().stop(Duration::from_secs(10));
+    let rec = keel(&["recover", "--data-dir", m1.dir.to_str().unwrap()]);
+    assert!(rec.success(), "keel recover: {}{}", rec.stdout, rec.stderr);
+    m1.start(&["--init"]);
+    wait("m1 serving alone", Duration::from_secs(60), || {
+        let out = m1.ctl(&["get", "/rejoin/k", "--print-value-only"]);
+        (out.success() && out.stdout.trim() == "before")
+            .then_some(())
+            .ok_or_else(|| format!("{}{}", out.stderr, m1.log()))
+    });
+
+    // m2 comes back as it was: refused, it joins again as a new member.
+    m2.start(&m2_flags);
+    wait("m2 joined again", Duration::from_secs(90), || {
+        voters(&m1, 2).map_err(|e| format!("{e}\n{}", m2.log()))
+    });
+    assert!(
+        m2.log()
+            .contains("a quorum-loss recovery left this member out"),
+        "{}",
+        m2.log()
+    );
+    wait(
+        "m2 serving the recovered data",
+        Duration::from_secs(60),
+        || {
+            let out = m2.ctl(&["get", "/rejoin/k", "--print-value-only"]);
+            (out.success() && out.stdout.trim() == "before")
+                .then_some(())
+                .ok_or_else(|| out.stderr)
+        },
+    );
+    let aside: Vec<String> = std::fs::read_dir(root)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("m2.left-out-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "the old data directory kept aside");
+    // Writes need both members again.
+    let put = m2.ctl(&["put", "/rejoin/k", "after"]);
+    assert!(put.success(), "{}", put.stderr);
+}
