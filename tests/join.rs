@@ -729,7 +729,7 @@ fn a_member_left_out_by_a_recovery_joins_again_by_itself() {
             let out = m2.ctl(&["get", "/rejoin/k", "--print-value-only"]);
             (out.success() && out.stdout.trim() == "before")
                 .then_some(())
-                .ok_or_else(|| out.stderr)
+                .ok_or(out.stderr)
         },
     );
     let aside: Vec<String> = std::fs::read_dir(root)
