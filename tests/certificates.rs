@@ -77,6 +77,18 @@ fn the_serving_certificate_renews_under_load_without_a_failed_request() {
     let days = (end - jiff::Timestamp::now().as_second()) / 86_400;
     assert!((99..=100).contains(&days), "{line}: {days} days");
     assert!(metrics.contains("keel_certificate_expiry_timestamp_seconds{certificate=\"ca\"}"));
+    let client_end = |metrics: &str| -> i64 {
+        metrics
+            .lines()
+            .find(|l| {
+                l.starts_with(
+                    "keel_certificate_expiry_timestamp_seconds{certificate=\"kubelet-client\"}",
+                )
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no kubelet-client metric in:\n{metrics}"))
+    };
+    let client_before = client_end(&metrics);
     c.wait_until("the expiry warning", Duration::from_secs(30), || {
         !c.event_messages(0, "kube-system", "kube-system", "CertificateExpiringSoon")
             .is_empty()
@@ -149,6 +161,8 @@ fn the_serving_certificate_renews_under_load_without_a_failed_request() {
         metrics.contains("keel_certificate_rotations_total 1"),
         "{metrics}"
     );
+    // The in-memory client certificates (to agents, to aggregated servers) were renewed with it.
+    assert!(client_end(&metrics) > client_before, "{metrics}");
 
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_keel"));
     cmd.args(["certificate", "check", "--data-dir"]).arg(&data);

@@ -95,6 +95,9 @@ pub struct Renewal {
     /// For a member with `<data-dir>/tls/` (made with `--init`/`--join`): the hosts its peer and etcd
     /// client-port certificates name, so they are renewed with the serving certificate.
     pub member_tls_hosts: Option<(Vec<String>, Vec<String>)>,
+    /// The kubelet-client certificate in use (PEM); it and the front-proxy client certificate are made
+    /// at start, never written, and renewed together in memory.
+    pub client_cert: String,
 }
 
 /// `keel_certificate_expiry_timestamp_seconds{certificate}` and `keel_certificate_rotations_total`.
@@ -132,6 +135,7 @@ pub async fn run(mut r: Renewal) {
     metrics.set("ca", &r.pki.ca_cert);
     metrics.set("admin", &r.pki.admin_cert);
     metrics.set("apiserver", &r.serving);
+    metrics.set("kubelet-client", &r.client_cert);
     // The member's etcd-side certificates (peer TLS and the etcd client port), when it has them.
     let member_tls = |r: &Renewal| -> Vec<(&'static str, String)> {
         let dir = r.data_dir.join(crate::pki::MEMBER_TLS_DIR);
@@ -184,29 +188,23 @@ pub async fn run(mut r: Renewal) {
                     }
                 }
             }
+            let client_due = left(&r.client_cert).is_some_and(|d| d < RENEW_BEFORE_DAYS);
+            if !r.client_cert.is_empty() && (asked || client_due) {
+                match renew_clients(&r) {
+                    Ok(pem) => {
+                        r.client_cert = pem;
+                        metrics.set("kubelet-client", &r.client_cert);
+                        info!(asked, "kubelet-client and front-proxy client certificates renewed");
+                    }
+                    Err(e) => warn!(%e, "renewing the client certificates failed; retrying"),
+                }
+            }
             let due = left(&r.serving).is_some_and(|d| d < RENEW_BEFORE_DAYS);
             if asked || due {
                 match renew(&r) {
                     Ok(pem) => {
                         r.serving = pem;
                         metrics.set("apiserver", &r.serving);
-                        // The member's etcd-side certificates (peer TLS and the etcd client port), when it has them.
-                        let member_tls = |r: &Renewal| -> Vec<(&'static str, String)> {
-                            let dir = r.data_dir.join(crate::pki::MEMBER_TLS_DIR);
-                            [
-                                ("peer", "peer.crt"),
-                                ("etcd-server", "etcd-server.crt"),
-                                ("etcd-client", "etcd-client.crt"),
-                            ]
-                            .into_iter()
-                            .filter_map(|(name, file)| {
-                                Some((name, std::fs::read_to_string(dir.join(file)).ok()?))
-                            })
-                            .collect()
-                        };
-                        for (name, pem) in member_tls(&r) {
-                            metrics.set(name, &pem);
-                        }
                         metrics.rotations.inc();
                         info!(asked, until = ?not_after(&r.serving), "serving certificate renewed");
                     }
@@ -237,6 +235,20 @@ pub async fn run(mut r: Renewal) {
             _ = stop.changed() => return,
         }
     }
+}
+
+/// Signs new kubelet-client and front-proxy client certificates and presents them from the next
+/// connection to an agent or an aggregated server on; returns the kubelet-client one.
+fn renew_clients(r: &Renewal) -> Result<String, String> {
+    let kubelet = r.pki.kubelet_client_cert(r.days).map_err(|e| e.to_string())?;
+    let proxy = r.pki.front_proxy_client_cert(r.days).map_err(|e| e.to_string())?;
+    let tls = crate::handler::pod_log::agent_tls(&kubelet.cert, &kubelet.key, &r.pki.ca_cert)?;
+    *r.state
+        .kubelet_tls_config
+        .write()
+        .unwrap_or_else(|e| e.into_inner()) = Some(tls);
+    r.state.aggregator.set_client(proxy.cert, proxy.key);
+    Ok(kubelet.cert)
 }
 
 /// Signs a new serving certificate, writes it where the old one was and serves it.

@@ -84,7 +84,7 @@ fn name_of(v: &Value) -> &str {
 
 /// The summary of each node's agent that answered, by node name.
 async fn summaries(state: &KubeState, nodes: &[Value]) -> Vec<(String, Value)> {
-    let Some(tls) = state.kubelet_tls.clone() else {
+    let Some(tls) = state.kubelet_tls() else {
         return Vec::new();
     };
     let scrapes = nodes.iter().filter_map(|n| {

@@ -242,7 +242,7 @@ impl ClusterPki {
 
     /// Signs the client certificate this member's API server shows node agents when it proxies
     /// `kubectl logs` to them (CN `kube-apiserver-kubelet-client`, O [`ADMIN_GROUP`], as kubeadm names it).
-    pub fn kubelet_client_cert(&self) -> Result<ServingCert, PkiError> {
+    pub fn kubelet_client_cert(&self, days: u32) -> Result<ServingCert, PkiError> {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params
             .distinguished_name
@@ -250,19 +250,19 @@ impl ClusterPki {
         params
             .distinguished_name
             .push(DnType::OrganizationName, ADMIN_GROUP);
-        self.sign(params, ExtendedKeyUsagePurpose::ClientAuth, LEAF_DAYS)
+        self.sign(params, ExtendedKeyUsagePurpose::ClientAuth, days)
     }
 
     /// Signs the client certificate this member's API server shows aggregated API servers when it relays
     /// to them (CN [`FRONT_PROXY_CLIENT_USER`]). Upstream uses a separate front-proxy CA; keel has one
     /// cluster CA, which `extension-apiserver-authentication` publishes as the request-header CA, and the
     /// CN is what aggregated servers check (`requestheader-allowed-names`).
-    pub fn front_proxy_client_cert(&self) -> Result<ServingCert, PkiError> {
+    pub fn front_proxy_client_cert(&self, days: u32) -> Result<ServingCert, PkiError> {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params
             .distinguished_name
             .push(DnType::CommonName, FRONT_PROXY_CLIENT_USER);
-        self.sign(params, ExtendedKeyUsagePurpose::ClientAuth, LEAF_DAYS)
+        self.sign(params, ExtendedKeyUsagePurpose::ClientAuth, days)
     }
 
     /// A kubeconfig for the admin pointing at `server` (an `https://host:port` URL).

@@ -256,7 +256,14 @@ impl ApiServer {
         if let Some(f) = &opts.token_file {
             tokens.load_file(f)?;
         }
-        let front_proxy = match pki.front_proxy_client_cert() {
+        let kubelet_client = match pki.kubelet_client_cert(opts.leaf_cert_days) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                warn!(error = %e, "no kubelet client certificate: kubectl logs will not work");
+                None
+            }
+        };
+        let front_proxy = match pki.front_proxy_client_cert(opts.leaf_cert_days) {
             Ok(c) => Some((c.cert, c.key)),
             Err(e) => {
                 warn!(error = %e, "no front-proxy client certificate: aggregated APIs get no client identity");
@@ -276,19 +283,19 @@ impl ApiServer {
             server_address: opts.advertise_url.clone(),
             shutdown: stop_rx.clone(),
             event_ttl: opts.event_ttl,
-            kubelet_tls: match pki.kubelet_client_cert() {
-                Ok(c) => match handler::pod_log::agent_tls(&c.cert, &c.key, &pki.ca_cert) {
-                    Ok(t) => Some(t),
-                    Err(e) => {
+            kubelet_tls_config: std::sync::RwLock::new(
+                match kubelet_client
+                    .as_ref()
+                    .map(|c| handler::pod_log::agent_tls(&c.cert, &c.key, &pki.ca_cert))
+                {
+                    Some(Ok(t)) => Some(t),
+                    Some(Err(e)) => {
                         warn!(error = %e, "no TLS to node agents: kubectl logs will not work");
                         None
                     }
+                    None => None,
                 },
-                Err(e) => {
-                    warn!(error = %e, "no kubelet client certificate: kubectl logs will not work");
-                    None
-                }
-            },
+            ),
             aggregator,
             priority_classes_ready: std::sync::atomic::AtomicBool::new(false),
             metrics: metrics.clone(),
@@ -350,6 +357,7 @@ impl ApiServer {
                 serving: serving.cert.clone(),
                 member: storage.node().config().name.clone(),
                 member_tls_hosts: opts.member_tls_hosts.clone(),
+                client_cert: kubelet_client.map(|c| c.cert).unwrap_or_default(),
             })),
             tokio::spawn(crate::authz::rbac::run(
                 authz.rbac.clone(),

@@ -44,8 +44,9 @@ pub struct Remote {
 
 /// The aggregation layer's state on one member.
 pub struct Aggregator {
-    /// The front-proxy client certificate and key (PEM) this member presents to aggregated servers.
-    client: Option<(String, String)>,
+    /// The front-proxy client certificate and key (PEM) this member presents to aggregated servers
+    /// (replaced when renewed).
+    client: RwLock<Option<(String, String)>>,
     /// The cluster CA (PEM): the trust root when an APIService has no caBundle (keel has no system roots
     /// to fall back to, as upstream does).
     cluster_ca: String,
@@ -55,7 +56,7 @@ pub struct Aggregator {
 impl Aggregator {
     pub fn new(client: Option<(String, String)>, cluster_ca: String) -> Self {
         Aggregator {
-            client,
+            client: RwLock::new(client),
             cluster_ca,
             remote: RwLock::new(Vec::new()),
         }
@@ -77,6 +78,11 @@ impl Aggregator {
                 .then_with(|| crate::crd::registry::version_order(&a.version, &b.version))
         });
         out
+    }
+
+    /// Presents `cert` with `key` (PEM) to aggregated servers from the next connection on.
+    pub fn set_client(&self, cert: String, key: String) {
+        *self.client.write().unwrap_or_else(|e| e.into_inner()) = Some((cert, key));
     }
 
     fn set_remote(&self, list: Vec<Remote>) {
@@ -118,7 +124,12 @@ impl Aggregator {
             }
             builder.with_root_certificates(roots)
         };
-        let cfg = match &self.client {
+        let client = self
+            .client
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let cfg = match &client {
             Some((cert, key)) => {
                 let certs = CertificateDer::pem_slice_iter(cert.as_bytes())
                     .collect::<Result<Vec<_>, _>>()

@@ -40,7 +40,8 @@ pub struct KubeState {
     /// How long Events live after their last write (their keys are attached to a lease).
     pub event_ttl: std::time::Duration,
     /// TLS to node agents (the kubelet-client certificate), for `pods/log`.
-    pub kubelet_tls: Option<Arc<rustls::ClientConfig>>,
+    /// Swapped when the certificate is renewed; read it with [`KubeState::kubelet_tls`].
+    pub kubelet_tls_config: std::sync::RwLock<Option<Arc<rustls::ClientConfig>>>,
     /// The aggregation layer: remote APIServices' TLS and this member's view of their discovery.
     pub aggregator: Arc<crate::aggregator::Aggregator>,
     /// Whether this member has made sure the built-in PriorityClasses exist (a `/readyz` check).
@@ -60,6 +61,14 @@ pub struct KubeState {
 }
 
 impl KubeState {
+    /// The TLS client configuration for node agents (the kubelet-client certificate), if any.
+    pub fn kubelet_tls(&self) -> Option<Arc<rustls::ClientConfig>> {
+        self.kubelet_tls_config
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// The lease a write of an object of storage `storage` attaches its key to (0: none; only Events
     /// have a time to live, through both `v1` and `events.k8s.io`).
     pub async fn ttl_lease(&self, storage: &str) -> Result<i64, ApiError> {

@@ -24,7 +24,7 @@ pub async fn get(call: Call) -> Result<Response, ApiError> {
     let (host, port) = agent_address(&node).ok_or_else(|| {
         ApiError::BadRequest(format!("node {name} has no address to reach its agent at"))
     })?;
-    let tls = call.state.kubelet_tls.clone().ok_or_else(|| {
+    let tls = call.state.kubelet_tls().ok_or_else(|| {
         ApiError::Unavailable("this API server has no client certificate for node agents".into())
     })?;
     let path = call.route.proxy_path.clone().unwrap_or_else(|| "/".into());

@@ -197,7 +197,7 @@ pub(crate) async fn agent_of(
             "node {node_name} has no address to reach its agent at"
         ))
     })?;
-    let tls = state.kubelet_tls.clone().ok_or_else(|| {
+    let tls = state.kubelet_tls().ok_or_else(|| {
         ApiError::Unavailable("this API server has no client certificate for node agents".into())
     })?;
     Ok((host, port, tls))
