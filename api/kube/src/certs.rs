@@ -194,7 +194,10 @@ pub async fn run(mut r: Renewal) {
                     Ok(pem) => {
                         r.client_cert = pem;
                         metrics.set("kubelet-client", &r.client_cert);
-                        info!(asked, "kubelet-client and front-proxy client certificates renewed");
+                        info!(
+                            asked,
+                            "kubelet-client and front-proxy client certificates renewed"
+                        );
                     }
                     Err(e) => warn!(%e, "renewing the client certificates failed; retrying"),
                 }
@@ -240,8 +243,14 @@ pub async fn run(mut r: Renewal) {
 /// Signs new kubelet-client and front-proxy client certificates and presents them from the next
 /// connection to an agent or an aggregated server on; returns the kubelet-client one.
 fn renew_clients(r: &Renewal) -> Result<String, String> {
-    let kubelet = r.pki.kubelet_client_cert(r.days).map_err(|e| e.to_string())?;
-    let proxy = r.pki.front_proxy_client_cert(r.days).map_err(|e| e.to_string())?;
+    let kubelet = r
+        .pki
+        .kubelet_client_cert(r.days)
+        .map_err(|e| e.to_string())?;
+    let proxy = r
+        .pki
+        .front_proxy_client_cert(r.days)
+        .map_err(|e| e.to_string())?;
     let tls = crate::handler::pod_log::agent_tls(&kubelet.cert, &kubelet.key, &r.pki.ca_cert)?;
     *r.state
         .kubelet_tls_config
