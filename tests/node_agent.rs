@@ -1285,15 +1285,35 @@ fn attach_over_websocket() {
         ticker.stdout().contains("tick ")
     });
     drop(ticker);
-    let echo = start(
-        "echo",
-        &["-n", &ns, "attach", "-i", "echo"],
-        Some(b"hello through attach\n"),
-    );
-    wait_for(n, "attach -i to echo its stdin", || {
-        echo.stdout().contains("hello through attach")
-    });
-    drop(echo);
+    // stdin stays open until the echo is seen: at the end of an attach's stdin the runtime closes the
+    // attach's output too (containerd does, as the kubelet's runtimes do), which could cut the echo.
+    let echo_out = cluster().dir().join("attach-echo.out");
+    let mut cmd = cluster().kubectl_cmd(0, &["-n", &ns, "attach", "-i", "echo"]);
+    cmd.stdin(std::process::Stdio::piped())
+        .stdout(std::fs::File::create(&echo_out).unwrap())
+        .stderr(std::process::Stdio::null());
+    let mut echo = cmd.spawn().unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = echo.stdin.take().unwrap();
+        stdin.write_all(b"hello through attach\n").unwrap();
+        stdin.flush().unwrap();
+        let seen = std::time::Instant::now();
+        while !std::fs::read_to_string(&echo_out)
+            .unwrap_or_default()
+            .contains("hello through attach")
+        {
+            if seen.elapsed() > WAIT {
+                let _ = echo.kill();
+                let _ = echo.wait();
+                fail(n, "attach -i did not echo its stdin");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        drop(stdin);
+    }
+    let _ = echo.kill();
+    let _ = echo.wait();
     assert!(
         grew(&before, "attach,websocket,v5.channel.k8s.io") >= 2,
         "{:?}",
