@@ -1,16 +1,11 @@
 //! Serving the etcd services on a member's client URLs.
 
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use keel_raft::node::Node;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::server::{Connected, TcpConnectInfo};
-use tracing::{debug, info, warn};
+use tokio::net::TcpListener;
+use tracing::info;
 
 use super::authority::AuthorityFix;
 use super::coalesce::Coalesce;
@@ -72,90 +67,16 @@ pub fn parse_url(url: &str) -> Result<(SocketAddr, bool), ServeError> {
         .ok_or_else(|| ServeError::BadUrl(url.into()))
 }
 
-/// How long a client gets to finish its TLS handshake.
-const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// A server-side TLS connection, with the TCP peer address for tonic.
-pub struct TlsConn(tokio_rustls::server::TlsStream<TcpStream>);
-
-impl Connected for TlsConn {
-    type ConnectInfo = TcpConnectInfo;
-
-    fn connect_info(&self) -> TcpConnectInfo {
-        self.0.get_ref().0.connect_info()
-    }
-}
-
-impl AsyncRead for TlsConn {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for TlsConn {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
-    }
-}
-
-/// Accepts TLS connections: each handshake runs in its own task so a slow or failing client
-/// never holds up the others, and a failed handshake is logged and dropped (an error item
-/// would stop tonic's server).
+/// Accepts TLS connections on `listener` with the member's shared acceptor (handshakes in their own
+/// tasks, failures logged and dropped), each wrapped as the plaintext port wraps its connections.
 fn tls_incoming(
     listener: TcpListener,
     config: Arc<rustls::ServerConfig>,
-) -> ReceiverStream<std::io::Result<AuthorityFix<Coalesce<TlsConn>>>> {
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    let acceptor = tokio_rustls::TlsAcceptor::from(config);
-    tokio::spawn(async move {
-        loop {
-            let accepted = tokio::select! {
-                r = listener.accept() => r,
-                // The server stopped and dropped the stream.
-                _ = tx.closed() => return,
-            };
-            let (conn, peer) = match accepted {
-                Ok(c) => c,
-                Err(e) => {
-                    // Out of descriptors and the like: back off instead of spinning.
-                    debug!(error = %e, "accept on TLS client port");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
-            let _ = conn.set_nodelay(true);
-            let acceptor = acceptor.clone();
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(conn)).await {
-                    Ok(Ok(tls)) => {
-                        let _ = tx
-                            .send(Ok(AuthorityFix::new(Coalesce::new(TlsConn(tls)))))
-                            .await;
-                    }
-                    Ok(Err(e)) => warn!(%peer, error = %e, "TLS handshake with client failed"),
-                    Err(_) => debug!(%peer, "TLS handshake with client timed out"),
-                }
-            });
-        }
-    });
-    ReceiverStream::new(rx)
+) -> impl tokio_stream::Stream<Item = std::io::Result<AuthorityFix<Coalesce<keel_raft::tls::TlsConn>>>>
+{
+    use tokio_stream::StreamExt;
+    keel_raft::tls::tls_incoming(listener, config, "client")
+        .map(|r| r.map(|c| AuthorityFix::new(Coalesce::new(c))))
 }
 
 /// Binds every URL, then serves until `shutdown` resolves; `https://` URLs are served with
