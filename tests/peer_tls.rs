@@ -11,8 +11,9 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use keel_testkit::poll::until_ok as wait;
 use keel_testkit::{etcdctl, free_port, require_etcd_tools, run_bounded, Process};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -100,17 +101,6 @@ impl Member {
             .as_ref()
             .map(|p| format!("{}{}", p.stdout(), p.stderr()))
             .unwrap_or_default()
-    }
-}
-
-fn wait(what: &str, limit: Duration, mut f: impl FnMut() -> Result<(), String>) {
-    let start = Instant::now();
-    loop {
-        match f() {
-            Ok(()) => return,
-            Err(e) if start.elapsed() > limit => panic!("{what}: not within {limit:?}: {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(200)),
-        }
     }
 }
 

@@ -59,6 +59,7 @@ pub mod kubectl;
 pub mod netns;
 pub mod normalize;
 pub mod pods;
+pub mod poll;
 pub mod process;
 pub mod server;
 
