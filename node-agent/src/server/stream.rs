@@ -29,12 +29,62 @@ const HOP_BY_HOP: [&str; 5] = [
     "keep-alive",
 ];
 
-fn text(code: StatusCode, msg: String) -> Response {
+/// A plain-text answer to the client.
+pub(super) fn text(code: StatusCode, msg: String) -> Response {
     Response::builder()
         .status(code)
-        .header(header::CONTENT_TYPE, "text/plain")
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
         .body(Body::from(msg))
         .unwrap_or_default()
+}
+
+/// The runtime's streaming server, connected over HTTP/1 with upgrades allowed.
+pub(super) struct RuntimeHttp {
+    /// `host:port`, for the Host header and error messages.
+    pub addr: String,
+    /// The path and query of the streaming URL.
+    pub path: String,
+    /// Sends the one upgrade request.
+    pub sender: hyper::client::conn::http1::SendRequest<http_body_util::Empty<bytes::Bytes>>,
+}
+
+/// Connects to the runtime's streaming `url` (plain HTTP on loopback, from CRI `Exec`, `Attach` or
+/// `PortForward`); an unusable URL or an unreachable server is the answer to give the client.
+pub(super) async fn connect_runtime(url: &str) -> Result<RuntimeHttp, Response> {
+    let bad_url = || {
+        text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("runtime returned a bad streaming URL {url:?}"),
+        )
+    };
+    let uri = url.parse::<hyper::Uri>().map_err(|_| bad_url())?;
+    let host = uri.host().ok_or_else(bad_url)?.to_string();
+    let port = uri.port_u16().unwrap_or(80);
+    let addr = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let gateway = |e: &dyn std::fmt::Display| {
+        text(
+            StatusCode::BAD_GATEWAY,
+            format!("runtime streaming server {addr}: {e}"),
+        )
+    };
+    let tcp = tokio::net::TcpStream::connect(&addr)
+        .await
+        .map_err(|e| gateway(&e))?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .map_err(|e| gateway(&e))?;
+    tokio::spawn(async move {
+        let _ = conn.with_upgrades().await;
+    });
+    let path = uri
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "/".into());
+    Ok(RuntimeHttp { addr, path, sender })
 }
 
 /// What a streaming request is for.
@@ -83,48 +133,14 @@ pub async fn serve(req: Request, url: &str, kind: Kind, streams: super::ws::Stre
 /// Relays the upgrade request `req` to `url` (the runtime's plain-HTTP streaming server on loopback) and
 /// splices the two upgraded connections.
 pub async fn relay(mut req: Request, url: &str) -> Response {
-    let Ok(uri) = url.parse::<hyper::Uri>() else {
-        return text(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("runtime returned a bad streaming URL {url:?}"),
-        );
+    let RuntimeHttp {
+        addr,
+        path,
+        mut sender,
+    } = match connect_runtime(url).await {
+        Ok(r) => r,
+        Err(resp) => return resp,
     };
-    let (Some(host), port) = (uri.host().map(str::to_string), uri.port_u16().unwrap_or(80)) else {
-        return text(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("runtime returned a bad streaming URL {url:?}"),
-        );
-    };
-    let addr = if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    };
-    let tcp = match tokio::net::TcpStream::connect(&addr).await {
-        Ok(t) => t,
-        Err(e) => {
-            return text(
-                StatusCode::BAD_GATEWAY,
-                format!("runtime streaming server {addr}: {e}"),
-            )
-        }
-    };
-    let (mut sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await {
-        Ok(x) => x,
-        Err(e) => {
-            return text(
-                StatusCode::BAD_GATEWAY,
-                format!("runtime streaming server {addr}: {e}"),
-            )
-        }
-    };
-    tokio::spawn(async move {
-        let _ = conn.with_upgrades().await;
-    });
-    let path = uri
-        .path_and_query()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_else(|| "/".into());
     let mut out = hyper::Request::builder()
         .method(req.method().clone())
         .uri(path);

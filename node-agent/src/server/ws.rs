@@ -48,6 +48,7 @@ use tokio_tungstenite::WebSocketStream;
 use tracing::debug;
 
 use super::spdy::{self, Frame, HeaderEncoder, FLAG_FIN};
+use super::stream::{connect_runtime, text, RuntimeHttp};
 
 /// The remote-command protocol with the close signal.
 pub const V5: &str = "v5.channel.k8s.io";
@@ -116,14 +117,6 @@ pub fn offered(headers: &HeaderMap) -> Vec<String> {
         .collect()
 }
 
-fn text(code: StatusCode, msg: String) -> Response {
-    Response::builder()
-        .status(code)
-        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
-        .body(Body::from(msg))
-        .unwrap_or_default()
-}
-
 /// The 101 answer to a WebSocket request (RFC 6455 §4.2.2) with `protocol`, or what makes a malformed
 /// request a 400.
 fn accept(headers: &HeaderMap, protocol: Option<&str>) -> Result<Response, String> {
@@ -164,39 +157,17 @@ struct RuntimeConn {
 /// `POST`s a SPDY/3.1 upgrade with `protocols` to the runtime's streaming `url`. A refusal comes back
 /// as the response to hand the client.
 async fn upgrade_runtime(url: &str, protocols: &[String]) -> Result<RuntimeConn, Response> {
-    let bad_url = || {
-        text(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("runtime returned a bad streaming URL {url:?}"),
-        )
-    };
-    let uri = url.parse::<hyper::Uri>().map_err(|_| bad_url())?;
-    let host = uri.host().ok_or_else(bad_url)?.to_string();
-    let port = uri.port_u16().unwrap_or(80);
-    let addr = if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    };
+    let RuntimeHttp {
+        addr,
+        path,
+        mut sender,
+    } = connect_runtime(url).await?;
     let gateway = |e: &dyn std::fmt::Display| {
         text(
             StatusCode::BAD_GATEWAY,
             format!("runtime streaming server {addr}: {e}"),
         )
     };
-    let tcp = tokio::net::TcpStream::connect(&addr)
-        .await
-        .map_err(|e| gateway(&e))?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-        .await
-        .map_err(|e| gateway(&e))?;
-    tokio::spawn(async move {
-        let _ = conn.with_upgrades().await;
-    });
-    let path = uri
-        .path_and_query()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_else(|| "/".into());
     let mut out = hyper::Request::builder()
         .method("POST")
         .uri(path)
