@@ -2358,7 +2358,6 @@ fn unused_images_are_collected() {
     let n = node();
     let ns = namespace("imagegc");
     const EXTRA: &str = "example.invalid/gc-me:1";
-    let socket = lock(n).containerd().socket();
     let archive = lock(n).dir().join("gc-me.tar");
     // busybox under another name, with its own config (so its own image ID).
     let mut def = keel_node_agent::image::oci::busybox_def(std::path::Path::new(
@@ -2370,22 +2369,12 @@ fn unused_images_are_collected() {
     keel_node_agent::image::oci::write_archive(&def, &archive)
         .unwrap_or_else(|e| fail(n, format!("writing {}: {e}", archive.display())));
     let ctr = |args: &[&str]| {
-        let out = std::process::Command::new("ctr")
-            .arg("--address")
-            .arg(&socket)
-            .args(["-n", "k8s.io"])
-            .args(args)
-            .output()
-            .unwrap_or_else(|e| fail(n, format!("ctr: {e}")));
-        assert!(
-            out.status.success(),
-            "ctr {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let out = lock(n).containerd().ctr(args);
+        assert!(out.success(), "ctr {args:?}: {}", out.stderr);
+        out.stdout
     };
     let images = || ctr(&["images", "ls", "-q"]);
-    ctr(&["images", "import", archive.to_str().unwrap_or_default()]);
+    lock(n).containerd().import(&archive);
     let imported = Instant::now();
     assert!(images().lines().any(|l| l == EXTRA), "{}", images());
     apply(
@@ -2555,19 +2544,9 @@ fn image_pull_secrets_reach_the_registry() {
     )
     .unwrap_or_else(|e| fail(n, format!("cannot start docker-registry: {e}")));
     // Push busybox there through the worker's containerd, under the registry's name.
-    let socket = lock(n).containerd().socket();
     let ctr = |args: &[&str]| {
-        let out = std::process::Command::new("ctr")
-            .arg("--address")
-            .arg(&socket)
-            .args(["-n", "k8s.io"])
-            .args(args)
-            .output()
-            .unwrap_or_else(|e| fail(n, format!("ctr: {e}")));
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        let out = lock(n).containerd().ctr(args);
+        (out.success(), out.stderr)
     };
     let image = format!("{registry}/keel/busybox:1");
     let (ok, err) = ctr(&["images", "tag", BUSYBOX, &image]);
