@@ -13,6 +13,11 @@ use crate::error::{Error, Result};
 
 /// Expands `$(NAME)` from `vars`; `$$` is a literal `$`; an unknown reference stays as written.
 pub fn expand(s: &str, vars: &BTreeMap<String, String>) -> String {
+    expand_with(s, |name| vars.get(name).map(String::as_str))
+}
+
+/// [`expand`] with the values from `lookup`.
+fn expand_with<'a>(s: &str, lookup: impl Fn(&str) -> Option<&'a str>) -> String {
     let mut out = String::with_capacity(s.len());
     let b = s.as_bytes();
     let mut i = 0;
@@ -26,7 +31,7 @@ pub fn expand(s: &str, vars: &BTreeMap<String, String>) -> String {
             if b[i + 1] == b'(' {
                 if let Some(end) = s[i + 2..].find(')') {
                     let name = &s[i + 2..i + 2 + end];
-                    if let Some(v) = vars.get(name) {
+                    if let Some(v) = lookup(name) {
                         out.push_str(v);
                     } else {
                         out.push_str(&s[i..i + 3 + end]);
@@ -197,9 +202,11 @@ pub async fn build(
             }
         } else {
             // References reach the Service variables too; the container's own variables win.
-            let mut scope = services.clone();
-            scope.extend(vars.iter().map(|(k, v)| (k.clone(), v.clone())));
-            expand(e.value.as_deref().unwrap_or(""), &scope)
+            expand_with(e.value.as_deref().unwrap_or(""), |name| {
+                vars.get(name)
+                    .or_else(|| services.get(name))
+                    .map(String::as_str)
+            })
         };
         set(&mut vars, e.name.clone(), value);
     }
