@@ -330,21 +330,6 @@ async fn prepare_join(args: &mut ServerArgs) -> Result<bool, ServerError> {
 /// The file of a server's data directory that keeps a server join token.
 const SERVER_TOKEN_FILE: &str = "server-token";
 
-/// The API URL member `by` published (`/keel/apiservers/<id>`), read from this member's own store.
-fn published_api_url(node: &Node, by: u64) -> Option<String> {
-    let key = format!("/keel/apiservers/{by:016x}");
-    let r = node
-        .store()
-        .range(&keel_store::pb::etcdserverpb::RangeRequest {
-            key: key.into_bytes().into(),
-            ..Default::default()
-        })
-        .ok()?;
-    let kv = r.kvs.into_iter().next()?;
-    let v: serde_json::Value = serde_json::from_slice(&kv.value).ok()?;
-    v.get("url")?.as_str().map(str::to_string)
-}
-
 /// A member a quorum-loss recovery left out joins the recovered cluster again, as a new member: its
 /// data directory is kept aside and the process starts over (same PID, for its supervisor) as
 /// `keel server --join <url> --token <its kept server token>` with its other flags. Returns only when
@@ -862,7 +847,12 @@ pub(crate) async fn run(mut args: ServerArgs) -> Result<(), ServerError> {
             let left_out = node.left_out_by();
             let rejoin = left_out
                 .filter(|_| args.data_dir.join(SERVER_TOKEN_FILE).exists())
-                .and_then(|by| published_api_url(&node, by));
+                .and_then(|by| {
+                    keel_kube_api::kubernetes_service::published(
+                        &keel_kube_api::Storage::new(node.clone()),
+                        by,
+                    )
+                });
             match (rejoin.is_some(), left_out.is_some()) {
                 (true, _) => {}
                 (false, true) => tracing::error!("a quorum-loss recovery left this member out; with no join token kept, it must be wiped and added again"),

@@ -24,6 +24,19 @@ pub async fn publish(storage: &Storage, url: &str) -> Result<(), ApiError> {
     storage.put_raw(&key, value).await
 }
 
+/// The API address member `member` published, as this member's store has it (a local read: the
+/// member may be cut off from the others).
+pub fn published(storage: &Storage, member: u64) -> Option<String> {
+    let key = format!("{PREFIX}{member:016x}");
+    let (_, value) = storage
+        .list_raw(key.as_bytes())
+        .ok()?
+        .into_iter()
+        .find(|(k, _)| k.as_ref() == key.as_bytes())?;
+    let v: Value = serde_json::from_slice(&value).ok()?;
+    v.get("url")?.as_str().map(str::to_string)
+}
+
 fn ip_port(url: &str) -> Option<(IpAddr, u16)> {
     let hostport = url.split("://").nth(1)?.split('/').next()?;
     let (host, port) = hostport.rsplit_once(':')?;
