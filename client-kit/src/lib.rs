@@ -5,11 +5,17 @@
 //! - [`leading`]: runs a component while this process leads, holding its Lease;
 //! - [`quantity`]: resource quantities (`100m`, `1.5Gi`) as integers;
 //! - [`labels`]: label selector matching;
+//! - [`placement`]: taints against tolerations, node selectors and required node affinity;
+//! - [`qos`]: a pod's QoS class;
+//! - [`upgrade`]: relaying an exec, attach or port-forward connection upgrade;
 //! - [`quota`]: what objects consume under a ResourceQuota, shared by its admission and its controller.
 
 pub mod labels;
 pub mod leading;
 pub mod lease;
+pub mod placement;
+pub mod qos;
 pub mod quantity;
 pub mod quota;
 pub mod tls;
+pub mod upgrade;

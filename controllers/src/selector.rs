@@ -15,11 +15,6 @@ pub fn selects(sel: Option<&LabelSelector>, labels: Option<&BTreeMap<String, Str
     sel.is_some_and(|s| matches(s, labels))
 }
 
-/// Whether the pod's Ready condition is True.
-pub fn pod_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
-    crate::pod_state::is_ready(pod)
-}
-
 /// Whether `selector` has no requirement at all.
 pub fn is_empty(selector: &LabelSelector) -> bool {
     selector.match_labels.as_ref().is_none_or(|m| m.is_empty())

@@ -85,17 +85,6 @@ fn parse_request(obj: &Value) -> Result<CertificateSigningRequestParams, CsrErro
     CertificateSigningRequestParams::from_pem(&pem).map_err(|e| CsrError::Invalid(e.to_string()))
 }
 
-fn strings(v: Option<&Value>) -> Vec<String> {
-    v.and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 fn dn_text(v: &DnValue) -> Option<String> {
     match v {
         DnValue::PrintableString(s) => Some(s.as_str().to_string()),
@@ -125,7 +114,7 @@ pub fn validate(obj: &Value) -> Vec<Cause> {
         )),
         Some(_) => {}
     }
-    let usages = strings(object::path(obj, "spec.usages"));
+    let usages = object::strings(object::path(obj, "spec.usages"));
     if usages.is_empty() {
         causes.push(Cause::required("spec.usages"));
     }
@@ -194,7 +183,7 @@ fn kubelet_serving(
             "only DNS and IP subjectAltNames are allowed".into(),
         ));
     }
-    let usages = strings(object::path(obj, "spec.usages"));
+    let usages = object::strings(object::path(obj, "spec.usages"));
     if !usages.iter().any(|u| u == "server auth") {
         return Err(CsrError::Invalid(
             "missing required usages: server auth".into(),
@@ -248,7 +237,7 @@ fn sign(
     params.distinguished_name = req.params.distinguished_name.clone();
     params.subject_alt_names = req.params.subject_alt_names.clone();
     params.is_ca = IsCa::ExplicitNoCa;
-    let usages = strings(object::path(obj, "spec.usages"));
+    let usages = object::strings(object::path(obj, "spec.usages"));
     for u in &usages {
         match u.as_str() {
             "digital signature" => params.key_usages.push(KeyUsagePurpose::DigitalSignature),

@@ -52,17 +52,20 @@ pub fn labels(obj: &Value) -> Option<&Map<String, Value>> {
         .and_then(Value::as_object)
 }
 
-/// `metadata.finalizers` as strings.
-pub fn finalizers(obj: &Value) -> Vec<String> {
-    obj.get("metadata")
-        .and_then(|m| m.get("finalizers"))
-        .and_then(Value::as_array)
+/// The strings of a JSON string list (none when `list` is missing or not a list; other items skipped).
+pub fn strings(list: Option<&Value>) -> Vec<String> {
+    list.and_then(Value::as_array)
         .map(|a| {
             a.iter()
                 .filter_map(|v| v.as_str().map(str::to_string))
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// `metadata.finalizers` as strings.
+pub fn finalizers(obj: &Value) -> Vec<String> {
+    strings(obj.get("metadata").and_then(|m| m.get("finalizers")))
 }
 
 /// Whether `metadata.deletionTimestamp` is set.

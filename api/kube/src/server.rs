@@ -14,7 +14,6 @@ use axum::{Extension, Router};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
-use rustls::server::WebPkiClientVerifier;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
@@ -154,25 +153,11 @@ fn tls_config(
     resolver: Arc<crate::certs::ServingResolver>,
 ) -> Result<rustls::ServerConfig, KubeServeError> {
     let tls = |e: &dyn std::fmt::Display| KubeServeError::Tls(e.to_string());
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(pki.ca_cert.as_bytes()) {
         roots.add(c.map_err(|e| tls(&e))?).map_err(|e| tls(&e))?;
     }
-    // Client certificates are optional at the TLS layer: requests without one may still carry a token,
-    // and anonymous ones get a proper 401 Status instead of a handshake failure.
-    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        .allow_unauthenticated()
-        .build()
-        .map_err(|e| tls(&e))?;
-    // The serving certificate comes from a resolver so that renewal swaps it without a restart.
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| tls(&e))?
-        .with_client_cert_verifier(verifier)
-        .with_cert_resolver(resolver);
-    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(cfg)
+    keel_client_kit::tls::server_config(roots, resolver, &[b"h2", b"http/1.1"]).map_err(|e| tls(&e))
 }
 
 /// Every name this member's serving certificate covers.

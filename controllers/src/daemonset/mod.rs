@@ -23,8 +23,8 @@ use crate::disruption::budget::scaled;
 use crate::error::{is_conflict, is_not_found, Result};
 use crate::history;
 use crate::manager::ControllerDef;
+use crate::pod_state::is_ready as pod_ready;
 use crate::runner;
-use crate::selector::pod_ready;
 
 /// The revision hash label of daemon pods.
 pub const REVISION_LABEL: &str = "controller-revision-hash";

@@ -2,12 +2,11 @@
 //! tolerations, the automatic ones included) and the pod made for one node: pinned to it by a required
 //! node affinity on `metadata.name`, as upstream leaves the binding to the scheduler.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::{
     Affinity, Node, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
-    PodSpec, Taint, Toleration,
+    PodSpec, Toleration,
 };
+use keel_client_kit::placement::{required_matches, tolerates};
 
 /// The tolerations every daemon pod gets: `(key, effect)`, all with operator Exists and no seconds.
 const AUTOMATIC: &[(&str, &str)] = &[
@@ -48,94 +47,10 @@ pub fn with_tolerations(spec: &PodSpec) -> Vec<Toleration> {
     out
 }
 
-/// Whether `t` tolerates `taint` (upstream's ToleratesTaint).
-fn tolerates(t: &Toleration, taint: &Taint) -> bool {
-    if let Some(e) = t.effect.as_deref().filter(|e| !e.is_empty()) {
-        if e != taint.effect {
-            return false;
-        }
-    }
-    let key = t.key.as_deref().unwrap_or("");
-    if !key.is_empty() && key != taint.key {
-        return false;
-    }
-    match t.operator.as_deref().unwrap_or("Equal") {
-        "Exists" => true,
-        "Equal" | "" => {
-            !key.is_empty()
-                && t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
-        }
-        _ => false,
-    }
-}
-
-fn requirement(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
-    let values = r.values.as_deref().unwrap_or_default();
-    let num = |s: &str| s.parse::<i64>().ok();
-    match r.operator.as_str() {
-        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
-        "NotIn" => !value.is_some_and(|v| values.iter().any(|x| x == v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        "Gt" | "Lt" => {
-            let (Some(v), Some(bound)) = (value.and_then(num), values.first().and_then(|b| num(b)))
-            else {
-                return false;
-            };
-            if r.operator == "Gt" {
-                v > bound
-            } else {
-                v < bound
-            }
-        }
-        _ => false,
-    }
-}
-
-fn term_matches(term: &NodeSelectorTerm, node: &Node) -> bool {
-    let exprs = term.match_expressions.as_deref().unwrap_or_default();
-    let fields = term.match_fields.as_deref().unwrap_or_default();
-    if exprs.is_empty() && fields.is_empty() {
-        return false;
-    }
-    let labels = node.metadata.labels.clone().unwrap_or_default();
-    let name = node.metadata.name.as_deref();
-    exprs
-        .iter()
-        .all(|r| requirement(r, labels.get(&r.key).map(String::as_str)))
-        && fields
-            .iter()
-            .all(|r| r.key == "metadata.name" && requirement(r, name))
-}
-
-fn selector_matches(sel: &BTreeMap<String, String>, node: &Node) -> bool {
-    let labels = node.metadata.labels.clone().unwrap_or_default();
-    sel.iter().all(|(k, v)| labels.get(k) == Some(v))
-}
-
 /// Whether the daemon pod of `spec` belongs on `node`.
 pub fn should_run(spec: &PodSpec, node: &Node) -> bool {
-    if let Some(sel) = &spec.node_selector {
-        if !selector_matches(sel, node) {
-            return false;
-        }
-    }
-    let required = spec
-        .affinity
-        .as_ref()
-        .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|n| {
-            n.required_during_scheduling_ignored_during_execution
-                .as_ref()
-        });
-    if let Some(req) = required {
-        if !req
-            .node_selector_terms
-            .iter()
-            .any(|t| term_matches(t, node))
-        {
-            return false;
-        }
+    if !required_matches(spec, node) {
+        return false;
     }
     let tolerations = with_tolerations(spec);
     let taints = node
@@ -194,7 +109,9 @@ pub fn node_of(pod: &Pod) -> Option<String> {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::NodeSpec;
+    use k8s_openapi::api::core::v1::Taint;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use std::collections::BTreeMap;
 
     fn node(labels: &[(&str, &str)], taints: Vec<Taint>) -> Node {
         Node {

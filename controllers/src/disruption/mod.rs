@@ -21,8 +21,9 @@ use tracing::debug;
 use crate::context::Context;
 use crate::error::{is_conflict, is_not_found, Result};
 use crate::manager::ControllerDef;
+use crate::pod_state::is_ready as pod_ready;
 use crate::runner;
-use crate::selector::{pod_ready, selects};
+use crate::selector::selects;
 
 /// The condition the controller keeps.
 pub const CONDITION: &str = "DisruptionAllowed";

@@ -155,7 +155,7 @@ pub fn subsets(svc: &Service, pods: &Store<Pod>) -> (Vec<EndpointSubset>, bool) 
         let entry = by_ports
             .entry(key)
             .or_insert_with(|| (ports, Vec::new(), Vec::new()));
-        if publish || pods::ready(&pod) {
+        if publish || crate::pod_state::is_ready(&pod) {
             entry.1.push(address);
         } else {
             entry.2.push(address);

@@ -203,7 +203,7 @@ fn groups(svc: &Service, selected: &[Arc<Pod>], nodes: &Store<Node>) -> Vec<Grou
                     })
                 })
                 .collect();
-            let serving = publish || pods::ready(pod);
+            let serving = publish || crate::pod_state::is_ready(pod);
             let terminating = pods::terminating(pod);
             let node_name = pod.spec.as_ref().and_then(|s| s.node_name.clone());
             let zone = node_name

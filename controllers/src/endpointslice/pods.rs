@@ -58,15 +58,6 @@ pub fn terminal(pod: &Pod) -> bool {
     )
 }
 
-/// Whether the pod's `Ready` condition is True.
-pub fn ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True")
-}
-
 /// Whether the pod is being deleted.
 pub fn terminating(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_some()

@@ -60,14 +60,6 @@ pub fn active(pod: &Pod) -> bool {
     !terminal(pod) && pod.metadata.deletion_timestamp.is_none()
 }
 
-/// Whether the pod's Ready condition is True.
-pub fn ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 /// The pod's completion index (from the annotation, else the label).
 pub fn index(pod: &Pod) -> Option<i32> {
     pod.annotations()

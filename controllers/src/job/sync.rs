@@ -361,7 +361,7 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>, st: Arc<State>) -> Resu
                 let mut order = active.clone();
                 order.sort_by_key(|p| {
                     (
-                        pods::ready(p),
+                        crate::pod_state::is_ready(p),
                         std::cmp::Reverse(p.creation_timestamp().map(|t| t.0)),
                     )
                 });
@@ -544,7 +544,13 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Context>, st: Arc<State>) -> Resu
             .saturating_add(created),
     );
     status.ready = Some(
-        i32::try_from(still_active.iter().filter(|p| pods::ready(p)).count()).unwrap_or(i32::MAX),
+        i32::try_from(
+            still_active
+                .iter()
+                .filter(|p| crate::pod_state::is_ready(p))
+                .count(),
+        )
+        .unwrap_or(i32::MAX),
     );
     let terminating = all
         .iter()

@@ -260,7 +260,7 @@ fn desired_taints(
 /// Services stop sending them traffic.
 async fn mark_pods_not_ready(ctx: &Arc<Context>, node: &str, pods: &[Arc<Pod>]) {
     for pod in pods {
-        if !podutil::ready(pod) || podutil::terminal(pod) {
+        if !crate::pod_state::is_ready(pod) || podutil::terminal(pod) {
             continue;
         }
         let mut updated = (**pod).clone();

@@ -2,6 +2,7 @@
 //! applies (upstream's `v1helper.TolerationsTolerateTaint`).
 
 use k8s_openapi::api::core::v1::{Node, NodeCondition, Taint, Toleration};
+use keel_client_kit::placement::tolerates;
 
 /// The node is not ready (Ready=False).
 pub const NOT_READY: &str = "node.kubernetes.io/not-ready";
@@ -108,28 +109,6 @@ pub fn with_condition_taints(node: &Node, mut current: Vec<Taint>) -> Vec<Taint>
     current
 }
 
-/// Whether `toleration` tolerates `taint`.
-pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
-    if let Some(effect) = toleration.effect.as_deref().filter(|e| !e.is_empty()) {
-        if effect != taint.effect {
-            return false;
-        }
-    }
-    let key = toleration.key.as_deref().unwrap_or("");
-    let op = toleration.operator.as_deref().unwrap_or("Equal");
-    if key.is_empty() {
-        // An empty key with Exists tolerates everything.
-        return op == "Exists";
-    }
-    if key != taint.key {
-        return false;
-    }
-    match op {
-        "Exists" => true,
-        _ => toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
-    }
-}
-
 /// For a pod's tolerations and a node's NoExecute taints: none when some taint is not tolerated (evict
 /// now), else the shortest tolerationSeconds of the tolerations used (`Some(None)`: tolerated forever).
 pub fn toleration_time(tolerations: &[Toleration], no_execute: &[&Taint]) -> Option<Option<i64>> {
@@ -176,7 +155,8 @@ mod tests {
         ));
         assert!(!tolerates(&tol(NOT_READY, "Exists", "NoExecute", None), &t));
         assert!(tolerates(&tol("", "Exists", "", None), &t));
-        assert!(!tolerates(&tol("", "Equal", "", None), &t));
+        // Upstream's rule: an empty key with Equal compares values only, and both are empty here.
+        assert!(tolerates(&tol("", "Equal", "", None), &t));
     }
 
     #[test]

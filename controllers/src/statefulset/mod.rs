@@ -22,8 +22,8 @@ use crate::context::Context;
 use crate::error::{is_conflict, is_not_found, Result};
 use crate::history;
 use crate::manager::ControllerDef;
+use crate::pod_state::is_ready as pod_ready;
 use crate::runner;
-use crate::selector::pod_ready;
 use identity::{new_pod, ordinal, revision_of};
 
 /// The Events' reporting controller.

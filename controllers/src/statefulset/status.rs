@@ -10,7 +10,7 @@ use kube::ResourceExt;
 use super::identity::revision_of;
 use crate::context::Context;
 use crate::error::{is_conflict, is_not_found, Result};
-use crate::selector::pod_ready;
+use crate::pod_state::is_ready as pod_ready;
 
 fn count(n: usize) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)

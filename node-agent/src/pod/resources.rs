@@ -3,6 +3,7 @@
 
 use k8s_cri::v1::LinuxContainerResources;
 use k8s_openapi::api::core::v1::{Container, Pod, ResourceFieldSelector};
+use keel_client_kit::qos::{self, QosClass};
 use keel_client_kit::quantity;
 
 use crate::error::{Error, Result};
@@ -40,38 +41,17 @@ pub fn linux(c: &Container) -> LinuxContainerResources {
     }
 }
 
-/// Guaranteed, Burstable or BestEffort, by upstream's rules over cpu and memory.
+/// The class the API server recorded in `status.qosClass`, else computed by the same rule
+/// (`keel_client_kit::qos`), as upstream's kubelet reads it.
 pub fn qos_class(pod: &Pod) -> &'static str {
-    let Some(spec) = pod.spec.as_ref() else {
-        return "BestEffort";
-    };
-    let all: Vec<&Container> = spec
-        .containers
-        .iter()
-        .chain(spec.init_containers.iter().flatten())
-        .collect();
-    let mut any = false;
-    let mut guaranteed = true;
-    for c in &all {
-        for res in ["cpu", "memory"] {
-            let req = get(c, "requests", res).or_else(|| get(c, "limits", res));
-            let lim = get(c, "limits", res);
-            if req.is_some() || lim.is_some() {
-                any = true;
-            }
-            match (req, lim) {
-                (Some(r), Some(l)) if quantity::milli(&r) == quantity::milli(&l) => {}
-                _ => guaranteed = false,
-            }
-        }
+    let recorded = pod.status.as_ref().and_then(|s| s.qos_class.as_deref());
+    match recorded {
+        Some("Guaranteed") => QosClass::Guaranteed,
+        Some("Burstable") => QosClass::Burstable,
+        Some("BestEffort") => QosClass::BestEffort,
+        _ => pod.spec.as_ref().map_or(QosClass::BestEffort, qos::of_spec),
     }
-    if !any {
-        "BestEffort"
-    } else if guaranteed {
-        "Guaranteed"
-    } else {
-        "Burstable"
-    }
+    .as_str()
 }
 
 /// The pod's cgroup parent under the cgroupfs driver.

@@ -38,7 +38,6 @@ use axum::routing::get;
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use k8s_cri::v1::ContainerState;
-use rustls::server::WebPkiClientVerifier;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
@@ -117,7 +116,6 @@ fn tls_config(
     certs: Arc<certs::ServingCerts>,
 ) -> Result<rustls::ServerConfig> {
     let tls = |e: &dyn std::fmt::Display| Error::Config(format!("agent TLS: {e}"));
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
     for d in certs::roots(&opts.client_ca) {
         roots.add(d).map_err(|e| tls(&e))?;
@@ -127,19 +125,7 @@ fn tls_config(
             "the kubeconfig names no certificate authority: the agent's API cannot check its clients".into(),
         ));
     }
-    // A client certificate is optional (a bearer token will do), but one that is shown must chain to
-    // the cluster CA or the handshake fails.
-    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        .allow_unauthenticated()
-        .build()
-        .map_err(|e| tls(&e))?;
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| tls(&e))?
-        .with_client_cert_verifier(verifier)
-        .with_cert_resolver(certs);
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(cfg)
+    keel_client_kit::tls::server_config(roots, certs, &[b"http/1.1"]).map_err(|e| tls(&e))
 }
 
 fn text(code: StatusCode, msg: impl Into<String>) -> Response {

@@ -14,11 +14,10 @@
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::response::Response;
-use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
-use tracing::debug;
+use keel_client_kit::upgrade;
 
 /// Headers that describe the connection between two hops, not the request.
 const HOP_BY_HOP: [&str; 5] = [
@@ -141,69 +140,31 @@ pub async fn relay(mut req: Request, url: &str) -> Response {
         Ok(r) => r,
         Err(resp) => return resp,
     };
-    let mut out = hyper::Request::builder()
-        .method(req.method().clone())
-        .uri(path);
-    for (k, v) in req.headers() {
-        if !HOP_BY_HOP.contains(&k.as_str()) {
-            out = out.header(k, v);
-        }
-    }
-    out = out.header(header::HOST, addr.as_str());
-    let Ok(out) = out.body(http_body_util::Empty::<bytes::Bytes>::new()) else {
-        return text(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "cannot build the runtime request".into(),
-        );
-    };
-    let mut resp = match sender.send_request(out).await {
-        Ok(r) => r,
-        Err(e) => {
-            return text(
-                StatusCode::BAD_GATEWAY,
-                format!("runtime streaming server {addr}: {e}"),
-            )
-        }
-    };
-    let status = resp.status();
-    let headers: HeaderMap = resp.headers().clone();
-    if status != StatusCode::SWITCHING_PROTOCOLS {
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
-        let mut r = Response::builder().status(status);
-        for (k, v) in &headers {
-            if !HOP_BY_HOP.contains(&k.as_str()) {
-                r = r.header(k, v);
+    let answer =
+        match upgrade::relay(&mut req, &mut sender, &path, &addr, &HOP_BY_HOP, "runtime").await {
+            Ok(a) => a,
+            Err(e) => {
+                return text(
+                    StatusCode::BAD_GATEWAY,
+                    format!("runtime streaming server {addr}: {e}"),
+                )
             }
+        };
+    let (status, headers, body) = match answer {
+        upgrade::Answer::Switched(headers) => {
+            (StatusCode::SWITCHING_PROTOCOLS, headers, Body::empty())
         }
-        return r.body(Body::from(body)).unwrap_or_default();
-    }
-    let upstream = hyper::upgrade::on(&mut resp);
-    let client = hyper::upgrade::on(&mut req);
-    tokio::spawn(async move {
-        match (client.await, upstream.await) {
-            (Ok(c), Ok(u)) => {
-                let (mut c, mut u) = (TokioIo::new(c), TokioIo::new(u));
-                if let Err(e) = tokio::io::copy_bidirectional(&mut c, &mut u).await {
-                    debug!(error = %e, "stream relay ended");
-                }
-            }
-            (c, u) => debug!(
-                client = c.is_ok(),
-                runtime = u.is_ok(),
-                "stream relay: an upgrade failed"
-            ),
-        }
-    });
-    let mut r = Response::builder().status(StatusCode::SWITCHING_PROTOCOLS);
+        upgrade::Answer::Refused {
+            status,
+            headers,
+            body,
+        } => (status, headers, Body::from(body)),
+    };
+    let mut r = Response::builder().status(status);
     for (k, v) in &headers {
         r = r.header(k, v);
     }
-    r.body(Body::empty()).unwrap_or_default()
+    r.body(body).unwrap_or_default()
 }
 
 /// The value of boolean query parameter `k` (`1`, `true`, … as Go reads them).

@@ -2,9 +2,8 @@
 //! node selector terms (terms are ORed, the expressions and fields of a term ANDed; `matchFields` knows
 //! `metadata.name`). Score sums the weights of the preferred terms a node matches, normalised (weight 2).
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, NodeSelectorTerm};
+use k8s_openapi::api::core::v1::Node;
+use keel_client_kit::placement::{self, term_matches};
 
 use crate::cache::NodeInfo;
 use crate::framework::{default_normalize, CycleState, Plugin, Status};
@@ -13,76 +12,12 @@ use crate::pod_info::PodInfo;
 /// Upstream's reason.
 pub const ERR_REASON_POD: &str = "node(s) didn't match Pod's node affinity/selector";
 
-fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
-    let values = r.values.as_deref().unwrap_or(&[]);
-    match r.operator.as_str() {
-        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
-        "NotIn" => !value.is_some_and(|v| values.iter().any(|x| x == v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        "Gt" | "Lt" => {
-            let (Some(v), [bound]) = (value, values) else {
-                return false;
-            };
-            match (v.parse::<i64>(), bound.parse::<i64>()) {
-                (Ok(v), Ok(b)) if r.operator == "Gt" => v > b,
-                (Ok(v), Ok(b)) => v < b,
-                _ => false,
-            }
-        }
-        _ => false,
-    }
-}
-
-/// Whether `node` matches one term: every expression on its labels, every field on its fields. A term
-/// with neither matches nothing.
-pub fn term_matches(term: &NodeSelectorTerm, node: &Node) -> bool {
-    let exprs = term.match_expressions.as_deref().unwrap_or(&[]);
-    let fields = term.match_fields.as_deref().unwrap_or(&[]);
-    if exprs.is_empty() && fields.is_empty() {
-        return false;
-    }
-    let empty = BTreeMap::new();
-    let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
-    let name = node.metadata.name.as_deref();
-    exprs
-        .iter()
-        .all(|r| requirement_matches(r, labels.get(&r.key).map(String::as_str)))
-        && fields.iter().all(|r| {
-            let value = if r.key == "metadata.name" { name } else { None };
-            r.key == "metadata.name" && requirement_matches(r, value)
-        })
-}
-
 /// Whether `node` satisfies the pod's nodeSelector and required node affinity.
 pub fn required_matches(pod: &PodInfo, node: &Node) -> bool {
-    let Some(spec) = pod.pod.spec.as_ref() else {
-        return true;
-    };
-    if let Some(selector) = spec.node_selector.as_ref() {
-        let labels = node.metadata.labels.as_ref();
-        if !selector
-            .iter()
-            .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
-        {
-            return false;
-        }
-    }
-    let required = spec
-        .affinity
+    pod.pod
+        .spec
         .as_ref()
-        .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|na| {
-            na.required_during_scheduling_ignored_during_execution
-                .as_ref()
-        });
-    match required {
-        Some(sel) => sel
-            .node_selector_terms
-            .iter()
-            .any(|t| term_matches(t, node)),
-        None => true,
-    }
+        .is_none_or(|spec| placement::required_matches(spec, node))
 }
 
 /// The NodeAffinity filter and score.

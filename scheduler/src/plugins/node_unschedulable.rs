@@ -3,10 +3,10 @@
 
 use k8s_openapi::api::core::v1::Taint;
 
-use super::taint_toleration::tolerates;
 use crate::cache::NodeInfo;
 use crate::framework::{CycleState, Plugin, Status};
 use crate::pod_info::PodInfo;
+use keel_client_kit::placement::tolerates;
 
 /// Upstream's reason.
 pub const ERR_REASON: &str = "node(s) were unschedulable";

@@ -2,29 +2,12 @@
 //! tolerate (the first such taint is named in the reason); Score prefers nodes with fewer untolerated
 //! PreferNoSchedule taints (reverse-normalised, weight 3).
 
-use k8s_openapi::api::core::v1::{Taint, Toleration};
+use k8s_openapi::api::core::v1::Toleration;
+use keel_client_kit::placement::tolerates;
 
 use crate::cache::NodeInfo;
 use crate::framework::{default_normalize, CycleState, Plugin, Status};
 use crate::pod_info::PodInfo;
-
-/// Whether toleration `t` tolerates `taint` (upstream's ToleratesTaint): an empty effect matches every
-/// effect, an empty key with `Exists` every key; `Equal` (or no operator) compares values.
-pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
-    let effect = t.effect.as_deref().unwrap_or("");
-    if !effect.is_empty() && effect != taint.effect {
-        return false;
-    }
-    let key = t.key.as_deref().unwrap_or("");
-    if !key.is_empty() && key != taint.key {
-        return false;
-    }
-    match t.operator.as_deref().unwrap_or("") {
-        "" | "Equal" => t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
-        "Exists" => true,
-        _ => false,
-    }
-}
 
 fn tolerations(pod: &PodInfo) -> &[Toleration] {
     pod.pod

@@ -19,15 +19,7 @@ pub struct PolicyRule {
 pub const ALL: &str = "*";
 
 fn strings(v: &Value, field: &str) -> Vec<String> {
-    v.get(field)
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
+    crate::object::strings(v.get(field))
 }
 
 impl PolicyRule {

@@ -11,12 +11,11 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::Response;
-use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
+use keel_client_kit::upgrade;
 use serde_json::Value;
-use tracing::debug;
 
 use super::pod_log::{agent_of, connect_agent, container_of};
 use super::KubeState;
@@ -144,68 +143,33 @@ async fn relay(
     tokio::spawn(async move {
         let _ = conn.with_upgrades().await;
     });
-    let mut out = hyper::Request::builder()
-        .method(req.method().clone())
-        .uri(path);
-    for (k, v) in req.headers() {
-        if !HOP_BY_HOP.contains(&k.as_str()) {
-            out = out.header(k, v);
-        }
-    }
-    out = out.header(header::HOST, host);
-    let out = out
-        .body(http_body_util::Empty::<bytes::Bytes>::new())
+    let answer = upgrade::relay(&mut req, &mut sender, path, host, &HOP_BY_HOP, "node agent")
+        .await
         .map_err(|e| failed(&e))?;
-    let mut resp = sender.send_request(out).await.map_err(|e| failed(&e))?;
-    let status = resp.status();
-    let headers: HeaderMap = resp.headers().clone();
-    if status != StatusCode::SWITCHING_PROTOCOLS {
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
-        if !status.is_success() && !status.is_client_error() {
-            return Err(ApiError::Internal(format!(
-                "node agent answered {status}: {}",
-                String::from_utf8_lossy(&body).trim()
-            )));
+    let (status, headers, body) = match answer {
+        upgrade::Answer::Switched(headers) => {
+            (StatusCode::SWITCHING_PROTOCOLS, headers, Body::empty())
         }
-        // A 4xx from the agent or the runtime's streaming server is a refused upgrade (containerd
-        // 1.6 itself refuses kubectl's WebSocket `v5.channel.k8s.io` with 403; keel's agent
-        // translates it): passed on as it is, for the client to fall back to SPDY.
-        let mut r = Response::builder().status(status);
-        for (k, v) in &headers {
-            if !HOP_BY_HOP.contains(&k.as_str()) {
-                r = r.header(k, v);
+        upgrade::Answer::Refused {
+            status,
+            headers,
+            body,
+        } => {
+            if !status.is_success() && !status.is_client_error() {
+                return Err(ApiError::Internal(format!(
+                    "node agent answered {status}: {}",
+                    String::from_utf8_lossy(&body).trim()
+                )));
             }
+            // A 4xx from the agent or the runtime's streaming server is a refused upgrade (containerd
+            // 1.6 itself refuses kubectl's WebSocket `v5.channel.k8s.io` with 403; keel's agent
+            // translates it): passed on as it is, for the client to fall back to SPDY.
+            (status, headers, Body::from(body))
         }
-        return r
-            .body(Body::from(body))
-            .map_err(|e| ApiError::Internal(e.to_string()));
-    }
-    let upstream = hyper::upgrade::on(&mut resp);
-    let client = hyper::upgrade::on(&mut req);
-    tokio::spawn(async move {
-        match (client.await, upstream.await) {
-            (Ok(c), Ok(u)) => {
-                let (mut c, mut u) = (TokioIo::new(c), TokioIo::new(u));
-                if let Err(e) = tokio::io::copy_bidirectional(&mut c, &mut u).await {
-                    debug!(error = %e, "pod stream relay ended");
-                }
-            }
-            (c, u) => debug!(
-                client = c.is_ok(),
-                agent = u.is_ok(),
-                "pod stream relay: an upgrade failed"
-            ),
-        }
-    });
-    let mut r = Response::builder().status(StatusCode::SWITCHING_PROTOCOLS);
+    };
+    let mut r = Response::builder().status(status);
     for (k, v) in &headers {
         r = r.header(k, v);
     }
-    r.body(Body::empty())
-        .map_err(|e| ApiError::Internal(e.to_string()))
+    r.body(body).map_err(|e| ApiError::Internal(e.to_string()))
 }

@@ -741,16 +741,8 @@ fn string(v: &Value, k: &str) -> String {
         .to_string()
 }
 
-fn strings(v: &Value, k: &str) -> Vec<String> {
-    v.get(k)
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
+fn strings(v: &Value, field: &str) -> Vec<String> {
+    crate::object::strings(v.get(field))
 }
 
 fn boolean(v: &Value, k: &str) -> bool {

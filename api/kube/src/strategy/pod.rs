@@ -3,6 +3,8 @@
 
 use serde_json::{json, Value};
 
+use keel_client_kit::qos;
+
 use super::{set_status, start_generation, Strategy};
 use crate::admission::defaults::{pod_spec, service_account_alias, set_default};
 use crate::admission::validate::check_containers;
@@ -16,6 +18,7 @@ impl Strategy for Pod {
     fn set_defaults(&self, _def: &ResourceDef, obj: &mut Value) {
         if let Some(spec) = obj.get_mut("spec") {
             pod_spec(spec, "Always");
+            requests_from_limits(spec);
             if let Some(m) = spec.as_object_mut() {
                 service_account_alias(m);
                 set_default(m, "enableServiceLinks", json!(true));
@@ -101,38 +104,64 @@ fn default_toleration_seconds(spec: &mut Value) {
     }
 }
 
+/// A container's `resources.<key>` as `(name, quantity text)` (a YAML `cpu: 1` arrives as a number).
+fn resource_list(c: &Value, key: &str) -> Vec<(String, String)> {
+    c.get("resources")
+        .and_then(|r| r.get(key))
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter_map(|(name, q)| match q {
+            Value::String(s) => Some((name.clone(), s.clone())),
+            Value::Number(n) => Some((name.clone(), n.to_string())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn borrowed(list: &[(String, String)]) -> Vec<(&str, &str)> {
+    list.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect()
+}
+
+/// The pod's QoS class by the one rule the node agent uses too (`keel_client_kit::qos`).
 fn qos_class(pod: &Value) -> &'static str {
-    let containers = object::path(pod, "spec.containers")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let mut any = false;
-    let mut guaranteed = !containers.is_empty();
-    for c in &containers {
-        let req = c
-            .get("resources")
-            .and_then(|r| r.get("requests"))
-            .and_then(Value::as_object);
-        let lim = c
-            .get("resources")
-            .and_then(|r| r.get("limits"))
-            .and_then(Value::as_object);
-        if req.is_some_and(|r| !r.is_empty()) || lim.is_some_and(|l| !l.is_empty()) {
-            any = true;
-        }
-        let full = |m: Option<&serde_json::Map<String, Value>>| {
-            m.is_some_and(|m| m.contains_key("cpu") && m.contains_key("memory"))
+    let lists: Vec<_> = ["spec.initContainers", "spec.containers"]
+        .iter()
+        .filter_map(|p| object::path(pod, p).and_then(Value::as_array))
+        .flatten()
+        .map(|c| (resource_list(c, "requests"), resource_list(c, "limits")))
+        .collect();
+    qos::qos_class(lists.iter().map(|(r, l)| qos::ContainerResources {
+        requests: borrowed(r),
+        limits: borrowed(l),
+    }))
+    .as_str()
+}
+
+/// Limits stand in for missing requests, on pods only (upstream's `SetDefaults_Pod`; templates keep
+/// what they say).
+fn requests_from_limits(spec: &mut Value) {
+    for list in ["containers", "initContainers"] {
+        let Some(cs) = spec.get_mut(list).and_then(Value::as_array_mut) else {
+            continue;
         };
-        if !full(lim) || (req.is_some() && req != lim) {
-            guaranteed = false;
+        for c in cs {
+            let Some(res) = c.get_mut("resources").and_then(Value::as_object_mut) else {
+                continue;
+            };
+            let Some(limits) = res.get("limits").and_then(Value::as_object).cloned() else {
+                continue;
+            };
+            let requests = res.entry("requests").or_insert_with(|| json!({}));
+            if requests.is_null() {
+                *requests = json!({});
+            }
+            if let Some(r) = requests.as_object_mut() {
+                for (k, v) in limits {
+                    r.entry(k).or_insert(v);
+                }
+            }
         }
-    }
-    if guaranteed {
-        "Guaranteed"
-    } else if any {
-        "Burstable"
-    } else {
-        "BestEffort"
     }
 }
 
@@ -230,5 +259,23 @@ mod tests {
         assert_eq!(pod_grace(&bound, Some(0)), 0);
         let done = json!({"spec": {"nodeName": "n1"}, "status": {"phase": "Succeeded"}});
         assert_eq!(pod_grace(&done, None), 0);
+    }
+
+    #[test]
+    fn qos_compares_quantities_and_defaults_requests_from_limits() {
+        let mut pod = json!({"spec": {"containers": [{"name": "a", "resources": {
+            "requests": {"cpu": "1", "memory": "64Mi"},
+            "limits": {"cpu": "1000m", "memory": "64Mi"}}}]}});
+        assert_eq!(qos_class(&pod), "Guaranteed");
+        pod["spec"]["initContainers"] = json!([{"name": "i"}]);
+        assert_eq!(qos_class(&pod), "Burstable");
+        let mut limits_only = json!({"containers": [{"name": "a", "resources": {
+            "limits": {"cpu": "250m", "memory": 134217728}}}]});
+        requests_from_limits(&mut limits_only);
+        assert_eq!(
+            limits_only["containers"][0]["resources"]["requests"],
+            json!({"cpu": "250m", "memory": 134217728})
+        );
+        assert_eq!(qos_class(&json!({"spec": limits_only})), "Guaranteed");
     }
 }

@@ -91,14 +91,7 @@ impl Strategy for Service {
 }
 
 fn str_list(obj: &Value, field: &str) -> Vec<String> {
-    path(obj, field)
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .map(|v| v.as_str().unwrap_or("").to_string())
-                .collect()
-        })
-        .unwrap_or_default()
+    crate::object::strings(path(obj, field))
 }
 
 /// Cluster IPs may not change once set (upstream's validateUpgradeDowngradeClusterIPs, single-stack):

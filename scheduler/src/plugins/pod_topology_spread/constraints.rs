@@ -10,8 +10,8 @@ use keel_client_kit::labels;
 
 use crate::cache::{ClusterObjects, NodeInfo};
 use crate::plugins::node_affinity::required_matches;
-use crate::plugins::taint_toleration::tolerates;
 use crate::pod_info::PodInfo;
+use keel_client_kit::placement::tolerates;
 
 /// `whenUnsatisfiable` of the constraints Filter enforces.
 pub(super) const DO_NOT_SCHEDULE: &str = "DoNotSchedule";
