@@ -30,16 +30,8 @@ pub struct AgentNode {
     containerd: Containerd,
 }
 
-/// The bridge device the agent makes for `node` (as `keel_node_agent::cni::bridge_name`: FNV-1a of the
-/// name, so the kit can delete it without depending on the agent's crate).
-pub fn bridge_name(node: &str) -> String {
-    let mut h: u32 = 0x811c_9dc5;
-    for b in node.bytes() {
-        h ^= u32::from(b);
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    format!("keel{h:08x}")
-}
+/// The bridge device the agent makes for `node`.
+pub use keel_node_agent::cni::bridge_name;
 
 impl AgentNode {
     /// Starts a node named `name` under `dir` with pod CIDR `pod_cidr`, its agent talking to the API

@@ -23,9 +23,9 @@ use std::time::{Duration, Instant};
 use crate::process::{run_bounded, Capture, CtlOutput, Process};
 
 /// The sandbox (pause) image the config names; it must be imported before the first pod.
-pub const PAUSE_IMAGE: &str = "localhost/pause:3.10";
+pub use keel_node_agent::image::oci::PAUSE_IMAGE;
 /// Where Debian's CNI plugins are.
-pub const CNI_BIN_DIR: &str = "/usr/lib/cni";
+pub use keel_node_agent::runtime::CNI_BIN_DIR;
 /// Bound of one `ctr` call.
 const CTR_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -34,39 +34,6 @@ pub struct Containerd {
     dir: PathBuf,
     process: Option<Process>,
     links: Vec<String>,
-}
-
-fn config(dir: &Path) -> String {
-    let d = dir.display();
-    format!(
-        r#"version = 2
-root = "{d}/root"
-state = "{d}/state"
-[grpc]
-  address = "{d}/containerd.sock"
-[ttrpc]
-  address = "{d}/containerd.sock.ttrpc"
-[debug]
-  level = "info"
-[metrics]
-  address = ""
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{PAUSE_IMAGE}"
-  netns_mounts_under_state_dir = true
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{CNI_BIN_DIR}"
-    conf_dir = "{d}/net.d"
-    max_conf_num = 1
-"#
-    )
 }
 
 /// Panics unless this process is root and containerd, ctr, runc and the CNI plugins are installed.
@@ -104,7 +71,7 @@ impl Containerd {
         std::fs::create_dir_all(dir.join("net.d"))
             .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         let conf = dir.join("config.toml");
-        std::fs::write(&conf, config(dir)).unwrap_or_else(|e| panic!("{}: {e}", conf.display()));
+        std::fs::write(&conf, keel_node_agent::runtime::containerd_config(dir)).unwrap_or_else(|e| panic!("{}: {e}", conf.display()));
         let mut cmd = in_netns(netns, "containerd");
         cmd.arg("--config").arg(&conf);
         let process = Process::start(&mut cmd, Capture::Log(dir.join("containerd.log")), None)
