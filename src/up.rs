@@ -49,10 +49,10 @@ pub(crate) async fn run(args: UpArgs) -> Result<(), ServerError> {
     // Secrets are encrypted at rest with one key every local member shares (kept across runs).
     let encryption = args.data_dir.join("encryption-config.yaml");
     if !encryption.exists() {
+        let config = keel_kube_api::encryption::generate_config()
+            .map_err(|e| ServerError::Config(e.to_string()))?;
         std::fs::create_dir_all(&args.data_dir)
-            .and_then(|()| {
-                std::fs::write(&encryption, keel_kube_api::encryption::generate_config())
-            })
+            .and_then(|()| std::fs::write(&encryption, config))
             .and_then(|()| {
                 std::fs::set_permissions(
                     &encryption,

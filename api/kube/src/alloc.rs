@@ -662,11 +662,6 @@ fn drop_type_dependent_fields(old: &Value, new: &mut Value) {
     }
 }
 
-/// The claim keys a stored object of `def` holds (released when it is deleted): its strategy's.
-pub fn claims_of(def: &ResourceDef, obj: &Value) -> Vec<String> {
-    super::strategy::of(def).claims(obj)
-}
-
 /// The claim keys a stored Service holds: its cluster IP unless ExternalName, its node ports if its type
 /// uses them, its health-check node port if it needs one. Going by type means a value the type does not
 /// use (never claimed) is never released on another Service's behalf.

@@ -315,14 +315,22 @@ pub fn open<'a>(key: &[u8], stored: &'a [u8]) -> Result<std::borrow::Cow<'a, [u8
     }
 }
 
+/// The system's random source failed, so no key could be made.
+#[derive(Debug, thiserror::Error)]
+#[error("the system random source failed: no encryption key could be generated")]
+pub struct NoRandomness;
+
 /// A fresh EncryptionConfiguration for secrets with one random AES-256 key (what `keel up` writes).
-pub fn generate_config() -> String {
+/// Fails rather than write a key the random source did not fill.
+pub fn generate_config() -> Result<String, NoRandomness> {
     let mut key = [0u8; 32];
-    let _ = SystemRandom::new().fill(&mut key);
-    format!(
+    SystemRandom::new()
+        .fill(&mut key)
+        .map_err(|_| NoRandomness)?;
+    Ok(format!(
         "apiVersion: apiserver.config.k8s.io/v1\nkind: EncryptionConfiguration\nresources:\n- resources: [secrets]\n  providers:\n  - aesgcm:\n      keys:\n      - name: key1\n        secret: {}\n  - identity: {{}}\n",
         base64::engine::general_purpose::STANDARD.encode(key)
-    )
+    ))
 }
 
 #[cfg(test)]
@@ -331,7 +339,7 @@ mod tests {
 
     #[test]
     fn sealed_values_open_only_with_their_key_and_place() {
-        let e = Encryption::parse("t", &generate_config()).expect("config");
+        let e = Encryption::parse("t", &generate_config().expect("random")).expect("config");
         let key = b"/registry/secrets/default/s";
         let sealed = e.seal(key, b"{\"data\":1}".to_vec());
         assert!(sealed.starts_with(b"k8s:enc:aesgcm:v1:key1:"));
@@ -351,7 +359,7 @@ mod tests {
             "only the configured resources"
         );
         assert_eq!(e.open(cm, b"plain").expect("plain"), b"plain");
-        let other = Encryption::parse("t", &generate_config()).expect("config");
+        let other = Encryption::parse("t", &generate_config().expect("random")).expect("config");
         let mut wrong = sealed.clone();
         wrong[30] ^= 1;
         assert!(other.open(key, &wrong).is_err());
