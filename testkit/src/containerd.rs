@@ -71,7 +71,8 @@ impl Containerd {
         std::fs::create_dir_all(dir.join("net.d"))
             .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         let conf = dir.join("config.toml");
-        std::fs::write(&conf, keel_node_agent::runtime::containerd_config(dir)).unwrap_or_else(|e| panic!("{}: {e}", conf.display()));
+        std::fs::write(&conf, keel_node_agent::runtime::containerd_config(dir))
+            .unwrap_or_else(|e| panic!("{}: {e}", conf.display()));
         let mut cmd = in_netns(netns, "containerd");
         cmd.arg("--config").arg(&conf);
         let process = Process::start(&mut cmd, Capture::Log(dir.join("containerd.log")), None)

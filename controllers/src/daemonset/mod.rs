@@ -67,7 +67,11 @@ fn start(ctx: &Arc<Context>) -> BoxFuture<'static, ()> {
                 .map(|d| ObjectRef::from_obj(d.as_ref()))
                 .collect::<Vec<_>>()
         });
-    runner::run("daemonset", controller, ctx, reconcile)
+    // Owned by this run of the controller: a new term as leader starts with nothing awaited.
+    let expectations = Arc::new(expectations::Expectations::default());
+    runner::run("daemonset", controller, ctx, move |ds, ctx| {
+        reconcile(ds, ctx, expectations.clone())
+    })
 }
 
 fn available(p: &Pod) -> bool {
@@ -118,7 +122,11 @@ fn new_pod(ds: &DaemonSet, node: &str, hash: &str) -> Pod {
     }
 }
 
-async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action> {
+async fn reconcile(
+    ds: Arc<DaemonSet>,
+    ctx: Arc<Context>,
+    expectations: Arc<expectations::Expectations>,
+) -> Result<Action> {
     if ds.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -192,7 +200,7 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action> {
             .filter(|p| p.metadata.deletion_timestamp.is_none())
             .collect();
         if !pods.is_empty() {
-            expectations::observed(&uid, &name);
+            expectations.observed(&uid, &name);
         }
         if !run {
             if !pods.is_empty() {
@@ -221,7 +229,7 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action> {
                 }
                 kept.push(p);
             }
-            None if expectations::pending(&uid, &name) => {}
+            None if expectations.pending(&uid, &name) => {}
             None => to_create.push(name.clone()),
         }
         to_delete.extend(it);
@@ -230,14 +238,14 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action> {
     status.number_unavailable = Some(unavailable).filter(|u| *u > 0);
 
     for node in &to_create {
-        expectations::expect(&uid, node);
+        expectations.expect(&uid, node);
         let pod = new_pod(&ds, node, &hash);
         if let Err(e) = ctx
             .api::<Pod>(&ns)
             .create(&PostParams::default(), &pod)
             .await
         {
-            expectations::observed(&uid, node);
+            expectations.observed(&uid, node);
             return Err(e.into());
         }
         debug!(daemonset = %ds.name_any(), node, "created daemon pod");
