@@ -1,6 +1,7 @@
-//! Admission of built-in kinds: defaulting, mutating plugins (TaintNodesByCondition, LimitRanger), then
-//! validation (names, required fields, immutable fields) and the validating plugins, ResourceQuota last.
+//! Admission of built-in kinds: defaulting, then the plugins of [`chain`] (mutating, then after validation
+//! of names, required fields and immutable fields, validating, ResourceQuota last), in the order it lists.
 
+pub mod chain;
 pub mod defaults;
 pub mod limit_ranger;
 pub mod names;

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::read::respond_object;
 use super::Call;
-use crate::admission::{defaults, validate};
+use crate::admission::{chain, defaults, validate};
 use crate::alloc::Reallocation;
 use crate::apply::managed::{self, Owner};
 use crate::apply::shape::Shape;
@@ -20,7 +20,7 @@ use crate::object;
 use crate::resource::ResourceDef;
 use crate::status::{ApiError, Target};
 use crate::storage::{Stored, WriteOutcome};
-use crate::{convert, lifecycle, priority, strategy};
+use crate::{convert, lifecycle, strategy};
 
 /// How many times a write retries after losing a race it may retry (no client resourceVersion).
 const RETRIES: usize = 8;
@@ -293,27 +293,14 @@ pub async fn create_object(
         let shape = Shape::of_kind(&sdef.api_version(), &sdef.kind);
         managed::record_create(&mut obj, shape, o, sdef.status);
     }
-    priority::admit_create(&call.state.storage, sdef, &admission_name, &mut obj).await?;
-    crate::admission::node_taint::admit_create(sdef, &mut obj);
-    if sdef.group.is_empty() && sdef.kind == "Pod" {
-        crate::serviceaccount::admission::admit_create(&call.state.storage, &mut obj).await;
-    }
-    if sdef.group.is_empty() && sdef.kind == "Secret" {
-        crate::serviceaccount::legacy::fill(
-            &call.state.storage,
-            &call.state.sa_key,
-            &call.state.ca_pem,
-            &mut obj,
-        )
-        .await;
-    }
-    crate::admission::limit_ranger::admit_create(
-        &call.state.storage,
+    let admission = admission_attributes(
+        call,
         sdef,
+        chain::Operation::Create,
         &admission_name,
-        &mut obj,
-    )
-    .await?;
+        dry_run,
+    );
+    chain::mutate(&admission, &mut obj).await?;
     let recorded = object::meta_mut(&mut obj).remove("managedFields");
     prepare_create(sdef, &mut obj);
     if let Some(mf) = recorded {
@@ -331,45 +318,10 @@ pub async fn create_object(
         )
         .await?;
     }
-    priority::validate_write(&call.state.storage, sdef, &obj, false).await?;
-    crate::admission::node_restriction::admit(
-        &call.identity,
-        sdef,
-        call.route.subresource.as_deref(),
-        crate::admission::node_restriction::Operation::Create,
-        None,
-        Some(&obj),
-    )?;
-    crate::authz::escalation::check_write(
-        &call.state.authz,
-        &call.state.storage,
-        &call.identity,
-        sdef,
-        &obj,
-    )
-    .await?;
     let mut warnings = warnings.to_vec();
     warnings.extend(strategy.warnings_on_create(sdef, &obj));
-    warnings.extend(
-        crate::admission::pod_security::admit(
-            &call.state.storage,
-            sdef,
-            call.route.subresource.as_deref(),
-            None,
-            &obj,
-        )
-        .await?,
-    );
+    warnings.extend(chain::validate(&admission, &obj).await?);
     let warnings = warnings.as_slice();
-    crate::admission::resource_quota::admit(
-        &call.state.storage,
-        sdef,
-        crate::admission::resource_quota::Operation::Create,
-        &admission_name,
-        &obj,
-        dry_run,
-    )
-    .await?;
     strategy.canonicalize(&mut obj);
     crate::encode::as_stored(&sdef.api_version(), &sdef.kind, &mut obj);
     if let Some(ns) = call.ns() {
@@ -539,8 +491,14 @@ where
         let mut new = merge_update(def, sub, &cur.object, new);
         if sub.is_none() {
             defaults::apply(def, &mut new);
-            priority::admit_update(def, &cur.object, &mut new);
         }
+        // Mutating plugins run before the change is known; none of them looks at `changed`.
+        let update = chain::Operation::Update {
+            old: &cur.object,
+            changed: true,
+        };
+        let admission = admission_attributes(call, def, update, call.name(), dry_run);
+        chain::mutate(&admission, &mut new).await?;
         match &tracking {
             Tracking::Update(o) => {
                 managed::record_update(&cur.object, &mut new, shape, o, def.status)
@@ -571,51 +529,19 @@ where
         if sub == Some("approval") {
             crate::csr::sign_approved(Some((&call.state.ca_pem, &call.state.ca_key_pem)), &mut new);
         }
-        if sub.is_none() {
-            priority::validate_write(&call.state.storage, def, &new, true).await?;
-        }
-        crate::admission::node_restriction::admit(
-            &call.identity,
-            def,
-            sub,
-            crate::admission::node_restriction::Operation::Update,
-            Some(&cur.object),
-            Some(&new),
-        )?;
-        if sub.is_none() && !same(&new, &cur.object) {
-            crate::authz::escalation::check_write(
-                &call.state.authz,
-                &call.state.storage,
-                &call.identity,
-                def,
-                &new,
-            )
-            .await?;
-            let raised = crate::admission::pod_security::admit(
-                &call.state.storage,
-                def,
-                sub,
-                Some(&cur.object),
-                &new,
-            )
-            .await?;
-            {
-                let mut kept = call.warnings.lock().unwrap_or_else(|e| e.into_inner());
-                for w in raised {
-                    if !kept.contains(&w) {
-                        kept.push(w);
-                    }
+        let update = chain::Operation::Update {
+            old: &cur.object,
+            changed: !same(&new, &cur.object),
+        };
+        let admission = admission_attributes(call, def, update, call.name(), dry_run);
+        let raised = chain::validate(&admission, &new).await?;
+        if !raised.is_empty() {
+            let mut kept = call.warnings.lock().unwrap_or_else(|e| e.into_inner());
+            for w in raised {
+                if !kept.contains(&w) {
+                    kept.push(w);
                 }
             }
-            crate::admission::resource_quota::admit(
-                &call.state.storage,
-                def,
-                crate::admission::resource_quota::Operation::Update(&cur.object),
-                call.name(),
-                &new,
-                dry_run,
-            )
-            .await?;
         }
         if object::is_deleting(&cur.object) {
             let added = object::finalizers(&new)
@@ -693,6 +619,28 @@ where
         }
     }
     Err(conflict(call))
+}
+
+/// The admission chain's view of `call` writing an object of `def`.
+fn admission_attributes<'a>(
+    call: &'a Call,
+    def: &'a ResourceDef,
+    op: chain::Operation<'a>,
+    name: &'a str,
+    dry_run: bool,
+) -> chain::Attributes<'a> {
+    chain::Attributes {
+        storage: &call.state.storage,
+        authz: &call.state.authz,
+        identity: &call.identity,
+        def,
+        subresource: call.route.subresource.as_deref(),
+        op,
+        name,
+        dry_run,
+        sa_key: &call.state.sa_key,
+        ca_pem: &call.state.ca_pem,
+    }
 }
 
 /// The 409 for a stale resourceVersion.

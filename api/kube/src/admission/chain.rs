@@ -1,0 +1,326 @@
+//! The admission chain: every plugin a create or an update of an object passes, in the one order this
+//! list gives. The mutating plugins run on the decoded and defaulted object; the validating ones run
+//! after the object's own validation and may only refuse (or warn). A plugin says which requests it
+//! handles; the write handler runs the two phases at their places in the request and nothing else
+//! decides admission. `docs/architecture.md` prints this list (a test keeps the two equal).
+
+use serde_json::Value;
+
+use super::{limit_ranger, node_restriction, node_taint, pod_security, resource_quota};
+use crate::authn::Identity;
+use crate::authz::Authorizer;
+use crate::resource::ResourceDef;
+use crate::serviceaccount::key::SigningKey;
+use crate::status::ApiError;
+use crate::storage::Storage;
+
+/// The write being admitted.
+#[derive(Clone, Copy)]
+pub enum Operation<'a> {
+    /// A new object.
+    Create,
+    /// A change to `old`, the stored object; `changed` says whether the new object differs from it.
+    Update {
+        /// The stored object.
+        old: &'a Value,
+        /// Whether the new object differs from the stored one (some plugins skip no-op writes).
+        changed: bool,
+    },
+}
+
+/// What a plugin may read about the request, and the services it may call.
+pub struct Attributes<'a> {
+    /// The store plugins read quotas, ranges, namespaces and accounts from.
+    pub storage: &'a Storage,
+    /// The authorizer (escalation checks).
+    pub authz: &'a Authorizer,
+    /// Who asks.
+    pub identity: &'a Identity,
+    /// The kind as stored.
+    pub def: &'a ResourceDef,
+    /// The subresource written, if any.
+    pub subresource: Option<&'a str>,
+    /// Create or update.
+    pub op: Operation<'a>,
+    /// The object's name (a server-named object's `generateName` prefix, as upstream admits it).
+    pub name: &'a str,
+    /// Whether the write is a dry run (quota is checked but not charged).
+    pub dry_run: bool,
+    /// The service-account signing key (legacy token Secrets).
+    pub sa_key: &'a SigningKey,
+    /// The cluster CA in PEM (legacy token Secrets carry it).
+    pub ca_pem: &'a str,
+}
+
+impl Attributes<'_> {
+    fn is_create(&self) -> bool {
+        matches!(self.op, Operation::Create)
+    }
+
+    fn is_kind(&self, group: &str, kind: &str) -> bool {
+        self.def.group == group && self.def.kind == kind
+    }
+
+    /// Any create, or an update of the object itself that changes it.
+    fn changes_object(&self) -> bool {
+        match self.op {
+            Operation::Create => true,
+            Operation::Update { changed, .. } => self.subresource.is_none() && changed,
+        }
+    }
+}
+
+/// A plugin that may change the object.
+#[derive(Clone, Copy, Debug)]
+pub enum Mutating {
+    /// Priority: a pod's `priority` and `preemptionPolicy` from its PriorityClass (kept on update).
+    Priority,
+    /// TaintNodesByCondition: a new Node starts tainted not-ready.
+    TaintNodesByCondition,
+    /// ServiceAccount: a new pod's account token volume and image pull secrets.
+    ServiceAccount,
+    /// The token controller's part at create: a legacy service-account token Secret gets its token.
+    ServiceAccountTokenSecret,
+    /// LimitRanger: a new pod's default requests and limits from its namespace's LimitRanges.
+    LimitRanger,
+}
+
+/// The mutating plugins, in order.
+pub const MUTATING: &[Mutating] = &[
+    Mutating::Priority,
+    Mutating::TaintNodesByCondition,
+    Mutating::ServiceAccount,
+    Mutating::ServiceAccountTokenSecret,
+    Mutating::LimitRanger,
+];
+
+impl Mutating {
+    /// The plugin's name as upstream calls it (or, for keel's own steps, what they do).
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutating::Priority => "Priority",
+            Mutating::TaintNodesByCondition => "TaintNodesByCondition",
+            Mutating::ServiceAccount => "ServiceAccount",
+            Mutating::ServiceAccountTokenSecret => "ServiceAccountTokenSecret",
+            Mutating::LimitRanger => "LimitRanger",
+        }
+    }
+
+    /// What the plugin handles.
+    pub fn handles_text(self) -> &'static str {
+        match self {
+            Mutating::Priority => "pods: create, update",
+            Mutating::TaintNodesByCondition => "nodes: create",
+            Mutating::ServiceAccount => "pods: create",
+            Mutating::ServiceAccountTokenSecret => "secrets: create",
+            Mutating::LimitRanger => "pods: create",
+        }
+    }
+
+    fn handles(self, a: &Attributes<'_>) -> bool {
+        match self {
+            Mutating::Priority => {
+                a.is_kind("", "Pod") && (a.is_create() || a.subresource.is_none())
+            }
+            Mutating::TaintNodesByCondition => a.is_create() && a.is_kind("", "Node"),
+            Mutating::ServiceAccount => a.is_create() && a.is_kind("", "Pod"),
+            Mutating::ServiceAccountTokenSecret => a.is_create() && a.is_kind("", "Secret"),
+            Mutating::LimitRanger => a.is_create() && a.is_kind("", "Pod"),
+        }
+    }
+
+    async fn admit(self, a: &Attributes<'_>, obj: &mut Value) -> Result<(), ApiError> {
+        match (self, a.op) {
+            (Mutating::Priority, Operation::Create) => {
+                crate::priority::admit_create(a.storage, a.def, a.name, obj).await
+            }
+            (Mutating::Priority, Operation::Update { old, .. }) => {
+                crate::priority::admit_update(a.def, old, obj);
+                Ok(())
+            }
+            (Mutating::TaintNodesByCondition, _) => {
+                node_taint::admit_create(a.def, obj);
+                Ok(())
+            }
+            (Mutating::ServiceAccount, _) => {
+                crate::serviceaccount::admission::admit_create(a.storage, obj).await;
+                Ok(())
+            }
+            (Mutating::ServiceAccountTokenSecret, _) => {
+                crate::serviceaccount::legacy::fill(a.storage, a.sa_key, a.ca_pem, obj).await;
+                Ok(())
+            }
+            (Mutating::LimitRanger, _) => {
+                limit_ranger::admit_create(a.storage, a.def, a.name, obj).await
+            }
+        }
+    }
+}
+
+/// A plugin that may only refuse the object, or warn about it.
+#[derive(Clone, Copy, Debug)]
+pub enum Validating {
+    /// Priority: at most one global-default PriorityClass.
+    PriorityClass,
+    /// NodeRestriction: a node writes only its own Node, pods and leases.
+    NodeRestriction,
+    /// RBAC escalation: a role or binding grants only what its writer holds (upstream's RBAC storage).
+    RbacEscalation,
+    /// PodSecurity: the namespace's enforce level refuses, its warn level warns.
+    PodSecurity,
+    /// ResourceQuota: the namespace's quotas are charged, or the write refused.
+    ResourceQuota,
+}
+
+/// The validating plugins, in order (ResourceQuota last: nothing after it may refuse a charged write).
+pub const VALIDATING: &[Validating] = &[
+    Validating::PriorityClass,
+    Validating::NodeRestriction,
+    Validating::RbacEscalation,
+    Validating::PodSecurity,
+    Validating::ResourceQuota,
+];
+
+impl Validating {
+    /// The plugin's name as upstream calls it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Validating::PriorityClass => "Priority",
+            Validating::NodeRestriction => "NodeRestriction",
+            Validating::RbacEscalation => "RBACEscalation",
+            Validating::PodSecurity => "PodSecurity",
+            Validating::ResourceQuota => "ResourceQuota",
+        }
+    }
+
+    /// What the plugin handles.
+    pub fn handles_text(self) -> &'static str {
+        match self {
+            Validating::PriorityClass => "priorityclasses: create, update",
+            Validating::NodeRestriction => "requests by nodes: create, update (subresources too)",
+            Validating::RbacEscalation => {
+                "roles, clusterroles and their bindings: create, update that changes them"
+            }
+            Validating::PodSecurity => "pods and templates: create, update that changes them",
+            Validating::ResourceQuota => "namespaced objects: create, update that changes them",
+        }
+    }
+
+    fn handles(self, a: &Attributes<'_>) -> bool {
+        match self {
+            Validating::PriorityClass => a.is_create() || a.subresource.is_none(),
+            Validating::NodeRestriction => true,
+            Validating::RbacEscalation | Validating::PodSecurity | Validating::ResourceQuota => {
+                a.changes_object()
+            }
+        }
+    }
+
+    async fn validate(self, a: &Attributes<'_>, obj: &Value) -> Result<Vec<String>, ApiError> {
+        let old = match a.op {
+            Operation::Create => None,
+            Operation::Update { old, .. } => Some(old),
+        };
+        match self {
+            Validating::PriorityClass => {
+                crate::priority::validate_write(a.storage, a.def, obj, old.is_some()).await?
+            }
+            Validating::NodeRestriction => {
+                let op = match old {
+                    None => node_restriction::Operation::Create,
+                    Some(_) => node_restriction::Operation::Update,
+                };
+                node_restriction::admit(a.identity, a.def, a.subresource, op, old, Some(obj))?
+            }
+            Validating::RbacEscalation => {
+                crate::authz::escalation::check_write(a.authz, a.storage, a.identity, a.def, obj)
+                    .await?
+            }
+            Validating::PodSecurity => {
+                return pod_security::admit(a.storage, a.def, a.subresource, old, obj).await
+            }
+            Validating::ResourceQuota => {
+                let op = match old {
+                    None => resource_quota::Operation::Create,
+                    Some(old) => resource_quota::Operation::Update(old),
+                };
+                resource_quota::admit(a.storage, a.def, op, a.name, obj, a.dry_run).await?
+            }
+        }
+        Ok(Vec::new())
+    }
+}
+
+/// Runs the mutating plugins that handle the request, in order; the first refusal stops the write.
+pub async fn mutate(a: &Attributes<'_>, obj: &mut Value) -> Result<(), ApiError> {
+    for plugin in MUTATING {
+        if plugin.handles(a) {
+            plugin.admit(a, obj).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs the validating plugins that handle the request, in order; the first refusal stops the write.
+/// Returns the warnings they raised.
+pub async fn validate(a: &Attributes<'_>, obj: &Value) -> Result<Vec<String>, ApiError> {
+    let mut warnings = Vec::new();
+    for plugin in VALIDATING {
+        if plugin.handles(a) {
+            warnings.extend(plugin.validate(a, obj).await?);
+        }
+    }
+    Ok(warnings)
+}
+
+/// The chain as a Markdown table, as `docs/architecture.md` shows it.
+pub fn markdown() -> String {
+    let mut out = String::from("| # | phase | plugin | handles |\n|---|---|---|---|\n");
+    let rows = MUTATING
+        .iter()
+        .map(|p| ("mutating", p.name(), p.handles_text()))
+        .chain(
+            VALIDATING
+                .iter()
+                .map(|p| ("validating", p.name(), p.handles_text())),
+        );
+    for (i, (phase, name, handles)) in rows.enumerate() {
+        out.push_str(&format!("| {} | {phase} | {name} | {handles} |\n", i + 1));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/architecture.md shows the chain as this file lists it. `KEEL_WRITE_DOCS=1` rewrites it.
+    #[test]
+    fn the_documented_order_is_the_chain() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/architecture.md");
+        let doc = std::fs::read_to_string(path).expect("docs/architecture.md");
+        let (begin, end) = (
+            "<!-- admission-chain:begin -->\n",
+            "<!-- admission-chain:end -->",
+        );
+        let start = doc.find(begin).expect("begin marker") + begin.len();
+        let stop = doc.find(end).expect("end marker");
+        let want = markdown();
+        if std::env::var_os("KEEL_WRITE_DOCS").is_some() {
+            let updated = format!("{}{want}{}", &doc[..start], &doc[stop..]);
+            std::fs::write(path, updated).expect("write docs/architecture.md");
+            return;
+        }
+        assert_eq!(
+            &doc[start..stop],
+            want,
+            "docs/architecture.md's admission table differs from admission/chain.rs; \
+             run KEEL_WRITE_DOCS=1 cargo test -p keel-kube-api --lib chain"
+        );
+    }
+
+    #[test]
+    fn resource_quota_comes_last() {
+        assert!(matches!(VALIDATING.last(), Some(Validating::ResourceQuota)));
+    }
+}
