@@ -7,12 +7,7 @@ use super::aggregator::Remote;
 use super::crd::registry::Registry;
 use super::resource::ResourceDef;
 
-/// kube-apiserver version keel reports; kubectl's dispatcher picks its client from `minor`.
-pub const KUBE_MAJOR: &str = "1";
-/// See [`KUBE_MAJOR`].
-pub const KUBE_MINOR: &str = "32";
-/// The `gitVersion` field of `/version`.
-pub const KUBE_GIT_VERSION: &str = "v1.32.0-keel";
+pub use super::version::{KUBE_GIT_VERSION, KUBE_MAJOR, KUBE_MINOR};
 
 /// Content type of an aggregated discovery answer (client-go checks these parameters).
 pub const AGGREGATED_V2: &str =

@@ -36,6 +36,7 @@ pub mod csr;
 pub mod discovery;
 pub mod encode;
 pub mod encryption;
+pub mod exposition;
 pub mod handler;
 pub mod join;
 pub mod kubernetes_service;
@@ -59,6 +60,7 @@ pub mod storage;
 pub mod strategy;
 pub mod table;
 pub mod types;
+pub mod version;
 
 pub use server::{
     serve, ApiServer, InProcessService, KubeOptions, KubeServeError, DEFAULT_EVENT_TTL,

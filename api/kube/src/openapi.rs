@@ -7,6 +7,7 @@
 //! whether the server validates fields (`fieldValidation` among the operations' parameters) and, for what
 //! the server cannot validate (a `kind: List` of objects), to validate on the client against `/openapi/v2`.
 
+pub mod documents;
 pub mod gnostic;
 
 use std::collections::BTreeMap;
@@ -20,14 +21,7 @@ use serde_json::{json, Map, Value};
 use super::crd::registry::Registry;
 use super::resource::{self, ResourceDef, BUILTIN};
 
-/// One group-version's document, serialized, and its hash.
-#[derive(Debug, Clone)]
-pub struct Document {
-    /// The JSON body.
-    pub body: Bytes,
-    /// Uppercase hex SHA-512 of `body`.
-    pub hash: String,
-}
+pub use documents::{Document, V2};
 
 fn add_schema(gen: &mut SchemaGenerator, def: &ResourceDef) -> Option<String> {
     if def.custom.is_some() {
@@ -458,7 +452,7 @@ fn build_v3(defs: &[Arc<ResourceDef>]) -> Document {
     let paths: Map<String, Value> = paths.into_iter().collect();
     let doc = json!({
         "openapi": "3.0.0",
-        "info": {"title": "Kubernetes", "version": super::discovery::KUBE_GIT_VERSION},
+        "info": {"title": "Kubernetes", "version": super::version::KUBE_GIT_VERSION},
         "paths": paths,
         "components": {"schemas": components},
     });
@@ -556,23 +550,12 @@ pub fn v3_index(reg: &Registry) -> Value {
     json!({"paths": paths})
 }
 
-/// The `/openapi/v2` document in both encodings.
-#[derive(Debug, Clone)]
-pub struct V2 {
-    /// The JSON body.
-    pub json: Bytes,
-    /// The same document as gnostic's `openapi.v2.Document` message.
-    pub protobuf: Bytes,
-    /// Uppercase hex SHA-512 of `json`: the ETag of both encodings, as upstream.
-    pub hash: String,
-}
-
 fn build_v2(defs: &[Arc<ResourceDef>]) -> V2 {
     let (definitions, paths) = schemas(false, defs);
     let paths: Map<String, Value> = paths.into_iter().collect();
     let doc = json!({
         "swagger": "2.0",
-        "info": {"title": "Kubernetes", "version": super::discovery::KUBE_GIT_VERSION},
+        "info": {"title": "Kubernetes", "version": super::version::KUBE_GIT_VERSION},
         "paths": paths,
         "definitions": definitions,
     });

@@ -21,14 +21,15 @@ use keel_store::pb::mvccpb::KeyValue;
 use keel_store::{Command, CommandResponse, StoreError, MAX_REQUEST_BYTES};
 use serde_json::Value;
 
+pub mod calls;
 mod watch;
 
 pub use watch::{StoreWatch, WatchBatch};
 
-use super::metrics::StoreCalls;
 use super::object;
 use super::protobuf;
 use super::status::ApiError;
+use calls::StoreCalls;
 
 /// One stored object with its revisions.
 #[derive(Debug, Clone)]

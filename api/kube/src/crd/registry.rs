@@ -24,9 +24,9 @@ pub struct Served {
     /// The store revision this view was read at (changes whenever a CRD does).
     pub revision: i64,
     /// OpenAPI v3 documents of group-versions with custom resources, built on first request.
-    pub openapi_v3: Mutex<BTreeMap<String, crate::openapi::Document>>,
+    pub openapi_v3: Mutex<BTreeMap<String, crate::openapi::documents::Document>>,
     /// The OpenAPI v2 document, built on first request.
-    pub openapi_v2: OnceLock<crate::openapi::V2>,
+    pub openapi_v2: OnceLock<crate::openapi::documents::V2>,
 }
 
 /// The served resources of one member.

@@ -24,10 +24,10 @@ mod process;
 mod request;
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -39,32 +39,22 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetri
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 pub use request::RequestInfo;
 
 use crate::crd::registry::Registry as Served;
-use crate::resource::{Str, BUILTIN};
+use crate::resource::Str;
 use crate::storage::Storage;
 use keel_store::exposition::prometheus_text;
 use process::ProcessFigures;
-use request::{label, RequestLabels};
-
-/// Upstream's buckets for `apiserver_request_duration_seconds` and `etcd_request_duration_seconds`.
-pub const BUCKETS: [f64; 23] = [
-    0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0,
-    10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
-];
+use request::RequestLabels;
 
 /// The Content-Type of the exposition (Prometheus text format 0.0.4, as kube-apiserver answers).
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-fn histogram() -> Histogram {
-    Histogram::new(BUCKETS)
-}
-
-type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+pub use crate::exposition::BUCKETS;
+use crate::exposition::{histogram, label, HistogramFamily};
 
 /// `apiserver_request_total` labels: the answer's code and the request's (the encoder can only flatten a
 /// set last, so `code` comes first; label order means nothing to Prometheus).
@@ -85,105 +75,6 @@ struct LongRunningLabels {
     subresource: Str,
     scope: &'static str,
     component: &'static str,
-}
-
-/// `etcd_request_duration_seconds` labels.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StoreLabels {
-    operation: &'static str,
-    r#type: Str,
-}
-
-/// Timings of the API server's calls into the store (`etcd_request_duration_seconds`,
-/// `etcd_requests_total`, `etcd_request_errors_total`), fed by [`Storage`].
-#[derive(Debug, Clone)]
-pub struct StoreCalls {
-    duration: HistogramFamily<StoreLabels>,
-    total: Family<StoreLabels, Counter>,
-    errors: Family<StoreLabels, Counter>,
-}
-
-impl Default for StoreCalls {
-    fn default() -> Self {
-        StoreCalls {
-            duration: Family::new_with_constructor(histogram),
-            total: Family::default(),
-            errors: Family::default(),
-        }
-    }
-}
-
-impl StoreCalls {
-    /// Records one store call on `key` (`get`, `list`, `create`, `update`, `delete`) that began at `start`.
-    pub fn record(&self, operation: &'static str, key: &[u8], start: Instant, ok: bool) {
-        let labels = StoreLabels {
-            operation,
-            r#type: key_type(key),
-        };
-        self.duration
-            .get_or_create(&labels)
-            .observe(start.elapsed().as_secs_f64());
-        self.total.get_or_create(&labels).inc();
-        if !ok {
-            self.errors.get_or_create(&labels).inc();
-        }
-    }
-
-    /// Adds the three families to `r` (which ends each help text with a period).
-    fn register(&self, r: &mut Registry) {
-        r.register(
-            "etcd_request_duration_seconds",
-            "Etcd request latency in seconds for each operation and object type",
-            self.duration.clone(),
-        );
-        r.register(
-            "etcd_requests",
-            "Etcd request counts for each operation and object type",
-            self.total.clone(),
-        );
-        r.register(
-            "etcd_request_errors",
-            "Etcd failed request counts for each operation and object type",
-            self.errors.clone(),
-        );
-    }
-}
-
-/// Built-in storage prefixes (`minions`, `services/specs`) to upstream's qualified resource names.
-static STORAGE_TYPES: LazyLock<HashMap<&'static str, String>> = LazyLock::new(|| {
-    let mut m = HashMap::new();
-    for d in BUILTIN.iter() {
-        if let Cow::Borrowed(s) = d.storage {
-            m.entry(s).or_insert_with(|| d.qualified());
-        }
-    }
-    m
-});
-
-/// The `type` label of a store key: the qualified resource of `/registry/<storage>/...` (custom
-/// resources are `/registry/<group>/<plural>/...`), `other` for keel's own keys.
-fn key_type(key: &[u8]) -> Str {
-    let Some(rest) = key.strip_prefix(b"/registry/") else {
-        return Cow::Borrowed("other");
-    };
-    let rest = String::from_utf8_lossy(rest);
-    let mut parts = rest.splitn(3, '/');
-    let first = parts.next().unwrap_or("");
-    let second = parts.next();
-    if let Some(second) = second {
-        let two = format!("{first}/{second}");
-        if let Some(t) = STORAGE_TYPES.get(two.as_str()) {
-            return Cow::Borrowed(t.as_str());
-        }
-    }
-    if let Some(t) = STORAGE_TYPES.get(first) {
-        return Cow::Borrowed(t.as_str());
-    }
-    match second {
-        // Custom resources: the group has a dot, the plural follows it.
-        Some(plural) if first.contains('.') => label(Cow::Owned(format!("{plural}.{first}"))),
-        _ => label(Cow::Owned(first.to_string())),
-    }
 }
 
 /// The in-flight gauge's two kinds, as upstream names them.
@@ -450,25 +341,5 @@ impl HttpBody for Tracked {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn store_keys_name_their_resource() {
-        assert_eq!(key_type(b"/registry/pods/d/p"), "pods");
-        assert_eq!(key_type(b"/registry/minions/n1"), "nodes");
-        assert_eq!(key_type(b"/registry/services/specs/d/s"), "services");
-        assert_eq!(key_type(b"/registry/services/endpoints/d/s"), "endpoints");
-        assert_eq!(key_type(b"/registry/deployments/d/w"), "deployments.apps");
-        assert_eq!(key_type(b"/registry/pods/"), "pods");
-        assert_eq!(
-            key_type(b"/registry/example.com/widgets/d/w"),
-            "widgets.example.com"
-        );
-        assert_eq!(key_type(b"/keel/bootstrap/pki"), "other");
     }
 }

@@ -36,23 +36,7 @@ const VALID_VERBS: [&str; 14] = [
     "WATCHLIST",
 ];
 
-/// A label value as the text encoder needs it: the encoder writes values as they are, so quotes,
-/// backslashes and newlines are escaped here (never present in names from the resource table).
-pub(super) fn label(v: Str) -> Str {
-    if !v.contains(['"', '\\', '\n']) {
-        return v;
-    }
-    let mut out = String::with_capacity(v.len() + 4);
-    for c in v.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    Cow::Owned(out)
-}
+pub(super) use crate::exposition::label;
 
 /// `apiserver_request_duration_seconds` labels.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
