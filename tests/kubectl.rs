@@ -1018,3 +1018,38 @@ fn list_with_unknown_fields_is_refused_by_client_validation() {
         "{none}"
     );
 }
+
+// Upstream's BeforeCreate uses generateName only when the name is empty, so resending an answer (which
+// carries both) is a 409, not a second object.
+#[test]
+fn generate_name_only_without_a_name() {
+    let c = shared();
+    c.ok(0, &["create", "namespace", "gen-name"]);
+    let both = "apiVersion: v1\nkind: Pod\nmetadata: {name: fixed, generateName: gen-}\n\
+                spec:\n  containers: [{name: c, image: busybox}]\n";
+    let first = c.ok_stdin(0, &["-n", "gen-name", "create", "-f", "-"], Some(both));
+    assert!(first.contains("pod/fixed created"), "{first}");
+    let again = c.err_stdin(0, &["-n", "gen-name", "create", "-f", "-"], Some(both));
+    assert!(
+        again.contains(
+            "Error from server (AlreadyExists): error when creating \"STDIN\": pods \"fixed\" already \
+             exists, the server was not able to generate a unique name for the object"
+        ),
+        "{again}"
+    );
+    let only = both.replace("name: fixed, ", "");
+    let named = c.ok_stdin(0, &["-n", "gen-name", "create", "-f", "-"], Some(&only));
+    assert!(
+        named.starts_with("pod/gen-") && named.contains(" created"),
+        "{named}"
+    );
+    let pods = c.ok(0, &["-n", "gen-name", "get", "pods", "-o", "name"]);
+    let mut names: Vec<&str> = pods.lines().collect();
+    names.sort_unstable();
+    assert_eq!(names.len(), 2, "{pods}");
+    assert_eq!(names[0], "pod/fixed", "{pods}");
+    assert!(
+        names[1].starts_with("pod/gen-") && names[1].len() == "pod/gen-".len() + 5,
+        "{pods}"
+    );
+}

@@ -282,7 +282,10 @@ pub async fn create_object(
         "" => generate.clone(),
         n => n.to_string(),
     };
-    if object::name(&obj).is_empty() && !generate.is_empty() {
+    // generateName counts only when no name was given (upstream's BeforeCreate): a client that resends an
+    // answer (name and generateName both set) must get AlreadyExists, not a second object.
+    let generated = object::name(&obj).is_empty() && !generate.is_empty();
+    if generated {
         object::meta_mut(&mut obj).insert("name".into(), json!(generated_name(&generate)));
     }
     defaults::apply(sdef, &mut obj);
@@ -406,16 +409,18 @@ pub async fn create_object(
                 return respond_created(call, out).map(|r| with_warnings(r, warnings));
             }
             WriteOutcome::Lost(Some(_)) => {
-                if !generate.is_empty() && attempt + 1 < RETRIES && call.route.name.is_none() {
+                if generated && attempt + 1 < RETRIES && call.route.name.is_none() {
                     object::meta_mut(&mut obj)
                         .insert("name".into(), json!(generated_name(&generate)));
                     continue;
                 }
-                return Err(ApiError::AlreadyExists(Target::new(
-                    &def.group,
-                    &def.plural,
-                    object::name(&obj),
-                )));
+                let target = Target::new(&def.group, &def.plural, object::name(&obj));
+                // Upstream's CheckGeneratedNameError: any create carrying generateName says so.
+                return Err(if generate.is_empty() {
+                    ApiError::AlreadyExists(target)
+                } else {
+                    ApiError::GenerateNameConflict(target)
+                });
             }
             // A claim was taken by a concurrent create: allocate again.
             WriteOutcome::Lost(None) => {
