@@ -1053,3 +1053,88 @@ fn generate_name_only_without_a_name() {
         "{pods}"
     );
 }
+
+/// `bytes` in base64 wrapped at 76 columns, one line per row, as Python's `base64.encodebytes` writes it.
+fn wrapped_base64(bytes: &[u8]) -> String {
+    use base64::Engine;
+    let one_line = base64::engine::general_purpose::STANDARD.encode(bytes);
+    one_line
+        .as_bytes()
+        .chunks(76)
+        .map(|c| format!("{}\n", String::from_utf8_lossy(c)))
+        .collect()
+}
+
+// `[]byte` fields are decoded by Go's rules (line breaks skipped, padding required) in JSON and YAML bodies,
+// stored as bytes and read back in one line; what Go refuses is refused with Go's text.
+#[test]
+fn base64_byte_fields_follow_go() {
+    use base64::Engine;
+    let c = shared();
+    c.ok(0, &["create", "namespace", "bytes"]);
+    let raw: Vec<u8> = (0..=255u8).cycle().take(300).collect();
+    let wrapped = wrapped_base64(&raw);
+    assert!(wrapped.lines().count() > 1 && wrapped.lines().next().map(str::len) == Some(76));
+    // YAML: a literal block keeps the line breaks, as a manifest written from encodebytes does.
+    let block: String = wrapped.lines().map(|l| format!("    {l}\n")).collect();
+    let yaml = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: wrapped}}\ndata:\n  key: |\n{block}"
+    );
+    let out = c.ok_stdin(0, &["-n", "bytes", "create", "-f", "-"], Some(&yaml));
+    assert!(out.contains("secret/wrapped created"), "{out}");
+    // JSON: the same text as a string with \n and \r\n.
+    let json = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "wrapped"},
+        "binaryData": {"key": wrapped.replace('\n', "\r\n")},
+    });
+    let out = c.ok_stdin(
+        0,
+        &["-n", "bytes", "create", "-f", "-"],
+        Some(&json.to_string()),
+    );
+    assert!(out.contains("configmap/wrapped created"), "{out}");
+    let one_line = base64::engine::general_purpose::STANDARD.encode(&raw);
+    for (kind, path) in [
+        ("secret", "{.data.key}"),
+        ("configmap", "{.binaryData.key}"),
+    ] {
+        let back = c.ok(
+            0,
+            &[
+                "-n",
+                "bytes",
+                "get",
+                kind,
+                "wrapped",
+                "-o",
+                &format!("jsonpath={path}"),
+            ],
+        );
+        assert_eq!(back, one_line, "{kind}");
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(back.as_bytes())
+            .expect("base64 answer");
+        assert_eq!(decoded, raw, "{kind}: read back byte for byte");
+    }
+    // Go refuses a missing padding and a character outside the alphabet, at their offsets.
+    let bad = |value: &str| {
+        let body = serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "bad"}, "data": {"k": value},
+        });
+        c.err_stdin(
+            0,
+            &["-n", "bytes", "create", "-f", "-"],
+            Some(&body.to_string()),
+        )
+    };
+    let err = bad("YWJjZA");
+    assert!(
+        err.contains(
+            "Error from server (BadRequest): error when creating \"STDIN\": Secret in version \"v1\" \
+             cannot be handled as a Secret: illegal base64 data at input byte 4"
+        ),
+        "{err}"
+    );
+    let err = bad("YWJj\nZG-m");
+    assert!(err.contains("illegal base64 data at input byte 7"), "{err}");
+}

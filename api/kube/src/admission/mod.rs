@@ -1,6 +1,7 @@
 //! Admission of built-in kinds: defaulting, mutating plugins (TaintNodesByCondition, LimitRanger), then
 //! validation (names, required fields, immutable fields) and the validating plugins, ResourceQuota last.
 
+pub mod bytes;
 pub mod defaults;
 pub mod limit_ranger;
 pub mod names;

@@ -140,7 +140,7 @@ fn incoming(call: &Call) -> Result<(Value, Vec<String>), ApiError> {
     let mut obj = body::decode(&call.headers, &call.body)?;
     check_type(def, &mut obj)?;
     let warnings = field_validation_body(call, def, &mut obj)?;
-    validate::shape(def, &obj)?;
+    validate::shape(def, &mut obj)?;
     let mut obj = convert::to_storage(def, obj);
     let body_ns = object::namespace(&obj).to_string();
     match call.ns() {
@@ -776,7 +776,7 @@ pub async fn patch(call: Call) -> Result<Response, ApiError> {
         let mut patched = patched;
         check_type(def, &mut patched)?;
         warnings = field_validation(&call, def, &mut patched)?;
-        validate::shape(def, &patched)?;
+        validate::shape(def, &mut patched)?;
         if object::name(&patched) != object::name(&cur.object) {
             return Err(ApiError::BadRequest(
                 "metadata.name: the name of the object cannot be changed by a patch".into(),
