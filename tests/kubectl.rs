@@ -1138,3 +1138,51 @@ fn base64_byte_fields_follow_go() {
     let err = bad("YWJj\nZG-m");
     assert!(err.contains("illegal base64 data at input byte 7"), "{err}");
 }
+
+// What a create takes from the body and what the server sets, as upstream's BeforeCreate: the URL's namespace
+// (a different one in the body is refused; cluster-scoped objects have none), a fresh uid and
+// creationTimestamp whatever the body says.
+#[test]
+fn create_takes_server_metadata_as_upstream() {
+    let c = shared();
+    c.ok(0, &["create", "namespace", "meta-a"]);
+    let post = |path: &str, body: &serde_json::Value| {
+        let file = c.dir().join("create-meta.json");
+        std::fs::write(&file, body.to_string()).unwrap();
+        c.kubectl(0, &["create", "--raw", path, "-f", file.to_str().unwrap()])
+    };
+    let cms = "/api/v1/namespaces/meta-a/configmaps";
+    let other = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "elsewhere", "namespace": "meta-b"}});
+    let r = post(cms, &other);
+    assert!(
+        !r.ok
+            && r.stderr.contains(
+                "the namespace of the provided object does not match the namespace sent on the request"
+            ),
+        "{r:?}"
+    );
+    let sent = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "stamped", "uid": "not-a-server-uid",
+                     "creationTimestamp": "2000-01-01T00:00:00Z"}});
+    let r = post(cms, &sent);
+    assert!(r.ok, "{r:?}");
+    let made: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(made["metadata"]["namespace"], "meta-a", "{made}");
+    assert_ne!(made["metadata"]["uid"], "not-a-server-uid", "{made}");
+    assert_eq!(
+        made["metadata"]["uid"].as_str().map(str::len),
+        Some(36),
+        "{made}"
+    );
+    assert_ne!(
+        made["metadata"]["creationTimestamp"], "2000-01-01T00:00:00Z",
+        "{made}"
+    );
+    let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "meta-cluster", "namespace": "meta-a"}});
+    let r = post("/api/v1/namespaces", &ns);
+    assert!(r.ok, "{r:?}");
+    let made: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert!(made["metadata"]["namespace"].is_null(), "{made}");
+}
