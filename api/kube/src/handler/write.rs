@@ -644,7 +644,14 @@ where
         if dry_run {
             return Ok(Updated::Object(new));
         }
+        // As upstream's ShouldDeleteDuringUpdate, an update removes the object only once its grace
+        // period is over: a pod in graceful deletion takes its agent's final status and stays until the
+        // agent deletes it.
+        let grace_over = object::path(&cur.object, "metadata.deletionGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            == Some(0);
         if object::is_deleting(&new)
+            && grace_over
             && object::finalizers(&new).is_empty()
             && !strategy.kept_after_finalizers(&new)
         {
