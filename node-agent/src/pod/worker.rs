@@ -1377,8 +1377,8 @@ impl Worker {
     }
 
     /// Writes the status a stopped pod ends with (every container terminated, not ready); a conflict is
-    /// retried on the pod read again. Whether the pod is still there (false: it is gone, or another pod
-    /// has its name now).
+    /// retried on the pod read again, another refusal is logged. Whether the pod is still there (false:
+    /// it is gone, or another pod has its name now); an error (the API unreachable) is for the next sync.
     async fn write_final_status(&mut self, pod: &Pod, input: &Input) -> Result<bool> {
         let sandbox = input
             .sandboxes
@@ -1402,6 +1402,13 @@ impl Worker {
                 Ok(()) => return Ok(true),
                 Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
                 Err(kube::Error::Api(s)) if s.code == 409 && attempt < FINAL_STATUS_CONFLICTS => {}
+                // A refusal that a retry cannot change must not keep the pod Terminating forever.
+                Err(kube::Error::Api(s))
+                    if (400..500).contains(&s.code) && ![409, 429].contains(&s.code) =>
+                {
+                    warn!(pod = %pod_key(pod), error = %s, "final status refused; deleting the pod without it");
+                    return Ok(true);
+                }
                 Err(e) => return Err(Error::kube("writing the pod's final status", e)),
             }
             attempt += 1;
