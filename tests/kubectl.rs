@@ -1141,7 +1141,7 @@ fn base64_byte_fields_follow_go() {
 
 // What a create takes from the body and what the server sets, as upstream's BeforeCreate: the URL's namespace
 // (a different one in the body is refused; cluster-scoped objects have none), a fresh uid and
-// creationTimestamp whatever the body says.
+// creationTimestamp whatever the body says, and no resourceVersion.
 #[test]
 fn create_takes_server_metadata_as_upstream() {
     let c = shared();
@@ -1179,6 +1179,21 @@ fn create_takes_server_metadata_as_upstream() {
         made["metadata"]["creationTimestamp"], "2000-01-01T00:00:00Z",
         "{made}"
     );
+    // A resourceVersion that parses as a number fails the create (500, no reason); another is ignored.
+    let versioned = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "versioned", "resourceVersion": "5"}});
+    let r = post(cms, &versioned);
+    assert!(
+        !r.ok
+            && r.stderr.contains(
+                "Error from server: resourceVersion should not be set on objects to be created"
+            ),
+        "{r:?}"
+    );
+    let odd = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "odd-version", "resourceVersion": "x"}});
+    let r = post(cms, &odd);
+    assert!(r.ok, "{r:?}");
     let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": "meta-cluster", "namespace": "meta-a"}});
     let r = post("/api/v1/namespaces", &ns);

@@ -277,6 +277,12 @@ pub async fn create_object(
         });
     }
     let generate = object::meta_str(&obj, "generateName").to_string();
+    // Upstream's storage refuses a POST whose object carries a resourceVersion (one that parses as a
+    // non-zero number; others are ignored), after admission, and not in a dry run.
+    let sent_version = call.route.name.is_none()
+        && object::meta_str(&obj, "resourceVersion")
+            .parse::<u64>()
+            .is_ok_and(|v| v != 0);
     // Admission names a server-named object by its prefix, as upstream's (which picks names after it).
     let admission_name = match object::name(&obj) {
         "" => generate.clone(),
@@ -377,6 +383,11 @@ pub async fn create_object(
     crate::encode::as_stored(&sdef.api_version(), &sdef.kind, &mut obj);
     if let Some(ns) = call.ns() {
         lifecycle::check_namespace_open(&call.state.storage, ns).await?;
+    }
+    if sent_version && !dry_run {
+        return Err(ApiError::Unknown(
+            "resourceVersion should not be set on objects to be created".into(),
+        ));
     }
     // Allocation fills in values the client left out; a retry after a lost claim starts again from
     // what the client sent, so a value picked for it is never mistaken for a request.
