@@ -1018,3 +1018,186 @@ fn list_with_unknown_fields_is_refused_by_client_validation() {
         "{none}"
     );
 }
+
+// Upstream's BeforeCreate uses generateName only when the name is empty, so resending an answer (which
+// carries both) is a 409, not a second object.
+#[test]
+fn generate_name_only_without_a_name() {
+    let c = shared();
+    c.ok(0, &["create", "namespace", "gen-name"]);
+    let both = "apiVersion: v1\nkind: Pod\nmetadata: {name: fixed, generateName: gen-}\n\
+                spec:\n  containers: [{name: c, image: busybox}]\n";
+    let first = c.ok_stdin(0, &["-n", "gen-name", "create", "-f", "-"], Some(both));
+    assert!(first.contains("pod/fixed created"), "{first}");
+    let again = c.err_stdin(0, &["-n", "gen-name", "create", "-f", "-"], Some(both));
+    assert!(
+        again.contains(
+            "Error from server (AlreadyExists): error when creating \"STDIN\": pods \"fixed\" already \
+             exists, the server was not able to generate a unique name for the object"
+        ),
+        "{again}"
+    );
+    let only = both.replace("name: fixed, ", "");
+    let named = c.ok_stdin(0, &["-n", "gen-name", "create", "-f", "-"], Some(&only));
+    assert!(
+        named.starts_with("pod/gen-") && named.contains(" created"),
+        "{named}"
+    );
+    let pods = c.ok(0, &["-n", "gen-name", "get", "pods", "-o", "name"]);
+    let mut names: Vec<&str> = pods.lines().collect();
+    names.sort_unstable();
+    assert_eq!(names.len(), 2, "{pods}");
+    assert_eq!(names[0], "pod/fixed", "{pods}");
+    assert!(
+        names[1].starts_with("pod/gen-") && names[1].len() == "pod/gen-".len() + 5,
+        "{pods}"
+    );
+}
+
+/// `bytes` in base64 wrapped at 76 columns, one line per row, as Python's `base64.encodebytes` writes it.
+fn wrapped_base64(bytes: &[u8]) -> String {
+    use base64::Engine;
+    let one_line = base64::engine::general_purpose::STANDARD.encode(bytes);
+    one_line
+        .as_bytes()
+        .chunks(76)
+        .map(|c| format!("{}\n", String::from_utf8_lossy(c)))
+        .collect()
+}
+
+// `[]byte` fields are decoded by Go's rules (line breaks skipped, padding required) in JSON and YAML bodies,
+// stored as bytes and read back in one line; what Go refuses is refused with Go's text.
+#[test]
+fn base64_byte_fields_follow_go() {
+    use base64::Engine;
+    let c = shared();
+    c.ok(0, &["create", "namespace", "bytes"]);
+    let raw: Vec<u8> = (0..=255u8).cycle().take(300).collect();
+    let wrapped = wrapped_base64(&raw);
+    assert!(wrapped.lines().count() > 1 && wrapped.lines().next().map(str::len) == Some(76));
+    // YAML: a literal block keeps the line breaks, as a manifest written from encodebytes does.
+    let block: String = wrapped.lines().map(|l| format!("    {l}\n")).collect();
+    let yaml = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: wrapped}}\ndata:\n  key: |\n{block}"
+    );
+    let out = c.ok_stdin(0, &["-n", "bytes", "create", "-f", "-"], Some(&yaml));
+    assert!(out.contains("secret/wrapped created"), "{out}");
+    // JSON: the same text as a string with \n and \r\n.
+    let json = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "wrapped"},
+        "binaryData": {"key": wrapped.replace('\n', "\r\n")},
+    });
+    let out = c.ok_stdin(
+        0,
+        &["-n", "bytes", "create", "-f", "-"],
+        Some(&json.to_string()),
+    );
+    assert!(out.contains("configmap/wrapped created"), "{out}");
+    let one_line = base64::engine::general_purpose::STANDARD.encode(&raw);
+    for (kind, path) in [
+        ("secret", "{.data.key}"),
+        ("configmap", "{.binaryData.key}"),
+    ] {
+        let back = c.ok(
+            0,
+            &[
+                "-n",
+                "bytes",
+                "get",
+                kind,
+                "wrapped",
+                "-o",
+                &format!("jsonpath={path}"),
+            ],
+        );
+        assert_eq!(back, one_line, "{kind}");
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(back.as_bytes())
+            .expect("base64 answer");
+        assert_eq!(decoded, raw, "{kind}: read back byte for byte");
+    }
+    // Go refuses a missing padding and a character outside the alphabet, at their offsets.
+    let bad = |value: &str| {
+        let body = serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "bad"}, "data": {"k": value},
+        });
+        c.err_stdin(
+            0,
+            &["-n", "bytes", "create", "-f", "-"],
+            Some(&body.to_string()),
+        )
+    };
+    let err = bad("YWJjZA");
+    assert!(
+        err.contains(
+            "Error from server (BadRequest): error when creating \"STDIN\": Secret in version \"v1\" \
+             cannot be handled as a Secret: illegal base64 data at input byte 4"
+        ),
+        "{err}"
+    );
+    let err = bad("YWJj\nZG-m");
+    assert!(err.contains("illegal base64 data at input byte 7"), "{err}");
+}
+
+// What a create takes from the body and what the server sets, as upstream's BeforeCreate: the URL's namespace
+// (a different one in the body is refused; cluster-scoped objects have none), a fresh uid and
+// creationTimestamp whatever the body says, and no resourceVersion.
+#[test]
+fn create_takes_server_metadata_as_upstream() {
+    let c = shared();
+    c.ok(0, &["create", "namespace", "meta-a"]);
+    let post = |path: &str, body: &serde_json::Value| {
+        let file = c.dir().join("create-meta.json");
+        std::fs::write(&file, body.to_string()).unwrap();
+        c.kubectl(0, &["create", "--raw", path, "-f", file.to_str().unwrap()])
+    };
+    let cms = "/api/v1/namespaces/meta-a/configmaps";
+    let other = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "elsewhere", "namespace": "meta-b"}});
+    let r = post(cms, &other);
+    assert!(
+        !r.ok
+            && r.stderr.contains(
+                "the namespace of the provided object does not match the namespace sent on the request"
+            ),
+        "{r:?}"
+    );
+    let sent = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "stamped", "uid": "not-a-server-uid",
+                     "creationTimestamp": "2000-01-01T00:00:00Z"}});
+    let r = post(cms, &sent);
+    assert!(r.ok, "{r:?}");
+    let made: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(made["metadata"]["namespace"], "meta-a", "{made}");
+    assert_ne!(made["metadata"]["uid"], "not-a-server-uid", "{made}");
+    assert_eq!(
+        made["metadata"]["uid"].as_str().map(str::len),
+        Some(36),
+        "{made}"
+    );
+    assert_ne!(
+        made["metadata"]["creationTimestamp"], "2000-01-01T00:00:00Z",
+        "{made}"
+    );
+    // A resourceVersion that parses as a number fails the create (500, no reason); another is ignored.
+    let versioned = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "versioned", "resourceVersion": "5"}});
+    let r = post(cms, &versioned);
+    assert!(
+        !r.ok
+            && r.stderr.contains(
+                "Error from server: resourceVersion should not be set on objects to be created"
+            ),
+        "{r:?}"
+    );
+    let odd = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "odd-version", "resourceVersion": "x"}});
+    let r = post(cms, &odd);
+    assert!(r.ok, "{r:?}");
+    let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "meta-cluster", "namespace": "meta-a"}});
+    let r = post("/api/v1/namespaces", &ns);
+    assert!(r.ok, "{r:?}");
+    let made: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert!(made["metadata"]["namespace"].is_null(), "{made}");
+}

@@ -2622,3 +2622,120 @@ fn image_pull_secrets_reach_the_registry() {
     );
     kubectl(&["delete", "namespace", &ns, "--wait=false"]);
 }
+
+/// A deleted pod's last status, as the kubelet writes it before its grace-0 delete: a watcher sees every
+/// container terminated with its exit code and `Ready`/`ContainersReady` False before `DELETED`, and
+/// `kubectl wait --for=condition=Ready=false` returns.
+#[test]
+fn deleted_pod_shows_its_final_status() {
+    let _turn = shared_turn();
+    let n = node();
+    let c = cluster();
+    let ns = namespace("final-status");
+    // Both containers end on SIGTERM, each with its own exit code.
+    let manifest = format!(
+        r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"f"}},"spec":{{"terminationGracePeriodSeconds":30,
+          "containers":[
+            {{"name":"three","image":"{BUSYBOX}","imagePullPolicy":"Never",
+              "command":["sh","-c","trap 'exit 3' TERM; while true; do sleep 1; done"]}},
+            {{"name":"zero","image":"{BUSYBOX}","imagePullPolicy":"Never",
+              "command":["sh","-c","trap 'exit 0' TERM; while true; do sleep 1; done"]}}]}}}}"#
+    );
+    apply(&ns, &manifest);
+    wait_for(n, "pod f running", || running_ready(&pod(&ns, "f")));
+    let watch = Background::start(
+        c,
+        0,
+        &[
+            "-n",
+            &ns,
+            "get",
+            "pod",
+            "f",
+            "-w",
+            "-o",
+            "json",
+            "--output-watch-events",
+        ],
+        "final-status-watch",
+    );
+    let mut waiter = Background::start(
+        c,
+        0,
+        &[
+            "-n",
+            &ns,
+            "wait",
+            "--for=condition=Ready=false",
+            "pod/f",
+            "--timeout=120s",
+            "-v=6",
+        ],
+        "final-status-wait",
+    );
+    // Both have the pod before it changes: the watch printed it, the waiter opened its watch.
+    wait_for(n, "the watch to print the pod", || {
+        watch.output().contains("\"ADDED\"")
+    });
+    wait_for(n, "kubectl wait to watch the pod", || {
+        waiter.output().contains("watch=true")
+    });
+    kubectl(&[
+        "-n",
+        &ns,
+        "delete",
+        "pod",
+        "f",
+        "--grace-period=10",
+        "--wait=true",
+        "--timeout=90s",
+    ]);
+    let events = || -> Vec<Value> {
+        serde_json::Deserializer::from_str(&watch.output())
+            .into_iter::<Value>()
+            .map_while(Result::ok)
+            .collect()
+    };
+    wait_for(n, "the watch to see DELETED", || {
+        events().iter().any(|e| e["type"] == "DELETED")
+    });
+    let events = events();
+    let deleted = events.iter().position(|e| e["type"] == "DELETED").unwrap();
+    let stopped = |p: &Value| {
+        let statuses = p["status"]["containerStatuses"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        statuses.len() == 2
+            && statuses.iter().all(|s| !s["state"]["terminated"].is_null())
+            && condition(p, "Ready")["status"] == "False"
+            && condition(p, "ContainersReady")["status"] == "False"
+    };
+    let last = events[..deleted]
+        .iter()
+        .rposition(|e| e["type"] == "MODIFIED" && stopped(&e["object"]))
+        .unwrap_or_else(|| {
+            fail(
+                n,
+                format!("no MODIFIED event with the final status before DELETED: {events:#?}"),
+            )
+        });
+    let p = &events[last]["object"];
+    assert!(!p["metadata"]["deletionTimestamp"].is_null(), "{p}");
+    let code = |name: &str| {
+        p["status"]["containerStatuses"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|s| s["name"] == name))
+            .map(|s| s["state"]["terminated"]["exitCode"].clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(code("three"), 3, "{p}");
+    assert_eq!(code("zero"), 0, "{p}");
+    assert!(stopped(&events[deleted]["object"]), "{:#}", events[deleted]);
+    wait_for(n, "kubectl wait to return", || waiter.exited().is_some());
+    let out = waiter.output();
+    if waiter.exited() != Some(true) || !out.contains("pod/f condition met") {
+        fail(n, format!("kubectl wait: {out}"));
+    }
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}

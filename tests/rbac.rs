@@ -1317,3 +1317,178 @@ fn resource_quota_and_limit_range_admit_count_and_refuse() {
     c.ok(0, &["run", "c", "-n", "quota-a", "--image=busybox"]);
     assert_eq!(used("pods"), "2");
 }
+
+/// The status code of a list through `api`: 200, or the API's error code (403 when refused).
+async fn list_code<K>(api: &Api<K>) -> u16
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.list(&kube::api::ListParams::default().limit(1)).await {
+        Ok(_) => 200,
+        Err(kube::Error::Api(s)) => s.code,
+        Err(e) => panic!("list: {e}"),
+    }
+}
+
+/// RBAC judges from one moment of the store, and an RBAC write is in force once acknowledged:
+/// - a service account lists pods at the cluster scope 400 times under a ClusterRoleBinding it keeps while
+///   another client creates and deletes namespaces, Roles and RoleBindings (and the namespace controller
+///   deletes their content): no refusal;
+/// - 40 rounds of a RoleBinding created then deleted, each acknowledged write followed at once by a
+///   request of the account: allowed after every create, refused after every delete.
+#[tokio::test(flavor = "multi_thread")]
+async fn rbac_judges_from_one_consistent_view_under_churn() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+    use kube::api::{DeleteParams, ObjectMeta};
+    const LISTS: usize = 400;
+    const ROUNDS: usize = 40;
+    let c = cluster();
+    c.ok(0, &["create", "namespace", "rbac-churn"]);
+    c.ok(
+        0,
+        &["-n", "rbac-churn", "create", "serviceaccount", "lister"],
+    );
+    c.ok(
+        0,
+        &[
+            "create",
+            "clusterrole",
+            "churn-pod-lister",
+            "--verb=list",
+            "--resource=pods",
+        ],
+    );
+    c.ok(
+        0,
+        &[
+            "create",
+            "clusterrolebinding",
+            "churn-lister",
+            "--clusterrole=churn-pod-lister",
+            "--serviceaccount=rbac-churn:lister",
+        ],
+    );
+    let token = c
+        .ok(0, &["-n", "rbac-churn", "create", "token", "lister"])
+        .trim()
+        .to_string();
+    let sa = keel_testkit::kube::client(&kubeconfig_with(c, "churn-lister", &token), true).await;
+    let admin = c.client(0).await;
+    let role = |ns: &str, name: &str, resource: &str| Role {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec![resource.into()]),
+            verbs: vec!["list".into()],
+            ..Default::default()
+        }]),
+    };
+    let binding = |ns: &str, name: &str, role: &str| RoleBinding {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "Role".into(),
+            name: role.into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: "lister".into(),
+            namespace: Some("rbac-churn".into()),
+            ..Default::default()
+        }]),
+    };
+    let pp = PostParams::default();
+
+    // The binding was acknowledged: the first request already has it.
+    let pods: Api<Pod> = Api::all(sa.clone());
+    assert_eq!(list_code(&pods).await, 200);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let churn = async {
+        let namespaces: Api<Namespace> = Api::all(admin.clone());
+        let mut round = 0;
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            let ns = format!("rbac-churn-{round}");
+            let n = Namespace {
+                metadata: ObjectMeta {
+                    name: Some(ns.clone()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            namespaces.create(&pp, &n).await.unwrap();
+            let roles: Api<Role> = Api::namespaced(admin.clone(), &ns);
+            let bindings: Api<RoleBinding> = Api::namespaced(admin.clone(), &ns);
+            roles.create(&pp, &role(&ns, "r", "pods")).await.unwrap();
+            bindings.create(&pp, &binding(&ns, "b", "r")).await.unwrap();
+            if round % 2 == 0 {
+                bindings
+                    .delete("b", &DeleteParams::default())
+                    .await
+                    .unwrap();
+                roles.delete("r", &DeleteParams::default()).await.unwrap();
+            }
+            namespaces
+                .delete(&ns, &DeleteParams::default())
+                .await
+                .unwrap();
+            round += 1;
+        }
+        round
+    };
+    let lists = async {
+        let mut refused = Vec::new();
+        for i in 0..LISTS {
+            let code = list_code(&pods).await;
+            if code != 200 {
+                refused.push((i, code));
+            }
+        }
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        refused
+    };
+    let (rounds, refused) = tokio::join!(churn, lists);
+    eprintln!(
+        "{LISTS} lists during {rounds} churn rounds: {} refused",
+        refused.len()
+    );
+    assert!(refused.is_empty(), "refused (request, code): {refused:?}");
+
+    // The reverse: a deletion acknowledged is never honoured afterwards.
+    let roles: Api<Role> = Api::namespaced(admin.clone(), "rbac-churn");
+    roles
+        .create(&pp, &role("rbac-churn", "cm-lister", "configmaps"))
+        .await
+        .unwrap();
+    let bindings: Api<RoleBinding> = Api::namespaced(admin.clone(), "rbac-churn");
+    let cms: Api<ConfigMap> = Api::namespaced(sa.clone(), "rbac-churn");
+    let mut wrong = Vec::new();
+    for round in 0..ROUNDS {
+        bindings
+            .create(&pp, &binding("rbac-churn", "cm", "cm-lister"))
+            .await
+            .unwrap();
+        let granted = list_code(&cms).await;
+        bindings
+            .delete("cm", &DeleteParams::default())
+            .await
+            .unwrap();
+        let revoked = list_code(&cms).await;
+        if granted != 200 || revoked != 403 {
+            wrong.push((round, granted, revoked));
+        }
+    }
+    eprintln!("{ROUNDS} grant/revoke rounds: {} wrong", wrong.len());
+    assert!(
+        wrong.is_empty(),
+        "(round, after create, after delete): {wrong:?}"
+    );
+}

@@ -161,6 +161,9 @@ pub enum ApiError {
     /// 409 AlreadyExists.
     #[error("{} \"{}\" already exists", .0.qualified(), .0.name)]
     AlreadyExists(Target),
+    /// 409 AlreadyExists of a create that carried `generateName` (upstream's `NewGenerateNameConflict`).
+    #[error("{} \"{}\" already exists, the server was not able to generate a unique name for the object", .0.qualified(), .0.name)]
+    GenerateNameConflict(Target),
     /// 409 Conflict: stale resourceVersion or failed precondition.
     #[error("Operation cannot be fulfilled on {} \"{}\": {detail}", .target.qualified(), .target.name)]
     Conflict { target: Target, detail: String },
@@ -230,7 +233,9 @@ impl ApiError {
                 (StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed")
             }
             ApiError::NotAcceptable(_) => (StatusCode::NOT_ACCEPTABLE, "NotAcceptable"),
-            ApiError::AlreadyExists(_) => (StatusCode::CONFLICT, "AlreadyExists"),
+            ApiError::AlreadyExists(_) | ApiError::GenerateNameConflict(_) => {
+                (StatusCode::CONFLICT, "AlreadyExists")
+            }
             ApiError::Conflict { .. } | ApiError::ApplyConflict { .. } => {
                 (StatusCode::CONFLICT, "Conflict")
             }
@@ -268,6 +273,11 @@ impl ApiError {
             | ApiError::Forbidden { target: t, .. }
             | ApiError::Conflict { target: t, .. } => Some(details(t, &[])),
             ApiError::Invalid { target, causes } => Some(details(target, causes)),
+            ApiError::GenerateNameConflict(t) => {
+                let mut d = details(t, &[]);
+                d["retryAfterSeconds"] = json!(1);
+                Some(d)
+            }
             ApiError::ApplyConflict { causes, .. } => Some(details(&Target::default(), causes)),
             ApiError::TooManyRequests {
                 retry_after,

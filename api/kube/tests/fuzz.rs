@@ -156,7 +156,7 @@ fn after_decode(mut v: Value, raw_json: Option<&[u8]>, pick: usize) -> Verdict {
     let s = strategy::of(&d);
     let _ = s.prune_unknown(&d, &mut v);
     let _ = encode::to_vec(&v);
-    if validate::shape(&d, &v).is_err() {
+    if validate::shape(&d, &mut v).is_err() {
         return Verdict::Rejected;
     }
     s.prepare_for_create(&d, &mut v);

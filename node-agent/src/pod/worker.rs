@@ -32,6 +32,8 @@ use crate::error::{Error, Result};
 
 /// How long a pod's status write or delete may take before the sync moves on (and retries later).
 const API_TIMEOUT: Duration = Duration::from_secs(30);
+/// How many conflicts the final status write reads the pod again after, before the next sync tries.
+const FINAL_STATUS_CONFLICTS: u32 = 5;
 
 /// What every worker shares.
 pub struct Shared {
@@ -226,7 +228,13 @@ impl Worker {
                         c.state = CriState::ContainerExited as i32;
                     }
                     self.exited.clear();
-                    let _ = self.write_final_status(p, &final_input).await;
+                    // As the kubelet, the delete waits for the final status: watchers and `kubectl
+                    // wait` see the containers terminated and the pod not ready before it goes. A
+                    // failure returns, and the next sync tries again.
+                    if !self.write_final_status(p, &final_input).await? {
+                        self.deleted = true;
+                        return Ok(Next::After(Duration::from_secs(1)));
+                    }
                     let api: Api<Pod> = Api::namespaced(
                         self.sh.client.clone(),
                         p.metadata.namespace.as_deref().unwrap_or_default(),
@@ -1368,31 +1376,55 @@ impl Worker {
         (init, app)
     }
 
-    async fn write_final_status(&mut self, pod: &Pod, input: &Input) -> Result<()> {
+    /// Writes the status a stopped pod ends with (every container terminated, not ready); a conflict is
+    /// retried on the pod read again, another refusal is logged. Whether the pod is still there (false:
+    /// it is gone, or another pod has its name now); an error (the API unreachable) is for the next sync.
+    async fn write_final_status(&mut self, pod: &Pod, input: &Input) -> Result<bool> {
         let sandbox = input
             .sandboxes
             .iter()
             .max_by_key(|s| s.created_at)
             .map(|s| s.id.clone())
             .unwrap_or_default();
-        let phase = match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
-            Some("Succeeded") => "Succeeded",
-            Some("Failed") => "Failed",
-            _ if restart_policy(pod) == "Always" => "Failed",
-            _ => "Succeeded",
-        };
-        let phase = if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-            && restart_policy(pod) == "Always"
-        {
-            "Running"
-        } else {
-            phase
-        };
-        self.write_status(pod, input, Some(&sandbox), false, phase, None)
-            .await;
-        Ok(())
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(
+            self.sh.client.clone(),
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+        );
+        let mut current = pod.clone();
+        let mut attempt = 0;
+        loop {
+            let phase = final_phase(&current);
+            match self
+                .try_write_status(&current, input, Some(&sandbox), false, phase, None)
+                .await
+            {
+                Ok(()) => return Ok(true),
+                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
+                Err(kube::Error::Api(s)) if s.code == 409 && attempt < FINAL_STATUS_CONFLICTS => {}
+                // A refusal that a retry cannot change must not keep the pod Terminating forever.
+                Err(kube::Error::Api(s))
+                    if (400..500).contains(&s.code) && ![409, 429].contains(&s.code) =>
+                {
+                    warn!(pod = %pod_key(pod), error = %s, "final status refused; deleting the pod without it");
+                    return Ok(true);
+                }
+                Err(e) => return Err(Error::kube("writing the pod's final status", e)),
+            }
+            attempt += 1;
+            debug!(pod = %pod_key(pod), attempt, "final status conflicted; reading the pod again");
+            match tokio::time::timeout(API_TIMEOUT, api.get_opt(name))
+                .await
+                .unwrap_or_else(|_| Err(kube::Error::Service("timed out".into())))
+            {
+                Ok(Some(p)) if p.metadata.uid == pod.metadata.uid => current = p,
+                Ok(_) => return Ok(false),
+                Err(e) => return Err(Error::kube("reading the pod for its final status", e)),
+            }
+        }
     }
 
+    /// [`Worker::try_write_status`], a failure only logged: the next sync writes again.
     async fn write_status(
         &mut self,
         pod: &Pod,
@@ -1402,6 +1434,24 @@ impl Worker {
         phase: &'static str,
         reason: Option<(String, String)>,
     ) {
+        if let Err(e) = self
+            .try_write_status(pod, input, sandbox, sandbox_ready, phase, reason)
+            .await
+        {
+            debug!(pod = %pod_key(pod), error = %e, "pod status not written");
+        }
+    }
+
+    /// Computes the pod's status and writes it when it changed.
+    async fn try_write_status(
+        &mut self,
+        pod: &Pod,
+        input: &Input,
+        sandbox: Option<&str>,
+        sandbox_ready: bool,
+        phase: &'static str,
+        reason: Option<(String, String)>,
+    ) -> std::result::Result<(), kube::Error> {
         // Re-list after actions: what this sync started shows in the next relist; the current view is
         // what the runtime said before, with this sync's waiting reasons.
         let (init, app) = match sandbox {
@@ -1429,7 +1479,7 @@ impl Worker {
                 .as_ref()
                 .is_some_and(|l| !status::changed(l, &next))
         {
-            return;
+            return Ok(());
         }
         let api: Api<Pod> = Api::namespaced(
             self.sh.client.clone(),
@@ -1442,7 +1492,7 @@ impl Worker {
             "metadata": {"uid": pod.metadata.uid, "resourceVersion": pod.metadata.resource_version},
             "status": next,
         });
-        match tokio::time::timeout(
+        tokio::time::timeout(
             API_TIMEOUT,
             api.patch_status(
                 pod.metadata.name.as_deref().unwrap_or_default(),
@@ -1451,13 +1501,21 @@ impl Worker {
             ),
         )
         .await
-        .unwrap_or_else(|_| Err(kube::Error::Service("timed out".into())))
-        {
-            Ok(_) => {
-                debug!(pod = %pod_key(pod), phase, "pod status written");
-                self.last_status = Some(next);
-            }
-            Err(e) => debug!(pod = %pod_key(pod), error = %e, "pod status not written"),
-        }
+        .unwrap_or_else(|_| Err(kube::Error::Service("timed out".into())))?;
+        debug!(pod = %pod_key(pod), phase, "pod status written");
+        self.last_status = Some(next);
+        Ok(())
+    }
+}
+
+/// The phase a stopped pod is written with: a finished one keeps its phase; a running one that restarts
+/// always stays Running, others end as their restart policy says.
+fn final_phase(pod: &Pod) -> &'static str {
+    match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
+        Some("Succeeded") => "Succeeded",
+        Some("Failed") => "Failed",
+        Some("Running") if restart_policy(pod) == "Always" => "Running",
+        _ if restart_policy(pod) == "Always" => "Failed",
+        _ => "Succeeded",
     }
 }

@@ -1,6 +1,7 @@
 //! Admission of built-in kinds: defaulting, then the plugins of [`chain`] (mutating, then after validation
 //! of names, required fields and immutable fields, validating, ResourceQuota last), in the order it lists.
 
+pub mod bytes;
 pub mod chain;
 pub mod defaults;
 pub mod limit_ranger;

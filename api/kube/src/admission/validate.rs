@@ -13,12 +13,16 @@ use crate::selector::LabelSelector;
 use crate::status::{ApiError, Cause, Target};
 
 /// Decodes `obj` as its `k8s-openapi` type; a type mismatch is upstream's 400, and so is a time Go's
-/// decoder cannot parse (checked first: Go's decoder stops at it, while it collects type mismatches).
-pub fn shape(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
+/// decoder cannot parse (checked first: Go's decoder stops at it, while it collects type mismatches) and
+/// base64 it refuses in a `[]byte` field. Byte fields are left in their canonical encoding
+/// ([`super::bytes`]), as upstream stores the decoded bytes.
+pub fn shape(def: &ResourceDef, obj: &mut Value) -> Result<(), ApiError> {
     let checked: Result<(), String> = crate::types::with_builtin_type!(def.group, def.kind,
-        T => super::times::check(obj).and_then(|()| {
-            serde_json::from_value::<T>(obj.clone()).map(|_| ()).map_err(|e| e.to_string())
-        }),
+        T => super::times::check(obj)
+            .and_then(|()| super::bytes::canonicalize(&def.group, &def.kind, obj).map_err(|e| e.to_string()))
+            .and_then(|()| {
+                serde_json::from_value::<T>(obj.clone()).map(|_| ()).map_err(|e| e.to_string())
+            }),
         _ => Ok(()));
     checked.map_err(|e| {
         ApiError::BadRequest(format!(
@@ -276,8 +280,8 @@ mod tests {
     #[test]
     fn shape_errors_are_bad_requests() {
         let def = &resource::find("apps", "v1", "deployments").expect("deploy");
-        let d = json!({"metadata": {"name": "web"}, "spec": {"replicas": "three"}});
-        let e = shape(def, &d).expect_err("type error");
+        let mut d = json!({"metadata": {"name": "web"}, "spec": {"replicas": "three"}});
+        let e = shape(def, &mut d).expect_err("type error");
         assert!(matches!(e, ApiError::BadRequest(_)));
     }
 

@@ -1,6 +1,11 @@
 //! The RBAC authorizer: every member keeps the Roles, ClusterRoles and their bindings of its own store in
 //! memory (reloaded whole on any change: they are few and rarely written) and walks them per request as
 //! upstream's `DefaultRuleResolver` does.
+//!
+//! The view is always one moment of the store: the four kinds are read at one revision, and a view
+//! replaces the current one only if it is newer, so no request sees a binding without its role or a
+//! deleted binding beside a newer one. A write of an RBAC object through this member answers only once
+//! the view includes it ([`Rbac::caught_up`]): a deletion acknowledged is never honoured afterwards.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -23,6 +28,9 @@ const PREFIXES: [&str; 4] = [
     "/registry/roles/",
     "/registry/rolebindings/",
 ];
+
+/// The API group of the four kinds.
+pub const GROUP: &str = "rbac.authorization.k8s.io";
 
 /// The prefix of service-account user names.
 pub const SERVICE_ACCOUNT_PREFIX: &str = "system:serviceaccount:";
@@ -164,6 +172,8 @@ struct Objects {
     bindings: HashMap<String, Vec<Binding>>,
     /// Whether the store has been read once (before, every request is refused for want of rules).
     loaded: bool,
+    /// The store revision this view was read at.
+    revision: i64,
 }
 
 /// What a walk over a user's rules reports: a granted rule, or a binding whose role is missing.
@@ -188,16 +198,22 @@ impl Rbac {
         self.objects.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Rereads all four kinds from `storage`; returns the revision read at.
+    /// The store revision the view was read at (0 before the first read).
+    pub fn revision(&self) -> i64 {
+        self.read().revision
+    }
+
+    /// Rereads all four kinds from `storage` at one revision; returns the revision read at.
     pub fn reload(&self, storage: &Storage) -> Result<i64, crate::status::ApiError> {
         let mut o = Objects {
             loaded: true,
             ..Default::default()
         };
+        // The first read picks the revision (the latest); the others read at it.
         let mut rev = 0;
         for prefix in PREFIXES {
-            let page = storage.range(prefix.as_bytes(), &prefix_end(prefix.as_bytes()), 0, 0)?;
-            rev = rev.max(page.revision);
+            let page = storage.range(prefix.as_bytes(), &prefix_end(prefix.as_bytes()), rev, 0)?;
+            rev = page.revision;
             for (_, s) in page.items {
                 let v = s.object;
                 match prefix {
@@ -229,8 +245,22 @@ impl Rbac {
             }
         }
         // Keys are read in name order, so walks (and the first granting binding) are deterministic.
-        *self.objects.write().unwrap_or_else(|e| e.into_inner()) = o;
+        o.revision = rev;
+        let mut current = self.objects.write().unwrap_or_else(|e| e.into_inner());
+        // A reload that raced this one may have installed a newer view already.
+        if current.revision <= rev {
+            *current = o;
+        }
         Ok(rev)
+    }
+
+    /// Makes the view at least as new as `storage`'s latest revision, rereading now if it is older:
+    /// called after a write of an RBAC object, before the write is answered.
+    pub fn caught_up(&self, storage: &Storage) -> Result<(), crate::status::ApiError> {
+        if self.revision() >= storage.revision() {
+            return Ok(());
+        }
+        self.reload(storage).map(|_| ())
     }
 
     /// The rules of a role a binding names, or upstream's not-found error text.

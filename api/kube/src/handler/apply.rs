@@ -136,7 +136,7 @@ fn configuration(call: &Call) -> Result<(Value, Vec<String>), ApiError> {
         }
     }
     let warnings = field_validation(call, def, &mut config)?;
-    validate::shape(def, &config)?;
+    validate::shape(def, &mut config)?;
     Ok((convert::to_storage(def, config), warnings))
 }
 

@@ -147,7 +147,27 @@ pub async fn serve(
     let sub = call.route.subresource.clone();
     let named = call.route.name.is_some();
     let watching = call.route.legacy_watch || call.params.flag("watch");
-    match (&method, named, sub.as_deref()) {
+    // A write of what the RBAC authorizer caches answers once the authorizer sees it (and anything
+    // older), so a client's next request is judged by what it was told is stored.
+    let rbac_write = call.route.def.group == crate::authz::rbac::GROUP && method != Method::GET;
+    let state = call.state.clone();
+    let answer = dispatch(call, &method, named, sub.as_deref(), watching).await;
+    if rbac_write && answer.is_ok() {
+        if let Err(e) = state.authz.rbac.caught_up(&state.storage) {
+            tracing::warn!(error = %e, "RBAC view not refreshed after a write; the watch will");
+        }
+    }
+    answer
+}
+
+async fn dispatch(
+    call: Call,
+    method: &Method,
+    named: bool,
+    sub: Option<&str>,
+    watching: bool,
+) -> Result<Response, ApiError> {
+    match (method, named, sub) {
         (&Method::GET, false, None) if watching => watch::watch(call).await,
         (&Method::GET, false, None) => read::list(call).await,
         (&Method::GET, true, None) if watching => watch::watch(call).await,

@@ -140,7 +140,7 @@ fn incoming(call: &Call) -> Result<(Value, Vec<String>), ApiError> {
     let mut obj = body::decode(&call.headers, &call.body)?;
     check_type(def, &mut obj)?;
     let warnings = field_validation_body(call, def, &mut obj)?;
-    validate::shape(def, &obj)?;
+    validate::shape(def, &mut obj)?;
     let mut obj = convert::to_storage(def, obj);
     let body_ns = object::namespace(&obj).to_string();
     match call.ns() {
@@ -277,12 +277,21 @@ pub async fn create_object(
         });
     }
     let generate = object::meta_str(&obj, "generateName").to_string();
+    // Upstream's storage refuses a POST whose object carries a resourceVersion (one that parses as a
+    // non-zero number; others are ignored), after admission, and not in a dry run.
+    let sent_version = call.route.name.is_none()
+        && object::meta_str(&obj, "resourceVersion")
+            .parse::<u64>()
+            .is_ok_and(|v| v != 0);
     // Admission names a server-named object by its prefix, as upstream's (which picks names after it).
     let admission_name = match object::name(&obj) {
         "" => generate.clone(),
         n => n.to_string(),
     };
-    if object::name(&obj).is_empty() && !generate.is_empty() {
+    // generateName counts only when no name was given (upstream's BeforeCreate): a client that resends an
+    // answer (name and generateName both set) must get AlreadyExists, not a second object.
+    let generated = object::name(&obj).is_empty() && !generate.is_empty();
+    if generated {
         object::meta_mut(&mut obj).insert("name".into(), json!(generated_name(&generate)));
     }
     defaults::apply(sdef, &mut obj);
@@ -327,6 +336,11 @@ pub async fn create_object(
     if let Some(ns) = call.ns() {
         lifecycle::check_namespace_open(&call.state.storage, ns).await?;
     }
+    if sent_version && !dry_run {
+        return Err(ApiError::Unknown(
+            "resourceVersion should not be set on objects to be created".into(),
+        ));
+    }
     // Allocation fills in values the client left out; a retry after a lost claim starts again from
     // what the client sent, so a value picked for it is never mistaken for a request.
     let sent = obj.clone();
@@ -358,16 +372,18 @@ pub async fn create_object(
                 return respond_created(call, out).map(|r| with_warnings(r, warnings));
             }
             WriteOutcome::Lost(Some(_)) => {
-                if !generate.is_empty() && attempt + 1 < RETRIES && call.route.name.is_none() {
+                if generated && attempt + 1 < RETRIES && call.route.name.is_none() {
                     object::meta_mut(&mut obj)
                         .insert("name".into(), json!(generated_name(&generate)));
                     continue;
                 }
-                return Err(ApiError::AlreadyExists(Target::new(
-                    &def.group,
-                    &def.plural,
-                    object::name(&obj),
-                )));
+                let target = Target::new(&def.group, &def.plural, object::name(&obj));
+                // Upstream's CheckGeneratedNameError: any create carrying generateName says so.
+                return Err(if generate.is_empty() {
+                    ApiError::AlreadyExists(target)
+                } else {
+                    ApiError::GenerateNameConflict(target)
+                });
             }
             // A claim was taken by a concurrent create: allocate again.
             WriteOutcome::Lost(None) => {
@@ -565,7 +581,14 @@ where
         if dry_run {
             return Ok(Updated::Object(new));
         }
+        // As upstream's ShouldDeleteDuringUpdate, an update removes the object only once its grace
+        // period is over: a pod in graceful deletion takes its agent's final status and stays until the
+        // agent deletes it.
+        let grace_over = object::path(&cur.object, "metadata.deletionGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            == Some(0);
         if object::is_deleting(&new)
+            && grace_over
             && object::finalizers(&new).is_empty()
             && !strategy.kept_after_finalizers(&new)
         {
@@ -719,7 +742,7 @@ pub async fn patch(call: Call) -> Result<Response, ApiError> {
         let mut patched = patched;
         check_type(def, &mut patched)?;
         warnings = field_validation(&call, def, &mut patched)?;
-        validate::shape(def, &patched)?;
+        validate::shape(def, &mut patched)?;
         if object::name(&patched) != object::name(&cur.object) {
             return Err(ApiError::BadRequest(
                 "metadata.name: the name of the object cannot be changed by a patch".into(),
