@@ -160,7 +160,7 @@ fn after_decode(mut v: Value, raw_json: Option<&[u8]>, pick: usize) -> Verdict {
         return Verdict::Rejected;
     }
     s.prepare_for_create(&d, &mut v);
-    let causes = validate::object(&d, &v);
+    let causes = keel_kube_api::strategy::validate_object(&d, &v);
     encode::as_stored(&d.api_version(), &d.kind, &mut v);
     let _ = encode::to_vec(&v);
     let _ = storage::encode(&v);

@@ -187,18 +187,6 @@ pub fn check_data_keys(obj: &Value, field: &str, causes: &mut Vec<Cause>) {
     }
 }
 
-/// Checks an object before it is created (or replaced): every problem as a cause. Metadata is checked
-/// here, the rest by the kind's strategy ([`Strategy::validate`]).
-///
-/// [`Strategy::validate`]: crate::strategy::Strategy::validate
-pub fn object(def: &ResourceDef, obj: &Value) -> Vec<Cause> {
-    let strategy = crate::strategy::of(def);
-    let mut causes = Vec::new();
-    check_meta(strategy.name_rule(), obj, &mut causes);
-    causes.extend(strategy.validate(def, obj));
-    causes
-}
-
 /// A set field may not change.
 pub fn immutable(old: &Value, new: &Value, field: &str, causes: &mut Vec<Cause>) {
     let (a, b) = (path(old, field), path(new, field));
@@ -209,25 +197,6 @@ pub fn immutable(old: &Value, new: &Value, field: &str, causes: &mut Vec<Cause>)
             "field is immutable",
         ));
     }
-}
-
-/// Checks an update against the stored object: the new object as [`object`] does (only its metadata when
-/// the kind's [`Strategy::revalidates_on_update`] says so), then the kind's update rules
-/// ([`Strategy::validate_update`]: immutable fields).
-///
-/// [`Strategy::validate_update`]: crate::strategy::Strategy::validate_update
-/// [`Strategy::revalidates_on_update`]: crate::strategy::Strategy::revalidates_on_update
-pub fn update(def: &ResourceDef, old: &Value, new: &Value) -> Vec<Cause> {
-    let strategy = crate::strategy::of(def);
-    let mut causes = if strategy.revalidates_on_update() {
-        object(def, new)
-    } else {
-        let mut meta = Vec::new();
-        check_meta(strategy.name_rule(), new, &mut meta);
-        meta
-    };
-    causes.extend(strategy.validate_update(def, old, new));
-    causes
 }
 
 /// The data of a ConfigMap or Secret marked `immutable` may not change, nor may the mark.
@@ -268,31 +237,10 @@ mod tests {
     use crate::resource;
 
     #[test]
-    fn deployment_selector_must_match() {
-        let def = &resource::find("apps", "v1", "deployments").expect("deploy");
-        let d = json!({"metadata": {"name": "web"}, "spec": {"selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "other"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}});
-        let causes = object(def, &d);
-        assert_eq!(causes.len(), 1);
-        assert_eq!(causes[0].field, "spec.template.metadata.labels");
-    }
-
-    #[test]
     fn shape_errors_are_bad_requests() {
         let def = &resource::find("apps", "v1", "deployments").expect("deploy");
         let mut d = json!({"metadata": {"name": "web"}, "spec": {"replicas": "three"}});
         let e = shape(def, &mut d).expect_err("type error");
         assert!(matches!(e, ApiError::BadRequest(_)));
-    }
-
-    #[test]
-    fn pod_spec_is_mostly_immutable() {
-        let def = &resource::find("", "v1", "pods").expect("pods");
-        let old = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "a"}]}});
-        let mut new = old.clone();
-        new["spec"]["containers"][0]["image"] = json!("b");
-        assert!(update(def, &old, &new).is_empty());
-        new["spec"]["containers"][0]["name"] = json!("d");
-        assert_eq!(update(def, &old, &new).len(), 1);
     }
 }

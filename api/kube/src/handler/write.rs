@@ -316,7 +316,7 @@ pub async fn create_object(
         object::meta_mut(&mut obj).insert("managedFields".into(), mf);
     }
     let name = object::name(&obj).to_string();
-    validate::invalid(def, &name, validate::object(sdef, &obj))?;
+    validate::invalid(def, &name, strategy::validate_object(sdef, &obj))?;
     if sdef.gk() == ("certificates.k8s.io", "CertificateSigningRequest") {
         crate::csr::admit_create(
             &call.state.storage,
@@ -539,7 +539,7 @@ where
         };
         let causes = match sub_rules {
             Some(rules) => rules.validate_update(def, &cur.object, &new),
-            None => validate::update(def, &cur.object, &new),
+            None => strategy::validate_update(def, &cur.object, &new),
         };
         validate::invalid(&call.route.def, call.name(), causes)?;
         if sub == Some("approval") {

@@ -280,6 +280,32 @@ pub trait Strategy: Sync {
     }
 }
 
+/// Checks an object before it is created (or replaced): every problem as a cause. Metadata is checked
+/// here, the rest by the kind's strategy ([`Strategy::validate`]).
+pub fn validate_object(def: &ResourceDef, obj: &Value) -> Vec<Cause> {
+    let strategy = of(def);
+    let mut causes = Vec::new();
+    validate::check_meta(strategy.name_rule(), obj, &mut causes);
+    causes.extend(strategy.validate(def, obj));
+    causes
+}
+
+/// Checks an update against the stored object: the new object as [`validate_object`] does (only its metadata when
+/// the kind's [`Strategy::revalidates_on_update`] says so), then the kind's update rules
+/// ([`Strategy::validate_update`]: immutable fields).
+pub fn validate_update(def: &ResourceDef, old: &Value, new: &Value) -> Vec<Cause> {
+    let strategy = of(def);
+    let mut causes = if strategy.revalidates_on_update() {
+        validate_object(def, new)
+    } else {
+        let mut meta = Vec::new();
+        validate::check_meta(strategy.name_rule(), new, &mut meta);
+        meta
+    };
+    causes.extend(strategy.validate_update(def, old, new));
+    causes
+}
+
 /// The rules of one subresource (upstream's `<kind>StatusStrategy` and friends).
 pub trait Subresource: Sync {
     /// The object to store, from the stored one and the client's (PrepareForUpdate): only what the
@@ -288,7 +314,7 @@ pub trait Subresource: Sync {
 
     /// Checks the result (ValidateUpdate). Default: the kind's update validation.
     fn validate_update(&self, def: &ResourceDef, old: &Value, new: &Value) -> Vec<Cause> {
-        validate::update(def, old, new)
+        validate_update(def, old, new)
     }
 }
 
@@ -419,6 +445,26 @@ pub fn bump_generation(old: &Value, new: &mut Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[test]
+    fn deployment_selector_must_match() {
+        let def = &resource::find("apps", "v1", "deployments").expect("deploy");
+        let d = json!({"metadata": {"name": "web"}, "spec": {"selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "other"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}});
+        let causes = validate_object(def, &d);
+        assert_eq!(causes.len(), 1);
+        assert_eq!(causes[0].field, "spec.template.metadata.labels");
+    }
+
+    #[test]
+    fn pod_spec_is_mostly_immutable() {
+        let def = &resource::find("", "v1", "pods").expect("pods");
+        let old = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "a"}]}});
+        let mut new = old.clone();
+        new["spec"]["containers"][0]["image"] = json!("b");
+        assert!(validate_update(def, &old, &new).is_empty());
+        new["spec"]["containers"][0]["name"] = json!("d");
+        assert_eq!(validate_update(def, &old, &new).len(), 1);
+    }
     use crate::resource;
 
     #[test]

@@ -107,7 +107,6 @@ impl Strategy for PriorityClass {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::validate;
     use crate::resource;
 
     fn def() -> std::sync::Arc<ResourceDef> {
@@ -118,7 +117,7 @@ mod tests {
         let def = def();
         let mut obj = obj;
         PriorityClass.set_defaults(&def, &mut obj);
-        validate::object(&def, &obj)
+        crate::strategy::validate_object(&def, &obj)
             .into_iter()
             .map(|c| format!("{}: {}", c.field, c.message))
             .collect()
@@ -129,7 +128,7 @@ mod tests {
         let (mut old, mut new) = (old, new);
         PriorityClass.set_defaults(&def, &mut old);
         PriorityClass.set_defaults(&def, &mut new);
-        validate::update(&def, &old, &new)
+        crate::strategy::validate_update(&def, &old, &new)
             .into_iter()
             .map(|c| format!("{}: {}", c.field, c.message))
             .collect()
