@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod coalesce;
 pub mod codec;
 pub mod error;
+pub mod grpc_metrics;
 pub mod header;
 pub mod kv;
 pub mod lease;

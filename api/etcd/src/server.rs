@@ -104,6 +104,8 @@ pub async fn serve(
     }
     let (tx, _) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
+    // One set of gRPC series for every client URL, as etcd has one gRPC server.
+    let grpc_metrics = super::grpc_metrics::GrpcMetrics::new();
     for (l, config) in listeners {
         let grpc = tonic::service::Routes::default()
             .add_service(
@@ -141,7 +143,15 @@ pub async fn serve(
         // HTTP/1.1 requests go to these routes, HTTP/2 ones to gRPC.
         let routes = grpc
             .into_axum_router()
-            .merge(super::metrics::routes(node.clone(), extra.clone()))
+            .layer(axum::middleware::from_fn_with_state(
+                grpc_metrics.clone(),
+                super::grpc_metrics::count,
+            ))
+            .merge(super::metrics::routes(
+                node.clone(),
+                extra.clone(),
+                grpc_metrics.clone(),
+            ))
             .fallback(super::metrics::fallback);
         let router = tonic::transport::Server::builder()
             .accept_http1(true)
