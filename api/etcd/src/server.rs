@@ -12,14 +12,18 @@ use super::coalesce::Coalesce;
 
 use super::auth::AuthService;
 use super::cluster::ClusterService;
+use super::election::ElectionService;
 use super::header::HeaderSource;
 use super::kv::KvService;
 use super::lease::LeaseService;
+use super::lock::LockService;
 use super::maintenance::MaintenanceService;
 use super::pb::{
     auth_server::AuthServer, cluster_server::ClusterServer, kv_server::KvServer,
     lease_server::LeaseServer, maintenance_server::MaintenanceServer, watch_server::WatchServer,
 };
+use super::v3electionpb::election_server::ElectionServer;
+use super::v3lockpb::lock_server::LockServer;
 use super::watch::WatchService;
 
 /// etcd's gRPC receive limit: `--max-request-bytes` plus 512 KiB of overhead.
@@ -138,6 +142,14 @@ pub async fn serve(
                 MaintenanceServer::new(MaintenanceService::new(node.clone()))
                     .max_decoding_message_size(DECODE_LIMIT)
                     .max_encoding_message_size(MAX_SEND_BYTES),
+            )
+            .add_service(
+                LockServer::new(LockService::new(node.clone()))
+                    .max_decoding_message_size(DECODE_LIMIT),
+            )
+            .add_service(
+                ElectionServer::new(ElectionService::new(node.clone()))
+                    .max_decoding_message_size(DECODE_LIMIT),
             );
         // /metrics, /health and /version beside gRPC, as etcd serves them on its client port:
         // HTTP/1.1 requests go to these routes, HTTP/2 ones to gRPC.
