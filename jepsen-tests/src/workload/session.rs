@@ -153,10 +153,11 @@ async fn worker(
             }
         } else {
             let expected = puts[k].unwrap_or(0);
+            // `>=`, not `==`: an indeterminate put of an earlier session may land after this session's.
             let txn = Txn::new().when([Compare::mod_revision(
                 own.as_str(),
-                CompareOp::Equal,
-                expected,
+                CompareOp::Greater,
+                expected - 1,
             )]);
             match bounded(&ctx, c.txn(txn)).await {
                 Ok(Ok(resp)) => Some(Step::CompareOnly {
