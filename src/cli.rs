@@ -199,6 +199,11 @@ pub(crate) struct ServerArgs {
     /// Jepsen tests (jepsen-tests/) can show their checker catches stale reads.
     #[arg(long, hide = true)]
     pub unsafe_serve_linearizable_reads_locally: bool,
+    /// UNSAFE, for tests only: a member that forwards a write to the leader answers its client as soon as the
+    /// leader does, before applying the write itself, so a serializable read from the same member may miss it.
+    /// Exists only so that the Jepsen tests can show their read-your-writes checker catches it.
+    #[arg(long, hide = true)]
+    pub unsafe_answer_forwarded_writes_early: bool,
     /// Do not run the controller manager on this member when it leads (k3s's flag; run `keel controllers`
     /// elsewhere instead).
     #[arg(long)]

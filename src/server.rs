@@ -167,9 +167,20 @@ pub(crate) fn kube_options(
     }))
 }
 
+/// The filter directive that silences rustls' per-handshake SNI warnings (unless `--log-level`
+/// names rustls itself).
+const QUIET_RUSTLS: &str = "rustls::msgs::handshake=error";
+
 /// Installs the tracing subscriber (quiet by default).
 pub(crate) fn init_logging(level: &str) -> Result<(), ServerError> {
-    let filter = tracing_subscriber::EnvFilter::try_new(level)
+    // rustls warns on every handshake whose SNI is an IP address (clients that dial
+    // https://127.0.0.1:2379 with some TLS stacks send one); etcd logs nothing for it.
+    let level = if level.contains("rustls") {
+        level.to_string()
+    } else {
+        format!("{level},{QUIET_RUSTLS}")
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(&level)
         .map_err(|e| ServerError::LogLevel(e.to_string()))?;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -193,6 +204,7 @@ pub(crate) fn node_config(a: &ServerArgs) -> Result<NodeConfig, ServerError> {
     cfg.election_timeout = Duration::from_millis(a.election_timeout);
     cfg.snapshot_count = a.snapshot_count;
     cfg.unsafe_local_linearizable_reads = a.unsafe_serve_linearizable_reads_locally;
+    cfg.unsafe_early_forwarded_answer = a.unsafe_answer_forwarded_writes_early;
     if a.quota_backend_bytes > keel_store::store::MAX_QUOTA_BYTES {
         tracing::warn!(
             quota = a.quota_backend_bytes,
@@ -694,6 +706,9 @@ pub(crate) async fn run(mut args: ServerArgs) -> Result<(), ServerError> {
     info!(name = %args.name, member = %format!("{:x}", node.member_id()), "member started");
     if args.unsafe_serve_linearizable_reads_locally {
         tracing::warn!("UNSAFE: linearizable reads are served from local state (--unsafe-serve-linearizable-reads-locally)");
+    }
+    if args.unsafe_answer_forwarded_writes_early {
+        tracing::warn!("UNSAFE: forwarded writes are answered before this member applied them (--unsafe-answer-forwarded-writes-early)");
     }
     // Like etcd, serve clients once this member's attributes are published (bounded, so a
     // member that cannot reach a quorum still answers serializable reads and status).

@@ -57,6 +57,22 @@ enum Action {
     },
     /// Something etcdctl 3.4 cannot send, done with the etcd-client crate; the returned text is compared.
     Client { f: ClientFn },
+    /// Starts `etcdctl <args>` in the background under a name and waits until it printed `lines` lines.
+    BgStart {
+        name: String,
+        args: String,
+        lines: usize,
+    },
+    /// Waits until the background command `name` printed `lines` lines in all (bounded by `limit`).
+    BgLines {
+        name: String,
+        lines: usize,
+        limit: Duration,
+    },
+    /// Sends `signal` to the background command `name`, waits for it to exit and compares its whole output.
+    BgStop { name: String, signal: i32 },
+    /// Waits until `etcdctl get <prefix> --prefix --keys-only` lists `n` keys.
+    WaitKeys { prefix: String, n: usize },
 }
 
 struct Step {
@@ -159,6 +175,59 @@ fn wait_for(args: &str, expect: &str) -> Step {
         capture: None,
         candidate_only: false,
     }
+}
+
+fn step(label: String, action: Action) -> Step {
+    Step {
+        label,
+        action,
+        capture: None,
+        candidate_only: false,
+    }
+}
+
+/// `etcdctl <args>` in the background (a lock holder, a candidate, an observer) until it printed `lines`.
+fn bg_start(name: &str, args: &str, lines: usize) -> Step {
+    step(
+        format!("start {name}: etcdctl {args} (until {lines} lines)"),
+        Action::BgStart {
+            name: name.into(),
+            args: args.into(),
+            lines,
+        },
+    )
+}
+
+/// Waits until the background command `name` printed `lines` lines (its output is compared at `bg_stop`).
+fn bg_lines(name: &str, lines: usize, limit: Duration) -> Step {
+    step(
+        format!("wait until {name} printed {lines} lines"),
+        Action::BgLines {
+            name: name.into(),
+            lines,
+            limit,
+        },
+    )
+}
+
+fn bg_stop(name: &str, signal: i32) -> Step {
+    step(
+        format!("stop {name} with signal {signal}"),
+        Action::BgStop {
+            name: name.into(),
+            signal,
+        },
+    )
+}
+
+fn wait_keys(prefix: &str, n: usize) -> Step {
+    step(
+        format!("wait until {n} keys under {prefix}"),
+        Action::WaitKeys {
+            prefix: prefix.into(),
+            n,
+        },
+    )
 }
 
 fn client(label: &str, f: ClientFn) -> Step {
@@ -323,6 +392,48 @@ impl Side {
                     thread::sleep(Duration::from_millis(100));
                 }
             }
+            Action::BgStart { name, args, lines } => {
+                let mut cmd = self.ctl_command();
+                cmd.args(self.args(args));
+                let mut p = Process::spawn(&mut cmd, None);
+                p.wait_lines(*lines, WAIT_LIMIT);
+                let note = format!("{} lines so far", p.stdout_lines().min(*lines));
+                self.watches.insert(name.clone(), p);
+                (CtlOutput::default(), Some(note))
+            }
+            Action::BgLines { name, lines, limit } => {
+                let p = self
+                    .watches
+                    .get_mut(name)
+                    .unwrap_or_else(|| panic!("no background command named {name}"));
+                p.wait_lines(*lines, *limit);
+                let note = format!("{} lines so far", p.stdout_lines().min(*lines));
+                (CtlOutput::default(), Some(note))
+            }
+            Action::BgStop { name, signal } => {
+                let mut p = self
+                    .watches
+                    .remove(name)
+                    .unwrap_or_else(|| panic!("no background command named {name}"));
+                p.signal(*signal);
+                p.wait_exit(WAIT_LIMIT);
+                (p.finish(), None)
+            }
+            Action::WaitKeys { prefix, n } => {
+                let args = ["get", prefix.as_str(), "--prefix", "--keys-only"];
+                let start = Instant::now();
+                loop {
+                    let out = self.server.ctl(&args, None);
+                    let got = out.stdout.lines().filter(|l| !l.is_empty()).count();
+                    if got == *n {
+                        break (CtlOutput::default(), None);
+                    }
+                    if start.elapsed() > WAIT_LIMIT {
+                        break (out, Some(format!("{got} keys, not {n}")));
+                    }
+                    thread::sleep(Duration::from_millis(50));
+                }
+            }
             Action::Client { f } => {
                 let text = run_client(&self.server.client_url(), self.vars.clone(), *f);
                 (
@@ -357,10 +468,39 @@ impl Side {
             s.push_str(&format!("note: {n}\n"));
         }
         s.push_str("stdout:\n");
-        s.push_str(&self.norm.normalize(out.stdout.trim_end_matches('\n')));
+        let stdout = self.lease_keys(out.stdout.trim_end_matches('\n'));
+        s.push_str(&self.norm.normalize(&stdout));
         s.push_str("\nstderr:\n");
         s.push_str(&self.norm.normalize(out.stderr.trim_end_matches('\n')));
         s
+    }
+
+    /// Lock and election keys end in their lease ID in hex without padding (`name/694d7b5e4ad6c30b`): that ID
+    /// becomes its placeholder whatever its length (the normalizer only knows 16-digit hex words).
+    fn lease_keys(&mut self, text: &str) -> String {
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(i) = rest.find('/') {
+            out.push_str(&rest[..=i]);
+            rest = &rest[i + 1..];
+            let len = rest
+                .bytes()
+                .take_while(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+                .count();
+            let whole = rest[len..]
+                .chars()
+                .next()
+                .is_none_or(|c| !c.is_ascii_alphanumeric());
+            match u64::from_str_radix(&rest[..len], 16) {
+                Ok(id) if (12..=16).contains(&len) && whole => {
+                    out.push_str(&self.norm.id(id));
+                    rest = &rest[len..];
+                }
+                _ => {}
+            }
+        }
+        out.push_str(rest);
+        out
     }
 }
 
@@ -1612,4 +1752,283 @@ fn space_quota_and_alarms() {
         steps,
         &["--quota-backend-bytes", "2000000"],
     );
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Locks and elections
+// ---------------------------------------------------------------------------------------------------------------
+
+const SIGINT: i32 = 2;
+const SIGKILL: i32 = 9;
+/// Bound for a waiter that gets the lock when its holder's 2 s lease expires.
+const EXPIRY_LIMIT: Duration = Duration::from_secs(20);
+
+/// `etcdctl lock` and `etcdctl elect` (etcdctl runs etcd's concurrency recipes over KV, Watch and Lease), then the
+/// `v3lock` and `v3election` gRPC services with the etcd-client crate: holders, waiters, a holder whose lease
+/// expires, leaders, observers, proclaim, resign and the services' errors.
+#[test]
+fn locks_and_elections() {
+    run_scenario(
+        "locks_and_elections",
+        vec![
+            // A holder, two waiters queued in order; each gets the lock when the one before lets go.
+            bg_start("h1", "lock mylock", 1),
+            bg_start("h2", "lock mylock", 0),
+            wait_keys("mylock/", 2),
+            bg_start("h3", "lock mylock", 0),
+            wait_keys("mylock/", 3),
+            ctl("get mylock/ --prefix --keys-only --sort-by=CREATE --order=ASCEND"),
+            bg_stop("h1", SIGINT),
+            bg_lines("h2", 1, WAIT_LIMIT),
+            bg_stop("h2", SIGINT),
+            bg_lines("h3", 1, WAIT_LIMIT),
+            bg_stop("h3", SIGINT),
+            ctl("get mylock/ --prefix"),
+            // The command form: runs the command while holding the lock, with its key and revision.
+            ctl("lock mylock -- sh -c 'echo held $ETCD_LOCK_KEY $ETCD_LOCK_REV'"),
+            // A holder that dies: its 2 s lease expires and the waiter gets the lock.
+            bg_start("x1", "lock --ttl=2 explock", 1),
+            bg_start("x2", "lock explock", 0),
+            wait_keys("explock/", 2),
+            bg_stop("x1", SIGKILL),
+            bg_lines("x2", 1, EXPIRY_LIMIT),
+            ctl("get explock/ --prefix --keys-only"),
+            bg_stop("x2", SIGINT),
+            // Elections: a leader, an observer, a second candidate who leads once the first resigns.
+            bg_start("c1", "elect myelection p1", 2),
+            bg_start("o1", "elect -l myelection", 2),
+            bg_start("c2", "elect myelection p2", 0),
+            wait_keys("myelection/", 2),
+            ctl("get myelection/ --prefix --sort-by=CREATE --order=ASCEND"),
+            bg_stop("c1", SIGINT),
+            bg_lines("c2", 2, WAIT_LIMIT),
+            bg_lines("o1", 4, WAIT_LIMIT),
+            bg_stop("o1", SIGINT),
+            bg_stop("c2", SIGINT),
+            ctl("elect myelection"),
+            ctl("get myelection/ --prefix"),
+            // The gRPC services.
+            client("Lock/Unlock: holder, waiter, expiry", lock_rpcs),
+            client("Campaign/Proclaim/Leader/Observe/Resign", election_rpcs),
+            client("lock and election errors", recipe_errors),
+        ],
+    );
+}
+
+fn show_header(h: Option<&etcd_client::ResponseHeader>) -> String {
+    h.map_or("none".into(), |h| format!("revision={}", h.revision()))
+}
+
+fn show_key(k: &[u8]) -> String {
+    String::from_utf8_lossy(k).into_owned()
+}
+
+fn lock_rpcs(mut c: etcd_client::Client, _: Vars) -> BoxFuture<'static, String> {
+    Box::pin(async move {
+        let mut out = String::new();
+        let grant = |c: &mut etcd_client::Client, ttl| {
+            let mut c = c.clone();
+            async move { c.lease_grant(ttl, None).await.map(|g| g.id()).unwrap_or(0) }
+        };
+        let (l1, l2) = (grant(&mut c, 60).await, grant(&mut c, 60).await);
+        let opts = |l| Some(etcd_client::LockOptions::new().with_lease(l));
+        let held = match c.lock("rpclock", opts(l1)).await {
+            Ok(r) => r,
+            Err(e) => return format!("lock: {}\n", client_error(&e)),
+        };
+        out.push_str(&format!(
+            "lock: key={} {}\n",
+            show_key(held.key()),
+            show_header(held.header())
+        ));
+        // Locking again with the same lease finds the key it already holds.
+        match c.lock("rpclock", opts(l1)).await {
+            Ok(r) => out.push_str(&format!(
+                "relock: key={} {}\n",
+                show_key(r.key()),
+                show_header(r.header())
+            )),
+            Err(e) => out.push_str(&format!("relock: {}\n", client_error(&e))),
+        }
+        let mut w = c.clone();
+        let waiter = tokio::spawn(async move { w.lock("rpclock", opts(l2)).await });
+        while c
+            .get(
+                "rpclock/",
+                Some(etcd_client::GetOptions::new().with_prefix()),
+            )
+            .await
+            .map_or(0, |g| g.count())
+            < 2
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        match c.unlock(held.key()).await {
+            Ok(u) => out.push_str(&format!("unlock: {}\n", show_header(u.header()))),
+            Err(e) => out.push_str(&format!("unlock: {}\n", client_error(&e))),
+        }
+        match waiter.await {
+            Ok(Ok(r)) => out.push_str(&format!(
+                "waiter: key={} {}\n",
+                show_key(r.key()),
+                show_header(r.header())
+            )),
+            Ok(Err(e)) => out.push_str(&format!("waiter: {}\n", client_error(&e))),
+            Err(e) => out.push_str(&format!("waiter task: {e}\n")),
+        }
+        // A holder whose 2 s lease is never kept alive: the next waiter gets the lock when it expires.
+        let (l3, l4) = (grant(&mut c, 2).await, grant(&mut c, 60).await);
+        let _ = c.lock("rpcexp", opts(l3)).await;
+        match c.lock("rpcexp", opts(l4)).await {
+            Ok(r) => out.push_str(&format!(
+                "after expiry: key={} {}\n",
+                show_key(r.key()),
+                show_header(r.header())
+            )),
+            Err(e) => out.push_str(&format!("after expiry: {}\n", client_error(&e))),
+        }
+        out
+    })
+}
+
+fn election_rpcs(mut c: etcd_client::Client, _: Vars) -> BoxFuture<'static, String> {
+    Box::pin(async move {
+        let mut out = String::new();
+        let l1 = c.lease_grant(60, None).await.map(|g| g.id()).unwrap_or(0);
+        let l2 = c.lease_grant(60, None).await.map(|g| g.id()).unwrap_or(0);
+        let camp = match c.campaign("rpcelect", "v1", l1).await {
+            Ok(r) => r,
+            Err(e) => return format!("campaign: {}\n", client_error(&e)),
+        };
+        let Some(leader) = camp.leader().cloned() else {
+            return "campaign: no leader key\n".into();
+        };
+        out.push_str(&format!(
+            "campaign: name={} key={} rev={} lease_is_ours={} {}\n",
+            show_key(leader.name()),
+            show_key(leader.key()),
+            leader.rev(),
+            leader.lease() == l1,
+            show_header(camp.header())
+        ));
+        let show_leader = |r: Result<etcd_client::LeaderResponse, etcd_client::Error>| match r {
+            Ok(r) => format!(
+                "key={} value={} {}\n",
+                r.kv().map_or("-".into(), |kv| show_key(kv.key())),
+                r.kv().map_or("-".into(), |kv| show_key(kv.value())),
+                show_header(r.header())
+            ),
+            Err(e) => format!("{}\n", client_error(&e)),
+        };
+        out.push_str(&format!(
+            "leader: {}",
+            show_leader(c.leader("rpcelect").await)
+        ));
+        let pro = c
+            .proclaim(
+                "v2",
+                Some(etcd_client::ProclaimOptions::new().with_leader(leader.clone())),
+            )
+            .await;
+        out.push_str(&match pro {
+            Ok(p) => format!("proclaim: {}\n", show_header(p.header())),
+            Err(e) => format!("proclaim: {}\n", client_error(&e)),
+        });
+        let mut obs = match c.observe("rpcelect").await {
+            Ok(s) => s,
+            Err(e) => return format!("{out}observe: {}\n", client_error(&e)),
+        };
+        let next = |m: Result<Option<etcd_client::LeaderResponse>, etcd_client::Error>| match m {
+            Ok(Some(r)) => show_leader(Ok(r)),
+            Ok(None) => "end\n".into(),
+            Err(e) => format!("{}\n", client_error(&e)),
+        };
+        out.push_str(&format!("observe: {}", next(obs.message().await)));
+        let mut c2 = c.clone();
+        let second = tokio::spawn(async move { c2.campaign("rpcelect", "w", l2).await });
+        while c
+            .get(
+                "rpcelect/",
+                Some(etcd_client::GetOptions::new().with_prefix()),
+            )
+            .await
+            .map_or(0, |g| g.count())
+            < 2
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let res = c
+            .resign(Some(
+                etcd_client::ResignOptions::new().with_leader(leader.clone()),
+            ))
+            .await;
+        out.push_str(&match res {
+            Ok(r) => format!("resign: {}\n", show_header(r.header())),
+            Err(e) => format!("resign: {}\n", client_error(&e)),
+        });
+        match second.await {
+            Ok(Ok(r)) => out.push_str(&format!(
+                "second campaign: rev={} {}\n",
+                r.leader().map_or(0, |l| l.rev()),
+                show_header(r.header())
+            )),
+            Ok(Err(e)) => out.push_str(&format!("second campaign: {}\n", client_error(&e))),
+            Err(e) => out.push_str(&format!("second campaign task: {e}\n")),
+        }
+        out.push_str(&format!("observe: {}", next(obs.message().await)));
+        // The old leader key no longer leads.
+        let pro = c
+            .proclaim(
+                "v3",
+                Some(etcd_client::ProclaimOptions::new().with_leader(leader)),
+            )
+            .await;
+        out.push_str(&match pro {
+            Ok(p) => format!("stale proclaim: {}\n", show_header(p.header())),
+            Err(e) => format!("stale proclaim: {}\n", client_error(&e)),
+        });
+        out
+    })
+}
+
+fn recipe_errors(mut c: etcd_client::Client, _: Vars) -> BoxFuture<'static, String> {
+    Box::pin(async move {
+        let mut out = String::new();
+        let r = c.leader("nobody").await;
+        out.push_str(&format!(
+            "leader of none: {:?}\n",
+            r.map(|_| ()).map_err(|e| client_error(&e))
+        ));
+        let r = c
+            .lock(
+                "badlease",
+                Some(etcd_client::LockOptions::new().with_lease(12345)),
+            )
+            .await;
+        out.push_str(&format!(
+            "lock, unknown lease: {:?}\n",
+            r.map(|_| ()).map_err(|e| client_error(&e))
+        ));
+        let r = c.campaign("badlease", "v", 12345).await;
+        out.push_str(&format!(
+            "campaign, unknown lease: {:?}\n",
+            r.map(|_| ()).map_err(|e| client_error(&e))
+        ));
+        let r = c.resign(None).await;
+        out.push_str(&format!(
+            "resign without leader: {:?}\n",
+            r.map(|_| ()).map_err(|e| client_error(&e))
+        ));
+        let r = c.proclaim("v", None).await;
+        out.push_str(&format!(
+            "proclaim without leader: {:?}\n",
+            r.map(|_| ()).map_err(|e| client_error(&e))
+        ));
+        let r = c.unlock("").await;
+        out.push_str(&format!(
+            "unlock of no key: {:?}\n",
+            r.map(|_| ()).map_err(|e| client_error(&e))
+        ));
+        out
+    })
 }

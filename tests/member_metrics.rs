@@ -106,6 +106,100 @@ fn put_keys(c: &Cluster, n: usize) {
     });
 }
 
+/// A `grpc_*` sample as `name{labels}` (labels sorted), for comparing expositions.
+fn grpc_series(s: &Scrape) -> std::collections::BTreeSet<String> {
+    s.samples
+        .iter()
+        .filter(|x| x.metric.starts_with("grpc_server_"))
+        .map(|x| {
+            let mut l: Vec<String> = x.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            l.sort();
+            format!("{}{{{}}}", x.metric, l.join(","))
+        })
+        .collect()
+}
+
+fn grpc_value(s: &Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
+    s.samples
+        .iter()
+        .find(|x| x.metric == name && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v)))
+        .map(|x| match x.value {
+            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => v,
+            _ => panic!("{name} is not a counter"),
+        })
+        .unwrap_or_else(|| panic!("no series {name} {labels:?}"))
+}
+
+/// etcd's gRPC server series on member 0 (which served `put_keys`' 20 puts): the same series as a real
+/// etcd 3.4 exposes, and counts that follow the calls.
+fn grpc_series_match_etcd(c: &Cluster) {
+    let ep = c.endpoint(0);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // An error answer (trailers-only) is handled with its code.
+    rt.block_on(async {
+        let mut client = etcd_client::Client::connect([ep.as_str()], None)
+            .await
+            .unwrap();
+        let e = client
+            .get(
+                "k",
+                Some(etcd_client::GetOptions::new().with_revision(1_000_000)),
+            )
+            .await;
+        assert!(e.is_err());
+    });
+    let keel = scrape(&ep);
+    let put = [
+        ("grpc_method", "Put"),
+        ("grpc_service", "etcdserverpb.KV"),
+        ("grpc_type", "unary"),
+    ];
+    assert!(grpc_value(&keel, "grpc_server_started_total", &put) >= 20.0);
+    assert!(grpc_value(&keel, "grpc_server_msg_received_total", &put) >= 20.0);
+    assert!(grpc_value(&keel, "grpc_server_msg_sent_total", &put) >= 20.0);
+    let mut ok = put.to_vec();
+    ok.push(("grpc_code", "OK"));
+    assert!(grpc_value(&keel, "grpc_server_handled_total", &ok) >= 20.0);
+    let out_of_range = [
+        ("grpc_code", "OutOfRange"),
+        ("grpc_method", "Range"),
+        ("grpc_service", "etcdserverpb.KV"),
+        ("grpc_type", "unary"),
+    ];
+    assert_eq!(
+        grpc_value(&keel, "grpc_server_handled_total", &out_of_range),
+        1.0
+    );
+
+    // The series of the six etcd services, as a fresh etcd 3.4 has them.
+    let etcd = keel_testkit::Server::start_etcd();
+    // etcd answers /metrics chunked (keel's is sized, which `scrape` checks): read it with curl.
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "10"])
+        .arg(format!("http://{}/metrics", etcd.endpoint()))
+        .output()
+        .unwrap();
+    let body = String::from_utf8(out.stdout).unwrap();
+    let theirs = grpc_series(&Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).unwrap());
+    let ours: std::collections::BTreeSet<String> = grpc_series(&keel)
+        .into_iter()
+        .filter(|s| s.contains("grpc_service=etcdserverpb."))
+        .collect();
+    let theirs: std::collections::BTreeSet<String> = theirs
+        .into_iter()
+        .filter(|s| s.contains("grpc_service=etcdserverpb."))
+        .collect();
+    assert!(!theirs.is_empty(), "etcd has no grpc_server_ series");
+    assert_eq!(
+        ours.symmetric_difference(&theirs).collect::<Vec<_>>(),
+        Vec::<&String>::new(),
+        "gRPC series differ from etcd 3.4's"
+    );
+}
+
 #[test]
 fn metrics_health_and_status_on_three_members() {
     let _serial = cluster::serial();
@@ -152,6 +246,7 @@ fn metrics_health_and_status_on_three_members() {
         .map(|s| value(s, "etcd_server_proposals_committed_total"))
         .collect();
     put_keys(&c, 20);
+    grpc_series_match_etcd(&c);
     let after = scrape_until(&c, "every member's commit index grew", |all| {
         all.iter()
             .zip(&committed)

@@ -1,10 +1,16 @@
-//! Generates the etcd v3 gRPC service traits; the message types come from `keel-store`.
+//! Generates the etcd v3 gRPC service traits (the message types come from `keel-store`), and
+//! etcd's lock and election services with their own messages.
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let proto = "../../store/proto/etcd/etcdserver/etcdserverpb/rpc.proto";
-    println!("cargo:rerun-if-changed={proto}");
+    let rpc = "../../store/proto/etcd/etcdserver/etcdserverpb/rpc.proto";
+    let lock = "proto/etcd/v3lockpb/v3lock.proto";
+    let election = "proto/etcd/v3electionpb/v3election.proto";
+    for p in [rpc, lock, election] {
+        println!("cargo:rerun-if-changed={p}");
+    }
     tonic_prost_build::configure()
         .build_client(false)
         .codec_path("crate::codec::SizedProstCodec")
+        .bytes(".")
         .extern_path(".etcdserverpb", "::keel_store::pb::etcdserverpb")
         // Watch responses go out with their events encoded once for all watchers.
         .extern_path(
@@ -13,6 +19,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .extern_path(".mvccpb", "::keel_store::pb::mvccpb")
         .extern_path(".authpb", "::keel_store::pb::authpb")
-        .compile_protos(&[proto], &["../../store/proto"])?;
+        .compile_protos(&[rpc, lock, election], &["../../store/proto", "proto"])?;
     Ok(())
 }

@@ -26,7 +26,7 @@ use crate::error::{BenchError, Result};
 use crate::load::Sample;
 use crate::plan::{Plan, Step};
 use crate::report::{Figure, Row};
-use crate::target::{Binaries, Cluster, Kind};
+use crate::target::{Api, Binaries, Cluster, Kind};
 
 /// Time a step may take beyond its window (setup, drain) before the run is declared stuck.
 const STEP_SLACK: std::time::Duration = std::time::Duration::from_secs(120);
@@ -76,6 +76,10 @@ struct Args {
     /// The keel binary [default: target/release/keel beside this binary].
     #[arg(long)]
     keel: Option<PathBuf>,
+    /// An extra flag for every keel member of the measured steps (repeatable), e.g.
+    /// `--keel-arg=--unsafe-answer-forwarded-writes-early` for the "before" figure of issue 37.
+    #[arg(long, allow_hyphen_values = true)]
+    keel_arg: Vec<String>,
     /// The etcd 3.4 binary.
     #[arg(long, default_value = "/usr/bin/etcd")]
     etcd: PathBuf,
@@ -270,6 +274,7 @@ async fn run(args: Args) -> Result<()> {
     if args.no_footprint {
         plan.footprint_keys.clear();
     }
+    plan.keel_args = args.keel_arg.clone();
     if args.no_failover {
         plan.failover_kills = 0;
     }
@@ -290,7 +295,12 @@ async fn run(args: Args) -> Result<()> {
         .filter(|&&m| failover_applies(&plan, m))
         .count()
         * 2;
-    let total = plan.topologies.len() * (plan.steps.len() * 2 + footprint_steps) + failover_steps;
+    let total = plan
+        .topologies
+        .iter()
+        .map(|&m| plan.steps.iter().filter(|s| s.applies(m)).count() * 2 + footprint_steps)
+        .sum::<usize>()
+        + failover_steps;
     let bar = ProgressBar::new(total as u64);
     bar.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
@@ -376,7 +386,9 @@ async fn topology(
     let mut rows = Vec::new();
     if !plan.steps.is_empty() {
         status(bar, format!("starting {members}-member clusters"));
-        let keel = Cluster::start(Kind::Keel, members, root, bins).await?;
+        let extra: Vec<&str> = plan.keel_args.iter().map(String::as_str).collect();
+        let keel = Cluster::start_with_args(Kind::Keel, members, root, bins, Api::EtcdOnly, &extra)
+            .await?;
         let etcd = Cluster::start(Kind::Etcd, members, root, bins).await?;
         for c in [&keel, &etcd] {
             status(
@@ -388,7 +400,7 @@ async fn topology(
             );
             workload::range::prepare(c).await?;
         }
-        for step in &plan.steps {
+        for step in plan.steps.iter().filter(|s| s.applies(members)) {
             let mut samples = Vec::new();
             // keel first, then etcd, back to back so both see the same machine load.
             for c in [&keel, &etcd] {
@@ -549,6 +561,9 @@ async fn one(c: &Cluster, step: &Step, plan: &Plan) -> Result<Sample> {
     match *step {
         Step::Put { clients, value_len } => {
             workload::put::run(c, &name, clients, value_len, w).await
+        }
+        Step::PutFollowers { clients, value_len } => {
+            workload::put::run_on_followers(c, &name, clients, value_len, w).await
         }
         Step::Update { clients, value_len } => {
             workload::update::run(c, &name, clients, value_len, w).await

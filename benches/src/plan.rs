@@ -11,6 +11,8 @@ use crate::workload::range::Shape;
 pub(crate) enum Step {
     /// Puts of fresh keys.
     Put { clients: usize, value_len: usize },
+    /// Puts of fresh keys sent to followers only (each answered once that follower applied it).
+    PutFollowers { clients: usize, value_len: usize },
     /// Txn compare mod_revision then put.
     Update { clients: usize, value_len: usize },
     /// Range reads.
@@ -40,6 +42,12 @@ impl Step {
             Step::Put { clients, value_len } => {
                 format!("put {}, {clients} clients", size(value_len))
             }
+            Step::PutFollowers { clients, value_len } => {
+                format!(
+                    "put {} through followers, {clients} clients",
+                    size(value_len)
+                )
+            }
             Step::Update { clients, value_len } => {
                 format!("guarded update {}, {clients} clients", size(value_len))
             }
@@ -68,6 +76,11 @@ impl Step {
         }
     }
 
+    /// Whether the step means anything on `members` members (a lone member has no followers).
+    pub(crate) fn applies(&self, members: usize) -> bool {
+        !matches!(self, Step::PutFollowers { .. }) || members > 1
+    }
+
     /// Unit of the measured rate.
     pub(crate) fn unit(&self) -> &'static str {
         match self {
@@ -91,6 +104,8 @@ pub(crate) struct Plan {
     pub footprint_keys: Vec<usize>,
     /// Leader kills of the failover step (clusters of 3 members or more; 0 = no failover step).
     pub(crate) failover_kills: usize,
+    /// Extra flags for keel's members in the measured steps.
+    pub(crate) keel_args: Vec<String>,
 }
 
 /// Label of the failover rows (`--only failover` selects them).
@@ -104,6 +119,12 @@ impl Plan {
             for clients in [1, 16, 64, 256] {
                 steps.push(Step::Put { clients, value_len });
             }
+        }
+        for clients in [1, 16, 64] {
+            steps.push(Step::PutFollowers {
+                clients,
+                value_len: 256,
+            });
         }
         steps.push(Step::Update {
             clients: 64,
@@ -142,6 +163,7 @@ impl Plan {
             },
             footprint_keys: vec![100_000, 1_000_000],
             failover_kills: 7,
+            keel_args: Vec::new(),
         }
     }
 
@@ -187,6 +209,7 @@ impl Plan {
             },
             footprint_keys: vec![10_000],
             failover_kills: 2,
+            keel_args: Vec::new(),
         }
     }
 }

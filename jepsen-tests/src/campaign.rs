@@ -12,11 +12,12 @@ use rand::{Rng, SeedableRng};
 
 use crate::checker::append::ListAppend;
 use crate::checker::register::Register;
-use crate::checker::{self, watch as watch_check};
+use crate::checker::{self, session as session_check, watch as watch_check};
 use crate::history::Counts;
 use crate::nemesis::{Damage, Fault, Nemesis};
 use crate::workload::append::AppendWorkload;
 use crate::workload::register::RegisterWorkload;
+use crate::workload::session::SessionWorkload;
 use crate::workload::watch::WatchWorkload;
 use crate::workload::{Ctx, Endpoints};
 use keel_testkit::cluster::{self, Options};
@@ -37,12 +38,16 @@ pub struct Config {
     pub phase_time: Duration,
     /// Start keel with `--unsafe-serve-linearizable-reads-locally` (the checker must then fail).
     pub unsafe_local_reads: bool,
+    /// Start keel with `--unsafe-answer-forwarded-writes-early` (the session checker must then fail).
+    pub unsafe_early_answers: bool,
     /// After this long an operation is indeterminate.
     pub op_timeout: Duration,
     /// Register workers (bound to members round-robin).
     pub register_workers: usize,
     /// List-append workers.
     pub append_workers: usize,
+    /// Single-member session workers (read-your-writes, monotonic reads), bound to members round-robin.
+    pub session_workers: usize,
     /// Search steps allowed per checked partition.
     pub check_budget: u64,
     /// `--snapshot-count` of every member (small, so that snapshots and log purges happen during faults).
@@ -62,9 +67,11 @@ impl Config {
             faults: Fault::ALL.to_vec(),
             phase_time,
             unsafe_local_reads: false,
+            unsafe_early_answers: false,
             op_timeout: Duration::from_millis(1500),
             register_workers: 6,
             append_workers: 3,
+            session_workers: 3,
             check_budget: 5_000_000,
             snapshot_count: 1000,
             keep_on_anomaly: true,
@@ -92,6 +99,8 @@ pub struct PhaseReport {
     pub register: Counts,
     /// List-append transactions by outcome.
     pub append: Counts,
+    /// Session operations by outcome (failed: reads and compares; indeterminate: puts).
+    pub session: Counts,
     /// Puts of the watch workload (plain and lease groups).
     pub watch_puts: usize,
     /// Events seen by all watchers together, and their resumptions.
@@ -147,12 +156,12 @@ impl CampaignReport {
     /// A Markdown table of the phases.
     pub fn table(&self) -> String {
         let mut s = String::from(
-            "| fault | injections | register ops (ok/fail/info) | append txns (ok/fail/info) | watch puts | watch events (resumes) | leases | anomalies | undecided | phase | register ok/s | check |\n\
-             | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+            "| fault | injections | register ops (ok/fail/info) | append txns (ok/fail/info) | session ops (ok/fail/info) | watch puts | watch events (resumes) | leases | anomalies | undecided | phase | register ok/s | check |\n\
+             | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
         );
         for p in &self.phases {
             s.push_str(&format!(
-                "| {} | {} | {} ({}/{}/{}) | {} ({}/{}/{}) | {} | {} ({}) | {} | {} | {} | {:.0} s | {:.0} | {:.1} s |\n",
+                "| {} | {} | {} ({}/{}/{}) | {} ({}/{}/{}) | {} ({}/{}/{}) | {} | {} ({}) | {} | {} | {} | {:.0} s | {:.0} | {:.1} s |\n",
                 p.fault.map(Fault::name).unwrap_or("?"),
                 p.injections,
                 p.register.total(),
@@ -163,6 +172,10 @@ impl CampaignReport {
                 p.append.ok,
                 p.append.fail,
                 p.append.info,
+                p.session.total(),
+                p.session.ok,
+                p.session.fail,
+                p.session.info,
                 p.watch_puts,
                 p.watch_events,
                 p.watch_resumes,
@@ -193,10 +206,12 @@ pub fn run(cfg: &Config) -> CampaignReport {
             .collect::<Vec<_>>()
             .join(","),
         cfg.phase_time,
-        if cfg.unsafe_local_reads {
-            ", UNSAFE local linearizable reads"
-        } else {
-            ""
+        match (cfg.unsafe_local_reads, cfg.unsafe_early_answers) {
+            (false, false) => "",
+            (true, false) => ", UNSAFE local linearizable reads",
+            (false, true) => ", UNSAFE early answers to forwarded writes",
+            (true, true) =>
+                ", UNSAFE local linearizable reads and early answers to forwarded writes",
         },
         cfg.seed
     );
@@ -205,6 +220,9 @@ pub fn run(cfg: &Config) -> CampaignReport {
         .snapshot_count(cfg.snapshot_count);
     if cfg.unsafe_local_reads && cfg.kind == Kind::Keel {
         opts = opts.arg("--unsafe-serve-linearizable-reads-locally");
+    }
+    if cfg.unsafe_early_answers && cfg.kind == Kind::Keel {
+        opts = opts.arg("--unsafe-answer-forwarded-writes-early");
     }
     let mut cluster = opts.start();
     println!(
@@ -248,7 +266,7 @@ pub fn run(cfg: &Config) -> CampaignReport {
         let report = phase(cfg, &rt, &mut nemesis, fault, &ctx, phase_seed, t0);
         println!(
             "jepsen: phase {}/{} {fault}: {} injections; register {}; append {}; watch {} puts, {} events; \
-             {} anomalies, {} undecided; {:.0} s + check {:.1} s",
+             session {}; {} anomalies, {} undecided; {:.0} s + check {:.1} s",
             k + 1,
             cfg.faults.len(),
             report.injections,
@@ -256,6 +274,7 @@ pub fn run(cfg: &Config) -> CampaignReport {
             report.append,
             report.watch_puts,
             report.watch_events,
+            report.session,
             report.anomalies.len(),
             report.unknown.len(),
             report.duration.as_secs_f64(),
@@ -303,6 +322,7 @@ fn phase(
         ..PhaseReport::default()
     };
     let reg = RegisterWorkload::new(ctx, start, 6, 120);
+    let sess = SessionWorkload::new();
     let app = AppendWorkload::new(ctx, start, 3, 60);
     let mut watch = match rt.block_on(WatchWorkload::new(ctx)) {
         Ok(w) => w,
@@ -311,6 +331,7 @@ fn phase(
     let mut handles = reg.spawn(rt.handle(), ctx, cfg.register_workers, seed);
     handles.extend(app.spawn(rt.handle(), ctx, cfg.append_workers, 100, seed ^ 1));
     handles.extend(watch.spawn(rt.handle(), ctx, cfg.members, 2, seed ^ 2));
+    handles.extend(sess.spawn(rt.handle(), ctx, cfg.session_workers, seed ^ 4));
 
     let deadline = start + cfg.phase_time;
     let mut rng = StdRng::seed_from_u64(seed ^ 3);
@@ -361,6 +382,7 @@ fn phase(
     let app_ops = app.history.take();
     report.register = Counts::of(&reg_ops);
     report.append = Counts::of(&app_ops);
+    report.session = sess.counts();
     report.watch_puts = watch.puts.load(Ordering::Relaxed);
     report.watch_events = wh.watchers.iter().map(|w| w.events.len()).sum();
     report.watch_resumes = wh.watchers.iter().map(|w| w.resumes).sum();
@@ -387,6 +409,7 @@ fn phase(
             .push(format!("append group {key} is not linearizable:\n{why}"));
     }
     report.unknown.extend(a.unknown);
+    report.anomalies.extend(session_check::check(&sess.take()));
     report.anomalies.extend(watch.errors());
     report.anomalies.extend(watch_check::check(&wh));
     report.check_time = t.elapsed();

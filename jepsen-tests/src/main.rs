@@ -40,6 +40,9 @@ struct Args {
     /// Start keel with --unsafe-serve-linearizable-reads-locally (the checker must catch it).
     #[arg(long)]
     unsafe_serve_linearizable_reads_locally: bool,
+    /// Start keel with --unsafe-answer-forwarded-writes-early (the session checker must catch it).
+    #[arg(long)]
+    unsafe_answer_forwarded_writes_early: bool,
     /// Exit 0 only if an anomaly was found (for the unsafe mode).
     #[arg(long)]
     expect_anomalies: bool,
@@ -74,6 +77,7 @@ fn main() -> ExitCode {
     };
     cfg.members = a.members;
     cfg.unsafe_local_reads = a.unsafe_serve_linearizable_reads_locally;
+    cfg.unsafe_early_answers = a.unsafe_answer_forwarded_writes_early;
     let report = campaign::run(&cfg);
     println!(
         "\njepsen: {} campaign, {} members, seed {}, {:.1} min\n\n{}",

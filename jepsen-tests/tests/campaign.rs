@@ -4,8 +4,9 @@
 //!
 //! - `short_campaign_every_fault`: every fault against 3 keel members, `JEPSEN_PHASE_SECS` (default 20) each;
 //!   must find nothing.
-//! - `unsafe_local_reads_are_caught`: keel with `--unsafe-serve-linearizable-reads-locally`; the checker must
-//!   find non-linearizable histories (proof that it can fail).
+//! - `unsafe_modes_are_caught`: keel with `--unsafe-serve-linearizable-reads-locally` and
+//!   `--unsafe-answer-forwarded-writes-early`; the checkers must find non-linearizable histories and sessions
+//!   that miss their own writes (proof that they can fail).
 //! - `etcd_passes`: the same harness against real etcd 3.4 under four faults; must find nothing.
 //!
 //! `JEPSEN_SEED=<n>` replays a seed (each run prints the one it used).
@@ -80,29 +81,44 @@ fn short_campaign_every_fault() {
     assert_clean(&campaign::run(&cfg));
 }
 
+/// Both unsafe modes in one cluster (CI time is short): local linearizable reads break the register and
+/// list-append checks only, early answers to forwarded writes break the session check only (its reads are
+/// serializable and its transactions compare-only, which every mode serves locally).
 #[test]
-fn unsafe_local_reads_are_caught() {
+fn unsafe_modes_are_caught() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut cfg = Config::new(seed(), phase_secs(15));
     cfg.faults = vec![Fault::PartitionLeader];
     cfg.unsafe_local_reads = true;
+    cfg.unsafe_early_answers = true;
     cfg.keep_on_anomaly = false;
     let r = campaign::run(&cfg);
     show(&r);
-    let caught: Vec<String> = r
-        .anomalies()
-        .into_iter()
+    let anomalies = r.anomalies();
+    let linearizable: Vec<&String> = anomalies
+        .iter()
         .filter(|a| a.contains("is not linearizable"))
         .collect();
+    let sessions: Vec<&String> = anomalies
+        .iter()
+        .filter(|a| a.contains("is not read-your-writes/monotonic"))
+        .collect();
     assert!(
-        !caught.is_empty(),
+        !linearizable.is_empty(),
         "the checker did not catch keel serving linearizable reads locally (seed {})",
         r.seed
     );
+    assert!(
+        !sessions.is_empty(),
+        "the session checker did not catch early answers to forwarded writes (seed {})",
+        r.seed
+    );
     println!(
-        "caught: {} non-linearizable partitions; first:\n{}",
-        caught.len(),
-        caught[0]
+        "caught: {} non-linearizable partitions, first:\n{}\n{} read-your-writes/monotonic violations, first:\n{}",
+        linearizable.len(),
+        linearizable[0],
+        sessions.len(),
+        sessions[0]
     );
 }
 

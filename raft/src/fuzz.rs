@@ -206,11 +206,21 @@ fn peer_seeds() -> Vec<Vec<u8>> {
         &c::snapshot_reply_to_pb(&Ok(InstallSnapshotResponse { vote })),
     ));
     for r in all_command_responses() {
-        s.push(tagged(13, &c::forward_reply_to_pb(&Ok(r))));
+        let index = Some(7);
+        s.push(tagged(
+            13,
+            &c::forward_reply_to_pb(&crate::proposer::Answer {
+                result: Ok(r),
+                index,
+            }),
+        ));
     }
     let errors = all_propose_errors();
     for e in &errors {
-        s.push(tagged(13, &c::forward_reply_to_pb(&Err(e.clone()))));
+        s.push(tagged(
+            13,
+            &c::forward_reply_to_pb(&crate::proposer::Answer::err(e.clone())),
+        ));
     }
     s.push(tagged(14, &c::read_index_reply_to_pb(&Ok(42))));
     s.push(tagged(

@@ -65,6 +65,9 @@ pub struct NodeConfig {
     /// UNSAFE, for testing the Jepsen checker only: answer linearizable reads from local state without a
     /// ReadIndex round, so a partitioned or lagging member serves stale data.
     pub unsafe_local_linearizable_reads: bool,
+    /// UNSAFE, for testing the Jepsen checker only: a follower answers a write it forwarded as soon as the
+    /// leader answers, before applying it itself, so a read from the same member may miss the write.
+    pub unsafe_early_forwarded_answer: bool,
     /// Peer TLS (etcd's `--peer-cert-file` family): served on `https://` listen peer URLs and used to
     /// dial `https://` peers. Required when any of those URLs is `https://`.
     pub peer_tls: Option<crate::tls::TlsPem>,
@@ -88,6 +91,7 @@ impl NodeConfig {
             cluster_state: ClusterState::New,
             cluster_token: "keel-cluster".into(),
             unsafe_local_linearizable_reads: false,
+            unsafe_early_forwarded_answer: false,
             peer_tls: None,
         }
     }
@@ -301,6 +305,7 @@ impl Node {
             cfg.request_timeout,
             peers.clone(),
             metrics.clone(),
+            cfg.unsafe_early_forwarded_answer,
         );
         let leadership = leadership::follow(&raft);
         crate::metrics::count_leader_changes(&raft, metrics.clone());
@@ -953,7 +958,7 @@ pub fn parse_http_addr(url: &str) -> Option<std::net::SocketAddr> {
 
 #[tonic::async_trait]
 impl AppHandler for Node {
-    async fn forward_propose(&self, cmd: Command) -> Result<CommandResponse, ProposeError> {
+    async fn forward_propose(&self, cmd: Command) -> crate::proposer::Answer {
         self.proposer.propose_here(cmd).await
     }
 

@@ -5,6 +5,12 @@
 //! inside the log store alone cannot merge concurrent clients' writes; batching here can.
 //! Every command in a batch still gets its own revision and its own answer. On the leader,
 //! batches forwarded by followers join the same queue and are flattened into its entries.
+//!
+//! A member answers a write only once its own state machine has applied the entry that carried
+//! it (etcd's receiving member does the same), so a client that reads from the member it wrote
+//! through sees its write: a follower waits for the leader's index, the leader has applied it
+//! already when openraft answers. The wait happens per client, outside the batching task, so it
+//! holds no in-flight slot.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,7 +40,24 @@ const MAX_IN_FLIGHT: usize = 2;
 /// Pause before re-sending a write whose leader could not be reached.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
 
-type Reply = oneshot::Sender<Result<CommandResponse, ProposeError>>;
+/// A proposal's result and the index of the log entry that carried it, when known (a write
+/// that was committed, whether the store accepted the command or refused it).
+#[derive(Debug, PartialEq)]
+pub(crate) struct Answer {
+    pub(crate) result: Result<CommandResponse, ProposeError>,
+    pub(crate) index: Option<u64>,
+}
+
+impl Answer {
+    pub(crate) fn err(e: ProposeError) -> Self {
+        Answer {
+            result: Err(e),
+            index: None,
+        }
+    }
+}
+
+type Reply = oneshot::Sender<Answer>;
 
 struct Pending {
     cmd: Command,
@@ -48,26 +71,40 @@ struct Pending {
 pub(crate) struct Proposer {
     tx: mpsc::Sender<Pending>,
     metrics: Arc<RaftMetrics>,
+    raft: Raft<TypeConfig>,
+    timeout: Duration,
+    /// UNSAFE (see `NodeConfig::unsafe_early_forwarded_answer`): answer before applying here.
+    early_answer: bool,
 }
 
 impl Proposer {
     /// Starts the batching task for `raft`; each entry may wait `timeout` for its result.
     /// Pending and failed proposals of this member's clients are counted in `metrics`.
+    /// With `early_answer`, a write forwarded to the leader is answered as soon as the leader
+    /// answers, before this member applied it (unsafe; for the Jepsen checker only).
     pub(crate) fn start(
         raft: Raft<TypeConfig>,
         timeout: Duration,
         peers: PeerApi,
         metrics: Arc<RaftMetrics>,
+        early_answer: bool,
     ) -> Self {
         let (tx, rx) = mpsc::channel(8192);
-        tokio::spawn(run(raft, rx, timeout, peers));
-        Proposer { tx, metrics }
+        tokio::spawn(run(raft.clone(), rx, timeout, peers));
+        Proposer {
+            tx,
+            metrics,
+            raft,
+            timeout,
+            early_answer,
+        }
     }
 
     /// Proposes a command (often a batch) forwarded by a follower. It joins the local queue, so
     /// the followers' batches and the leader's own clients share log entries, but it is never
     /// forwarded again: if this member does not lead, it fails with `NoLeader`.
-    pub(crate) async fn propose_here(&self, cmd: Command) -> Result<CommandResponse, ProposeError> {
+    /// The answer carries the entry's index, which the follower waits to have applied.
+    pub(crate) async fn propose_here(&self, cmd: Command) -> Answer {
         self.enqueue(cmd, true).await
     }
 
@@ -75,7 +112,18 @@ impl Proposer {
     pub(crate) async fn propose(&self, cmd: Command) -> Result<CommandResponse, ProposeError> {
         // Counted here, where this member's clients propose, not where forwarded batches land.
         let _pending = PendingProposal::new(&self.metrics);
-        let res = self.enqueue(cmd, false).await;
+        let started = tokio::time::Instant::now();
+        let answer = self.enqueue(cmd, false).await;
+        let res = match answer.index {
+            Some(index) if !self.early_answer => {
+                let left = self.timeout.saturating_sub(started.elapsed());
+                match self.applied_here(index, left).await {
+                    Ok(()) => answer.result,
+                    Err(e) => Err(e),
+                }
+            }
+            _ => answer.result,
+        };
         // A command the store refused was committed all the same.
         if matches!(
             res,
@@ -89,13 +137,31 @@ impl Proposer {
         res
     }
 
-    async fn enqueue(&self, cmd: Command, here: bool) -> Result<CommandResponse, ProposeError> {
-        let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(Pending { cmd, reply, here })
+    /// Waits up to `timeout` for this member's state machine to apply `index`.
+    async fn applied_here(&self, index: u64, timeout: Duration) -> Result<(), ProposeError> {
+        let applied = self.raft.metrics().borrow().last_applied.map(|l| l.index);
+        if applied >= Some(index) {
+            return Ok(());
+        }
+        match self
+            .raft
+            .wait(Some(timeout))
+            .applied_index_at_least(Some(index), "forwarded write applied")
             .await
-            .map_err(|_| ProposeError::Stopped)?;
-        rx.await.map_err(|_| ProposeError::Stopped)?
+        {
+            Ok(_) => Ok(()),
+            Err(openraft::metrics::WaitError::Timeout(..)) => Err(ProposeError::Timeout),
+            Err(openraft::metrics::WaitError::ShuttingDown) => Err(ProposeError::Stopped),
+        }
+    }
+
+    async fn enqueue(&self, cmd: Command, here: bool) -> Answer {
+        let (reply, rx) = oneshot::channel();
+        if self.tx.send(Pending { cmd, reply, here }).await.is_err() {
+            return Answer::err(ProposeError::Stopped);
+        }
+        rx.await
+            .unwrap_or_else(|_| Answer::err(ProposeError::Stopped))
     }
 }
 
@@ -146,7 +212,7 @@ async fn submit(raft: &Raft<TypeConfig>, batch: Vec<Pending>, timeout: Duration,
         return;
     }
     for p in here {
-        let _ = p.reply.send(Err(ProposeError::NoLeader));
+        let _ = p.reply.send(Answer::err(ProposeError::NoLeader));
     }
     if !local.is_empty() {
         write_group(raft, local, timeout, Some(peers)).await;
@@ -185,7 +251,9 @@ async fn write_group(
     }
     let total = cmds.len();
     let cmd = Command::new(CommandKind::Batch(CommandBatch { commands: cmds }));
-    match write(raft, cmd, timeout, peers).await {
+    let Answer { result, index } = write(raft, cmd, timeout, peers).await;
+    let answer = |result| Answer { result, index };
+    match result {
         Ok(CommandResponse::Batch(results)) if results.len() == total => {
             let mut results = results.into_iter();
             for (reply, n, was_batch) in slots {
@@ -200,7 +268,10 @@ async fn write_group(
                         ))),
                     }
                 };
-                let _ = reply.send(answer);
+                let _ = reply.send(Answer {
+                    result: answer,
+                    index,
+                });
             }
         }
         Ok(other) => {
@@ -209,22 +280,22 @@ async fn write_group(
             )));
             slots
                 .into_iter()
-                .for_each(|(r, _, _)| drop(r.send(Err(e.clone()))));
+                .for_each(|(r, _, _)| drop(r.send(answer(Err(e.clone())))));
         }
         Err(e) => slots
             .into_iter()
-            .for_each(|(r, _, _)| drop(r.send(Err(e.clone())))),
+            .for_each(|(r, _, _)| drop(r.send(answer(Err(e.clone()))))),
     }
 }
 
 /// One openraft write with etcd's error mapping; on a follower, forwarded to the leader when
-/// `peers` is given.
+/// `peers` is given. The answer carries the index of the entry written.
 async fn write(
     raft: &Raft<TypeConfig>,
     cmd: Command,
     timeout: Duration,
     peers: Option<&PeerApi>,
-) -> Result<CommandResponse, ProposeError> {
+) -> Answer {
     let started = tokio::time::Instant::now();
     if let Some(peers) = peers {
         // Not the leader: send it to the leader, waiting out an election (as etcd does) and
@@ -232,30 +303,45 @@ async fn write(
         // leader could not be reached was not applied by it, so sending it again is safe.
         loop {
             let left = timeout.saturating_sub(started.elapsed());
-            match leader_or_wait(raft, left).await? {
+            let leader = match leader_or_wait(raft, left).await {
+                Ok(l) => l,
+                Err(e) => return Answer::err(e),
+            };
+            match leader {
                 None => break,
-                Some(leader) => match peers.forward_propose(&leader, cmd.clone(), left).await {
-                    Err(ProposeError::NoLeader) if started.elapsed() + RETRY_PAUSE < timeout => {
-                        tokio::time::sleep(RETRY_PAUSE).await;
+                Some(leader) => {
+                    let answer = peers.forward_propose(&leader, cmd.clone(), left).await;
+                    match answer.result {
+                        Err(ProposeError::NoLeader)
+                            if started.elapsed() + RETRY_PAUSE < timeout =>
+                        {
+                            tokio::time::sleep(RETRY_PAUSE).await;
+                        }
+                        _ => return answer,
                     }
-                    other => return other,
-                },
+                }
             }
         }
     }
     let left = timeout.saturating_sub(started.elapsed());
     let res = match tokio::time::timeout(left, raft.client_write(cmd)).await {
-        Err(_) => return Err(ProposeError::Timeout),
+        Err(_) => return Answer::err(ProposeError::Timeout),
         Ok(r) => r,
     };
-    match res {
-        Ok(resp) => match resp.data.0 {
-            Ok(Some(r)) => Ok(r),
-            Ok(None) => Err(ProposeError::Store(StoreError::Corrupt(
-                "command produced no response".into(),
-            ))),
-            Err(e) => Err(ProposeError::Store(e)),
-        },
+    let result = match res {
+        Ok(resp) => {
+            let result = match resp.data.0 {
+                Ok(Some(r)) => Ok(r),
+                Ok(None) => Err(ProposeError::Store(StoreError::Corrupt(
+                    "command produced no response".into(),
+                ))),
+                Err(e) => Err(ProposeError::Store(e)),
+            };
+            return Answer {
+                result,
+                index: Some(resp.log_id.index),
+            };
+        }
         // Leadership moved between the check and the write: the client retries elsewhere.
         Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
             Err(ProposeError::NoLeader)
@@ -264,6 +350,10 @@ async fn write(
             Err(ProposeError::Store(StoreError::Backend(e.to_string())))
         }
         Err(RaftError::Fatal(_)) => Err(ProposeError::Stopped),
+    };
+    Answer {
+        result,
+        index: None,
     }
 }
 

@@ -6,18 +6,32 @@ pub mod auto_compaction;
 pub mod cluster;
 pub mod coalesce;
 pub mod codec;
+pub mod election;
 pub mod error;
+pub mod grpc_metrics;
 pub mod header;
 pub mod kv;
 pub mod lease;
+pub mod lock;
 pub mod maintenance;
 pub mod metrics;
+pub mod recipes;
 pub mod server;
 pub mod watch;
 
 /// Generated service traits; message types come from `keel_store::pb`.
 pub mod pb {
     tonic::include_proto!("etcdserverpb");
+}
+
+/// etcd's lock service (`v3lockpb`): messages and service trait.
+pub mod v3lockpb {
+    tonic::include_proto!("v3lockpb");
+}
+
+/// etcd's election service (`v3electionpb`): messages and service trait.
+pub mod v3electionpb {
+    tonic::include_proto!("v3electionpb");
 }
 
 /// The version Status and `/version` report. Chosen on purpose: kube-apiserver enables

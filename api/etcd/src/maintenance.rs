@@ -123,9 +123,8 @@ impl Maintenance for MaintenanceService {
             .await
             .map_err(|e| Status::internal(format!("keel: defragment task failed: {e}")))?
             .map_err(|e| store_status(&e))?;
-        Ok(Response::new(DefragmentResponse {
-            header: self.header(),
-        }))
+        // etcd 3.4 answers Defragment without a header.
+        Ok(Response::new(DefragmentResponse { header: None }))
     }
 
     async fn hash(&self, req: Request<HashRequest>) -> Result<Response<HashResponse>, Status> {
@@ -179,9 +178,8 @@ impl Maintenance for MaintenanceService {
             .move_leader(r.target_id)
             .await
             .map_err(|e| propose_status(&e))?;
-        Ok(Response::new(MoveLeaderResponse {
-            header: self.header(),
-        }))
+        // etcd 3.4 answers MoveLeader without a header.
+        Ok(Response::new(MoveLeaderResponse { header: None }))
     }
 }
 

@@ -26,7 +26,12 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub type Extra = Arc<dyn Fn(&mut Registry) + Send + Sync>;
 
 /// The routes, to be merged into the gRPC router of one client URL.
-pub fn routes(node: Arc<Node>, extra: Option<Extra>) -> axum::Router {
+/// `grpc` holds the gRPC server series counted in front of the gRPC routes.
+pub fn routes(
+    node: Arc<Node>,
+    extra: Option<Extra>,
+    grpc: Arc<crate::grpc_metrics::GrpcMetrics>,
+) -> axum::Router {
     let (m, h) = (node.clone(), node);
     axum::Router::new()
         .route(
@@ -34,7 +39,8 @@ pub fn routes(node: Arc<Node>, extra: Option<Extra>) -> axum::Router {
             axum::routing::get(move || {
                 let node = m.clone();
                 let extra = extra.clone();
-                async move { metrics_response(&node, extra.as_deref()) }
+                let grpc = grpc.clone();
+                async move { metrics_response(&node, extra.as_deref(), &grpc) }
             }),
         )
         .route(
@@ -67,8 +73,9 @@ pub async fn fallback(req: axum::extract::Request) -> Response {
 fn metrics_response(
     node: &Node,
     extra: Option<&(dyn Fn(&mut Registry) + Send + Sync)>,
+    grpc: &crate::grpc_metrics::GrpcMetrics,
 ) -> Response {
-    match exposition(node, extra) {
+    match exposition(node, extra, grpc) {
         Ok(text) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),
         Err(e) => {
             tracing::warn!(%e, "encoding /metrics failed");
@@ -162,10 +169,11 @@ fn gauge(r: &mut Registry, name: &str, help: &str, v: i64) {
     r.register(name, help, ConstGauge::new(v));
 }
 
-/// This member's series (and `extra`'s) in the Prometheus text format 0.0.4.
+/// This member's series (with the gRPC server's and `extra`'s) in the Prometheus text format 0.0.4.
 pub fn exposition(
     node: &Node,
     extra: Option<&(dyn Fn(&mut Registry) + Send + Sync)>,
+    grpc: &crate::grpc_metrics::GrpcMetrics,
 ) -> Result<String, std::fmt::Error> {
     let status = node.status();
     let raft = node.metrics();
@@ -309,6 +317,7 @@ pub fn exposition(
             ConstGauge::new(age),
         );
     }
+    grpc.register(&mut r);
     if let Some(extra) = extra {
         extra(&mut r);
     }

@@ -12,14 +12,18 @@ use super::coalesce::Coalesce;
 
 use super::auth::AuthService;
 use super::cluster::ClusterService;
+use super::election::ElectionService;
 use super::header::HeaderSource;
 use super::kv::KvService;
 use super::lease::LeaseService;
+use super::lock::LockService;
 use super::maintenance::MaintenanceService;
 use super::pb::{
     auth_server::AuthServer, cluster_server::ClusterServer, kv_server::KvServer,
     lease_server::LeaseServer, maintenance_server::MaintenanceServer, watch_server::WatchServer,
 };
+use super::v3electionpb::election_server::ElectionServer;
+use super::v3lockpb::lock_server::LockServer;
 use super::watch::WatchService;
 
 /// etcd's gRPC receive limit: `--max-request-bytes` plus 512 KiB of overhead.
@@ -104,6 +108,8 @@ pub async fn serve(
     }
     let (tx, _) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
+    // One set of gRPC series for every client URL, as etcd has one gRPC server.
+    let grpc_metrics = super::grpc_metrics::GrpcMetrics::new();
     for (l, config) in listeners {
         let grpc = tonic::service::Routes::default()
             .add_service(
@@ -136,12 +142,28 @@ pub async fn serve(
                 MaintenanceServer::new(MaintenanceService::new(node.clone()))
                     .max_decoding_message_size(DECODE_LIMIT)
                     .max_encoding_message_size(MAX_SEND_BYTES),
+            )
+            .add_service(
+                LockServer::new(LockService::new(node.clone()))
+                    .max_decoding_message_size(DECODE_LIMIT),
+            )
+            .add_service(
+                ElectionServer::new(ElectionService::new(node.clone()))
+                    .max_decoding_message_size(DECODE_LIMIT),
             );
         // /metrics, /health and /version beside gRPC, as etcd serves them on its client port:
         // HTTP/1.1 requests go to these routes, HTTP/2 ones to gRPC.
         let routes = grpc
             .into_axum_router()
-            .merge(super::metrics::routes(node.clone(), extra.clone()))
+            .layer(axum::middleware::from_fn_with_state(
+                grpc_metrics.clone(),
+                super::grpc_metrics::count,
+            ))
+            .merge(super::metrics::routes(
+                node.clone(),
+                extra.clone(),
+                grpc_metrics.clone(),
+            ))
             .fallback(super::metrics::fallback);
         let router = tonic::transport::Server::builder()
             .accept_http1(true)

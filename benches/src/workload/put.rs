@@ -33,7 +33,35 @@ pub(crate) async fn run(
     value_len: usize,
     window: Window,
 ) -> Result<Sample> {
-    let pool = Pool::for_clients(&cluster.urls, clients).await?;
+    put_via(cluster, &cluster.urls, name, clients, value_len, window).await
+}
+
+/// Like [`run`], every connection to a follower (writes forwarded to the leader, answered once
+/// the follower applied them).
+pub(crate) async fn run_on_followers(
+    cluster: &Cluster,
+    name: &str,
+    clients: usize,
+    value_len: usize,
+    window: Window,
+) -> Result<Sample> {
+    let leader = cluster.leader().await?;
+    let followers: Vec<String> = (0..cluster.urls.len())
+        .filter(|&i| i != leader)
+        .map(|i| cluster.urls[i].clone())
+        .collect();
+    put_via(cluster, &followers, name, clients, value_len, window).await
+}
+
+async fn put_via(
+    cluster: &Cluster,
+    urls: &[String],
+    name: &str,
+    clients: usize,
+    value_len: usize,
+    window: Window,
+) -> Result<Sample> {
+    let pool = Pool::for_clients(urls, clients).await?;
     let ops: Vec<Box<dyn Op>> = (0..clients)
         .map(|w| {
             Box::new(Put {

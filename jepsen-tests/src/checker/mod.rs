@@ -7,6 +7,7 @@ mod corpus;
 #[cfg(test)]
 mod crosscheck;
 pub mod register;
+pub mod session;
 pub mod watch;
 pub mod wgl;
 

@@ -3,6 +3,7 @@
 
 pub mod append;
 pub mod register;
+pub mod session;
 pub mod watch;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use keel_store::{Command, CommandResponse};
+use keel_store::Command;
 use parking_lot::Mutex;
 use prost::Message;
 use tonic::transport::Channel;
@@ -17,6 +17,7 @@ use tracing::{debug, warn};
 use super::{connect, grpc_client, is_timeout, request, GrpcClient, PeerTls, TransportError};
 use crate::error::ProposeError;
 use crate::peer::codec::{self, pb, CodecError, LeaseTtl};
+use crate::proposer::Answer;
 use crate::types::{MemberChange, MemberChangeResult, MemberNode, NodeId};
 
 /// Client for the application calls a member makes to the leader (forwarded writes, ReadIndex,
@@ -107,13 +108,13 @@ impl PeerApi {
         })
     }
 
-    /// Proposes `cmd` on the leader `node` and returns its result.
+    /// Proposes `cmd` on the leader `node` and returns its result and the entry's index.
     pub(crate) async fn forward_propose(
         &self,
         node: &MemberNode,
         cmd: Command,
         timeout: Duration,
-    ) -> Result<CommandResponse, ProposeError> {
+    ) -> Answer {
         let msg = pb::ForwardRequest {
             command: cmd.encode_to_vec(),
         };
@@ -126,6 +127,7 @@ impl PeerApi {
             codec::forward_reply_from_pb,
         )
         .await
+        .unwrap_or_else(Answer::err)
     }
 
     /// Asks the leader `node` for the index a linearizable read must wait for.

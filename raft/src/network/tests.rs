@@ -26,6 +26,7 @@ use crate::log_store::LogStore;
 use crate::peer::codec::LeaseTtl;
 use crate::peer::server::{serve_service_on, PeerError, PeerService};
 use crate::peer::AppHandler;
+use crate::proposer::Answer;
 use crate::types::{
     Applied, Entry, Leadership, LogId, MemberChange, MemberChangeResult, MemberInfo, MemberNode,
     StorageError, StoredMembership, TypeConfig, Vote,
@@ -171,8 +172,11 @@ struct NoApp;
 
 #[tonic::async_trait]
 impl AppHandler for NoApp {
-    async fn forward_propose(&self, _: Command) -> Result<CommandResponse, ProposeError> {
-        Err(ProposeError::NoLeader)
+    async fn forward_propose(&self, _: Command) -> Answer {
+        Answer {
+            result: Err(ProposeError::NoLeader),
+            index: None,
+        }
     }
     async fn read_index(&self) -> Result<u64, ProposeError> {
         Err(ProposeError::NoLeader)
@@ -208,8 +212,10 @@ struct StubApp;
 
 #[tonic::async_trait]
 impl AppHandler for StubApp {
-    async fn forward_propose(&self, cmd: Command) -> Result<CommandResponse, ProposeError> {
-        match cmd.kind {
+    async fn forward_propose(&self, cmd: Command) -> Answer {
+        // The entry index is made up too: 7 for any command that "was written".
+        let index = matches!(cmd.kind, Some(CommandKind::Put(_))).then_some(7);
+        let result = match cmd.kind {
             Some(CommandKind::Put(p)) if p.key.as_ref() == b"fail" => {
                 Err(StoreError::Backend("disk on fire".into()).into())
             }
@@ -232,7 +238,8 @@ impl AppHandler for StubApp {
                     .collect(),
             )),
             _ => Err(ProposeError::NotLeader),
-        }
+        };
+        Answer { result, index }
     }
     async fn read_index(&self) -> Result<u64, ProposeError> {
         Ok(42)
@@ -877,9 +884,10 @@ async fn network_peer_api_round_trips_app_rpcs() {
     let api = PeerApi::new(CLUSTER);
     let t = Duration::from_secs(5);
 
-    let r = api.forward_propose(&leader, put("abc"), t).await;
+    let a = api.forward_propose(&leader, put("abc"), t).await;
+    assert_eq!(a.index, Some(7));
     assert_eq!(
-        r,
+        a.result,
         Ok(CommandResponse::Put(PutResponse {
             header: Some(ResponseHeader {
                 revision: 3,
@@ -888,9 +896,10 @@ async fn network_peer_api_round_trips_app_rpcs() {
             prev_kv: None,
         }))
     );
-    let r = api.forward_propose(&leader, put("fail"), t).await;
+    let a = api.forward_propose(&leader, put("fail"), t).await;
+    assert_eq!(a.index, Some(7));
     assert_eq!(
-        r,
+        a.result,
         Err(ProposeError::Store(StoreError::Backend(
             "disk on fire".into()
         )))
@@ -898,9 +907,10 @@ async fn network_peer_api_round_trips_app_rpcs() {
     let batch = Command::new(CommandKind::Batch(CommandBatch {
         commands: vec![put("a"), put("b"), put("c")],
     }));
-    let r = api.forward_propose(&leader, batch, t).await;
+    let a = api.forward_propose(&leader, batch, t).await;
+    assert_eq!(a.index, None);
     assert_eq!(
-        r,
+        a.result,
         Ok(CommandResponse::Batch(vec![
             Ok(CommandResponse::Compaction(CompactionResponse::default())),
             Err(StoreError::Compacted),
@@ -908,7 +918,9 @@ async fn network_peer_api_round_trips_app_rpcs() {
         ]))
     );
     assert_eq!(
-        api.forward_propose(&leader, Command::default(), t).await,
+        api.forward_propose(&leader, Command::default(), t)
+            .await
+            .result,
         Err(ProposeError::NotLeader)
     );
 

@@ -22,6 +22,7 @@ use prost::Message;
 
 use crate::codec::{membership_from_pb, membership_to_pb, MemberPb, MembershipPb, VoterSetPb};
 use crate::error::{MembershipError, ProposeError};
+use crate::proposer::Answer;
 use crate::types::{
     Entry, LogId, MemberChange, MemberChangeResult, MemberInfo, MemberNode, NodeId, StorageError,
     StoredMembership, TypeConfig, Vote,
@@ -882,25 +883,30 @@ pub(crate) fn member_change_result_from_pb(
 // Application replies: the handler's whole result, so a `ProposeError` crosses unchanged.
 
 /// Encodes the result of a forwarded proposal.
-pub(crate) fn forward_reply_to_pb(r: &Result<CommandResponse, ProposeError>) -> pb::ForwardReply {
+pub(crate) fn forward_reply_to_pb(a: &Answer) -> pb::ForwardReply {
     use pb::forward_reply::Result as R;
     pb::ForwardReply {
-        result: Some(match r {
+        result: Some(match &a.result {
             Ok(x) => R::Ok(command_response_to_pb(x)),
             Err(e) => R::Error(propose_error_to_pb(e)),
         }),
+        log_index: a.index.unwrap_or(0),
     }
 }
 
 /// Decodes the result of a forwarded proposal.
 pub(crate) fn forward_reply_from_pb(
     p: pb::ForwardReply,
-) -> Result<Result<CommandResponse, ProposeError>, CodecError> {
+) -> Result<Result<Answer, ProposeError>, CodecError> {
     use pb::forward_reply::Result as R;
-    Ok(match required(p.result, "forward result")? {
+    let result = match required(p.result, "forward result")? {
         R::Ok(x) => Ok(command_response_from_pb(x)?),
         R::Error(e) => Err(propose_error_from_pb(&e)?),
-    })
+    };
+    Ok(Ok(Answer {
+        result,
+        index: (p.log_index > 0).then_some(p.log_index),
+    }))
 }
 
 /// Encodes the result of a ReadIndex call.
@@ -1533,10 +1539,13 @@ pub(crate) mod tests {
                 command_response_from_pb(wire(&command_response_to_pb(&r))).unwrap(),
                 r
             );
-            let ok: Result<CommandResponse, ProposeError> = Ok(r);
+            let ok = Answer {
+                result: Ok(r),
+                index: Some(9),
+            };
             assert_eq!(
                 forward_reply_from_pb(wire(&forward_reply_to_pb(&ok))).unwrap(),
-                ok
+                Ok(ok)
             );
         }
         assert_eq!(
@@ -1588,10 +1597,10 @@ pub(crate) mod tests {
             let back = propose_error_from_pb(&wire(&propose_error_to_pb(&e))).unwrap();
             assert_eq!(back, e);
             assert_eq!(back.to_string(), e.to_string());
-            let reply: Result<CommandResponse, ProposeError> = Err(e.clone());
+            let reply = Answer::err(e.clone());
             assert_eq!(
                 forward_reply_from_pb(wire(&forward_reply_to_pb(&reply))).unwrap(),
-                reply
+                Ok(reply)
             );
             let reply: Result<u64, ProposeError> = Err(e.clone());
             assert_eq!(

@@ -10,7 +10,7 @@ pub(crate) mod codec;
 pub(crate) mod server;
 pub(crate) mod wire;
 
-use keel_store::{Command, CommandResponse};
+use keel_store::Command;
 
 use crate::error::ProposeError;
 use crate::types::{MemberChange, MemberChangeResult, NodeId};
@@ -18,8 +18,8 @@ use crate::types::{MemberChange, MemberChangeResult, NodeId};
 /// What the leader does for calls forwarded by followers.
 #[tonic::async_trait]
 pub(crate) trait AppHandler: Send + Sync + 'static {
-    /// Proposes a command on this member (the leader) and returns its result.
-    async fn forward_propose(&self, cmd: Command) -> Result<CommandResponse, ProposeError>;
+    /// Proposes a command on this member (the leader) and returns its result and entry index.
+    async fn forward_propose(&self, cmd: Command) -> crate::proposer::Answer;
     /// Confirms leadership with a quorum and returns the index a linearizable read must wait for.
     async fn read_index(&self) -> Result<u64, ProposeError>;
     /// Renews a lease; `Ok(None)` if it does not exist.
