@@ -251,7 +251,7 @@ fn renew_clients(r: &Renewal) -> Result<String, String> {
         .pki
         .front_proxy_client_cert(r.days)
         .map_err(|e| e.to_string())?;
-    let tls = crate::handler::pod_log::agent_tls(&kubelet.cert, &kubelet.key, &r.pki.ca_cert)?;
+    let tls = crate::dial::agent_tls(&kubelet.cert, &kubelet.key, &r.pki.ca_cert)?;
     *r.state
         .kubelet_tls_config
         .write()

@@ -259,7 +259,7 @@ pub async fn serve(state: Arc<KubeState>, body: &[u8]) -> Result<Value, ApiError
     match req.role.as_str() {
         "server" => {
             check_token(&state, &req.token, SERVER_USAGE).await?;
-            let pki = crate::server::cluster_pki(&state.storage).await?;
+            let pki = cluster_pki(&state.storage).await?;
             let hosts = |urls: &[String]| -> Vec<String> {
                 urls.iter()
                     .filter_map(|u| crate::pki::url_host(u))
@@ -282,7 +282,7 @@ pub async fn serve(state: Arc<KubeState>, body: &[u8]) -> Result<Value, ApiError
         }
         "agent" => {
             check_token(&state, &req.token, AGENT_USAGE).await?;
-            let pki = crate::server::cluster_pki(&state.storage).await?;
+            let pki = cluster_pki(&state.storage).await?;
             let server = state.server_address.clone();
             let kubeconfig = crate::pki::user_kubeconfig(
                 &pki.ca_cert,
@@ -424,6 +424,17 @@ async fn join_server(state: &KubeState, req: &JoinRequest) -> Result<ServerJoin,
         servers: Vec::new(),
         tls: None,
     })
+}
+
+/// The cluster PKI as stored (for signing credentials handed to joining agents).
+async fn cluster_pki(
+    storage: &crate::storage::Storage,
+) -> Result<crate::pki::ClusterPki, ApiError> {
+    let raw = storage
+        .get_raw(crate::pki::PKI_KEY)
+        .await?
+        .ok_or_else(|| ApiError::Unavailable("the cluster PKI is not stored yet".into()))?;
+    serde_json::from_slice(&raw).map_err(|e| ApiError::Internal(format!("stored PKI: {e}")))
 }
 
 #[cfg(test)]

@@ -33,6 +33,7 @@ pub mod compaction;
 pub mod convert;
 pub mod crd;
 pub mod csr;
+pub mod dial;
 pub mod discovery;
 pub mod encode;
 pub mod encryption;

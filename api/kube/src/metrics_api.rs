@@ -12,7 +12,7 @@ use axum::response::Response;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 
-use crate::handler::pod_log::{agent_address, get_from_agent};
+use crate::dial::{agent_address, get_from_agent};
 use crate::handler::KubeState;
 use crate::status::{ApiError, Target};
 

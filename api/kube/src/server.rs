@@ -107,15 +107,6 @@ fn host_of(url: &str) -> Option<String> {
     (!host.is_empty()).then_some(host)
 }
 
-/// The cluster PKI as stored (for signing credentials handed to joining agents).
-pub async fn cluster_pki(storage: &Storage) -> Result<ClusterPki, ApiError> {
-    let raw = storage
-        .get_raw(PKI_KEY)
-        .await?
-        .ok_or_else(|| ApiError::Unavailable("the cluster PKI is not stored yet".into()))?;
-    serde_json::from_slice(&raw).map_err(|e| ApiError::Internal(format!("stored PKI: {e}")))
-}
-
 /// Reads the cluster PKI from the store, creating it first if this is the first member to get here.
 /// `initial` is the PKI to store when none is (`keel server --init` makes it before the member starts,
 /// since its peer certificates come from the same CA); without it a fresh one is made.
@@ -271,7 +262,7 @@ impl ApiServer {
             kubelet_tls_config: std::sync::RwLock::new(
                 match kubelet_client
                     .as_ref()
-                    .map(|c| handler::pod_log::agent_tls(&c.cert, &c.key, &pki.ca_cert))
+                    .map(|c| crate::dial::agent_tls(&c.cert, &c.key, &pki.ca_cert))
                 {
                     Some(Ok(t)) => Some(t),
                     Some(Err(e)) => {

@@ -49,7 +49,7 @@ pub struct Endpoint {
 
 impl Endpoint {
     pub fn authority(&self) -> String {
-        crate::handler::pod_log::join_host_port(&self.host, self.port)
+        crate::dial::join_host_port(&self.host, self.port)
     }
 }
 
@@ -172,8 +172,7 @@ pub async fn connect(
     ep: &Endpoint,
 ) -> Result<hyper::client::conn::http1::SendRequest<axum::body::Body>, String> {
     let stream =
-        crate::handler::pod_log::dial_tls(tls, &ep.authority(), &ep.server_name, CHECK_TIMEOUT)
-            .await?;
+        crate::dial::dial_tls(tls, &ep.authority(), &ep.server_name, CHECK_TIMEOUT).await?;
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| e.to_string())?;

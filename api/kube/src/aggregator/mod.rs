@@ -100,9 +100,9 @@ impl Aggregator {
             .with_safe_default_protocol_versions()
             .map_err(|e| e.to_string())?;
         let builder = if insecure {
-            builder.dangerous().with_custom_certificate_verifier(
-                crate::handler::pod_log::any_server_cert(provider),
-            )
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(keel_client_kit::tls::any_server_cert(provider))
         } else {
             let b64 = path(apiservice, "spec.caBundle")
                 .and_then(Value::as_str)

@@ -4,7 +4,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps;
 use serde_json::Value;
 
-use super::schema::{additional, items};
+use super::props::{additional, items};
 
 /// Fills in defaults of `s` throughout `v`.
 pub fn apply(s: &JSONSchemaProps, v: &mut Value) {

@@ -11,6 +11,7 @@ pub mod controller;
 pub mod default;
 pub mod definition;
 pub mod printer;
+pub mod props;
 pub mod prune;
 pub mod registry;
 pub mod schema;

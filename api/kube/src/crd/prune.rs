@@ -6,7 +6,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps;
 use serde_json::Value;
 
-use super::schema::{additional, additional_any, embedded, items, preserves};
+use super::props::{additional, additional_any, embedded, items, preserves};
 
 const RESOURCE_FIELDS: &[&str] = &["apiVersion", "kind", "metadata"];
 

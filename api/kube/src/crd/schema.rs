@@ -1,4 +1,4 @@
-//! Structural schemas: navigation helpers over `JSONSchemaProps`, and the check that a CRD's
+//! Structural schemas: the check that a CRD's
 //! `openAPIV3Schema` is structural (every node has a type, properties and additionalProperties are not
 //! both set, no `$ref`, ...), with upstream's field paths and messages.
 
@@ -9,44 +9,7 @@ use serde_json::{json, Value};
 
 use crate::status::Cause;
 
-/// The schema of an array's items (the one-schema form; tuple forms are refused by [`check`]).
-pub fn items(s: &JSONSchemaProps) -> Option<&JSONSchemaProps> {
-    match s.items.as_ref()? {
-        JSONSchemaPropsOrArray::Schema(b) => Some(b),
-        JSONSchemaPropsOrArray::Schemas(v) => v.first(),
-    }
-}
-
-/// The schema of a map's values (`additionalProperties`), if the node is a map.
-pub fn additional(s: &JSONSchemaProps) -> Option<&JSONSchemaProps> {
-    match s.additional_properties.as_ref()? {
-        JSONSchemaPropsOrBool::Schema(b) => Some(b),
-        JSONSchemaPropsOrBool::Bool(_) => None,
-    }
-}
-
-/// `additionalProperties: true` (any value kept).
-pub fn additional_any(s: &JSONSchemaProps) -> bool {
-    matches!(
-        s.additional_properties,
-        Some(JSONSchemaPropsOrBool::Bool(true))
-    )
-}
-
-/// `x-kubernetes-preserve-unknown-fields: true`.
-pub fn preserves(s: &JSONSchemaProps) -> bool {
-    s.x_kubernetes_preserve_unknown_fields == Some(true)
-}
-
-/// `x-kubernetes-int-or-string: true`.
-pub fn int_or_string(s: &JSONSchemaProps) -> bool {
-    s.x_kubernetes_int_or_string == Some(true)
-}
-
-/// `x-kubernetes-embedded-resource: true`.
-pub fn embedded(s: &JSONSchemaProps) -> bool {
-    s.x_kubernetes_embedded_resource == Some(true)
-}
+use super::props::{additional, embedded, int_or_string, items, preserves};
 
 fn ty(s: &JSONSchemaProps) -> &str {
     s.type_.as_deref().unwrap_or("")

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps;
 use serde_json::{json, Value};
 
-use super::schema::{additional, embedded, int_or_string, items};
+use super::props::{additional, embedded, int_or_string, items};
 use crate::status::Cause;
 
 /// Values in messages as Go prints them: strings quoted, everything else bare.

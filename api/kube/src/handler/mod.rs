@@ -98,6 +98,12 @@ pub struct Call {
 }
 
 impl Call {
+    /// Whether the body is a server-side apply configuration (`application/apply-patch+yaml`).
+    pub fn is_apply(&self) -> bool {
+        crate::body::media_type(self.headers.get(axum::http::header::CONTENT_TYPE))
+            == apply::CONTENT_TYPE
+    }
+
     /// The namespace of the request (from the path).
     pub fn ns(&self) -> Option<&str> {
         self.route.namespace.as_deref()
@@ -183,6 +189,9 @@ async fn dispatch(
             write::update(call).await
         }
         (&Method::PATCH, true, Some("scale")) => scale::patch(call).await,
+        (&Method::PATCH, true, None | Some("status")) if call.is_apply() => {
+            apply::apply(call).await
+        }
         (&Method::PATCH, true, None | Some("status")) => write::patch(call).await,
         (&Method::DELETE, true, None) => delete::delete(call).await,
         (&Method::DELETE, false, None) => delete::delete_collection(call).await,

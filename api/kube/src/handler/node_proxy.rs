@@ -7,8 +7,8 @@ use axum::http::{header, StatusCode};
 use axum::response::Response;
 use http_body_util::BodyExt;
 
-use super::pod_log::{agent_address, get_from_agent};
 use super::Call;
+use crate::dial::{agent_address, get_from_agent};
 use crate::status::{ApiError, Target};
 
 /// GET `nodes/{name}/proxy/...`.

@@ -17,8 +17,9 @@ use hyper_util::rt::TokioIo;
 use keel_client_kit::upgrade;
 use serde_json::Value;
 
-use super::pod_log::{agent_of, connect_agent, container_of};
+use super::pod_log::{agent_of, container_of};
 use super::KubeState;
+use crate::dial::connect_agent;
 use crate::status::{ApiError, Target};
 
 /// Headers that belong to one hop (or to the API server's own authentication).

@@ -712,13 +712,10 @@ pub async fn update(call: Call) -> Result<Response, ApiError> {
     }
 }
 
-/// PATCH with `application/json-patch+json`, `application/merge-patch+json`,
-/// `application/strategic-merge-patch+json`, or server-side apply (`application/apply-patch+yaml`).
+/// PATCH with `application/json-patch+json`, `application/merge-patch+json` or
+/// `application/strategic-merge-patch+json` (server-side apply is [`super::apply`]'s).
 pub async fn patch(call: Call) -> Result<Response, ApiError> {
     let ct = media_type(call.headers.get(axum::http::header::CONTENT_TYPE));
-    if ct == super::apply::CONTENT_TYPE {
-        return super::apply::apply(call).await;
-    }
     if call.params.get("force").is_some() {
         return Err(ApiError::Invalid {
             target: Target::new("meta.k8s.io", "PatchOptions", ""),
