@@ -19,7 +19,7 @@ use crate::authz::attributes::Attributes;
 
 /// The name of the object a create made (a response extension: the URL of a create names none).
 #[derive(Debug, Clone)]
-pub struct CreatedName(pub String);
+pub(crate) struct CreatedName(pub String);
 
 /// Why a policy or log does not load.
 #[derive(Debug, thiserror::Error)]
@@ -76,7 +76,7 @@ struct PolicyFile {
 
 /// Which requests are logged.
 #[derive(Debug)]
-pub struct Policy {
+pub(crate) struct Policy {
     /// None: keel's default (writes and refusals at Metadata).
     rules: Option<Vec<Rule>>,
 }
@@ -146,12 +146,12 @@ impl Rule {
 
 impl Policy {
     /// keel's default: writes and refused requests.
-    pub fn default_policy() -> Self {
+    pub(crate) fn default_policy() -> Self {
         Policy { rules: None }
     }
 
     /// Reads an `audit.k8s.io/v1` Policy file.
-    pub fn load(path: &Path) -> Result<Self, AuditError> {
+    pub(crate) fn load(path: &Path) -> Result<Self, AuditError> {
         let name = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|e| AuditError::Io(name.clone(), e))?;
         let file: PolicyFile = serde_yaml_ng::from_str(&text)
@@ -182,13 +182,13 @@ impl Policy {
 }
 
 /// Where events go: a writer task appends each line to the file.
-pub struct AuditLog {
+pub(crate) struct AuditLog {
     policy: Policy,
     tx: mpsc::Sender<String>,
 }
 
 /// What the log records about one request.
-pub struct Entry<'a> {
+pub(crate) struct Entry<'a> {
     /// The authenticated user (None: anonymous).
     pub user: Option<&'a Identity>,
     /// Who the request acted as, when it impersonated.
@@ -207,7 +207,7 @@ fn user_json(u: &Identity) -> Value {
 
 impl AuditLog {
     /// Opens `path` for appending (mode 0600) and starts the writer.
-    pub fn open(path: PathBuf, policy: Policy) -> Result<Self, AuditError> {
+    pub(crate) fn open(path: PathBuf, policy: Policy) -> Result<Self, AuditError> {
         let name = path.display().to_string();
         let mut file = std::fs::OpenOptions::new()
             .create(true)
@@ -232,7 +232,7 @@ impl AuditLog {
 
     /// Logs one answered request if the policy selects it (never blocks the request: a full queue drops
     /// the line with a warning).
-    pub fn record(&self, e: &Entry<'_>) {
+    pub(crate) fn record(&self, e: &Entry<'_>) {
         let level = self.policy.level(e.attrs, e.code);
         if level == Level::None {
             return;

@@ -26,11 +26,11 @@ use crate::status::{ApiError, Cause};
 use crate::storage::Storage;
 
 /// The signer of kubelet serving certificates.
-pub const KUBELET_SERVING: &str = "kubernetes.io/kubelet-serving";
+pub(crate) const KUBELET_SERVING: &str = "kubernetes.io/kubelet-serving";
 /// Usages a kubelet serving certificate may ask for (upstream's `ValidateKubeletServingCSR`).
 const SERVING_USAGES: [&str; 3] = ["digital signature", "key encipherment", "server auth"];
 /// Every usage the API accepts.
-pub const KNOWN_USAGES: [&str; 20] = [
+pub(crate) const KNOWN_USAGES: [&str; 20] = [
     "signing",
     "digital signature",
     "content commitment",
@@ -60,7 +60,7 @@ const MIN_SECONDS: i64 = 600;
 
 /// Why a request cannot be signed.
 #[derive(Debug, thiserror::Error)]
-pub enum CsrError {
+pub(crate) enum CsrError {
     #[error("{0}")]
     Invalid(String),
     #[error("signing failed: {0}")]
@@ -95,7 +95,7 @@ fn dn_text(v: &DnValue) -> Option<String> {
 
 /// The create checks of a request (upstream's `ValidateCertificateSigningRequestCreate`, the parts keel
 /// enforces): a parseable request, a signer name, known usages.
-pub fn validate(obj: &Value) -> Vec<Cause> {
+pub(crate) fn validate(obj: &Value) -> Vec<Cause> {
     let mut causes = Vec::new();
     match object::path(obj, "spec.request").and_then(Value::as_str) {
         None | Some("") => causes.push(Cause::required("spec.request")),
@@ -131,7 +131,7 @@ pub fn validate(obj: &Value) -> Vec<Cause> {
 }
 
 /// Whether a condition of `type` with status True is on the request.
-pub fn has_condition(obj: &Value, kind: &str) -> bool {
+pub(crate) fn has_condition(obj: &Value, kind: &str) -> bool {
     object::path(obj, "status.conditions")
         .and_then(Value::as_array)
         .is_some_and(|cs| {
@@ -287,7 +287,7 @@ fn condition(kind: &str, reason: &str, message: &str) -> Value {
 /// Fills in the requester on a new request (`spec.username`, `uid`, `groups`), as upstream's create
 /// strategy does, then approves and signs it when it is a kubelet's request for itself (module
 /// documentation).
-pub async fn admit_create(
+pub(crate) async fn admit_create(
     storage: &Storage,
     authz: &crate::authz::Authorizer,
     user: &Identity,
@@ -348,7 +348,7 @@ fn may_approve(authz: &crate::authz::Authorizer, user: &Identity) -> bool {
 
 /// Signs an approved kubelet-serving request that has no certificate yet (after an approval, or the
 /// automatic one); a request the signer refuses gets the `Failed` condition instead.
-pub fn sign_approved(ca: Option<(&str, &str)>, obj: &mut Value) {
+pub(crate) fn sign_approved(ca: Option<(&str, &str)>, obj: &mut Value) {
     if object::path(obj, "spec.signerName").and_then(Value::as_str) != Some(KUBELET_SERVING)
         || !has_condition(obj, "Approved")
         || has_condition(obj, "Failed")

@@ -15,7 +15,7 @@ use crate::status::ApiError;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The TLS client configuration for agents: the kubelet-client certificate and key (PEM), and the
 /// cluster CA (PEM) the agents' serving certificates must chain to, for the address dialed.
-pub fn agent_tls(
+pub(crate) fn agent_tls(
     cert_pem: &str,
     key_pem: &str,
     ca_pem: &str,
@@ -49,7 +49,7 @@ pub fn agent_tls(
 }
 
 /// The agent's `host:port` from the Node: InternalIP, else Hostname, and its advertised port.
-pub fn agent_address(node: &Value) -> Option<(String, u16)> {
+pub(crate) fn agent_address(node: &Value) -> Option<(String, u16)> {
     let addrs = node
         .pointer("/status/addresses")
         .and_then(Value::as_array)?;
@@ -71,7 +71,7 @@ pub fn agent_address(node: &Value) -> Option<(String, u16)> {
 }
 
 /// `host:port`, with an IPv6 host in brackets.
-pub fn join_host_port(host: &str, port: u16) -> String {
+pub(crate) fn join_host_port(host: &str, port: u16) -> String {
     if host.contains(':') {
         format!("[{host}]:{port}")
     } else {
@@ -81,7 +81,7 @@ pub fn join_host_port(host: &str, port: u16) -> String {
 
 /// A TLS connection to `addr` whose certificate must name `server_name`; the dial and the handshake
 /// are each bounded by `timeout`. Errors read as Go's net/http writes them.
-pub async fn dial_tls(
+pub(crate) async fn dial_tls(
     tls: Arc<rustls::ClientConfig>,
     addr: &str,
     server_name: &str,
@@ -102,7 +102,7 @@ pub async fn dial_tls(
 }
 
 /// A TLS connection to the agent at `host:port`, with this member's kubelet-client certificate.
-pub async fn connect_agent(
+pub(crate) async fn connect_agent(
     tls: Arc<rustls::ClientConfig>,
     host: &str,
     port: u16,
@@ -111,7 +111,7 @@ pub async fn connect_agent(
 }
 
 /// One GET to an agent over HTTPS (HTTP/1.1); the response with its body still streaming.
-pub async fn get_from_agent(
+pub(crate) async fn get_from_agent(
     tls: Arc<rustls::ClientConfig>,
     host: &str,
     port: u16,

@@ -7,17 +7,17 @@ use super::aggregator::Remote;
 use super::crd::registry::Registry;
 use super::resource::ResourceDef;
 
-pub use super::version::{KUBE_GIT_VERSION, KUBE_MAJOR, KUBE_MINOR};
+pub(crate) use super::version::{KUBE_GIT_VERSION, KUBE_MAJOR, KUBE_MINOR};
 
 /// Content type of an aggregated discovery answer (client-go checks these parameters).
-pub const AGGREGATED_V2: &str =
+pub(crate) const AGGREGATED_V2: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 /// The beta variant, for clients that only ask for it.
-pub const AGGREGATED_V2BETA1: &str =
+pub(crate) const AGGREGATED_V2BETA1: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
 
 /// The verbs of every resource collection keel serves.
-pub const VERBS: &[&str] = &[
+pub(crate) const VERBS: &[&str] = &[
     "create",
     "delete",
     "deletecollection",
@@ -29,7 +29,7 @@ pub const VERBS: &[&str] = &[
 ];
 
 /// The `/version` document.
-pub fn version() -> Value {
+pub(crate) fn version() -> Value {
     json!({
         "major": KUBE_MAJOR,
         "minor": KUBE_MINOR,
@@ -52,7 +52,7 @@ fn go_arch() -> &'static str {
 }
 
 /// Which aggregated discovery version an Accept header asks for, if any.
-pub fn wants_aggregated(accept: &str) -> Option<&'static str> {
+pub(crate) fn wants_aggregated(accept: &str) -> Option<&'static str> {
     for part in accept.split(',') {
         let p = part.replace(' ', "");
         if p.contains("g=apidiscovery.k8s.io") && p.contains("as=APIGroupDiscoveryList") {
@@ -161,7 +161,12 @@ fn aggregated_group(reg: &Registry, group: &str, versions: &[String]) -> Value {
 
 /// The aggregated document for `/api` (core) or `/apis` (every named group, then the groups of remote
 /// APIServices).
-pub fn aggregated(reg: &Registry, remote: &[Remote], core: bool, content_type: &str) -> Value {
+pub(crate) fn aggregated(
+    reg: &Registry,
+    remote: &[Remote],
+    core: bool,
+    content_type: &str,
+) -> Value {
     let version = if content_type == AGGREGATED_V2BETA1 {
         "apidiscovery.k8s.io/v2beta1"
     } else {
@@ -199,7 +204,7 @@ pub fn aggregated(reg: &Registry, remote: &[Remote], core: bool, content_type: &
 }
 
 /// Legacy `/api`.
-pub fn api_versions(server_address: &str) -> Value {
+pub(crate) fn api_versions(server_address: &str) -> Value {
     json!({
         "kind": "APIVersions",
         "versions": ["v1"],
@@ -217,7 +222,7 @@ fn group_doc(group: &str, versions: &[String]) -> Value {
 }
 
 /// Legacy `/apis`.
-pub fn api_group_list(reg: &Registry, remote: &[Remote]) -> Value {
+pub(crate) fn api_group_list(reg: &Registry, remote: &[Remote]) -> Value {
     let mut groups: Vec<Value> = reg
         .groups()
         .iter()
@@ -239,7 +244,7 @@ pub fn api_group_list(reg: &Registry, remote: &[Remote]) -> Value {
 }
 
 /// Legacy `/apis/<group>`, if served.
-pub fn api_group(reg: &Registry, remote: &[Remote], group: &str) -> Option<Value> {
+pub(crate) fn api_group(reg: &Registry, remote: &[Remote], group: &str) -> Option<Value> {
     if let Some((g, rs)) = remote_groups(remote).into_iter().find(|(g, _)| g == group) {
         let versions: Vec<String> = rs.iter().map(|r| r.version.clone()).collect();
         let mut doc = group_doc(&g, &versions);
@@ -268,7 +273,7 @@ pub fn api_group(reg: &Registry, remote: &[Remote], group: &str) -> Option<Value
 }
 
 /// Legacy `/api/v1` or `/apis/<group>/<version>`, if served.
-pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<Value> {
+pub(crate) fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<Value> {
     if let Some(list) = crate::authz::review::resource_list(group, version) {
         return Some(list);
     }

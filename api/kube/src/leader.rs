@@ -12,7 +12,7 @@ use crate::storage::Storage;
 
 /// Runs `pass` every `period` while this member leads (and at once when it becomes leader), until `stop`
 /// fires. A failed pass is logged and retried on the next tick.
-pub async fn while_leading<F, Fut>(
+pub(crate) async fn while_leading<F, Fut>(
     storage: &Storage,
     what: &'static str,
     period: Duration,
@@ -26,7 +26,7 @@ pub async fn while_leading<F, Fut>(
 }
 
 /// [`while_leading`], with a pass also as soon as `wake` is notified (a change the duty answers).
-pub async fn while_leading_woken<F, Fut>(
+pub(crate) async fn while_leading_woken<F, Fut>(
     storage: &Storage,
     what: &'static str,
     period: Duration,

@@ -14,13 +14,13 @@ use super::status::{ApiError, Target};
 use super::storage::{Storage, Stored};
 
 /// Namespaces every cluster has.
-pub const DEFAULT_NAMESPACES: &[&str] =
+pub(crate) const DEFAULT_NAMESPACES: &[&str] =
     &["default", "kube-system", "kube-public", "kube-node-lease"];
 /// How often the leader looks for work.
 const PERIOD: Duration = Duration::from_millis(500);
 
 /// Whether the default namespaces exist yet (readiness: kubectl's first command needs `default`).
-pub async fn bootstrapped(storage: &Storage) -> bool {
+pub(crate) async fn bootstrapped(storage: &Storage) -> bool {
     for ns in DEFAULT_NAMESPACES {
         if !matches!(
             storage
@@ -35,7 +35,7 @@ pub async fn bootstrapped(storage: &Storage) -> bool {
 }
 
 /// Refuses content in a namespace that is missing (404) or terminating (403).
-pub async fn check_namespace_open(storage: &Storage, ns: &str) -> Result<(), ApiError> {
+pub(crate) async fn check_namespace_open(storage: &Storage, ns: &str) -> Result<(), ApiError> {
     let key = format!("/registry/namespaces/{ns}");
     match storage.get(&key, false).await? {
         None => match storage.get(&key, true).await? {
@@ -62,7 +62,7 @@ fn new_object(api_version: &str, kind: &str, name: &str, ns: Option<&str>) -> Va
 }
 
 /// A fresh namespace object as the API would create it.
-pub fn namespace_object(name: &str) -> Value {
+pub(crate) fn namespace_object(name: &str) -> Value {
     let mut ns = new_object("v1", "Namespace", name, None);
     ns["metadata"]["labels"] = json!({"kubernetes.io/metadata.name": name});
     ns["spec"] = json!({"finalizers": ["kubernetes"]});
@@ -79,7 +79,7 @@ async fn ensure(storage: &Storage, key: &str, obj: &Value) -> Result<(), ApiErro
 
 /// During a cascading purge (namespace or CRD deletion), an object with finalizers is marked
 /// deleting once and left to its controllers, as upstream does. Returns whether it was left.
-pub async fn left_to_finalizers(
+pub(crate) async fn left_to_finalizers(
     storage: &Storage,
     key: &str,
     st: &Stored,
@@ -99,7 +99,7 @@ pub async fn left_to_finalizers(
 
 /// One pass: the default namespaces. (The namespace controller terminates deleted namespaces and the
 /// serviceaccount controller makes the `default` ServiceAccounts.)
-pub async fn reconcile(storage: &Storage) -> Result<(), ApiError> {
+pub(crate) async fn reconcile(storage: &Storage) -> Result<(), ApiError> {
     for ns in DEFAULT_NAMESPACES {
         ensure(
             storage,
@@ -112,7 +112,7 @@ pub async fn reconcile(storage: &Storage) -> Result<(), ApiError> {
 }
 
 /// Runs [`reconcile`] while this member leads, until `stop` fires.
-pub async fn run(storage: Storage, stop: tokio::sync::watch::Receiver<bool>) {
+pub(crate) async fn run(storage: Storage, stop: tokio::sync::watch::Receiver<bool>) {
     let st = &storage;
     leader::while_leading(st, "namespace lifecycle", PERIOD, stop, || reconcile(st)).await
 }

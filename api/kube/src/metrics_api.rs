@@ -17,9 +17,9 @@ use crate::handler::KubeState;
 use crate::status::{ApiError, Target};
 
 /// The group.
-pub const GROUP: &str = "metrics.k8s.io";
+pub(crate) const GROUP: &str = "metrics.k8s.io";
 /// Its one version.
-pub const VERSION: &str = "v1beta1";
+pub(crate) const VERSION: &str = "v1beta1";
 /// How long one agent may take to answer.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The window the figures stand for (the agents' rates are over their last two readings).
@@ -32,13 +32,13 @@ const RESOURCES: [(&str, &str, bool); 2] = [
 ];
 
 /// `/apis` entry of the group.
-pub fn group_doc() -> Value {
+pub(crate) fn group_doc() -> Value {
     let gv = json!({"groupVersion": format!("{GROUP}/{VERSION}"), "version": VERSION});
     json!({"name": GROUP, "versions": [gv.clone()], "preferredVersion": gv})
 }
 
 /// `/apis/metrics.k8s.io/v1beta1`.
-pub fn resource_list() -> Value {
+pub(crate) fn resource_list() -> Value {
     let resources: Vec<Value> = RESOURCES
         .iter()
         .map(|(plural, kind, ns)| {
@@ -49,7 +49,7 @@ pub fn resource_list() -> Value {
 }
 
 /// The group in aggregated discovery.
-pub fn aggregated_item() -> Value {
+pub(crate) fn aggregated_item() -> Value {
     let resources: Vec<Value> = RESOURCES
         .iter()
         .map(|(plural, kind, ns)| {
@@ -182,7 +182,7 @@ fn respond(v: &Value) -> Response {
 }
 
 /// Serves `rest` (the path after `/apis/metrics.k8s.io/v1beta1/`).
-pub async fn serve(state: Arc<KubeState>, rest: &[&str]) -> Result<Response, ApiError> {
+pub(crate) async fn serve(state: Arc<KubeState>, rest: &[&str]) -> Result<Response, ApiError> {
     let list = |kind: &str, items: Vec<Value>| json!({"kind": format!("{kind}List"), "apiVersion": format!("{GROUP}/{VERSION}"), "metadata": {}, "items": items});
     let with_kind = |kind: &str, mut v: Value| {
         if let Some(m) = v.as_object_mut() {

@@ -34,21 +34,21 @@ use crate::status::{ApiError, Target};
 use crate::storage::{prefix_end, Storage, WriteOutcome};
 
 /// The highest value a class not built in may have (upstream's HighestUserDefinablePriority).
-pub const HIGHEST_USER_DEFINABLE_PRIORITY: i64 = 1_000_000_000;
+pub(crate) const HIGHEST_USER_DEFINABLE_PRIORITY: i64 = 1_000_000_000;
 /// The value of `system-cluster-critical` (upstream's SystemCriticalPriority).
-pub const SYSTEM_CRITICAL_PRIORITY: i64 = 2 * HIGHEST_USER_DEFINABLE_PRIORITY;
+pub(crate) const SYSTEM_CRITICAL_PRIORITY: i64 = 2 * HIGHEST_USER_DEFINABLE_PRIORITY;
 /// The name prefix reserved for the built-in classes.
-pub const SYSTEM_PREFIX: &str = "system-";
+pub(crate) const SYSTEM_PREFIX: &str = "system-";
 /// The preemption policy of pods and classes that name none.
-pub const PREEMPT_LOWER_PRIORITY: &str = "PreemptLowerPriority";
+pub(crate) const PREEMPT_LOWER_PRIORITY: &str = "PreemptLowerPriority";
 /// The preemption policies a class may have.
-pub const PREEMPTION_POLICIES: &[&str] = &[PREEMPT_LOWER_PRIORITY, "Never"];
+pub(crate) const PREEMPTION_POLICIES: &[&str] = &[PREEMPT_LOWER_PRIORITY, "Never"];
 /// Upstream's name of the post-start hook that creates the built-in classes (in `/readyz?verbose`).
-pub const HOOK: &str = "poststarthook/scheduling/bootstrap-system-priority-classes";
+pub(crate) const HOOK: &str = "poststarthook/scheduling/bootstrap-system-priority-classes";
 
 /// One built-in class.
 #[derive(Debug, Clone, Copy)]
-pub struct SystemClass {
+pub(crate) struct SystemClass {
     /// Its name.
     pub name: &'static str,
     /// Its value.
@@ -58,7 +58,7 @@ pub struct SystemClass {
 }
 
 /// The built-in classes, in upstream's order (none is the global default).
-pub const SYSTEM_CLASSES: &[SystemClass] = &[
+pub(crate) const SYSTEM_CLASSES: &[SystemClass] = &[
     SystemClass {
         name: "system-node-critical",
         value: SYSTEM_CRITICAL_PRIORITY + 1000,
@@ -72,13 +72,17 @@ pub const SYSTEM_CLASSES: &[SystemClass] = &[
 ];
 
 /// Whether `name` is a built-in class.
-pub fn is_system_class(name: &str) -> bool {
+pub(crate) fn is_system_class(name: &str) -> bool {
     SYSTEM_CLASSES.iter().any(|c| c.name == name)
 }
 
 /// Checks that a class named with the reserved prefix is a built-in one as built in (upstream's
 /// IsKnownSystemPriorityClass); the error is upstream's text.
-pub fn known_system_class(name: &str, value: i64, global_default: bool) -> Result<(), String> {
+pub(crate) fn known_system_class(
+    name: &str,
+    value: i64,
+    global_default: bool,
+) -> Result<(), String> {
     let Some(c) = SYSTEM_CLASSES.iter().find(|c| c.name == name) else {
         return Err(format!("{name} is not a known system priority class"));
     };
@@ -151,7 +155,7 @@ async fn find_class(storage: &Storage, name: &str) -> Result<Option<Value>, ApiE
 /// The Priority plugin on a create (mutating; runs after defaulting, before validation). Only pods
 /// change: their priority and preemption policy are resolved from their class. `name` is the name
 /// errors carry (the `generateName` prefix when the server picks the name, as upstream's).
-pub async fn admit_create(
+pub(crate) async fn admit_create(
     storage: &Storage,
     def: &ResourceDef,
     name: &str,
@@ -235,7 +239,7 @@ pub async fn admit_create(
 
 /// The Priority plugin on an update of an object itself (mutating): a pod written without its priority
 /// or preemption policy keeps the stored ones (pod validation then refuses any other change of them).
-pub fn admit_update(def: &ResourceDef, old: &Value, new: &mut Value) {
+pub(crate) fn admit_update(def: &ResourceDef, old: &Value, new: &mut Value) {
     if def.gk() != ("", "Pod") {
         return;
     }
@@ -256,7 +260,7 @@ pub fn admit_update(def: &ResourceDef, old: &Value, new: &mut Value) {
 
 /// The Priority plugin's validation of a PriorityClass create or update (after the kind's own
 /// validation): a class may be marked `globalDefault` only while no other class is.
-pub async fn validate_write(
+pub(crate) async fn validate_write(
     storage: &Storage,
     def: &ResourceDef,
     obj: &Value,
@@ -284,7 +288,7 @@ pub async fn validate_write(
 
 /// A built-in class as the API would create it through the loopback client: defaulted, generation 1,
 /// its fields owned by `kube-apiserver`.
-pub fn system_class_object(c: &SystemClass) -> Value {
+pub(crate) fn system_class_object(c: &SystemClass) -> Value {
     let api_version = "scheduling.k8s.io/v1";
     let mut obj = json!({
         "apiVersion": api_version,
@@ -315,7 +319,7 @@ pub fn system_class_object(c: &SystemClass) -> Value {
 
 /// One pass of the bootstrap: creates each built-in class that does not exist (an existing one is left
 /// as it is, as upstream leaves it).
-pub async fn ensure_system_classes(storage: &Storage) -> Result<(), ApiError> {
+pub(crate) async fn ensure_system_classes(storage: &Storage) -> Result<(), ApiError> {
     let def = classes_def()?;
     for c in SYSTEM_CLASSES {
         let key = def.key(None, c.name);
@@ -335,7 +339,7 @@ pub async fn ensure_system_classes(storage: &Storage) -> Result<(), ApiError> {
 
 /// Runs [`ensure_system_classes`] until it succeeds (it needs a quorum), then marks the hook done for
 /// `/readyz`. Every member runs it once at start, as every kube-apiserver runs its post-start hook.
-pub async fn bootstrap(state: Arc<KubeState>) {
+pub(crate) async fn bootstrap(state: Arc<KubeState>) {
     let mut delay = Duration::from_millis(200);
     let mut stop = state.shutdown.clone();
     loop {

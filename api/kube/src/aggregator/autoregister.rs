@@ -24,7 +24,7 @@ use crate::storage::{prefix_end, Storage, WriteOutcome};
 
 /// Upstream's priorities of built-in group-versions (group minimum, version), as kube-apiserver
 /// registers them; unknown groups get a low default.
-pub fn builtin_priority(group: &str, version: &str) -> (i64, i64) {
+pub(crate) fn builtin_priority(group: &str, version: &str) -> (i64, i64) {
     let group_priority = match group {
         "" => return (18000, 1),
         "apiregistration.k8s.io" => 18000,
@@ -54,7 +54,7 @@ pub fn builtin_priority(group: &str, version: &str) -> (i64, i64) {
 }
 
 /// `v1.apps`, or `v1.` for the core group.
-pub fn name_of(group: &str, version: &str) -> String {
+pub(crate) fn name_of(group: &str, version: &str) -> String {
     format!("{version}.{group}")
 }
 
@@ -89,7 +89,7 @@ fn builtin_group_versions() -> Vec<(String, String)> {
 }
 
 /// One pass (on the leader).
-pub async fn reconcile(storage: &Storage, registry: &Registry) -> Result<(), ApiError> {
+pub(crate) async fn reconcile(storage: &Storage, registry: &Registry) -> Result<(), ApiError> {
     let page = storage.range(PREFIX.as_bytes(), &prefix_end(PREFIX.as_bytes()), 0, 0)?;
     let mut existing: BTreeMap<String, (Value, i64)> = BTreeMap::new();
     for (key, st) in page.items {
@@ -169,7 +169,7 @@ pub async fn reconcile(storage: &Storage, registry: &Registry) -> Result<(), Api
 const PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Keeps Local APIServices and the authentication ConfigMap current while this member leads.
-pub async fn run(
+pub(crate) async fn run(
     storage: Storage,
     registry: std::sync::Arc<Registry>,
     ca_pem: String,
@@ -185,7 +185,7 @@ pub async fn run(
 
 /// The ConfigMap aggregated servers read (`kube-system/extension-apiserver-authentication`): the CA of
 /// client certificates and of the front-proxy certificate, and the request-header names.
-pub async fn ensure_authentication_configmap(
+pub(crate) async fn ensure_authentication_configmap(
     storage: &Storage,
     ca_pem: &str,
 ) -> Result<(), ApiError> {

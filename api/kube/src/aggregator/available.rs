@@ -23,13 +23,13 @@ use crate::storage::{prefix_end, Storage};
 
 /// How often the checks run (upstream re-checks every 30 s and on every change; a short period stands in
 /// for the change notifications).
-pub const PERIOD: Duration = Duration::from_secs(2);
+pub(crate) const PERIOD: Duration = Duration::from_secs(2);
 /// How long one discovery check may take.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Why a remote APIService is not available: upstream's condition reason and message.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unavailable {
+pub(crate) struct Unavailable {
     pub reason: &'static str,
     pub message: String,
 }
@@ -40,7 +40,7 @@ fn unavailable(reason: &'static str, message: String) -> Unavailable {
 
 /// A ready endpoint of an APIService's Service: where to connect and the TLS server name to check.
 #[derive(Debug, Clone)]
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     pub host: String,
     pub port: u16,
     /// `<service>.<namespace>.svc`, the name upstream verifies the backend's certificate for.
@@ -48,7 +48,7 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    pub fn authority(&self) -> String {
+    pub(crate) fn authority(&self) -> String {
         crate::dial::join_host_port(&self.host, self.port)
     }
 }
@@ -59,7 +59,7 @@ fn s<'a>(v: &'a Value, p: &str) -> &'a str {
 
 /// Resolves the APIService's Service to one ready endpoint (picked at random among the ready ones), with
 /// upstream's reasons when it cannot.
-pub fn resolve(storage: &Storage, apiservice: &Value) -> Result<Endpoint, Unavailable> {
+pub(crate) fn resolve(storage: &Storage, apiservice: &Value) -> Result<Endpoint, Unavailable> {
     let svc_ref = service_of(apiservice).cloned().unwrap_or(Value::Null);
     let ns = s(&svc_ref, "namespace");
     let name = s(&svc_ref, "name");
@@ -167,7 +167,7 @@ pub fn resolve(storage: &Storage, apiservice: &Value) -> Result<Endpoint, Unavai
 }
 
 /// Opens an HTTP/1.1 connection to `ep` over TLS.
-pub async fn connect(
+pub(crate) async fn connect(
     tls: Arc<rustls::ClientConfig>,
     ep: &Endpoint,
 ) -> Result<hyper::client::conn::http1::SendRequest<axum::body::Body>, String> {
@@ -291,7 +291,7 @@ async fn write_condition(
 }
 
 /// One pass over every APIService.
-pub async fn pass(state: &KubeState) -> Result<(), ApiError> {
+pub(crate) async fn pass(state: &KubeState) -> Result<(), ApiError> {
     let storage = &state.storage;
     let agg = &state.aggregator;
     let page = storage.range(PREFIX.as_bytes(), &prefix_end(PREFIX.as_bytes()), 0, 0)?;
@@ -328,7 +328,7 @@ pub async fn pass(state: &KubeState) -> Result<(), ApiError> {
 }
 
 /// Runs the checks on this member until `stop` fires.
-pub async fn run(state: Arc<KubeState>, mut stop: tokio::sync::watch::Receiver<bool>) {
+pub(crate) async fn run(state: Arc<KubeState>, mut stop: tokio::sync::watch::Receiver<bool>) {
     loop {
         if let Err(e) = pass(&state).await {
             debug!(error = %e, "APIService availability pass failed; retrying");

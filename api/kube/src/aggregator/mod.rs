@@ -10,9 +10,9 @@
 //!   ready endpoint of its Service, with the user in `X-Remote-User`/`X-Remote-Group` and this member's
 //!   front-proxy client certificate as its own identity.
 
-pub mod autoregister;
-pub mod available;
-pub mod proxy;
+pub(crate) mod autoregister;
+pub(crate) mod available;
+pub(crate) mod proxy;
 
 use std::sync::{Arc, RwLock};
 
@@ -23,13 +23,11 @@ use serde_json::Value;
 
 use crate::object::path;
 
-/// The APIService group.
-pub const GROUP: &str = "apiregistration.k8s.io";
 /// Where APIServices are stored (upstream's key layout).
-pub const PREFIX: &str = "/registry/apiregistration.k8s.io/apiservices/";
+pub(crate) const PREFIX: &str = "/registry/apiregistration.k8s.io/apiservices/";
 /// The label autoregister puts on what it manages (upstream's key; `onstart` for built-ins, `true` for
 /// CRD group-versions).
-pub const AUTOMANAGED: &str = "kube-aggregator.kubernetes.io/automanaged";
+pub(crate) const AUTOMANAGED: &str = "kube-aggregator.kubernetes.io/automanaged";
 
 /// What a member knows about one remote (non-Local) group-version for its discovery answers.
 #[derive(Debug, Clone)]
@@ -147,7 +145,7 @@ impl Aggregator {
 }
 
 /// `(group, version)` of an APIService object.
-pub fn group_version(apiservice: &Value) -> (String, String) {
+pub(crate) fn group_version(apiservice: &Value) -> (String, String) {
     let s = |p: &str| {
         path(apiservice, p)
             .and_then(Value::as_str)
@@ -158,12 +156,12 @@ pub fn group_version(apiservice: &Value) -> (String, String) {
 }
 
 /// The APIService's `spec.service`, when it names one (a remote APIService).
-pub fn service_of(apiservice: &Value) -> Option<&Value> {
+pub(crate) fn service_of(apiservice: &Value) -> Option<&Value> {
     path(apiservice, "spec.service").filter(|s| s.is_object())
 }
 
 /// Whether the APIService's `Available` condition is `True`.
-pub fn is_available(apiservice: &Value) -> bool {
+pub(crate) fn is_available(apiservice: &Value) -> bool {
     path(apiservice, "status.conditions")
         .and_then(Value::as_array)
         .is_some_and(|cs| {

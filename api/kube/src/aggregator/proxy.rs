@@ -37,7 +37,7 @@ const HOP_BY_HOP: &[&str] = &[
 ];
 
 /// The remote APIService answering `path`, if its group-version is not one this server serves itself.
-pub fn target(state: &KubeState, path: &str) -> Option<Value> {
+pub(crate) fn target(state: &KubeState, path: &str) -> Option<Value> {
     let mut segs = path.split('/').filter(|s| !s.is_empty());
     if segs.next() != Some("apis") {
         return None;
@@ -68,7 +68,7 @@ pub fn target(state: &KubeState, path: &str) -> Option<Value> {
 }
 
 /// Relays `req` to the APIService's backend.
-pub async fn serve(
+pub(crate) async fn serve(
     state: Arc<KubeState>,
     apiservice: Value,
     identity: Option<Identity>,

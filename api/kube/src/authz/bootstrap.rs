@@ -14,15 +14,15 @@ use serde_json::{json, Map, Value};
 const POLICY_JSON: &str = include_str!("bootstrap_policy.json");
 
 /// The API version of every object here.
-pub const API_VERSION: &str = "rbac.authorization.k8s.io/v1";
+pub(crate) const API_VERSION: &str = "rbac.authorization.k8s.io/v1";
 /// The label every bootstrap object carries, with [`BOOTSTRAPPING_VALUE`].
-pub const BOOTSTRAPPING_LABEL: &str = "kubernetes.io/bootstrapping";
+pub(crate) const BOOTSTRAPPING_LABEL: &str = "kubernetes.io/bootstrapping";
 /// The value of [`BOOTSTRAPPING_LABEL`].
-pub const BOOTSTRAPPING_VALUE: &str = "rbac-defaults";
+pub(crate) const BOOTSTRAPPING_VALUE: &str = "rbac-defaults";
 /// The annotation telling the API server it may reconcile the object back to the defaults.
-pub const AUTOUPDATE_ANNOTATION: &str = "rbac.authorization.kubernetes.io/autoupdate";
+pub(crate) const AUTOUPDATE_ANNOTATION: &str = "rbac.authorization.kubernetes.io/autoupdate";
 /// The name prefix of the controllers' own roles and bindings.
-pub const CONTROLLER_PREFIX: &str = "system:controller:";
+pub(crate) const CONTROLLER_PREFIX: &str = "system:controller:";
 /// The namespace of the controllers' ServiceAccounts.
 const CONTROLLER_NAMESPACE: &str = "kube-system";
 
@@ -82,7 +82,7 @@ static POLICY: LazyLock<Policy> = LazyLock::new(|| match serde_json::from_str(PO
 
 /// Every ClusterRole of the bootstrap policy: the named ones (cluster-admin, admin, edit, view,
 /// system:*) followed by the controllers' `system:controller:*` roles.
-pub fn cluster_roles() -> Vec<Value> {
+pub(crate) fn cluster_roles() -> Vec<Value> {
     let p = &*POLICY;
     let named = p
         .cluster_roles
@@ -97,7 +97,7 @@ pub fn cluster_roles() -> Vec<Value> {
 
 /// Every ClusterRoleBinding: the named ones (the `system:node` one without subjects, as upstream)
 /// followed by one per controller role binding it to the kube-system ServiceAccount of its name.
-pub fn cluster_role_bindings() -> Vec<Value> {
+pub(crate) fn cluster_role_bindings() -> Vec<Value> {
     let p = &*POLICY;
     let named = p
         .cluster_role_bindings
@@ -116,7 +116,7 @@ pub fn cluster_role_bindings() -> Vec<Value> {
 }
 
 /// Every namespaced Role (in kube-system and kube-public).
-pub fn roles() -> Vec<Value> {
+pub(crate) fn roles() -> Vec<Value> {
     POLICY
         .roles
         .iter()
@@ -125,7 +125,7 @@ pub fn roles() -> Vec<Value> {
 }
 
 /// Every namespaced RoleBinding (in kube-system and kube-public).
-pub fn role_bindings() -> Vec<Value> {
+pub(crate) fn role_bindings() -> Vec<Value> {
     POLICY
         .role_bindings
         .iter()

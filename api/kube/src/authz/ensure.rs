@@ -18,7 +18,7 @@ use crate::status::ApiError;
 use crate::storage::{Storage, WriteOutcome};
 
 /// The readiness check's name, as upstream's.
-pub const HOOK: &str = "poststarthook/rbac/bootstrap-roles";
+pub(crate) const HOOK: &str = "poststarthook/rbac/bootstrap-roles";
 
 const AUTOUPDATE: &str = "rbac.authorization.kubernetes.io/autoupdate";
 
@@ -65,10 +65,10 @@ fn keel_roles() -> Vec<Value> {
 }
 
 /// The name of keel's role and binding for agents' network duties.
-pub const AGENT_NETWORK: &str = "keel:agent-network";
+pub(crate) const AGENT_NETWORK: &str = "keel:agent-network";
 
 /// Creates what is missing and completes `autoupdate` roles; `Ok` once everything is in place.
-pub async fn ensure(storage: &Storage) -> Result<(), ApiError> {
+pub(crate) async fn ensure(storage: &Storage) -> Result<(), ApiError> {
     let wanted = bootstrap::cluster_roles()
         .into_iter()
         .chain(keel_roles())
@@ -124,7 +124,7 @@ pub async fn ensure(storage: &Storage) -> Result<(), ApiError> {
 }
 
 /// Runs [`ensure`] until it succeeds (it needs a quorum), then marks the hook done for `/readyz`.
-pub async fn run(state: Arc<KubeState>) {
+pub(crate) async fn run(state: Arc<KubeState>) {
     let mut delay = Duration::from_millis(200);
     let mut stop = state.shutdown.clone();
     loop {

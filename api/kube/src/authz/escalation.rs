@@ -16,7 +16,7 @@ use crate::storage::Storage;
 const GROUP: &str = "rbac.authorization.k8s.io";
 
 /// Checks a create or update of an RBAC object by `user`; anything else passes.
-pub async fn check_write(
+pub(crate) async fn check_write(
     authz: &Authorizer,
     storage: &Storage,
     user: &Identity,
@@ -148,7 +148,7 @@ fn confirm(
 
 /// The parts of `wanted` no rule of `held` covers, with verbs of the same target merged and sorted as
 /// upstream prints them.
-pub fn missing(held: &[PolicyRule], wanted: &[PolicyRule]) -> Vec<PolicyRule> {
+pub(crate) fn missing(held: &[PolicyRule], wanted: &[PolicyRule]) -> Vec<PolicyRule> {
     let mut out: Vec<PolicyRule> = Vec::new();
     for atom in wanted.iter().flat_map(breakdown) {
         if held.iter().any(|h| covers(h, &atom)) {

@@ -14,7 +14,7 @@ const GROUP: &str = "impersonate-group";
 
 /// The identity a request acts as: `user` itself without impersonation headers, the impersonated one
 /// when every impersonation is allowed, or upstream's 403 for the first that is not.
-pub fn acting_as(
+pub(crate) fn acting_as(
     authz: &Authorizer,
     user: Identity,
     headers: &HeaderMap,

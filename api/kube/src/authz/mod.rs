@@ -9,15 +9,15 @@
 //! - `impersonate`: `Impersonate-User`/`-Group` headers (`kubectl --as`).
 //! - `bootstrap`: upstream's default roles and bindings, created at start.
 
-pub mod attributes;
-pub mod bootstrap;
-pub mod ensure;
-pub mod escalation;
-pub mod impersonate;
-pub mod node;
-pub mod rbac;
-pub mod review;
-pub mod rule;
+pub(crate) mod attributes;
+pub(crate) mod bootstrap;
+pub(crate) mod ensure;
+pub(crate) mod escalation;
+pub(crate) mod impersonate;
+pub(crate) mod node;
+pub(crate) mod rbac;
+pub(crate) mod review;
+pub(crate) mod rule;
 
 use std::sync::Arc;
 
@@ -27,9 +27,9 @@ use crate::status::{ApiError, Target};
 use crate::storage::Storage;
 
 /// The group whose members may do anything (kube-apiserver's privileged group).
-pub const MASTERS: &str = "system:masters";
+pub(crate) const MASTERS: &str = "system:masters";
 /// Every authenticated user is in this group.
-pub const AUTHENTICATED: &str = "system:authenticated";
+pub(crate) const AUTHENTICATED: &str = "system:authenticated";
 
 /// The answer of the authorizer chain.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,7 +103,7 @@ impl Authorizer {
 
 /// Upstream's `forbiddenMessage`: `User "alice" cannot list resource "pods" in API group "" in the
 /// namespace "default"` (or `at the cluster scope`, or `cannot get path "/metrics"`).
-pub fn forbidden_message(a: &Attributes) -> String {
+pub(crate) fn forbidden_message(a: &Attributes) -> String {
     let user = &a.user.user;
     match &a.resource {
         None => format!("User {user:?} cannot {} path {:?}", a.verb, a.path),
@@ -128,7 +128,7 @@ pub fn forbidden_message(a: &Attributes) -> String {
 }
 
 /// The 403 of a denied request: `pods "web" is forbidden: <message>[: <reason>]`.
-pub fn forbidden(a: &Attributes, reason: &str) -> ApiError {
+pub(crate) fn forbidden(a: &Attributes, reason: &str) -> ApiError {
     let mut detail = forbidden_message(a);
     if !reason.is_empty() {
         detail = format!("{detail}: {reason}");

@@ -14,13 +14,13 @@ use crate::object;
 use crate::storage::{prefix_end, Storage};
 
 /// The group of agents' identities.
-pub const NODES_GROUP: &str = "system:nodes";
+pub(crate) const NODES_GROUP: &str = "system:nodes";
 /// The user-name prefix of agents' identities.
-pub const NODE_USER_PREFIX: &str = "system:node:";
+pub(crate) const NODE_USER_PREFIX: &str = "system:node:";
 
 /// What the Node authorizer says.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     Allow,
     /// Not this authorizer's to allow; the reason (if any) joins the 403's message.
     NoOpinion(String),
@@ -36,7 +36,7 @@ static NODE_RULES: LazyLock<Vec<PolicyRule>> = LazyLock::new(|| {
 });
 
 /// The node an identity is the agent of, if it is one.
-pub fn node_name(user: &crate::authn::Identity) -> Option<&str> {
+pub(crate) fn node_name(user: &crate::authn::Identity) -> Option<&str> {
     if !user.groups.iter().any(|g| g == NODES_GROUP) {
         return None;
     }
@@ -46,17 +46,17 @@ pub fn node_name(user: &crate::authn::Identity) -> Option<&str> {
 }
 
 /// The Node authorizer of one member.
-pub struct NodeAuthorizer {
+pub(crate) struct NodeAuthorizer {
     storage: Storage,
 }
 
 impl NodeAuthorizer {
-    pub fn new(storage: Storage) -> Self {
+    pub(crate) fn new(storage: Storage) -> Self {
         NodeAuthorizer { storage }
     }
 
     /// Decides for agents; no opinion on anyone else.
-    pub fn authorize(&self, a: &Attributes) -> Decision {
+    pub(crate) fn authorize(&self, a: &Attributes) -> Decision {
         let Some(node) = node_name(&a.user) else {
             return Decision::NoOpinion(String::new());
         };
@@ -150,7 +150,7 @@ impl NodeAuthorizer {
 
 /// The kinds of objects a pod refers to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ref {
+pub(crate) enum Ref {
     Secret,
     ConfigMap,
     Claim,
@@ -160,7 +160,7 @@ pub enum Ref {
 
 /// The names of the objects of `kind` a pod refers to (volumes, projected sources, env, envFrom, image
 /// pull secrets, its service account).
-pub fn references(pod: &Value, kind: Ref) -> Vec<String> {
+pub(crate) fn references(pod: &Value, kind: Ref) -> Vec<String> {
     let mut out = Vec::new();
     let mut push = |v: Option<&Value>| {
         if let Some(s) = v.and_then(Value::as_str) {

@@ -30,14 +30,14 @@ const PREFIXES: [&str; 4] = [
 ];
 
 /// The API group of the four kinds.
-pub const GROUP: &str = "rbac.authorization.k8s.io";
+pub(crate) const GROUP: &str = "rbac.authorization.k8s.io";
 
 /// The prefix of service-account user names.
-pub const SERVICE_ACCOUNT_PREFIX: &str = "system:serviceaccount:";
+pub(crate) const SERVICE_ACCOUNT_PREFIX: &str = "system:serviceaccount:";
 
 /// One subject of a binding.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Subject {
+pub(crate) struct Subject {
     pub kind: String,
     pub name: String,
     pub namespace: String,
@@ -81,7 +81,7 @@ impl Subject {
 
 /// A RoleBinding (namespace set) or ClusterRoleBinding (namespace empty).
 #[derive(Debug, Clone)]
-pub struct Binding {
+pub(crate) struct Binding {
     pub name: String,
     pub namespace: String,
     pub role_kind: String,
@@ -378,7 +378,11 @@ impl Rbac {
 }
 
 /// Keeps `rbac` in step with the store until `stop` fires: a full reload at start and after every change.
-pub async fn run(rbac: Arc<Rbac>, storage: Storage, mut stop: tokio::sync::watch::Receiver<bool>) {
+pub(crate) async fn run(
+    rbac: Arc<Rbac>,
+    storage: Storage,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
     loop {
         let rev = match rbac.reload(&storage) {
             Ok(r) => r,

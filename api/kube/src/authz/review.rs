@@ -12,12 +12,12 @@ use crate::authn::Identity;
 use crate::status::{ApiError, Cause, Target};
 
 /// The review group.
-pub const AUTHORIZATION: &str = "authorization.k8s.io";
+pub(crate) const AUTHORIZATION: &str = "authorization.k8s.io";
 /// SelfSubjectReview's group.
-pub const AUTHENTICATION: &str = "authentication.k8s.io";
+pub(crate) const AUTHENTICATION: &str = "authentication.k8s.io";
 
 /// Which review a path names: `(group, plural, namespace)` for a POST to one of them.
-pub fn route(segs: &[&str]) -> Option<(&'static str, &'static str, Option<String>)> {
+pub(crate) fn route(segs: &[&str]) -> Option<(&'static str, &'static str, Option<String>)> {
     let plural = |p: &str| -> Option<&'static str> {
         [
             "subjectaccessreviews",
@@ -61,7 +61,7 @@ fn kind_of(plural: &str) -> &'static str {
 }
 
 /// Answers a review POSTed by `user` (already authorized to create it).
-pub fn answer(
+pub(crate) fn answer(
     authz: &Authorizer,
     user: &Identity,
     group: &str,
@@ -300,7 +300,7 @@ const KINDS: [(&str, &str, &str, bool); 6] = [
 ];
 
 /// The review groups, in discovery's order.
-pub const GROUPS: [&str; 2] = [AUTHENTICATION, AUTHORIZATION];
+pub(crate) const GROUPS: [&str; 2] = [AUTHENTICATION, AUTHORIZATION];
 
 fn kinds_of(
     group: &str,
@@ -309,13 +309,13 @@ fn kinds_of(
 }
 
 /// `/apis` and `/apis/<group>` entry of a review group.
-pub fn group_doc(group: &str) -> Value {
+pub(crate) fn group_doc(group: &str) -> Value {
     let gv = json!({"groupVersion": format!("{group}/v1"), "version": "v1"});
     json!({"name": group, "versions": [gv.clone()], "preferredVersion": gv})
 }
 
 /// `/apis/<group>/v1` of a review group; None for other group-versions.
-pub fn resource_list(group: &str, version: &str) -> Option<Value> {
+pub(crate) fn resource_list(group: &str, version: &str) -> Option<Value> {
     if version != "v1" || !GROUPS.contains(&group) {
         return None;
     }
@@ -330,7 +330,7 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
 }
 
 /// A review group in aggregated discovery.
-pub fn aggregated_item(group: &str) -> Value {
+pub(crate) fn aggregated_item(group: &str) -> Value {
     let resources: Vec<Value> = kinds_of(group)
         .map(|(_, plural, kind, ns)| {
             json!({

@@ -16,7 +16,7 @@ pub struct PolicyRule {
 }
 
 /// Matches everything in a verb, group or resource list.
-pub const ALL: &str = "*";
+pub(crate) const ALL: &str = "*";
 
 fn strings(v: &Value, field: &str) -> Vec<String> {
     crate::object::strings(v.get(field))
@@ -98,13 +98,13 @@ impl PolicyRule {
 }
 
 /// Go's `%q` of a `[]string`: `["a" "b"]`.
-pub fn go_quoted_list(list: &[String]) -> String {
+pub(crate) fn go_quoted_list(list: &[String]) -> String {
     let quoted: Vec<String> = list.iter().map(|s| go_quote(s)).collect();
     format!("[{}]", quoted.join(" "))
 }
 
 /// Go's `%q` of a string (printable ASCII kept, quotes and backslashes escaped).
-pub fn go_quote(s: &str) -> String {
+pub(crate) fn go_quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {
@@ -122,18 +122,22 @@ pub fn go_quote(s: &str) -> String {
 }
 
 /// A verb list allows `verb` when it holds it or `*`.
-pub fn verb_matches(verbs: &[String], verb: &str) -> bool {
+pub(crate) fn verb_matches(verbs: &[String], verb: &str) -> bool {
     verbs.iter().any(|v| v == ALL || v == verb)
 }
 
 /// A group list allows `group` when it holds it or `*`.
-pub fn group_matches(groups: &[String], group: &str) -> bool {
+pub(crate) fn group_matches(groups: &[String], group: &str) -> bool {
     groups.iter().any(|g| g == ALL || g == group)
 }
 
 /// `*` matches every resource and subresource; `*/scale` every resource's scale subresource;
 /// otherwise the exact `resource` or `resource/subresource`.
-pub fn resource_matches(resources: &[String], combined: &str, subresource: Option<&str>) -> bool {
+pub(crate) fn resource_matches(
+    resources: &[String],
+    combined: &str,
+    subresource: Option<&str>,
+) -> bool {
     resources.iter().any(|r| {
         r == ALL
             || r == combined
@@ -143,12 +147,12 @@ pub fn resource_matches(resources: &[String], combined: &str, subresource: Optio
 }
 
 /// No names allow every name; otherwise only a named request with one of them.
-pub fn name_matches(names: &[String], name: Option<&str>) -> bool {
+pub(crate) fn name_matches(names: &[String], name: Option<&str>) -> bool {
     names.is_empty() || name.is_some_and(|n| names.iter().any(|x| x == n))
 }
 
 /// `*` matches every path; a trailing `*` matches by prefix; otherwise the exact path.
-pub fn url_matches(urls: &[String], path: &str) -> bool {
+pub(crate) fn url_matches(urls: &[String], path: &str) -> bool {
     urls.iter().any(|u| {
         u == ALL
             || u == path

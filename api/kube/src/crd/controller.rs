@@ -24,7 +24,7 @@ use crate::storage::{prefix_end, Storage, WatchBatch, WriteOutcome};
 const PERIOD: Duration = Duration::from_millis(300);
 
 /// Adds the cleanup finalizer (a deleted CRD waits for its objects to go first).
-pub fn add_cleanup_finalizer(obj: &mut Value) {
+pub(crate) fn add_cleanup_finalizer(obj: &mut Value) {
     let meta = object::meta_mut(obj);
     let list = meta.entry("finalizers").or_insert_with(|| json!([]));
     if let Some(a) = list.as_array_mut() {
@@ -229,7 +229,7 @@ async fn finish_deleted(
 }
 
 /// One pass over every CRD.
-pub async fn reconcile(storage: &Storage) -> Result<(), ApiError> {
+pub(crate) async fn reconcile(storage: &Storage) -> Result<(), ApiError> {
     let page = storage.range(
         CRD_PREFIX.as_bytes(),
         &prefix_end(CRD_PREFIX.as_bytes()),
@@ -259,7 +259,7 @@ pub async fn reconcile(storage: &Storage) -> Result<(), ApiError> {
 /// Runs [`reconcile`] while this member leads, until `stop` fires: every [`PERIOD`], and at once after
 /// any change of a CRD, so that a new CRD has its conditions before a client that created it looks again
 /// (`kubectl wait --for condition=established` fails on the `null` the create answers).
-pub async fn run(
+pub(crate) async fn run(
     storage: Storage,
     _registry: Arc<Registry>,
     stop: tokio::sync::watch::Receiver<bool>,

@@ -7,26 +7,26 @@
 //! - `schema`, `validate`, `default`, `prune`: a custom resource's structural schema applied to its objects.
 //! - `printer`: `additionalPrinterColumns`; `controller`: status conditions and deletion of a CRD's objects.
 
-pub mod controller;
-pub mod default;
-pub mod definition;
-pub mod printer;
-pub mod props;
-pub mod prune;
-pub mod registry;
-pub mod schema;
-pub mod validate;
+pub(crate) mod controller;
+pub(crate) mod default;
+pub(crate) mod definition;
+pub(crate) mod printer;
+pub(crate) mod props;
+pub(crate) mod prune;
+pub(crate) mod registry;
+pub(crate) mod schema;
+pub(crate) mod validate;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceColumnDefinition, CustomResourceSubresourceScale, JSONSchemaProps,
 };
 
 /// The group of CRD objects.
-pub const GROUP: &str = "apiextensions.k8s.io";
+pub(crate) const GROUP: &str = "apiextensions.k8s.io";
 /// The finalizer that holds a deleted CRD until its objects are gone (upstream's name).
-pub const CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
+pub(crate) const CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
 /// Key prefix of CRD objects.
-pub const CRD_PREFIX: &str = "/registry/apiextensions.k8s.io/customresourcedefinitions/";
+pub(crate) const CRD_PREFIX: &str = "/registry/apiextensions.k8s.io/customresourcedefinitions/";
 
 /// What one served version of a custom resource adds to its [`super::resource::ResourceDef`].
 #[derive(Debug, Clone)]
@@ -58,9 +58,4 @@ impl Custom {
     pub fn same_definition(&self, other: &Custom) -> bool {
         self.crd_uid == other.crd_uid && self.crd_generation == other.crd_generation
     }
-}
-
-/// Whether a resource is the CRD resource itself.
-pub fn is_crd_resource(group: &str, kind: &str) -> bool {
-    group == GROUP && kind == "CustomResourceDefinition"
 }

@@ -37,7 +37,7 @@ pub struct Registry {
 
 /// Orders Kubernetes versions as upstream does: GA before beta before alpha, higher numbers first, then
 /// anything else alphabetically.
-pub fn version_order(a: &str, b: &str) -> std::cmp::Ordering {
+pub(crate) fn version_order(a: &str, b: &str) -> std::cmp::Ordering {
     fn key(v: &str) -> (u8, i64, i64, String) {
         let parse = |rest: &str| -> Option<(i64, u8, i64)> {
             let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
@@ -64,7 +64,7 @@ pub fn version_order(a: &str, b: &str) -> std::cmp::Ordering {
 }
 
 /// The served definitions of one CRD object (none when it cannot be read as a CRD).
-pub fn defs_of(crd: &CustomResourceDefinition) -> Vec<Arc<ResourceDef>> {
+pub(crate) fn defs_of(crd: &CustomResourceDefinition) -> Vec<Arc<ResourceDef>> {
     let spec = &crd.spec;
     let names = &spec.names;
     let Some(storage_version) = spec
@@ -249,7 +249,7 @@ impl Registry {
 
 /// Keeps `registry` in step with the CRDs in the store until `stop` fires: a full reload at start and
 /// after every change the watch reports (CRD changes are rare, so a reload is cheap and always right).
-pub async fn run(
+pub(crate) async fn run(
     registry: Arc<Registry>,
     storage: Storage,
     mut stop: tokio::sync::watch::Receiver<bool>,

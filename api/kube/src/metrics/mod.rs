@@ -41,7 +41,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-pub use request::RequestInfo;
+pub(crate) use request::RequestInfo;
 
 use crate::crd::registry::Registry as Served;
 use crate::resource::Str;
@@ -51,9 +51,8 @@ use process::ProcessFigures;
 use request::RequestLabels;
 
 /// The Content-Type of the exposition (Prometheus text format 0.0.4, as kube-apiserver answers).
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-pub use crate::exposition::BUCKETS;
 use crate::exposition::{histogram, label, HistogramFamily};
 
 /// `apiserver_request_total` labels: the answer's code and the request's (the encoder can only flatten a

@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 
 /// `Document`.
 #[derive(Clone, PartialEq, Message)]
-pub struct Document {
+pub(crate) struct Document {
     #[prost(string, tag = "1")]
     pub swagger: String,
     #[prost(message, optional, tag = "2")]
@@ -37,7 +37,7 @@ pub struct Document {
 
 /// `Info`.
 #[derive(Clone, PartialEq, Message)]
-pub struct Info {
+pub(crate) struct Info {
     #[prost(string, tag = "1")]
     pub title: String,
     #[prost(string, tag = "2")]
@@ -50,14 +50,14 @@ pub struct Info {
 
 /// `Any`: a value as YAML text (its `google.protobuf.Any` field 1 is never set by gnostic's parser).
 #[derive(Clone, PartialEq, Message)]
-pub struct Any {
+pub(crate) struct Any {
     #[prost(string, tag = "2")]
     pub yaml: String,
 }
 
 /// `NamedAny`: one vendor extension (or other map entry of arbitrary values).
 #[derive(Clone, PartialEq, Message)]
-pub struct NamedAny {
+pub(crate) struct NamedAny {
     #[prost(string, tag = "1")]
     pub name: String,
     #[prost(message, optional, tag = "2")]
@@ -66,7 +66,7 @@ pub struct NamedAny {
 
 /// `Paths`.
 #[derive(Clone, PartialEq, Message)]
-pub struct Paths {
+pub(crate) struct Paths {
     #[prost(message, repeated, tag = "1")]
     pub vendor_extension: Vec<NamedAny>,
     #[prost(message, repeated, tag = "2")]
@@ -75,7 +75,7 @@ pub struct Paths {
 
 /// `NamedPathItem`.
 #[derive(Clone, PartialEq, Message)]
-pub struct NamedPathItem {
+pub(crate) struct NamedPathItem {
     #[prost(string, tag = "1")]
     pub name: String,
     #[prost(message, optional, tag = "2")]
@@ -84,7 +84,7 @@ pub struct NamedPathItem {
 
 /// `PathItem`.
 #[derive(Clone, PartialEq, Message)]
-pub struct PathItem {
+pub(crate) struct PathItem {
     #[prost(string, tag = "1")]
     pub r#ref: String,
     #[prost(message, optional, tag = "2")]
@@ -109,7 +109,7 @@ pub struct PathItem {
 
 /// `Operation`.
 #[derive(Clone, PartialEq, Message)]
-pub struct Operation {
+pub(crate) struct Operation {
     #[prost(string, repeated, tag = "1")]
     pub tags: Vec<String>,
     #[prost(string, tag = "2")]
@@ -136,18 +136,18 @@ pub struct Operation {
 
 /// `ParametersItem`: a parameter or a reference to one.
 #[derive(Clone, PartialEq, Message)]
-pub struct ParametersItem {
+pub(crate) struct ParametersItem {
     #[prost(oneof = "parameters_item::Oneof", tags = "1, 2")]
     pub oneof: Option<parameters_item::Oneof>,
 }
 
 /// The alternatives of [`ParametersItem`].
-pub mod parameters_item {
+pub(crate) mod parameters_item {
     /// `ParametersItem.oneof`.
     // Values live only while one document is encoded, so their size does not matter.
     #[allow(clippy::large_enum_variant)]
     #[derive(Clone, PartialEq, prost::Oneof)]
-    pub enum Oneof {
+    pub(crate) enum Oneof {
         #[prost(message, tag = "1")]
         Parameter(super::Parameter),
         #[prost(message, tag = "2")]
@@ -157,18 +157,18 @@ pub mod parameters_item {
 
 /// `Parameter`: in the body, or elsewhere.
 #[derive(Clone, PartialEq, Message)]
-pub struct Parameter {
+pub(crate) struct Parameter {
     #[prost(oneof = "parameter::Oneof", tags = "1, 2")]
     pub oneof: Option<parameter::Oneof>,
 }
 
 /// The alternatives of [`Parameter`].
-pub mod parameter {
+pub(crate) mod parameter {
     /// `Parameter.oneof`.
     // Values live only while one document is encoded, so their size does not matter.
     #[allow(clippy::large_enum_variant)]
     #[derive(Clone, PartialEq, prost::Oneof)]
-    pub enum Oneof {
+    pub(crate) enum Oneof {
         #[prost(message, tag = "1")]
         BodyParameter(super::BodyParameter),
         #[prost(message, tag = "2")]
@@ -178,7 +178,7 @@ pub mod parameter {
 
 /// `BodyParameter`.
 #[derive(Clone, PartialEq, Message)]
-pub struct BodyParameter {
+pub(crate) struct BodyParameter {
     #[prost(string, tag = "1")]
     pub description: String,
     #[prost(string, tag = "2")]
@@ -195,17 +195,19 @@ pub struct BodyParameter {
 
 /// `NonBodyParameter`: a header, form, query or path parameter.
 #[derive(Clone, PartialEq, Message)]
-pub struct NonBodyParameter {
+pub(crate) struct NonBodyParameter {
     #[prost(oneof = "non_body_parameter::Oneof", tags = "1, 2, 3, 4")]
     pub oneof: Option<non_body_parameter::Oneof>,
 }
 
 /// The alternatives of [`NonBodyParameter`].
-pub mod non_body_parameter {
+pub(crate) mod non_body_parameter {
     /// `NonBodyParameter.oneof`. gnostic's header and path sub-schemas have the same fields and numbers, as do
     /// its form-data and query ones, so one Rust type serves each pair.
+    // The variants are named after gnostic's message fields, which all end the same way.
+    #[allow(clippy::enum_variant_names)]
     #[derive(Clone, PartialEq, prost::Oneof)]
-    pub enum Oneof {
+    pub(crate) enum Oneof {
         #[prost(message, tag = "1")]
         HeaderParameterSubSchema(super::PathParameterSubSchema),
         #[prost(message, tag = "2")]
@@ -220,7 +222,7 @@ pub mod non_body_parameter {
 /// `QueryParameterSubSchema` (and `FormDataParameterSubSchema`), without the validation keywords keel never
 /// publishes.
 #[derive(Clone, PartialEq, Message)]
-pub struct QueryParameterSubSchema {
+pub(crate) struct QueryParameterSubSchema {
     #[prost(bool, tag = "1")]
     pub required: bool,
     #[prost(string, tag = "2")]
@@ -250,7 +252,7 @@ pub struct QueryParameterSubSchema {
 /// `PathParameterSubSchema` (and `HeaderParameterSubSchema`), without the validation keywords keel never
 /// publishes.
 #[derive(Clone, PartialEq, Message)]
-pub struct PathParameterSubSchema {
+pub(crate) struct PathParameterSubSchema {
     #[prost(bool, tag = "1")]
     pub required: bool,
     #[prost(string, tag = "2")]
@@ -277,7 +279,7 @@ pub struct PathParameterSubSchema {
 
 /// `JsonReference`.
 #[derive(Clone, PartialEq, Message)]
-pub struct JsonReference {
+pub(crate) struct JsonReference {
     #[prost(string, tag = "1")]
     pub r#ref: String,
     #[prost(string, tag = "2")]
@@ -286,7 +288,7 @@ pub struct JsonReference {
 
 /// `Responses`.
 #[derive(Clone, PartialEq, Message)]
-pub struct Responses {
+pub(crate) struct Responses {
     #[prost(message, repeated, tag = "1")]
     pub response_code: Vec<NamedResponseValue>,
     #[prost(message, repeated, tag = "2")]
@@ -295,7 +297,7 @@ pub struct Responses {
 
 /// `NamedResponseValue`.
 #[derive(Clone, PartialEq, Message)]
-pub struct NamedResponseValue {
+pub(crate) struct NamedResponseValue {
     #[prost(string, tag = "1")]
     pub name: String,
     #[prost(message, optional, tag = "2")]
@@ -304,18 +306,18 @@ pub struct NamedResponseValue {
 
 /// `ResponseValue`: a response or a reference to one.
 #[derive(Clone, PartialEq, Message)]
-pub struct ResponseValue {
+pub(crate) struct ResponseValue {
     #[prost(oneof = "response_value::Oneof", tags = "1, 2")]
     pub oneof: Option<response_value::Oneof>,
 }
 
 /// The alternatives of [`ResponseValue`].
-pub mod response_value {
+pub(crate) mod response_value {
     /// `ResponseValue.oneof`.
     // Values live only while one document is encoded, so their size does not matter.
     #[allow(clippy::large_enum_variant)]
     #[derive(Clone, PartialEq, prost::Oneof)]
-    pub enum Oneof {
+    pub(crate) enum Oneof {
         #[prost(message, tag = "1")]
         Response(super::Response),
         #[prost(message, tag = "2")]
@@ -325,7 +327,7 @@ pub mod response_value {
 
 /// `Response`.
 #[derive(Clone, PartialEq, Message)]
-pub struct Response {
+pub(crate) struct Response {
     #[prost(string, tag = "1")]
     pub description: String,
     #[prost(message, optional, tag = "2")]
@@ -336,21 +338,21 @@ pub struct Response {
 
 /// `SchemaItem`: a schema (gnostic's other alternative, a file schema, is never published by keel).
 #[derive(Clone, PartialEq, Message)]
-pub struct SchemaItem {
+pub(crate) struct SchemaItem {
     #[prost(message, optional, tag = "1")]
     pub schema: Option<Schema>,
 }
 
 /// `Definitions`.
 #[derive(Clone, PartialEq, Message)]
-pub struct Definitions {
+pub(crate) struct Definitions {
     #[prost(message, repeated, tag = "1")]
     pub additional_properties: Vec<NamedSchema>,
 }
 
 /// `NamedSchema`.
 #[derive(Clone, PartialEq, Message)]
-pub struct NamedSchema {
+pub(crate) struct NamedSchema {
     #[prost(string, tag = "1")]
     pub name: String,
     #[prost(message, optional, tag = "2")]
@@ -359,39 +361,39 @@ pub struct NamedSchema {
 
 /// `Properties`.
 #[derive(Clone, PartialEq, Message)]
-pub struct Properties {
+pub(crate) struct Properties {
     #[prost(message, repeated, tag = "1")]
     pub additional_properties: Vec<NamedSchema>,
 }
 
 /// `TypeItem`.
 #[derive(Clone, PartialEq, Message)]
-pub struct TypeItem {
+pub(crate) struct TypeItem {
     #[prost(string, repeated, tag = "1")]
     pub value: Vec<String>,
 }
 
 /// `ItemsItem`.
 #[derive(Clone, PartialEq, Message)]
-pub struct ItemsItem {
+pub(crate) struct ItemsItem {
     #[prost(message, repeated, tag = "1")]
     pub schema: Vec<Schema>,
 }
 
 /// `AdditionalPropertiesItem`: a schema or a boolean.
 #[derive(Clone, PartialEq, Message)]
-pub struct AdditionalPropertiesItem {
+pub(crate) struct AdditionalPropertiesItem {
     #[prost(oneof = "additional_properties_item::Oneof", tags = "1, 2")]
     pub oneof: Option<additional_properties_item::Oneof>,
 }
 
 /// The alternatives of [`AdditionalPropertiesItem`].
-pub mod additional_properties_item {
+pub(crate) mod additional_properties_item {
     /// `AdditionalPropertiesItem.oneof`.
     // Values live only while one document is encoded, so their size does not matter.
     #[allow(clippy::large_enum_variant)]
     #[derive(Clone, PartialEq, prost::Oneof)]
-    pub enum Oneof {
+    pub(crate) enum Oneof {
         #[prost(message, tag = "1")]
         Schema(super::Schema),
         #[prost(bool, tag = "2")]
@@ -401,7 +403,7 @@ pub mod additional_properties_item {
 
 /// `ExternalDocs`.
 #[derive(Clone, PartialEq, Message)]
-pub struct ExternalDocs {
+pub(crate) struct ExternalDocs {
     #[prost(string, tag = "1")]
     pub description: String,
     #[prost(string, tag = "2")]
@@ -412,7 +414,7 @@ pub struct ExternalDocs {
 
 /// `Schema` (without `xml`, which keel never publishes).
 #[derive(Clone, PartialEq, Message)]
-pub struct Schema {
+pub(crate) struct Schema {
     #[prost(string, tag = "1")]
     pub r#ref: String,
     #[prost(string, tag = "2")]
@@ -478,7 +480,7 @@ pub struct Schema {
 
 /// The protobuf encoding of a Swagger 2.0 JSON document. Keys the messages have no field for are left out
 /// (gnostic's parser would refuse the document); keel's v2 document is made Swagger 2.0 before this.
-pub fn encode(doc: &Value) -> Vec<u8> {
+pub(crate) fn encode(doc: &Value) -> Vec<u8> {
     document(doc).encode_to_vec()
 }
 
@@ -664,7 +666,7 @@ fn named_schemas(m: &Map<String, Value>) -> Vec<NamedSchema> {
 }
 
 /// A JSON schema as gnostic's `Schema`; `type` and `items` may be one value or a list, as in JSON.
-pub fn schema(v: &Value) -> Schema {
+pub(crate) fn schema(v: &Value) -> Schema {
     let list_or_one = |k: &str| -> Vec<&Value> {
         match v.get(k) {
             Some(Value::Array(a)) => a.iter().collect(),
@@ -786,7 +788,7 @@ fn extensions_of(m: &Map<String, Value>) -> Vec<NamedAny> {
 /// A value as block YAML. Strings are plain only when no YAML reader can take them for anything else
 /// (clients read these with YAML 1.1 parsers, where `on`, `yes` or `n` are booleans); the others are
 /// double-quoted, whose escapes are JSON's.
-pub fn yaml(v: &Value) -> String {
+pub(crate) fn yaml(v: &Value) -> String {
     let mut out = String::new();
     match v {
         Value::Object(m) if !m.is_empty() => write_block(&mut out, v, 0),

@@ -15,17 +15,17 @@ use crate::object;
 use crate::storage::Storage;
 
 /// Where the token, CA and namespace appear in containers.
-pub const MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+pub(crate) const MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// The volume name prefix.
-pub const VOLUME_PREFIX: &str = "kube-api-access-";
+pub(crate) const VOLUME_PREFIX: &str = "kube-api-access-";
 /// Upstream's token lifetime for the projected volume (an hour and seven seconds, which marks it as the
 /// default volume's token).
-pub const EXPIRATION_SECONDS: i64 = 3607;
+pub(crate) const EXPIRATION_SECONDS: i64 = 3607;
 
 const SUFFIX_CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
 /// Mutates a pod being created.
-pub async fn admit_create(storage: &Storage, pod: &mut Value) {
+pub(crate) async fn admit_create(storage: &Storage, pod: &mut Value) {
     if object::path(pod, "metadata.annotations")
         .and_then(|a| a.get("kubernetes.io/config.mirror"))
         .is_some()

@@ -14,7 +14,7 @@ use crate::status::ApiError;
 use crate::storage::Storage;
 
 /// Where the key lives in the store (outside `/registry`, like the PKI).
-pub const KEY: &str = "/keel/bootstrap/service-account-key";
+pub(crate) const KEY: &str = "/keel/bootstrap/service-account-key";
 
 #[derive(Serialize, Deserialize)]
 struct Stored {
@@ -34,7 +34,7 @@ pub struct SigningKey {
 
 /// Why a stored key cannot be used.
 #[derive(Debug, thiserror::Error)]
-pub enum KeyError {
+pub(crate) enum KeyError {
     #[error("service-account key: {0}")]
     Bad(String),
 }
@@ -72,7 +72,7 @@ impl SigningKey {
 }
 
 /// Reads the cluster's key, making it first when no member has yet; waits (retrying) for a quorum.
-pub async fn bootstrap(storage: &Storage) -> Result<SigningKey, KeyError> {
+pub(crate) async fn bootstrap(storage: &Storage) -> Result<SigningKey, KeyError> {
     let mut delay = Duration::from_millis(200);
     loop {
         let attempt = async {

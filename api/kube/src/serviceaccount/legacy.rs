@@ -15,11 +15,11 @@ use crate::object;
 use crate::storage::Storage;
 
 /// The Secret type.
-pub const TYPE: &str = "kubernetes.io/service-account-token";
+pub(crate) const TYPE: &str = "kubernetes.io/service-account-token";
 /// The annotation naming the account.
-pub const NAME_ANNOTATION: &str = "kubernetes.io/service-account.name";
+pub(crate) const NAME_ANNOTATION: &str = "kubernetes.io/service-account.name";
 /// The annotation the account's uid is written to.
-pub const UID_ANNOTATION: &str = "kubernetes.io/service-account.uid";
+pub(crate) const UID_ANNOTATION: &str = "kubernetes.io/service-account.uid";
 /// The legacy tokens' issuer.
 const ISSUER: &str = "kubernetes/serviceaccount";
 
@@ -42,7 +42,7 @@ fn b64(s: &str) -> String {
 }
 
 /// Fills a token Secret being created (when its account exists; otherwise it stays empty).
-pub async fn fill(storage: &Storage, key: &SigningKey, ca_pem: &str, secret: &mut Value) {
+pub(crate) async fn fill(storage: &Storage, key: &SigningKey, ca_pem: &str, secret: &mut Value) {
     if secret.get("type").and_then(Value::as_str) != Some(TYPE) {
         return;
     }
@@ -93,7 +93,11 @@ pub async fn fill(storage: &Storage, key: &SigningKey, ca_pem: &str, secret: &mu
 }
 
 /// The identity of a legacy token whose Secret still holds it and whose account still exists.
-pub async fn authenticate(key: &SigningKey, storage: &Storage, token: &str) -> Option<Identity> {
+pub(crate) async fn authenticate(
+    key: &SigningKey,
+    storage: &Storage,
+    token: &str,
+) -> Option<Identity> {
     let mut v = Validation::new(Algorithm::ES256);
     v.set_issuer(&[ISSUER]);
     v.required_spec_claims.clear();

@@ -3,27 +3,27 @@
 //! projected token into pods (`admission`), and the issuer discovery documents
 //! (`/.well-known/openid-configuration`, `/openid/v1/jwks`).
 
-pub mod admission;
-pub mod key;
-pub mod legacy;
-pub mod request;
-pub mod review;
-pub mod token;
+pub(crate) mod admission;
+pub(crate) mod key;
+pub(crate) mod legacy;
+pub(crate) mod request;
+pub(crate) mod review;
+pub(crate) mod token;
 
 use serde_json::{json, Value};
 
 /// The issuer and default audience of keel's tokens (kube-apiserver's usual `--service-account-issuer`).
-pub const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
+pub(crate) const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 /// The user-name prefix of service accounts.
-pub const USER_PREFIX: &str = "system:serviceaccount:";
+pub(crate) const USER_PREFIX: &str = "system:serviceaccount:";
 
 /// The user name of a service account.
-pub fn user_name(namespace: &str, name: &str) -> String {
+pub(crate) fn user_name(namespace: &str, name: &str) -> String {
     format!("{USER_PREFIX}{namespace}:{name}")
 }
 
 /// The groups of a service account's identity (with `system:authenticated`).
-pub fn groups(namespace: &str) -> Vec<String> {
+pub(crate) fn groups(namespace: &str) -> Vec<String> {
     vec![
         "system:serviceaccounts".into(),
         format!("system:serviceaccounts:{namespace}"),
@@ -32,7 +32,7 @@ pub fn groups(namespace: &str) -> Vec<String> {
 }
 
 /// `/.well-known/openid-configuration`: where relying parties find the key set.
-pub fn openid_configuration(server_url: &str) -> Value {
+pub(crate) fn openid_configuration(server_url: &str) -> Value {
     json!({
         "issuer": ISSUER,
         "jwks_uri": format!("{}/openid/v1/jwks", server_url.trim_end_matches('/')),

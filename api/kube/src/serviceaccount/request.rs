@@ -27,7 +27,7 @@ async fn read(storage: &Storage, key: &str) -> Result<Option<Value>, ApiError> {
 }
 
 /// Answers one token request for service account `name` in `ns`.
-pub async fn answer(
+pub(crate) async fn answer(
     storage: &Storage,
     key: &SigningKey,
     ns: &str,

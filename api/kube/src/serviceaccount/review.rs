@@ -12,7 +12,7 @@ use crate::status::ApiError;
 use crate::storage::Storage;
 
 /// Answers one TokenReview.
-pub async fn answer(
+pub(crate) async fn answer(
     tokens: &Tokens,
     key: &SigningKey,
     storage: &Storage,

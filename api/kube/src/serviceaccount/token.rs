@@ -4,7 +4,6 @@
 
 use jsonwebtoken::{Algorithm, Header, Validation};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use super::key::SigningKey;
 use super::ISSUER;
@@ -14,14 +13,14 @@ use crate::storage::Storage;
 
 /// A named object with its uid.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Ref {
+pub(crate) struct Ref {
     pub name: String,
     pub uid: String,
 }
 
 /// The `kubernetes.io` claim.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct KubeClaims {
+pub(crate) struct KubeClaims {
     pub namespace: String,
     pub serviceaccount: Ref,
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -34,7 +33,7 @@ pub struct KubeClaims {
 
 /// Every claim keel writes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Claims {
+pub(crate) struct Claims {
     pub aud: Vec<String>,
     pub exp: i64,
     pub iat: i64,
@@ -47,19 +46,26 @@ pub struct Claims {
 }
 
 /// Signs `claims`.
-pub fn sign(key: &SigningKey, claims: &Claims) -> Result<String, jsonwebtoken::errors::Error> {
+pub(crate) fn sign(
+    key: &SigningKey,
+    claims: &Claims,
+) -> Result<String, jsonwebtoken::errors::Error> {
     let mut header = Header::new(Algorithm::ES256);
     header.kid = Some(key.kid.clone());
     jsonwebtoken::encode(&header, claims, &key.encoding)
 }
 
 /// Whether a bearer token looks like a JWT (three dot-separated parts) rather than a static token.
-pub fn looks_like_jwt(token: &str) -> bool {
+pub(crate) fn looks_like_jwt(token: &str) -> bool {
     token.split('.').count() == 3 && token.starts_with("eyJ")
 }
 
 /// The identity of a valid token meant for the API server (audience [`ISSUER`]); None otherwise.
-pub async fn authenticate(key: &SigningKey, storage: &Storage, token: &str) -> Option<Identity> {
+pub(crate) async fn authenticate(
+    key: &SigningKey,
+    storage: &Storage,
+    token: &str,
+) -> Option<Identity> {
     authenticate_for(key, storage, token, &[ISSUER.to_string()])
         .await
         .map(|(id, _)| id)
@@ -67,7 +73,7 @@ pub async fn authenticate(key: &SigningKey, storage: &Storage, token: &str) -> O
 
 /// The identity of a valid token meant for any of `audiences`, with the audiences it matched (what a
 /// TokenReview answers).
-pub async fn authenticate_for(
+pub(crate) async fn authenticate_for(
     key: &SigningKey,
     storage: &Storage,
     token: &str,
@@ -116,7 +122,7 @@ pub async fn authenticate_for(
 
 /// The claims a token request asks for, as of `now` (seconds since the epoch).
 #[allow(clippy::too_many_arguments)]
-pub fn claims(
+pub(crate) fn claims(
     namespace: &str,
     sa: Ref,
     audiences: Vec<String>,
@@ -142,14 +148,4 @@ pub fn claims(
         },
         nbf: now,
     }
-}
-
-/// Reads a token's claims without checking anything (tests and diagnostics).
-pub fn peek(token: &str) -> Option<Value> {
-    use base64::Engine;
-    let part = token.split('.').nth(1)?;
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(part)
-        .ok()?;
-    serde_json::from_slice(&raw).ok()
 }
