@@ -25,6 +25,25 @@ pub enum Answer {
     },
 }
 
+impl Answer {
+    /// The answer for the client: `101` with the far end's headers, or its refusal as it came.
+    pub fn into_response<B: From<Bytes>>(self) -> Result<http::Response<B>, http::Error> {
+        let (status, headers, body) = match self {
+            Answer::Switched(headers) => (StatusCode::SWITCHING_PROTOCOLS, headers, Bytes::new()),
+            Answer::Refused {
+                status,
+                headers,
+                body,
+            } => (status, headers, body),
+        };
+        let mut r = http::Response::builder().status(status);
+        for (k, v) in &headers {
+            r = r.header(k, v);
+        }
+        r.body(B::from(body))
+    }
+}
+
 /// Why the relay failed before an answer came back.
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {

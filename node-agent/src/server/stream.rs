@@ -150,21 +150,7 @@ pub async fn relay(mut req: Request, url: &str) -> Response {
                 )
             }
         };
-    let (status, headers, body) = match answer {
-        upgrade::Answer::Switched(headers) => {
-            (StatusCode::SWITCHING_PROTOCOLS, headers, Body::empty())
-        }
-        upgrade::Answer::Refused {
-            status,
-            headers,
-            body,
-        } => (status, headers, Body::from(body)),
-    };
-    let mut r = Response::builder().status(status);
-    for (k, v) in &headers {
-        r = r.header(k, v);
-    }
-    r.body(body).unwrap_or_default()
+    answer.into_response::<Body>().unwrap_or_default()
 }
 
 /// The value of boolean query parameter `k` (`1`, `true`, … as Go reads them).

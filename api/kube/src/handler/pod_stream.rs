@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::http::StatusCode;
 use axum::response::Response;
 use hyper_util::rt::TokioIo;
 use keel_client_kit::upgrade;
@@ -147,30 +146,18 @@ async fn relay(
     let answer = upgrade::relay(&mut req, &mut sender, path, host, &HOP_BY_HOP, "node agent")
         .await
         .map_err(|e| failed(&e))?;
-    let (status, headers, body) = match answer {
-        upgrade::Answer::Switched(headers) => {
-            (StatusCode::SWITCHING_PROTOCOLS, headers, Body::empty())
+    if let upgrade::Answer::Refused { status, body, .. } = &answer {
+        if !status.is_success() && !status.is_client_error() {
+            return Err(ApiError::Internal(format!(
+                "node agent answered {status}: {}",
+                String::from_utf8_lossy(body).trim()
+            )));
         }
-        upgrade::Answer::Refused {
-            status,
-            headers,
-            body,
-        } => {
-            if !status.is_success() && !status.is_client_error() {
-                return Err(ApiError::Internal(format!(
-                    "node agent answered {status}: {}",
-                    String::from_utf8_lossy(&body).trim()
-                )));
-            }
-            // A 4xx from the agent or the runtime's streaming server is a refused upgrade (containerd
-            // 1.6 itself refuses kubectl's WebSocket `v5.channel.k8s.io` with 403; keel's agent
-            // translates it): passed on as it is, for the client to fall back to SPDY.
-            (status, headers, Body::from(body))
-        }
-    };
-    let mut r = Response::builder().status(status);
-    for (k, v) in &headers {
-        r = r.header(k, v);
     }
-    r.body(body).map_err(|e| ApiError::Internal(e.to_string()))
+    // A 4xx from the agent or the runtime's streaming server is a refused upgrade (containerd 1.6 itself
+    // refuses kubectl's WebSocket `v5.channel.k8s.io` with 403; keel's agent translates it): passed on as
+    // it is, for the client to fall back to SPDY.
+    answer
+        .into_response::<Body>()
+        .map_err(|e| ApiError::Internal(e.to_string()))
 }
