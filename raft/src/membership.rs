@@ -199,14 +199,16 @@ async fn set_node(
     .map(|_| ())
 }
 
-/// Performs a membership change on the leader.
+/// Performs a membership change on the leader, holding `changing`, the member's lock that keeps it apart
+/// from [`finish_joint`].
 pub(crate) async fn change(
     raft: &Raft<TypeConfig>,
+    changing: &tokio::sync::Mutex<()>,
     token: &str,
     change: MemberChange,
     timeout: Duration,
 ) -> Result<MemberChangeResult, ProposeError> {
-    let _changing = CHANGING.lock().await;
+    let _changing = changing.lock().await;
     let current = members_of(raft);
     let find = |id: NodeId| current.iter().find(|m| m.id == id).cloned();
     let member = match change {
@@ -365,18 +367,14 @@ async fn promote_when_caught_up(raft: Raft<TypeConfig>, id: NodeId, limit: Durat
     warn!(member = %format!("{id:x}"), "new member did not catch up in time; it stays a learner");
 }
 
-/// Serialises [`change`] with [`finish_joint`]. Both drive openraft's two-step (joint, then uniform)
-/// change; while a `change` sits between its steps the configuration is joint, and if the leader loop's
-/// `finish_joint` proposed the second step first, `change`'s own second step was refused ("already
-/// undergoing a configuration change") and the client got an error for a change that completed — etcdctl
-/// then retried and got "member not found" (found by jepsen-tests, fault member-replace). One lock per
-/// process: a member runs one `Node`.
-static CHANGING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 /// Finishes a joint configuration left behind by a leader change (leader only). Skipped while this
 /// member is itself in the middle of a change, which finishes its own joint configuration.
-pub(crate) async fn finish_joint(raft: &Raft<TypeConfig>, timeout: Duration) {
-    let Ok(_changing) = CHANGING.try_lock() else {
+pub(crate) async fn finish_joint(
+    raft: &Raft<TypeConfig>,
+    changing: &tokio::sync::Mutex<()>,
+    timeout: Duration,
+) {
+    let Ok(_changing) = changing.try_lock() else {
         return;
     };
     let m = raft.metrics().borrow().clone();

@@ -132,6 +132,11 @@ pub struct Node {
     /// Whether this member leads, following openraft's metrics (see leadership.rs).
     leadership: watch::Receiver<Leadership>,
     metrics: Arc<RaftMetrics>,
+    /// Serialises membership changes with the leader loop's finishing of a joint configuration
+    /// (`membership::change` and `membership::finish_joint`): while a change sits between its two
+    /// steps, a finish from the loop would make the change's own second step fail for a change that
+    /// completed (found by jepsen-tests, fault member-replace).
+    membership_change: tokio::sync::Mutex<()>,
 }
 
 /// Reads the member and cluster IDs from `dir/member`, creating them on first start.
@@ -347,6 +352,7 @@ impl Node {
                 left_out_by,
                 leadership,
                 metrics,
+                membership_change: tokio::sync::Mutex::new(()),
             }
         });
         node.clone().serve_peers(peer_server_tls).await?;
@@ -658,6 +664,7 @@ impl Node {
         if self.is_leader() {
             return membership::change(
                 &self.raft,
+                &self.membership_change,
                 &self.cfg.cluster_token,
                 change,
                 self.cfg.request_timeout,
@@ -770,7 +777,12 @@ async fn leader_loop(node: Arc<Node>) {
             if !store.lease_is_primary() {
                 store.lease_promote(node.cfg.election_timeout);
             }
-            membership::finish_joint(&node.raft, node.cfg.request_timeout).await;
+            membership::finish_joint(
+                &node.raft,
+                &node.membership_change,
+                node.cfg.request_timeout,
+            )
+            .await;
             for id in store.expired_leases(1000) {
                 let cmd = Command::new(CommandKind::LeaseRevoke(LeaseRevokeRequest { id: id.0 }));
                 match node.propose(cmd).await {
@@ -1001,6 +1013,7 @@ impl AppHandler for Node {
         }
         membership::change(
             &self.raft,
+            &self.membership_change,
             &self.cfg.cluster_token,
             change,
             self.cfg.request_timeout,

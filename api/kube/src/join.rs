@@ -333,9 +333,7 @@ async fn joined_at(state: &KubeState, id: u64) -> Option<i64> {
 /// never blocks this one; one added more recently makes this join wait (503, retried by the joiner); a running member with
 /// the same peer URLs is refused.
 async fn join_server(state: &KubeState, req: &JoinRequest) -> Result<ServerJoin, ApiError> {
-    // One join at a time through this member: two at once would each see the other half-joined.
-    static JOINING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    let _one = JOINING.lock().await;
+    let _one = state.joining.lock().await;
     if req.peer_urls.is_empty() {
         return Err(ApiError::BadRequest(
             "join request: a server needs its peer URLs".into(),

@@ -58,6 +58,8 @@ pub struct KubeState {
     pub ca_key_pem: String,
     /// Whether this member has made sure the default RBAC roles exist (a `/readyz` check).
     pub rbac_ready: std::sync::atomic::AtomicBool,
+    /// Held while this member adds a server: two joins at once would each see the other half-joined.
+    pub joining: tokio::sync::Mutex<()>,
 }
 
 impl KubeState {

@@ -196,6 +196,7 @@ impl ApiServer {
             ca_pem: pki.ca_cert.clone(),
             ca_key_pem: pki.ca_key.clone(),
             rbac_ready: std::sync::atomic::AtomicBool::new(false),
+            joining: tokio::sync::Mutex::new(()),
         });
         let audit = match &opts.audit_log {
             Some(path) => {
