@@ -6,7 +6,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
 
 use std::collections::HashMap;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,13 +15,7 @@ use std::time::{Duration, Instant};
 use etcd_client::{Client, GetOptions};
 use rand::Rng;
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use keel_testkit::free_port;
 
 struct Member {
     child: Option<Child>,

@@ -60,6 +60,7 @@ pub mod netns;
 pub mod normalize;
 pub mod pods;
 pub mod poll;
+pub mod ports;
 pub mod process;
 pub mod server;
 
@@ -74,25 +75,12 @@ pub use normalize::{line_diff, normalize, Normalizer, Vars};
 pub use process::{run_bounded, Capture, CtlOutput, Process};
 pub use server::Server;
 
-/// A free TCP port on 127.0.0.1 (bind port 0, read it, drop the listener).
+/// A loopback port no other test server in this run will be given (see [`ports`]).
 pub fn free_port() -> u16 {
     free_ports(1)[0]
 }
 
-/// `n` distinct free ports on 127.0.0.1 (all bound at once, then released).
+/// `n` distinct loopback ports, reserved for the rest of this test process.
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<std::net::TcpListener> = (0..n)
-        .map(|_| {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap_or_else(|e| panic!("bind 127.0.0.1:0: {e}"))
-        })
-        .collect();
-    listeners
-        .iter()
-        .map(|l| {
-            l.local_addr()
-                .unwrap_or_else(|e| panic!("local_addr of a bound listener: {e}"))
-                .port()
-        })
-        .collect()
+    ports::reserve(n)
 }

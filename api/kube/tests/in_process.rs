@@ -14,12 +14,7 @@ use keel_raft::node::{Node, NodeConfig};
 use kube::api::{ListParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
+use keel_testkit::free_port;
 
 async fn start() -> (tempfile::TempDir, std::sync::Arc<Node>, ApiServer) {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -4,7 +4,6 @@
 pub(crate) mod etcd;
 pub(crate) mod keel;
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -97,16 +96,6 @@ pub(crate) enum Api {
     Kube,
 }
 
-fn free_port() -> Result<u16> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|source| BenchError::Io {
-            what: "pick a free loopback port".into(),
-            source,
-        })
-}
-
 impl Cluster {
     /// Starts `members` members of `kind` with data under `root`, and waits until every
     /// member answers a write.
@@ -144,12 +133,12 @@ impl Cluster {
         for i in 0..members {
             plan.push(Member {
                 name: format!("m{i}"),
-                client_url: format!("http://127.0.0.1:{}", free_port()?),
+                client_url: format!("http://127.0.0.1:{}", keel_testkit::free_port()),
                 kube_url: match api {
-                    Api::Kube => Some(format!("https://127.0.0.1:{}", free_port()?)),
+                    Api::Kube => Some(format!("https://127.0.0.1:{}", keel_testkit::free_port())),
                     Api::EtcdOnly => None,
                 },
-                peer_url: format!("http://127.0.0.1:{}", free_port()?),
+                peer_url: format!("http://127.0.0.1:{}", keel_testkit::free_port()),
                 data_dir: dir.join(format!("m{i}")),
                 log: dir.join(format!("m{i}.log")),
             });

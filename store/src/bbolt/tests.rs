@@ -2,7 +2,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -119,13 +118,7 @@ fn tool(name: &str) -> PathBuf {
     );
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use keel_testkit::free_port;
 
 /// Runs etcdctl (API v3); returns the output, whether it succeeded or not.
 fn etcdctl_raw(args: &[&str], stdin: Option<&[u8]>) -> Output {
