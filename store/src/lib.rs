@@ -20,19 +20,23 @@ pub mod snapshot;
 pub mod store;
 pub mod watch;
 
-/// Generated etcd wire types (our own `.proto` files, field numbers as in etcd 3.4).
+/// Generated etcd wire types (our own `.proto` files, field numbers as in etcd 3.4), with serde
+/// impls in the proto3 JSON mapping.
 pub mod pb {
     /// `mvccpb`: KeyValue and Event.
     pub mod mvccpb {
         include!(concat!(env!("OUT_DIR"), "/mvccpb.rs"));
+        include!(concat!(env!("OUT_DIR"), "/mvccpb.serde.rs"));
     }
     /// `authpb`: users, roles and permissions.
     pub mod authpb {
         include!(concat!(env!("OUT_DIR"), "/authpb.rs"));
+        include!(concat!(env!("OUT_DIR"), "/authpb.serde.rs"));
     }
     /// `etcdserverpb`: requests and responses of the v3 API.
     pub mod etcdserverpb {
         include!(concat!(env!("OUT_DIR"), "/etcdserverpb.rs"));
+        include!(concat!(env!("OUT_DIR"), "/etcdserverpb.serde.rs"));
     }
 }
 

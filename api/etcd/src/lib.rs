@@ -8,6 +8,7 @@ pub mod coalesce;
 pub mod codec;
 pub mod election;
 pub mod error;
+pub mod gateway;
 pub mod grpc_metrics;
 pub mod header;
 pub mod kv;
@@ -27,11 +28,13 @@ pub mod pb {
 /// etcd's lock service (`v3lockpb`): messages and service trait.
 pub mod v3lockpb {
     tonic::include_proto!("v3lockpb");
+    include!(concat!(env!("OUT_DIR"), "/v3lockpb.serde.rs"));
 }
 
 /// etcd's election service (`v3electionpb`): messages and service trait.
 pub mod v3electionpb {
     tonic::include_proto!("v3electionpb");
+    include!(concat!(env!("OUT_DIR"), "/v3electionpb.serde.rs"));
 }
 
 /// The version Status and `/version` report. Chosen on purpose: kube-apiserver enables

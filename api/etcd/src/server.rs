@@ -151,14 +151,18 @@ pub async fn serve(
                 ElectionServer::new(ElectionService::new(node.clone()))
                     .max_decoding_message_size(DECODE_LIMIT),
             );
-        // /metrics, /health and /version beside gRPC, as etcd serves them on its client port:
-        // HTTP/1.1 requests go to these routes, HTTP/2 ones to gRPC.
-        let routes = grpc
+        // /metrics, /health, /version and the JSON gateway beside gRPC, as etcd serves them on
+        // its client port: HTTP/1.1 requests go to these routes, HTTP/2 ones to gRPC.
+        let grpc = grpc
             .into_axum_router()
             .layer(axum::middleware::from_fn_with_state(
                 grpc_metrics.clone(),
                 super::grpc_metrics::count,
-            ))
+            ));
+        // The JSON gateway passes its calls to the same gRPC router, metrics included.
+        let routes = grpc
+            .clone()
+            .merge(super::gateway::routes(grpc))
             .merge(super::metrics::routes(
                 node.clone(),
                 extra.clone(),
