@@ -575,6 +575,108 @@ fn kill_leader_under_write_load() {
     );
 }
 
+/// A client holds a lock through the leader, a second waits in the Lock service of a follower;
+/// the leader is killed. The holder can no longer keep its lease alive, so the lease expires
+/// (decided by the new leader) and the waiter gets the lock then, and not before.
+#[test]
+fn lock_passes_on_when_the_holders_member_is_killed() {
+    let _serial = cluster::serial();
+    let mut c = Options::under_test(keel_bin!(), 3).start();
+    let rt = rt();
+    let leader = c.wait_leader(Duration::from_secs(5));
+    let follower = (leader + 1) % 3;
+    // The holder: etcdctl's own recipe, a 2 s session kept alive through the leader only.
+    let mut cmd = keel_testkit::etcdctl_command(&c.endpoint(leader), &[]);
+    cmd.args(["lock", "--ttl", "2", "job"]);
+    let mut holder = keel_testkit::Process::spawn(&mut cmd, None);
+    holder.wait_lines(1, Duration::from_secs(15));
+    let held = holder
+        .stdout()
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        held.starts_with("job/"),
+        "etcdctl lock did not take the lock: {held:?} {}",
+        holder.stderr()
+    );
+    // The waiter: the v3lock service of a follower, with its own lease kept alive there.
+    let endpoint = c.endpoint(follower);
+    let (waiter, keepalive) = rt.block_on(async {
+        let mut cl = etcd_client::Client::connect([endpoint], None)
+            .await
+            .unwrap_or_else(|e| panic!("connect to the follower: {e}"));
+        let lease = cl
+            .lease_grant(30, None)
+            .await
+            .map(|g| g.id())
+            .unwrap_or_else(|e| panic!("grant: {e}"));
+        let (mut keeper, _stream) = cl
+            .lease_keep_alive(lease)
+            .await
+            .unwrap_or_else(|e| panic!("keep-alive: {e}"));
+        let keepalive = tokio::spawn(async move {
+            while keeper.keep_alive().await.is_ok() {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        });
+        let mut w = cl.clone();
+        let opts = etcd_client::LockOptions::new().with_lease(lease);
+        // etcd 3.4's service may fail a waiter with "leader changed" when the leader goes; a
+        // client calls again with the same lease and finds its key still queued.
+        let waiter = tokio::spawn(async move {
+            loop {
+                match w.lock("job", Some(opts.clone())).await {
+                    Err(e) if e.to_string().contains("leader changed") => {
+                        eprintln!("Lock through the follower: {e}; calling again");
+                    }
+                    r => return r,
+                }
+            }
+        });
+        // Queued: its key is there behind the holder's.
+        let prefix = Some(GetOptions::new().with_prefix().with_keys_only());
+        while cl
+            .get("job/", prefix.clone())
+            .await
+            .map_or(0, |g| g.count())
+            < 2
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        (waiter, keepalive)
+    });
+    assert!(
+        !waiter.is_finished(),
+        "the waiter got the lock while it was held"
+    );
+    let t0 = Instant::now();
+    c.kill9(leader);
+    let got = rt
+        .block_on(async { tokio::time::timeout(Duration::from_secs(60), waiter).await })
+        .unwrap_or_else(|_| c.fail("the waiter did not get the lock within 60 s of the kill"))
+        .unwrap_or_else(|e| c.fail(format!("waiter task: {e}")))
+        .unwrap_or_else(|e| c.fail(format!("Lock through the follower: {e}")));
+    let waited = t0.elapsed();
+    let key = String::from_utf8_lossy(got.key()).into_owned();
+    eprintln!(
+        "FIGURE lock passed on {waited:?} after kill -9 of the holder's member (2 s session)"
+    );
+    assert!(
+        key.starts_with("job/") && key != held,
+        "waiter got {key:?}, holder had {held:?}"
+    );
+    let keys = c.ctl(follower, &["get", "job/", "--prefix", "--keys-only"]);
+    assert_eq!(
+        keys.stdout.trim(),
+        key,
+        "the holder's key outlived its lease"
+    );
+    keepalive.abort();
+    drop(holder.finish());
+}
+
 /// kill -9 of every member under write load, then restart them all: every acknowledged write is there.
 #[test]
 fn kill_all_and_restart() {
