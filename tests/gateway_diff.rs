@@ -440,3 +440,75 @@ fn every_route_answers_as_etcd_does() {
         ],
     );
 }
+
+/// The value of an unlabelled series on a server's `/metrics`.
+fn metric(server: &Server, name: &str) -> Option<f64> {
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "5"])
+        .arg(format!("{}/metrics", server.client_url()))
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == name).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
+/// A watch opened through the gateway streams live events while the client stays, and its
+/// watcher is gone once the client disconnects; on etcd and on keel alike.
+#[test]
+fn a_live_gateway_watch_streams_and_ends_with_its_client() {
+    const WATCHERS: &str = "etcd_debugging_mvcc_watcher_total";
+    let (etcd, keel) = thread::scope(|s| {
+        let r = s.spawn(Server::start_etcd);
+        let k = Server::start_keel(keel_bin!());
+        (r.join().expect("starting etcd panicked"), k)
+    });
+    for server in [&etcd, &keel] {
+        let url = server.client_url();
+        let body = r#"{"create_request":{"key":"bGl2ZQ=="}}"#;
+        let mut watch = Process::spawn(
+            Command::new("curl")
+                .args(["-s", "-N", "--max-time", "30", "--data-binary", "@-"])
+                .arg(format!("{url}/v3/watch")),
+            Some(body.as_bytes()),
+        );
+        watch.wait_lines(1, CURL_LIMIT);
+        let put = Command::new("curl")
+            .args([
+                "-s",
+                "--max-time",
+                "5",
+                "-d",
+                r#"{"key":"bGl2ZQ==","value":"MQ=="}"#,
+            ])
+            .arg(format!("{url}/v3/kv/put"))
+            .output()
+            .expect("curl runs");
+        assert!(put.status.success(), "put: {put:?}");
+        watch.wait_lines(2, CURL_LIMIT);
+        let lines: Vec<Value> = watch
+            .stdout()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_default())
+            .collect();
+        let what = server.describe();
+        assert_eq!(lines.len(), 2, "{what}: {}", watch.stdout());
+        assert_eq!(lines[0]["result"]["created"], true, "{what}");
+        assert_eq!(
+            lines[1]["result"]["events"][0]["kv"]["value"], "MQ==",
+            "{what}: the live put did not arrive"
+        );
+        assert_eq!(metric(server, WATCHERS), Some(1.0), "{what}");
+        drop(watch.finish());
+        let deadline = std::time::Instant::now() + CURL_LIMIT;
+        while metric(server, WATCHERS) != Some(0.0) && std::time::Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(
+            metric(server, WATCHERS),
+            Some(0.0),
+            "{what}: the watcher outlived its client"
+        );
+    }
+}
