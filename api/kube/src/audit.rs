@@ -307,14 +307,12 @@ mod tests {
     use axum::http::Method;
 
     fn attrs(method: Method, path: &str) -> Attributes {
-        Attributes::of_request(
+        Attributes::of(
             Identity {
                 user: "alice".into(),
                 groups: vec!["dev".into()],
             },
-            &method,
-            path,
-            None,
+            &crate::request_info::RequestInfo::parse(&method, path, None),
         )
     }
 

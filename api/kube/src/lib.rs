@@ -1,7 +1,8 @@
 //! The Kubernetes API (HTTPS, default port 6443), served by every member from the same store handle the
 //! etcd front door uses.
 //!
-//! - `server`: PKI bootstrap, TLS, authentication, routing of non-resource paths.
+//! - `server`: PKI bootstrap, TLS, authentication, routing of non-resource paths; `request_info`: what a request
+//!   asks, read once when it arrives (verb, resource attributes, decoded path segments).
 //! - `handler`: resource verbs (get, list, watch, create, update, patch, delete, scale).
 //! - `resource`: the table of built-in resources; `crd`: CustomResourceDefinitions and the run-time registry
 //!   of served resources (built-ins plus custom resources); `discovery`: documents built from it.
@@ -52,6 +53,7 @@ pub mod pki;
 mod priority;
 pub mod protobuf;
 mod request;
+mod request_info;
 pub mod resource;
 pub mod selector;
 pub mod server;

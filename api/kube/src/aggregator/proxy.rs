@@ -37,13 +37,11 @@ const HOP_BY_HOP: &[&str] = &[
 ];
 
 /// The remote APIService answering `path`, if its group-version is not one this server serves itself.
-pub(crate) fn target(state: &KubeState, path: &str) -> Option<Value> {
-    let mut segs = path.split('/').filter(|s| !s.is_empty());
-    if segs.next() != Some("apis") {
-        return None;
-    }
-    let group = segs.next()?;
-    let version = segs.next()?;
+pub(crate) fn target(state: &KubeState, segments: &[String]) -> Option<Value> {
+    let (group, version) = match segments {
+        [apis, group, version, ..] if apis == "apis" => (group, version),
+        _ => return None,
+    };
     // keel's own group-versions always answer here: built-ins and CRDs. `metrics.k8s.io` is keel's own
     // unless an APIService points it at a real metrics server.
     if !state.registry.of_group_version(group, version).is_empty() {

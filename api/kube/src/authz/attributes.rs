@@ -1,24 +1,10 @@
-//! What a request asks to do, as upstream's `RequestInfoFactory` reads it from the URL alone (no lookup of
-//! the resource table: an unknown resource is authorized like any other, then answered 404).
-
-use axum::http::Method;
+//! Who asks to do what: a request's [`RequestInfo`] with the user it acts as, or a check made on a
+//! user's behalf.
 
 use crate::authn::Identity;
+use crate::request_info::RequestInfo;
 
-/// A resource request's target.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResourceAttributes {
-    /// API group ("" for core).
-    pub group: String,
-    pub version: String,
-    /// Plural resource name.
-    pub resource: String,
-    pub subresource: Option<String>,
-    /// "" for cluster scope (and all-namespace lists).
-    pub namespace: String,
-    /// The object name (or the `metadata.name` a list or watch is restricted to).
-    pub name: Option<String>,
-}
+pub(crate) use crate::request_info::ResourceAttributes;
 
 /// Who wants to do what.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,86 +19,14 @@ pub struct Attributes {
     pub path: String,
 }
 
-/// Subresources whose streams are authorized as `create` whatever the method (upstream authorizes the
-/// WebSocket GET of exec, attach and portforward as `create` too).
-const STREAM_SUBRESOURCES: [&str; 3] = ["exec", "attach", "portforward"];
-
 impl Attributes {
-    /// The attributes of an HTTP request.
-    pub fn of_request(user: Identity, method: &Method, path: &str, query: Option<&str>) -> Self {
-        let segments: Vec<String> = path
-            .split('/')
-            .filter(|s| !s.is_empty())
-            .map(|s| {
-                percent_encoding::percent_decode_str(s)
-                    .decode_utf8_lossy()
-                    .into_owned()
-            })
-            .collect();
-        let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
-        let (group, version, rest) = match segs.as_slice() {
-            ["api", v, rest @ ..] if !rest.is_empty() => ("", *v, rest),
-            ["apis", g, v, rest @ ..] if !rest.is_empty() => (*g, *v, rest),
-            _ => {
-                return Attributes {
-                    user,
-                    verb: method.as_str().to_ascii_lowercase(),
-                    resource: None,
-                    path: path.to_string(),
-                }
-            }
-        };
-        let mut verb = match *method {
-            Method::GET | Method::HEAD => "get",
-            Method::POST => "create",
-            Method::PUT => "update",
-            Method::PATCH => "patch",
-            Method::DELETE => "delete",
-            _ => "",
-        }
-        .to_string();
-        let mut parts: &[&str] = rest;
-        if parts.first() == Some(&"watch") && verb == "get" {
-            verb = "watch".into();
-            parts = &parts[1..];
-        }
-        let mut namespace = String::new();
-        if parts.first() == Some(&"namespaces") {
-            if let Some(ns) = parts.get(1) {
-                namespace = (*ns).to_string();
-                if parts.len() > 2 && !matches!(parts[2], "status" | "finalize") {
-                    parts = &parts[2..];
-                }
-            }
-        }
-        let resource = parts.first().map(|s| (*s).to_string()).unwrap_or_default();
-        let mut name = parts.get(1).map(|s| (*s).to_string());
-        let subresource = parts.get(2).map(|s| (*s).to_string());
-        if name.is_none() && verb == "get" {
-            let (watch, selected) = list_options(query);
-            verb = if watch { "watch" } else { "list" }.into();
-            name = selected;
-        }
-        if name.is_none() && verb == "delete" {
-            verb = "deletecollection".into();
-        }
-        if subresource.as_deref().is_some_and(|s| {
-            group.is_empty() && resource == "pods" && STREAM_SUBRESOURCES.contains(&s)
-        }) {
-            verb = "create".into();
-        }
+    /// The attributes of a request, as it was read when it arrived.
+    pub fn of(user: Identity, info: &RequestInfo) -> Self {
         Attributes {
             user,
-            verb,
-            resource: Some(ResourceAttributes {
-                group: group.to_string(),
-                version: version.to_string(),
-                resource,
-                subresource,
-                namespace,
-                name,
-            }),
-            path: path.to_string(),
+            verb: info.verb.clone(),
+            resource: info.resource.clone(),
+            path: info.path.clone(),
         }
     }
 
@@ -124,114 +38,5 @@ impl Attributes {
             resource: Some(r),
             path: String::new(),
         }
-    }
-}
-
-/// `watch` (Go's ParseBool rules as the rest of the API reads it) and the name an exact
-/// `metadata.name` field selector restricts a list to.
-fn list_options(query: Option<&str>) -> (bool, Option<String>) {
-    let mut watch = false;
-    let mut name = None;
-    for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
-        match k.as_ref() {
-            "watch" => watch = !(v == "0" || v.eq_ignore_ascii_case("false")),
-            "fieldSelector" => {
-                for term in v.split(',') {
-                    let term = term.trim();
-                    let value = term
-                        .strip_prefix("metadata.name==")
-                        .or_else(|| term.strip_prefix("metadata.name="));
-                    if let Some(n) = value {
-                        if !n.is_empty()
-                            && !n.contains('/')
-                            && n != "."
-                            && n != ".."
-                            && !n.contains('%')
-                        {
-                            name = Some(n.to_string());
-                        }
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    (watch, name)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn of(method: Method, path: &str, query: Option<&str>) -> Attributes {
-        Attributes::of_request(
-            Identity {
-                user: "u".into(),
-                groups: vec![],
-            },
-            &method,
-            path,
-            query,
-        )
-    }
-
-    #[test]
-    fn verbs_and_targets_as_upstream_reads_them() {
-        let a = of(Method::GET, "/api/v1/namespaces/default/pods", None);
-        assert_eq!(a.verb, "list");
-        let r = a.resource.expect("resource");
-        assert_eq!(
-            (r.resource.as_str(), r.namespace.as_str()),
-            ("pods", "default")
-        );
-        let a = of(Method::GET, "/api/v1/pods", Some("watch=true"));
-        assert_eq!(a.verb, "watch");
-        let a = of(
-            Method::GET,
-            "/api/v1/namespaces/d/secrets",
-            Some("fieldSelector=metadata.name%3Ds1&watch=1"),
-        );
-        assert_eq!(a.verb, "watch");
-        assert_eq!(a.resource.expect("r").name.as_deref(), Some("s1"));
-        let a = of(
-            Method::DELETE,
-            "/apis/apps/v1/namespaces/d/deployments",
-            None,
-        );
-        assert_eq!(a.verb, "deletecollection");
-        let a = of(Method::GET, "/api/v1/namespaces/kube-system", None);
-        let r = a.resource.expect("ns");
-        assert_eq!(
-            (r.resource.as_str(), r.namespace.as_str(), r.name.as_deref()),
-            ("namespaces", "kube-system", Some("kube-system"))
-        );
-        let a = of(Method::PUT, "/api/v1/namespaces/x/finalize", None);
-        let r = a.resource.expect("finalize");
-        assert_eq!(
-            (r.resource.as_str(), r.subresource.as_deref()),
-            ("namespaces", Some("finalize"))
-        );
-        let a = of(
-            Method::GET,
-            "/api/v1/namespaces/d/pods/p/exec",
-            Some("command=sh"),
-        );
-        assert_eq!(a.verb, "create");
-        let a = of(Method::GET, "/api/v1/nodes/n1/proxy/stats/summary", None);
-        assert_eq!(
-            a.resource.expect("proxy").subresource.as_deref(),
-            Some("proxy")
-        );
-        let a = of(Method::GET, "/api/v1/watch/namespaces/d/pods", None);
-        assert_eq!(a.verb, "watch");
-        let a = of(Method::GET, "/apis/apps/v1", None);
-        assert!(a.resource.is_none());
-        assert_eq!(a.verb, "get");
-        let a = of(
-            Method::POST,
-            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
-            None,
-        );
-        assert_eq!(a.verb, "create");
     }
 }

@@ -1,7 +1,7 @@
 //! Authorization, in upstream's order: the `system:masters` group may do anything, then the Node
 //! authorizer (agents' identities), then RBAC. A request nobody allows is a 403 with upstream's message.
 //!
-//! - `attributes`: what a request asks (upstream's RequestInfo).
+//! - `attributes`: who asks what (a request's `RequestInfo` with its user, or a check on a user's behalf).
 //! - `rule`, `rbac`: RBAC rules and the per-member view of Roles and bindings.
 //! - `node`: what an agent (`system:node:<name>` in `system:nodes`) may read and write.
 //! - `escalation`: a user may grant only what they hold (or with `escalate`/`bind`).

@@ -2,7 +2,7 @@
 //! names them (`k8s.io/apiserver/pkg/endpoints/metrics`, `pkg/storage/etcd3/metrics`), served in the
 //! Prometheus text format (0.0.4) as kube-apiserver serves it.
 //!
-//! - Requests: [`RequestInfo::of`] labels a request the way upstream's RequestInfo, `CleanScope` and
+//! - Requests: [`RequestMeasure::of`] labels a request the way upstream's RequestInfo, `CleanScope` and
 //!   `cleanVerb` do (LIST vs GET by scope, WATCH from `?watch` or a `/watch/` path, APPLY for apply
 //!   patches, CONNECT for `log`/`exec`/`attach`/`portforward`/`proxy`, `other` for unknown methods; a
 //!   collection DELETE is `DELETE`, as upstream reports it). Only requests for served resources and a few
@@ -41,7 +41,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-pub(crate) use request::RequestInfo;
+pub(crate) use request::RequestMeasure;
 
 use crate::crd::registry::Registry as Served;
 use crate::resource::Str;
@@ -224,7 +224,12 @@ impl Metrics {
 
     /// Records the answer to a request that began at `start`: now, or for a long-running request that
     /// succeeded, when its body ends (it counts as long-running until then).
-    pub fn finish(self: &Arc<Self>, info: RequestInfo, resp: Response, start: Instant) -> Response {
+    pub fn finish(
+        self: &Arc<Self>,
+        info: RequestMeasure,
+        resp: Response,
+        start: Instant,
+    ) -> Response {
         let code = resp.status().as_u16();
         if !(info.long_running && resp.status().is_success()) {
             self.observe(info.labels, code, start.elapsed());

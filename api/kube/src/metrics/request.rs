@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use axum::http::{header, HeaderMap, Method, Uri};
+use axum::http::{header, HeaderMap, Method};
 use prometheus_client::encoding::EncodeLabelSet;
 
 use crate::crd::registry::Registry as Served;
@@ -51,30 +51,26 @@ pub(super) struct RequestLabels {
     pub(super) component: &'static str,
 }
 
-/// What a request is, for its metrics (upstream's RequestInfo after `CleanScope` and `cleanVerb`).
+/// How a request is measured: its labels (upstream's RequestInfo after `CleanScope` and
+/// `cleanVerb`) and whether it is long-running.
 #[derive(Debug, Clone)]
-pub struct RequestInfo {
+pub struct RequestMeasure {
     pub(super) labels: RequestLabels,
     pub(super) long_running: bool,
 }
 
-impl RequestInfo {
+impl RequestMeasure {
     /// Labels a request; None for paths that are neither a served resource nor one of the non-resource
     /// paths upstream instruments (`/healthz`, `/livez`, `/readyz`, `/api`, `/apis`).
-    pub fn of(served: &Served, method: &Method, uri: &Uri, headers: &HeaderMap) -> Option<Self> {
-        let path = uri.path();
-        let query = uri.query().unwrap_or("");
-        let first = |k: &str| {
-            form_urlencoded::parse(query.as_bytes())
-                .find(|(n, _)| n == k)
-                .map(|(_, v)| v.into_owned())
-        };
-        // Upstream: `?watch` on a GET, any value but `0` and `false` (in any case), makes it a WATCH.
-        let watch_param = (method == Method::GET)
-            && first("watch").is_some_and(|v| {
-                let v = v.to_ascii_lowercase();
-                v != "0" && v != "false"
-            });
+    pub fn of(
+        served: &Served,
+        info: &crate::request_info::RequestInfo,
+        method: &Method,
+        headers: &HeaderMap,
+    ) -> Option<Self> {
+        let path = info.path.as_str();
+        let query = info.query.as_deref().unwrap_or("");
+        let watch_param = info.watch_param;
         let component = match path {
             "/healthz" | "/livez" | "/readyz" => Some(""),
             "/api" | "/apis" => Some(APISERVER),
@@ -88,7 +84,7 @@ impl RequestInfo {
                 None,
                 headers,
             );
-            return Some(RequestInfo {
+            return Some(RequestMeasure {
                 labels: RequestLabels {
                     verb,
                     dry_run: dry_run(query),
@@ -102,12 +98,7 @@ impl RequestInfo {
                 long_running: false,
             });
         }
-        let segments: Vec<Cow<'_, str>> = path
-            .split('/')
-            .filter(|s| !s.is_empty())
-            .map(|s| percent_encoding::percent_decode_str(s).decode_utf8_lossy())
-            .collect();
-        let segs: Vec<&str> = segments.iter().map(|s| s.as_ref()).collect();
+        let segs: Vec<&str> = info.segments.iter().map(String::as_str).collect();
         let (group, version, rest) = match segs.as_slice() {
             ["api", "v1", rest @ ..] if !rest.is_empty() => ("", "v1", rest),
             ["apis", g, v, rest @ ..] if !rest.is_empty() => (*g, *v, rest),
@@ -133,7 +124,7 @@ impl RequestInfo {
         let long_running =
             verb == "WATCH" || sub.is_some_and(|s| LONG_RUNNING_SUBRESOURCES.contains(&s));
         let def = &route.def;
-        Some(RequestInfo {
+        Some(RequestMeasure {
             labels: RequestLabels {
                 verb,
                 dry_run: dry_run(query),
@@ -253,13 +244,15 @@ fn dry_run(query: &str) -> &'static str {
 mod tests {
     use super::*;
 
-    fn info(method: Method, uri: &str, ct: Option<&str>) -> Option<RequestInfo> {
+    fn info(method: Method, uri: &str, ct: Option<&str>) -> Option<RequestMeasure> {
         let served = Served::default();
         let mut h = HeaderMap::new();
         if let Some(ct) = ct {
             h.insert(header::CONTENT_TYPE, ct.parse().expect("header"));
         }
-        RequestInfo::of(&served, &method, &uri.parse().expect("uri"), &h)
+        let uri: axum::http::Uri = uri.parse().expect("uri");
+        let parsed = crate::request_info::RequestInfo::of(&method, &uri);
+        RequestMeasure::of(&served, &parsed, &method, &h)
     }
 
     fn labels(method: Method, uri: &str) -> (&'static str, &'static str, String) {

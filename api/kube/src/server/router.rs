@@ -17,8 +17,9 @@ use crate::authn::{self, Identity};
 use crate::body::{respond, MAX_BODY};
 use crate::discovery;
 use crate::handler::{self};
-use crate::metrics::RequestInfo;
+use crate::metrics::RequestMeasure;
 use crate::openapi;
+use crate::request_info::RequestInfo;
 use crate::status::ApiError;
 
 /// Authenticates, then serves and records the request (as upstream, requests refused by
@@ -28,11 +29,13 @@ pub(super) async fn route(
     Extension(peer): Extension<PeerIdentity>,
     req: Request,
 ) -> Response {
+    // The request is read once here; authorization, audit, metrics and routing take it from here.
+    let info = RequestInfo::of(req.method(), req.uri());
     let Some(log) = app.audit.as_ref() else {
-        return route_request(app.clone(), peer, req, &mut None).await;
+        return route_request(app.clone(), peer, req, &info, &mut None).await;
     };
     let received = jiff::Timestamp::now();
-    let (method, uri) = (req.method().clone(), req.uri().clone());
+    let uri = req.uri().clone();
     let agent = req
         .headers()
         .get(header::USER_AGENT)
@@ -41,7 +44,7 @@ pub(super) async fn route(
         .to_string();
     let source = peer.1;
     let mut who = Some((None, None));
-    let resp = route_request(app.clone(), peer, req, &mut who).await;
+    let resp = route_request(app.clone(), peer, req, &info, &mut who).await;
     let (authenticated, acting): (Option<Identity>, Option<Identity>) = who.unwrap_or((None, None));
     let subject = acting
         .clone()
@@ -50,8 +53,7 @@ pub(super) async fn route(
             user: "system:anonymous".into(),
             groups: vec!["system:unauthenticated".into()],
         });
-    let mut attrs =
-        crate::authz::attributes::Attributes::of_request(subject, &method, uri.path(), uri.query());
+    let mut attrs = crate::authz::attributes::Attributes::of(subject, &info);
     if let (Some(r), Some(created)) = (
         attrs.resource.as_mut(),
         resp.extensions().get::<crate::audit::CreatedName>(),
@@ -84,6 +86,7 @@ pub(super) async fn route_request(
     app: Arc<App>,
     peer: PeerIdentity,
     req: Request,
+    info: &RequestInfo,
     who: &mut Who,
 ) -> Response {
     let start = std::time::Instant::now();
@@ -143,12 +146,7 @@ pub(super) async fn route_request(
             }
             let acting =
                 crate::authz::impersonate::acting_as(authz, id, req.headers()).and_then(|id| {
-                    let attrs = crate::authz::attributes::Attributes::of_request(
-                        id.clone(),
-                        req.method(),
-                        req.uri().path(),
-                        req.uri().query(),
-                    );
+                    let attrs = crate::authz::attributes::Attributes::of(id.clone(), info);
                     authz.check(&attrs).map(|()| id)
                 });
             match acting {
@@ -164,17 +162,17 @@ pub(super) async fn route_request(
         None => None,
     };
     let metrics = app.state.metrics.clone();
-    let info = RequestInfo::of(&app.state.registry, req.method(), req.uri(), req.headers());
-    let long_running = info.as_ref().is_some_and(RequestInfo::long_running);
+    let measure = RequestMeasure::of(&app.state.registry, info, req.method(), req.headers());
+    let long_running = measure.as_ref().is_some_and(RequestMeasure::long_running);
     let read_only = matches!(*req.method(), Method::GET | Method::HEAD);
     let in_flight = (!long_running).then(|| metrics.in_flight(read_only));
-    let resp = match dispatch(app, identity, req).await {
+    let resp = match dispatch(app, identity, req, info).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     };
     drop(in_flight);
-    match info {
-        Some(info) => metrics.finish(info, resp, start),
+    match measure {
+        Some(measure) => metrics.finish(measure, resp, start),
         None => resp,
     }
 }
@@ -183,9 +181,10 @@ pub(super) async fn dispatch(
     app: Arc<App>,
     identity: Option<Identity>,
     req: Request,
+    info: &RequestInfo,
 ) -> Result<Response, ApiError> {
     // A remote APIService's group-version goes to its backend with the request whole (body streamed).
-    if let Some(apiservice) = crate::aggregator::proxy::target(&app.state, req.uri().path()) {
+    if let Some(apiservice) = crate::aggregator::proxy::target(&app.state, &info.segments) {
         return crate::aggregator::proxy::serve(
             app.state.clone(),
             apiservice,
@@ -195,7 +194,7 @@ pub(super) async fn dispatch(
         .await;
     }
     // exec, attach and portforward keep the request whole: its connection is upgraded and relayed.
-    if let Some((ns, name, sub)) = pod_stream_target(req.uri().path()) {
+    if let Some((ns, name, sub)) = pod_stream_target(&info.segments) {
         return handler::pod_stream::serve(app.state.clone(), &ns, &name, &sub, req).await;
     }
     let (parts, body) = req.into_parts();
@@ -206,8 +205,7 @@ pub(super) async fn dispatch(
         .map_err(|_| ApiError::TooLarge(format!("limit is {MAX_BODY}")))?;
     let method = parts.method.clone();
     let headers = parts.headers;
-    let segments = path_segments(&path);
-    let segs: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let segs: Vec<&str> = info.segments.iter().map(String::as_str).collect();
     let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -378,21 +376,8 @@ pub(super) async fn dispatch(
     }
 }
 
-/// The path's non-empty segments, percent-decoded.
-pub(super) fn path_segments(path: &str) -> Vec<String> {
-    path.split('/')
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            percent_encoding::percent_decode_str(s)
-                .decode_utf8_lossy()
-                .into_owned()
-        })
-        .collect()
-}
-
 /// `(namespace, pod, subresource)` of an exec, attach or portforward path.
-pub(super) fn pod_stream_target(path: &str) -> Option<(String, String, String)> {
-    let segs = path_segments(path);
+pub(super) fn pod_stream_target(segs: &[String]) -> Option<(String, String, String)> {
     match segs
         .iter()
         .map(String::as_str)
