@@ -7,7 +7,6 @@
 //! (`kubectl get secrets -A -o json | kubectl replace -f -`).
 
 use std::path::Path;
-use std::sync::OnceLock;
 
 use base64::Engine;
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM, AES_256_GCM};
@@ -94,13 +93,6 @@ struct Rule {
 pub struct Encryption {
     rules: Vec<Rule>,
     rng: SystemRandom,
-}
-
-static ACTIVE: OnceLock<Encryption> = OnceLock::new();
-
-/// Turns encryption on for this process (once, at start).
-pub fn install(e: Encryption) {
-    let _ = ACTIVE.set(e);
 }
 
 /// The storage key prefix of a resource named as in an EncryptionConfiguration (`secrets`,
@@ -294,20 +286,24 @@ impl Encryption {
     }
 }
 
-/// [`Encryption::seal`] with this process's configuration (plain when none).
-pub fn seal(key: &[u8], plain: Vec<u8>) -> Vec<u8> {
-    match ACTIVE.get() {
+/// [`Encryption::seal`] with the server's configuration (plain when there is none).
+pub fn seal(active: Option<&Encryption>, key: &[u8], plain: Vec<u8>) -> Vec<u8> {
+    match active {
         Some(e) => e.seal(key, plain),
         None => plain,
     }
 }
 
-/// [`Encryption::open`] with this process's configuration; a plain value needs none.
-pub fn open<'a>(key: &[u8], stored: &'a [u8]) -> Result<std::borrow::Cow<'a, [u8]>, OpenError> {
+/// [`Encryption::open`] with the server's configuration; a plain value needs none.
+pub fn open<'a>(
+    active: Option<&Encryption>,
+    key: &[u8],
+    stored: &'a [u8],
+) -> Result<std::borrow::Cow<'a, [u8]>, OpenError> {
     if !stored.starts_with(PREFIX) {
         return Ok(std::borrow::Cow::Borrowed(stored));
     }
-    match ACTIVE.get() {
+    match active {
         Some(e) => e.open(key, stored).map(std::borrow::Cow::Owned),
         None => Err(OpenError::UnknownKey(
             String::from_utf8_lossy(&stored[..stored.len().min(40)]).into_owned(),

@@ -68,6 +68,9 @@ pub struct Storage {
     ttl_leases: Arc<tokio::sync::Mutex<Option<TtlLease>>>,
     /// Timings of the calls below, for `/metrics` (`etcd_request_duration_seconds`).
     calls: Arc<StoreCalls>,
+    /// Encryption at rest, installed once when the API server starts; every clone of this handle
+    /// shares it.
+    encryption: Arc<std::sync::OnceLock<crate::encryption::Encryption>>,
 }
 
 /// The lease objects written with a time to live (Events) are attached to. As kube-apiserver's lease
@@ -122,8 +125,11 @@ const READ_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Decodes a stored value (JSON, or upstream's protobuf envelope; decrypted first when it is encrypted at
 /// rest) and sets its resourceVersion.
-pub fn decode(kv: &KeyValue) -> Result<Stored, ApiError> {
-    let value = crate::encryption::open(&kv.key, &kv.value).map_err(|e| {
+pub fn decode(
+    encryption: Option<&crate::encryption::Encryption>,
+    kv: &KeyValue,
+) -> Result<Stored, ApiError> {
+    let value = crate::encryption::open(encryption, &kv.key, &kv.value).map_err(|e| {
         ApiError::Internal(format!(
             "stored object at {} does not decrypt: {e}",
             String::from_utf8_lossy(&kv.key)
@@ -190,7 +196,23 @@ impl Storage {
             node,
             ttl_leases: Arc::default(),
             calls: Arc::default(),
+            encryption: Arc::default(),
         }
+    }
+
+    /// Encrypts what the configuration names from now on (once, at start; a second call is ignored).
+    pub fn install_encryption(&self, e: crate::encryption::Encryption) {
+        let _ = self.encryption.set(e);
+    }
+
+    /// The encryption at rest in force, if any.
+    pub(crate) fn encryption(&self) -> Option<&crate::encryption::Encryption> {
+        self.encryption.get()
+    }
+
+    /// [`decode`] with this handle's encryption.
+    pub fn decode(&self, kv: &KeyValue) -> Result<Stored, ApiError> {
+        decode(self.encryption(), kv)
     }
 
     /// The timings of this member's API calls into the store.
@@ -347,7 +369,7 @@ impl Storage {
         }
         .await;
         self.calls.record("get", key.as_bytes(), start, r.is_ok());
-        r?.map(|kv| decode(&kv)).transpose()
+        r?.map(|kv| self.decode(&kv)).transpose()
     }
 
     /// Reads keys in `[start, end)` at `revision` (0 = current), at most `limit` (0 = all).
@@ -379,7 +401,7 @@ impl Storage {
         };
         let mut items = Vec::with_capacity(r.kvs.len());
         for kv in &r.kvs {
-            items.push((kv.key.to_vec(), decode(kv)?));
+            items.push((kv.key.to_vec(), self.decode(kv)?));
         }
         let remaining = (r.count - items.len() as i64).max(0);
         Ok(Page {
@@ -409,13 +431,16 @@ impl Storage {
         }
     }
 
-    fn lost(r: &keel_store::pb::etcdserverpb::TxnResponse) -> Result<WriteOutcome, ApiError> {
+    fn lost(
+        &self,
+        r: &keel_store::pb::etcdserverpb::TxnResponse,
+    ) -> Result<WriteOutcome, ApiError> {
         let current = r.responses.first().and_then(|op| match &op.response {
             Some(response_op::Response::ResponseRange(rr)) => rr.kvs.first().cloned(),
             _ => None,
         });
         Ok(WriteOutcome::Lost(match current {
-            Some(kv) => Some(decode(&kv)?),
+            Some(kv) => Some(self.decode(&kv)?),
             None => None,
         }))
     }
@@ -479,7 +504,7 @@ impl Storage {
         release: &[String],
         lease: i64,
     ) -> Result<WriteOutcome, ApiError> {
-        let value = crate::encryption::seal(key.as_bytes(), encode(object)?);
+        let value = crate::encryption::seal(self.encryption(), key.as_bytes(), encode(object)?);
         let mut compares = vec![cmp_mod(key, expected)];
         let mut ops = vec![RequestOp {
             request: Some(request_op::Request::RequestPut(PutRequest {
@@ -520,7 +545,7 @@ impl Storage {
         self.calls.record(op, key.as_bytes(), start, r.is_ok());
         let r = r?;
         if !r.succeeded {
-            return Self::lost(&r);
+            return self.lost(&r);
         }
         let rev = r.header.as_ref().map(|h| h.revision).unwrap_or(0);
         Ok(WriteOutcome::Done(rev))
@@ -562,7 +587,7 @@ impl Storage {
             .record("delete", key.as_bytes(), start, r.is_ok());
         let r = r?;
         if !r.succeeded {
-            return Self::lost(&r);
+            return self.lost(&r);
         }
         let rev = r.header.as_ref().map(|h| h.revision).unwrap_or(0);
         Ok(WriteOutcome::Done(rev))

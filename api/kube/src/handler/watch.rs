@@ -26,6 +26,7 @@ use super::read::{header_str, list_objects, not_acceptable};
 use super::Call;
 use crate::body::accepts_json;
 use crate::convert;
+use crate::encryption::Encryption;
 use crate::object;
 use crate::resource::ResourceDef;
 use crate::selector::{FieldSelector, LabelSelector};
@@ -109,8 +110,10 @@ fn expired(rev: i64, compacted: i64) -> Value {
 fn translate(
     def: &ResourceDef,
     filter: &Filter,
+    encryption: Option<&Encryption>,
     ev: &Event,
 ) -> Result<Option<(&'static str, Value)>, ApiError> {
+    let decode = |kv| decode(encryption, kv);
     let Some(kv) = &ev.kv else { return Ok(None) };
     let deleted = ev.r#type == EventType::Delete as i32;
     let prev_kv = ev.prev_kv.as_ref().filter(|p| !p.key.is_empty());
@@ -298,7 +301,7 @@ pub async fn watch(call: Call) -> Result<Response, ApiError> {
                         WatchBatch::Ended => break,
                     };
                     for ev in &events {
-                        match translate(&def, &filter, ev) {
+                        match translate(&def, &filter, storage.encryption(), ev) {
                             Ok(Some((kind, obj))) => {
                                 if tx.send(Ok(enc.line(kind, obj))).await.is_err() {
                                     return;
@@ -361,7 +364,9 @@ mod tests {
         };
         let created = put(None, kv("a", json!({"app": "web"}), 5, 5));
         assert_eq!(
-            translate(def, &filter, &created).expect("ok").map(|e| e.0),
+            translate(def, &filter, None, &created)
+                .expect("ok")
+                .map(|e| e.0),
             Some("ADDED")
         );
         let left = put(
@@ -369,7 +374,9 @@ mod tests {
             kv("a", json!({"app": "db"}), 5, 6),
         );
         assert_eq!(
-            translate(def, &filter, &left).expect("ok").map(|e| e.0),
+            translate(def, &filter, None, &left)
+                .expect("ok")
+                .map(|e| e.0),
             Some("DELETED")
         );
         let joined = put(
@@ -377,7 +384,9 @@ mod tests {
             kv("a", json!({"app": "web"}), 5, 7),
         );
         assert_eq!(
-            translate(def, &filter, &joined).expect("ok").map(|e| e.0),
+            translate(def, &filter, None, &joined)
+                .expect("ok")
+                .map(|e| e.0),
             Some("ADDED")
         );
         let del = Event {
@@ -389,7 +398,9 @@ mod tests {
             }),
             prev_kv: Some(kv("a", json!({"app": "web"}), 5, 7)),
         };
-        let (kind, obj) = translate(def, &filter, &del).expect("ok").expect("event");
+        let (kind, obj) = translate(def, &filter, None, &del)
+            .expect("ok")
+            .expect("event");
         assert_eq!(kind, "DELETED");
         assert_eq!(obj["metadata"]["resourceVersion"], "9");
     }

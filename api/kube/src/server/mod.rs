@@ -118,7 +118,7 @@ impl ApiServer {
     pub async fn start(storage: Storage, opts: KubeOptions) -> Result<ApiServer, KubeServeError> {
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         if let Some(path) = &opts.encryption_config {
-            crate::encryption::install(crate::encryption::Encryption::load(path)?);
+            storage.install_encryption(crate::encryption::Encryption::load(path)?);
             info!(config = %path.display(), "encrypting resources at rest");
         }
         let pki = bootstrap_pki(&storage, opts.initial_pki.as_ref()).await?;
