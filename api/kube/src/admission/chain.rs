@@ -85,13 +85,14 @@ pub enum Mutating {
     LimitRanger,
 }
 
-/// The mutating plugins, in order.
+/// The mutating plugins, in kube-apiserver 1.32's plugin order (LimitRanger, ServiceAccount,
+/// TaintNodesByCondition, Priority); keel's token step follows ServiceAccount.
 pub const MUTATING: &[Mutating] = &[
-    Mutating::Priority,
-    Mutating::TaintNodesByCondition,
+    Mutating::LimitRanger,
     Mutating::ServiceAccount,
     Mutating::ServiceAccountTokenSecret,
-    Mutating::LimitRanger,
+    Mutating::TaintNodesByCondition,
+    Mutating::Priority,
 ];
 
 impl Mutating {
@@ -172,12 +173,14 @@ pub enum Validating {
     ResourceQuota,
 }
 
-/// The validating plugins, in order (ResourceQuota last: nothing after it may refuse a charged write).
+/// The validating plugins, in kube-apiserver 1.32's order. The RBAC escalation check comes first:
+/// upstream makes it in the RBAC storage, before the validating plugins run. ResourceQuota is last,
+/// so nothing after it may refuse a charged write.
 pub const VALIDATING: &[Validating] = &[
-    Validating::PriorityClass,
-    Validating::NodeRestriction,
     Validating::RbacEscalation,
+    Validating::NodeRestriction,
     Validating::PodSecurity,
+    Validating::PriorityClass,
     Validating::ResourceQuota,
 ];
 
