@@ -11,6 +11,7 @@
 //! `leadership` (the leadership stream), `peer` (the peer transport's server and wire format) and
 //! `network` (its clients).
 
+mod applied;
 pub mod codec;
 pub mod error;
 #[cfg(test)]

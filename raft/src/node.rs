@@ -118,6 +118,8 @@ pub struct Node {
     cfg: NodeConfig,
     proposer: Proposer,
     reads: ReadIndexBatcher,
+    /// What this member's state machine has applied (reads and forwarded writes wait on it).
+    applied: crate::applied::AppliedIndex,
     peers: PeerApi,
     stop: watch::Sender<bool>,
     fatal: watch::Sender<Option<String>>,
@@ -231,11 +233,18 @@ impl Node {
         }
         .validate()
         .map_err(|e| StartError::Raft(e.to_string()))?;
-        let sm = StateMachine::new(store.clone(), dir.join("snap"), cfg.store.min_lease_ttl)
-            .map_err(|source| StartError::Io {
-                path: dir.join("snap"),
-                source,
-            })?;
+        let applied =
+            crate::applied::AppliedIndex::new(crate::state_machine::applied_index(&store));
+        let sm = StateMachine::new(
+            store.clone(),
+            dir.join("snap"),
+            cfg.store.min_lease_ttl,
+            applied.clone(),
+        )
+        .map_err(|source| StartError::Io {
+            path: dir.join("snap"),
+            source,
+        })?;
         let (peer_server_tls, peer_client_tls) = peer_tls_configs(&cfg)?;
         let peers = PeerApi::new(cluster_id).with_tls(peer_client_tls.clone());
         let removed = Arc::new(watch::channel(false).0);
@@ -310,6 +319,7 @@ impl Node {
             cfg.request_timeout,
             peers.clone(),
             metrics.clone(),
+            applied.clone(),
             cfg.unsafe_early_forwarded_answer,
         );
         let leadership = leadership::follow(&raft);
@@ -327,6 +337,7 @@ impl Node {
                 }
             });
             Node {
+                applied,
                 proposer,
                 reads,
                 peers,
@@ -565,12 +576,7 @@ impl Node {
         let timeout = self.cfg.request_timeout;
         // Concurrent reads share one round (see read_index.rs).
         let index = self.reads.read_index().await?;
-        let wait = self.raft.wait(Some(timeout));
-        match wait.applied_index_at_least(Some(index), "read index").await {
-            Ok(_) => Ok(()),
-            Err(openraft::metrics::WaitError::Timeout(..)) => Err(ProposeError::Timeout),
-            Err(openraft::metrics::WaitError::ShuttingDown) => Err(ProposeError::Stopped),
-        }
+        self.applied.wait_for(index, timeout).await
     }
 
     /// One ReadIndex round: on the leader a quorum check, on a follower a request to the

@@ -71,7 +71,8 @@ struct Pending {
 pub(crate) struct Proposer {
     tx: mpsc::Sender<Pending>,
     metrics: Arc<RaftMetrics>,
-    raft: Raft<TypeConfig>,
+    /// This member's applied index: a forwarded write waits here for its entry.
+    applied: crate::applied::AppliedIndex,
     timeout: Duration,
     /// UNSAFE (see `NodeConfig::unsafe_early_forwarded_answer`): answer before applying here.
     early_answer: bool,
@@ -87,14 +88,15 @@ impl Proposer {
         timeout: Duration,
         peers: PeerApi,
         metrics: Arc<RaftMetrics>,
+        applied: crate::applied::AppliedIndex,
         early_answer: bool,
     ) -> Self {
         let (tx, rx) = mpsc::channel(8192);
         tokio::spawn(run(raft.clone(), rx, timeout, peers));
         Proposer {
             tx,
+            applied,
             metrics,
-            raft,
             timeout,
             early_answer,
         }
@@ -139,20 +141,7 @@ impl Proposer {
 
     /// Waits up to `timeout` for this member's state machine to apply `index`.
     async fn applied_here(&self, index: u64, timeout: Duration) -> Result<(), ProposeError> {
-        let applied = self.raft.metrics().borrow().last_applied.map(|l| l.index);
-        if applied >= Some(index) {
-            return Ok(());
-        }
-        match self
-            .raft
-            .wait(Some(timeout))
-            .applied_index_at_least(Some(index), "forwarded write applied")
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(openraft::metrics::WaitError::Timeout(..)) => Err(ProposeError::Timeout),
-            Err(openraft::metrics::WaitError::ShuttingDown) => Err(ProposeError::Stopped),
-        }
+        self.applied.wait_for(index, timeout).await
     }
 
     async fn enqueue(&self, cmd: Command, here: bool) -> Answer {

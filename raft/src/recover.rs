@@ -91,13 +91,16 @@ pub async fn replay_committed(dir: &Path, opts: StoreOptions) -> Result<Replayed
     })?;
     let mut log = LogStore::open(dir.join("wal")).map_err(|e| data(&e))?;
     reconcile_with_snapshot(&store, &dir.join("snap"), min_lease_ttl, log.last_index())?;
-    let mut sm =
-        StateMachine::new(store.clone(), dir.join("snap"), min_lease_ttl).map_err(|source| {
-            RecoverError::Io {
-                path: dir.join("snap"),
-                source,
-            }
-        })?;
+    let mut sm = StateMachine::new(
+        store.clone(),
+        dir.join("snap"),
+        min_lease_ttl,
+        crate::applied::AppliedIndex::new(crate::state_machine::applied_index(&store)),
+    )
+    .map_err(|source| RecoverError::Io {
+        path: dir.join("snap"),
+        source,
+    })?;
     let (applied, _) = sm.applied_state().await.map_err(|e| data(&e))?;
     let committed = log.read_committed().await.map_err(|e| data(&e))?;
     let from = applied.map(|l| l.index + 1).unwrap_or(0);

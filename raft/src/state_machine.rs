@@ -26,6 +26,8 @@ pub(crate) struct StateMachine {
     store: Arc<Store>,
     snap_dir: PathBuf,
     min_lease_ttl: i64,
+    /// Moved after each apply, for the requests that wait for their entry here.
+    applied: crate::applied::AppliedIndex,
 }
 
 fn sm_err<E: std::error::Error + 'static>(e: &E) -> StorageError {
@@ -50,14 +52,24 @@ impl StateMachine {
         store: Arc<Store>,
         snap_dir: PathBuf,
         min_lease_ttl: i64,
+        applied: crate::applied::AppliedIndex,
     ) -> Result<Self, std::io::Error> {
         fs::create_dir_all(&snap_dir)?;
         Ok(StateMachine {
             store,
             snap_dir,
             min_lease_ttl,
+            applied,
         })
     }
+}
+
+/// The log index the store has applied (0 for none), where waiters start.
+pub(crate) fn applied_index(store: &Store) -> u64 {
+    applied_from_bytes(store.raft_meta().as_deref())
+        .ok()
+        .and_then(|(l, _)| l)
+        .map_or(0, |l| l.index)
 }
 
 /// File name of a snapshot: index first so names sort by position in the log.
@@ -312,6 +324,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             tokio::task::block_in_place(move || store.apply(cmds, meta))
         }
         .map_err(|e| sm_err(&e))?;
+        if let Some(last) = last {
+            self.applied.advance(last.index);
+        }
         Ok(results.into_iter().map(Applied).collect())
     }
 
@@ -347,6 +362,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         .await
         .map_err(|e| snap_err(&e))?
         .map_err(|e| snap_err(&e))?;
+        if let Some(last) = meta.last_log_id {
+            self.applied.advance(last.index);
+        }
         info!(last = ?meta.last_log_id, "snapshot installed");
         Ok(())
     }

@@ -29,7 +29,6 @@ mod health;
 mod router;
 mod tls;
 
-use router::route;
 use tls::{bootstrap_pki, serving_hosts, tls_config};
 
 /// How a member serves the Kubernetes API.
@@ -214,7 +213,7 @@ impl ApiServer {
             tokens,
             audit,
         });
-        let router = Router::new().fallback(route).with_state(app);
+        let router = router::router(app);
         let mut tasks = vec![
             tokio::spawn(lifecycle::run(storage.clone(), stop_rx.clone())),
             tokio::spawn(crd::registry::run(

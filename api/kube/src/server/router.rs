@@ -1,14 +1,16 @@
-//! Every request's way in: authentication, impersonation, authorization and request metrics
-//! (`route_request`), then the path to its answer (`dispatch`): aggregated groups, pod streams, the
-//! non-resource paths, and the resource paths `handler` serves.
+//! Every request's way in, as tower layers ([`router`]): the request read once, audit,
+//! authentication, impersonation and authorization, request metrics; then the path to its answer
+//! (`dispatch`): aggregated groups, pod streams, the non-resource paths, and the resource paths
+//! `handler` serves.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Request, State};
 use axum::http::{header, Method, StatusCode};
+use axum::middleware::{from_fn, from_fn_with_state, Next};
 use axum::response::{IntoResponse, Response};
-use axum::Extension;
+use axum::Router;
 
 use super::documents::{discovery_answer, openapi_v2, openapi_v3};
 use super::health::health;
@@ -22,19 +24,50 @@ use crate::openapi;
 use crate::request_info::RequestInfo;
 use crate::status::ApiError;
 
-/// Authenticates, then serves and records the request (as upstream, requests refused by
-/// authentication are not in the request metrics).
-pub(super) async fn route(
-    State(app): State<Arc<App>>,
-    Extension(peer): Extension<PeerIdentity>,
-    req: Request,
-) -> Response {
-    // The request is read once here; authorization, audit, metrics and routing take it from here.
-    let info = RequestInfo::of(req.method(), req.uri());
+/// The layers every request passes, outermost first: read it once ([`RequestInfo`]), audit it,
+/// authenticate, impersonate and authorize, count it, then [`serve`] routes it. As upstream, a
+/// request refused by authentication is not in the request metrics.
+pub(super) fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .fallback(serve)
+        .layer(from_fn_with_state(app.clone(), measure))
+        .layer(from_fn_with_state(app.clone(), authorize))
+        .layer(from_fn_with_state(app.clone(), authenticate))
+        .layer(from_fn_with_state(app.clone(), audit))
+        .layer(from_fn(read_request))
+        .with_state(app)
+}
+
+/// Who the request authenticated as (request and response extension).
+#[derive(Clone)]
+struct Authenticated(Identity);
+
+/// Who the request acts as after impersonation, authorized (request and response extension).
+#[derive(Clone)]
+struct Acting(Identity);
+
+/// Reads the request once; every later layer takes it from the extensions.
+async fn read_request(mut req: Request, next: Next) -> Response {
+    let info = Arc::new(RequestInfo::of(req.method(), req.uri()));
+    req.extensions_mut().insert(info);
+    next.run(req).await
+}
+
+/// The request's parsed form (inserted by [`read_request`], which every request passes first).
+fn info_of(req: &Request) -> Arc<RequestInfo> {
+    req.extensions()
+        .get::<Arc<RequestInfo>>()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(RequestInfo::of(req.method(), req.uri())))
+}
+
+/// Records the request in the audit log once it is answered, with who it came from and acted as.
+async fn audit(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
     let Some(log) = app.audit.as_ref() else {
-        return route_request(app.clone(), peer, req, &info, &mut None).await;
+        return next.run(req).await;
     };
     let received = jiff::Timestamp::now();
+    let info = info_of(&req);
     let uri = req.uri().clone();
     let agent = req
         .headers()
@@ -42,17 +75,14 @@ pub(super) async fn route(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
-    let source = peer.1;
-    let mut who = Some((None, None));
-    let resp = route_request(app.clone(), peer, req, &info, &mut who).await;
-    let (authenticated, acting): (Option<Identity>, Option<Identity>) = who.unwrap_or((None, None));
-    let subject = acting
-        .clone()
-        .or_else(|| authenticated.clone())
-        .unwrap_or(Identity {
-            user: "system:anonymous".into(),
-            groups: vec!["system:unauthenticated".into()],
-        });
+    let source = req.extensions().get::<PeerIdentity>().and_then(|p| p.1);
+    let resp = next.run(req).await;
+    let authenticated = resp.extensions().get::<Authenticated>().map(|a| &a.0);
+    let acting = resp.extensions().get::<Acting>().map(|a| &a.0);
+    let subject = acting.or(authenticated).cloned().unwrap_or(Identity {
+        user: "system:anonymous".into(),
+        groups: vec!["system:unauthenticated".into()],
+    });
     let mut attrs = crate::authz::attributes::Attributes::of(subject, &info);
     if let (Some(r), Some(created)) = (
         attrs.resource.as_mut(),
@@ -62,12 +92,12 @@ pub(super) async fn route(
             r.name = Some(created.0.clone());
         }
     }
-    let impersonated = match (&authenticated, &acting) {
+    let impersonated = match (authenticated, acting) {
         (Some(a), Some(b)) if a != b => Some(b),
         _ => None,
     };
     log.record(&crate::audit::Entry {
-        user: authenticated.as_ref(),
+        user: authenticated,
         impersonated,
         attrs: &attrs,
         uri: uri.path_and_query().map_or(uri.path(), |p| p.as_str()),
@@ -79,20 +109,13 @@ pub(super) async fn route(
     resp
 }
 
-/// Who a request came from and who it acted as (filled for the audit log).
-pub(super) type Who = Option<(Option<Identity>, Option<Identity>)>;
-
-pub(super) async fn route_request(
-    app: Arc<App>,
-    peer: PeerIdentity,
-    req: Request,
-    info: &RequestInfo,
-    who: &mut Who,
-) -> Response {
-    let start = std::time::Instant::now();
-    let mut identity = peer
-        .0
-        .clone()
+/// Who the request comes from: the client certificate, a static token, or a service-account
+/// token (bound JWT, then a legacy token Secret). Anonymous requests reach only the public paths.
+async fn authenticate(State(app): State<Arc<App>>, mut req: Request, next: Next) -> Response {
+    let mut identity = req
+        .extensions()
+        .get::<PeerIdentity>()
+        .and_then(|p| p.0.clone())
         .or_else(|| app.tokens.from_headers(req.headers()));
     if identity.is_none() {
         if let Some(token) =
@@ -117,63 +140,83 @@ pub(super) async fn route_request(
             };
         }
     }
-    if identity.is_none() && !authn::is_public(req.uri().path()) {
-        return ApiError::Unauthorized.into_response();
-    }
-    // Every authenticated user is in `system:authenticated`; impersonation then authorization decide the
-    // rest (anonymous requests reach only the public paths above).
-    let identity = match identity {
-        Some(mut id) => {
-            if !id.groups.iter().any(|g| g == crate::authz::AUTHENTICATED) {
-                id.groups.push(crate::authz::AUTHENTICATED.into());
-            }
-            if let Some(w) = who.as_mut() {
-                w.0 = Some(id.clone());
-            }
-            let authz = &app.state.authz;
-            // Right after start the member's RBAC view may not hold the default roles yet: wait for them
-            // (briefly) rather than refuse what the bindings allow.
-            let mut waited = 0;
-            while !(authz.rbac.loaded()
-                && app
-                    .state
-                    .rbac_ready
-                    .load(std::sync::atomic::Ordering::Acquire))
-                && waited < 250
-            {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                waited += 1;
-            }
-            let acting =
-                crate::authz::impersonate::acting_as(authz, id, req.headers()).and_then(|id| {
-                    let attrs = crate::authz::attributes::Attributes::of(id.clone(), info);
-                    authz.check(&attrs).map(|()| id)
-                });
-            match acting {
-                Ok(id) => {
-                    if let Some(w) = who.as_mut() {
-                        w.1 = Some(id.clone());
-                    }
-                    Some(id)
-                }
-                Err(e) => return e.into_response(),
-            }
+    let Some(mut id) = identity else {
+        if authn::is_public(req.uri().path()) {
+            return next.run(req).await;
         }
-        None => None,
+        return ApiError::Unauthorized.into_response();
     };
+    // Every authenticated user is in `system:authenticated`.
+    if !id.groups.iter().any(|g| g == crate::authz::AUTHENTICATED) {
+        id.groups.push(crate::authz::AUTHENTICATED.into());
+    }
+    req.extensions_mut().insert(Authenticated(id.clone()));
+    let mut resp = next.run(req).await;
+    resp.extensions_mut().insert(Authenticated(id));
+    resp
+}
+
+/// Impersonation (`Impersonate-User`/`-Group`), then authorization of what the request asks as
+/// the user it acts as.
+async fn authorize(State(app): State<Arc<App>>, mut req: Request, next: Next) -> Response {
+    let Some(Authenticated(id)) = req.extensions().get::<Authenticated>().cloned() else {
+        // Only public paths get here unauthenticated.
+        return next.run(req).await;
+    };
+    let authz = &app.state.authz;
+    // Right after start the member's RBAC view may not hold the default roles yet: wait for them
+    // (briefly) rather than refuse what the bindings allow.
+    let mut waited = 0;
+    while !(authz.rbac.loaded()
+        && app
+            .state
+            .rbac_ready
+            .load(std::sync::atomic::Ordering::Acquire))
+        && waited < 250
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        waited += 1;
+    }
+    let info = info_of(&req);
+    let acting = crate::authz::impersonate::acting_as(authz, id, req.headers()).and_then(|id| {
+        let attrs = crate::authz::attributes::Attributes::of(id.clone(), &info);
+        authz.check(&attrs).map(|()| id)
+    });
+    match acting {
+        Ok(id) => {
+            req.extensions_mut().insert(Acting(id.clone()));
+            let mut resp = next.run(req).await;
+            resp.extensions_mut().insert(Acting(id));
+            resp
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The request metrics: in-flight counts and, once answered, `apiserver_request_*`.
+async fn measure(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+    let start = std::time::Instant::now();
+    let info = info_of(&req);
     let metrics = app.state.metrics.clone();
-    let measure = RequestMeasure::of(&app.state.registry, info, req.method(), req.headers());
+    let measure = RequestMeasure::of(&app.state.registry, &info, req.method(), req.headers());
     let long_running = measure.as_ref().is_some_and(RequestMeasure::long_running);
     let read_only = matches!(*req.method(), Method::GET | Method::HEAD);
     let in_flight = (!long_running).then(|| metrics.in_flight(read_only));
-    let resp = match dispatch(app, identity, req, info).await {
-        Ok(r) => r,
-        Err(e) => e.into_response(),
-    };
+    let resp = next.run(req).await;
     drop(in_flight);
     match measure {
         Some(measure) => metrics.finish(measure, resp, start),
         None => resp,
+    }
+}
+
+/// The innermost step: routes the request, as the user it acts as.
+async fn serve(State(app): State<Arc<App>>, req: Request) -> Response {
+    let identity = req.extensions().get::<Acting>().map(|a| a.0.clone());
+    let info = info_of(&req);
+    match dispatch(app, identity, req, &info).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
     }
 }
 
