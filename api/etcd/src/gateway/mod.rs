@@ -288,32 +288,37 @@ fn plain(status: StatusCode) -> Response {
     let text = format!("{}\n", status.canonical_reason().unwrap_or_default());
     let mut resp = Response::new(Body::from(text));
     *resp.status_mut() = status;
-    let headers = resp.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
+    set_all(
+        resp.headers_mut(),
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
     );
     with_cors(resp)
 }
 
 /// etcd's client port allows cross-origin calls to the gateway.
 fn with_cors(mut resp: Response) -> Response {
-    let headers = resp.headers_mut();
-    headers.insert(
-        header::ACCESS_CONTROL_ALLOW_HEADERS,
-        HeaderValue::from_static("accept, content-type, authorization"),
-    );
-    headers.insert(
-        header::ACCESS_CONTROL_ALLOW_METHODS,
-        HeaderValue::from_static("POST, GET, OPTIONS, PUT, DELETE"),
-    );
-    headers.insert(
-        header::ACCESS_CONTROL_ALLOW_ORIGIN,
-        HeaderValue::from_static("*"),
+    set_all(
+        resp.headers_mut(),
+        [
+            (
+                header::ACCESS_CONTROL_ALLOW_HEADERS,
+                "accept, content-type, authorization",
+            ),
+            (
+                header::ACCESS_CONTROL_ALLOW_METHODS,
+                "POST, GET, OPTIONS, PUT, DELETE",
+            ),
+            (header::ACCESS_CONTROL_ALLOW_ORIGIN, "*"),
+        ],
     );
     resp
+}
+
+fn set_all<const N: usize>(headers: &mut HeaderMap, values: [(HeaderName, &'static str); N]) {
+    for (name, value) in values {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
 }
