@@ -19,9 +19,9 @@ use tonic::Code;
 use frames::{GrpcReader, RequestValues};
 use routes::{Route, Shape};
 
-/// Largest JSON body taken for one call: etcd's largest request in base64 with room for field
-/// names. Larger requests reach gRPC's own limit check first in etcd; here they stop earlier.
-const MAX_JSON_BODY: usize = 3 * crate::server::MAX_RECV_BYTES;
+/// Largest JSON body taken for one call: etcd's largest request in base64 (4/3 of it) with room
+/// for field names; what gRPC then refuses as too large gets its own answer.
+const MAX_JSON_BODY: usize = 4 * keel_store::MAX_REQUEST_BYTES;
 
 /// The gateway's routes, each call passed to `grpc` (the member's gRPC router).
 pub fn routes(grpc: axum::Router) -> axum::Router {
