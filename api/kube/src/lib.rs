@@ -22,6 +22,7 @@
 //!   process figures) in the Prometheus text format.
 
 pub mod admission;
+mod age;
 mod aggregator;
 mod alloc;
 pub mod apply;
@@ -63,6 +64,7 @@ pub mod storage;
 pub mod strategy;
 mod table;
 mod types;
+pub mod validation;
 mod version;
 
 pub use server::{

@@ -525,7 +525,10 @@ pub(crate) fn v3_document(reg: &Registry, gv: &str) -> Option<Document> {
     {
         return builtin_v3().get(gv).cloned();
     }
-    let mut cache = match served.openapi_v3.lock() {
+    let Some(derived) = derived(&served) else {
+        return Some(build_v3(&reg.of_group_version(group, version)));
+    };
+    let mut cache = match derived.v3.lock() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
     };
@@ -574,10 +577,26 @@ pub(crate) fn v2(reg: &Registry) -> V2 {
     if served.defs.is_empty() {
         return BUILTIN_DOC.get_or_init(|| build_v2(&BUILTIN)).clone();
     }
+    match derived(&served) {
+        Some(d) => d.v2.get_or_init(|| build_v2(&reg.all())).clone(),
+        None => build_v2(&reg.all()),
+    }
+}
+
+/// The documents kept with one view of the served resources.
+#[derive(Default)]
+struct Derived {
+    /// v3 documents of group-versions with custom resources.
+    v3: std::sync::Mutex<std::collections::BTreeMap<String, Document>>,
+    v2: OnceLock<V2>,
+}
+
+/// This view's documents (None only if another layer claimed the view's slot first).
+fn derived(served: &crate::crd::registry::Served) -> Option<&Derived> {
     served
-        .openapi_v2
-        .get_or_init(|| build_v2(&reg.all()))
-        .clone()
+        .derived
+        .get_or_init(|| Arc::new(Derived::default()))
+        .downcast_ref::<Derived>()
 }
 
 #[cfg(test)]

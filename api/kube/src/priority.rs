@@ -195,7 +195,7 @@ pub(crate) async fn admit_create(
             }
         }
     };
-    let Some(spec) = crate::admission::defaults::obj_mut(obj, "spec") else {
+    let Some(spec) = crate::validation::defaults::obj_mut(obj, "spec") else {
         return Ok(());
     };
     if !class.is_empty() {

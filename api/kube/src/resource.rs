@@ -2,7 +2,7 @@
 //!
 //! Discovery, storage keys, Table printers, field selectors and defaulting all read this one table, so a
 //! resource is added in one place. Custom resources (CRDs) get definitions of the same type at run time
-//! from [`super::crd::registry::Registry`], so definitions are shared as `Arc<ResourceDef>` and their names
+//! from the CRD registry (`crd::registry::Registry`), so definitions are shared as `Arc<ResourceDef>` and their names
 //! are `Cow`s: borrowed for built-ins, owned for custom resources (freed when the CRD goes away).
 
 use std::borrow::Cow;
@@ -85,7 +85,7 @@ pub struct ResourceDef {
     /// Spec changes bump `metadata.generation` (kinds with a spec/status split).
     pub tracks_generation: bool,
     /// What a custom resource adds (schema, printer columns, scale paths); None for built-ins.
-    pub custom: Option<Arc<super::crd::Custom>>,
+    pub custom: Option<Arc<Custom>>,
 }
 
 impl ResourceDef {
@@ -751,6 +751,39 @@ pub fn by_kind(group: &str, kind: &str) -> Option<Arc<ResourceDef>> {
         .iter()
         .find(|r| r.group == group && r.kind == kind)
         .cloned()
+}
+
+/// What one served version of a custom resource adds to its [`ResourceDef`] (kept here, below the
+/// CRD machinery that builds it, so the resource table depends on nothing above it).
+#[derive(Debug, Clone)]
+pub struct Custom {
+    /// The CRD's name (`<plural>.<group>`).
+    pub crd_name: String,
+    /// The CRD's uid and generation: a change of either is a new definition (watches of it end).
+    pub crd_uid: String,
+    /// See `crd_uid`.
+    pub crd_generation: i64,
+    /// The version objects are stored in (`apiVersion` of stored objects).
+    pub storage_version: String,
+    /// `openAPIV3Schema` of this version, if any.
+    pub schema: Option<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps>,
+    /// `additionalPrinterColumns` of this version.
+    pub columns: Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceColumnDefinition>,
+    /// The scale subresource's paths, if served.
+    pub scale: Option<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceSubresourceScale>,
+    /// `listKind`.
+    pub list_kind: String,
+    /// The CRD is being deleted: no new objects.
+    pub terminating: bool,
+    /// `selectableFields` as field-selector names (`spec.color`).
+    pub selectable: Vec<String>,
+}
+
+impl Custom {
+    /// Whether `other` was built from the same CRD spec (status changes do not count).
+    pub fn same_definition(&self, other: &Custom) -> bool {
+        self.crd_uid == other.crd_uid && self.crd_generation == other.crd_generation
+    }
 }
 
 #[cfg(test)]

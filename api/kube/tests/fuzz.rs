@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use keel_fuzz::{Target, Verdict};
-use keel_kube_api::admission::{prune, validate};
+use keel_kube_api::validation::{prune, validate};
 use keel_kube_api::apply::managed::{self, ApplyOptions, Owner};
 use keel_kube_api::apply::shape::Shape;
 use keel_kube_api::handler::write::{apply_patch, check_type};

@@ -8,9 +8,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use serde_json::{json, Value};
 
 use super::schema;
-use crate::admission::names::{self, NameRule};
 use crate::object::{self, path};
 use crate::status::Cause;
+use crate::validation::names::{self, NameRule};
 
 /// Upstream's defaults: `singular` (lowercased kind), `listKind` (`<Kind>List`), conversion `None`.
 pub(crate) fn apply_defaults(obj: &mut Value) {

@@ -17,10 +17,6 @@ pub(crate) mod registry;
 pub(crate) mod schema;
 pub(crate) mod validate;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceColumnDefinition, CustomResourceSubresourceScale, JSONSchemaProps,
-};
-
 /// The group of CRD objects.
 pub(crate) const GROUP: &str = "apiextensions.k8s.io";
 /// The finalizer that holds a deleted CRD until its objects are gone (upstream's name).
@@ -28,34 +24,4 @@ pub(crate) const CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.
 /// Key prefix of CRD objects.
 pub(crate) const CRD_PREFIX: &str = "/registry/apiextensions.k8s.io/customresourcedefinitions/";
 
-/// What one served version of a custom resource adds to its [`super::resource::ResourceDef`].
-#[derive(Debug, Clone)]
-pub struct Custom {
-    /// The CRD's name (`<plural>.<group>`).
-    pub crd_name: String,
-    /// The CRD's uid and generation: a change of either is a new definition (watches of it end).
-    pub crd_uid: String,
-    /// See `crd_uid`.
-    pub crd_generation: i64,
-    /// The version objects are stored in (`apiVersion` of stored objects).
-    pub storage_version: String,
-    /// `openAPIV3Schema` of this version, if any.
-    pub schema: Option<JSONSchemaProps>,
-    /// `additionalPrinterColumns` of this version.
-    pub columns: Vec<CustomResourceColumnDefinition>,
-    /// The scale subresource's paths, if served.
-    pub scale: Option<CustomResourceSubresourceScale>,
-    /// `listKind`.
-    pub list_kind: String,
-    /// The CRD is being deleted: no new objects.
-    pub terminating: bool,
-    /// `selectableFields` as field-selector names (`spec.color`).
-    pub selectable: Vec<String>,
-}
-
-impl Custom {
-    /// Whether `other` was built from the same CRD spec (status changes do not count).
-    pub fn same_definition(&self, other: &Custom) -> bool {
-        self.crd_uid == other.crd_uid && self.crd_generation == other.crd_generation
-    }
-}
+pub(crate) use crate::resource::Custom;

@@ -6,8 +6,8 @@ use jsonpath_rust::JsonPath;
 use serde_json::{json, Value};
 
 use super::Custom;
+use crate::age;
 use crate::object;
-use crate::table::age;
 
 /// Why a column's JSONPath cannot be used.
 #[derive(Debug, thiserror::Error)]

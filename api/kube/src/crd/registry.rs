@@ -3,8 +3,7 @@
 //! written through any member is served by every member; definitions are `Arc`s, dropped with the CRD.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -23,10 +22,10 @@ pub struct Served {
     pub defs: Vec<Arc<ResourceDef>>,
     /// The store revision this view was read at (changes whenever a CRD does).
     pub revision: i64,
-    /// OpenAPI v3 documents of group-versions with custom resources, built on first request.
-    pub openapi_v3: Mutex<BTreeMap<String, crate::openapi::documents::Document>>,
-    /// The OpenAPI v2 document, built on first request.
-    pub openapi_v2: OnceLock<crate::openapi::documents::V2>,
+    /// What a layer above derives from this view and keeps with it until a CRD changes (the
+    /// OpenAPI documents, built on first request); typed by that layer, so the registry does not
+    /// depend on it.
+    pub derived: OnceLock<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 /// The served resources of one member.

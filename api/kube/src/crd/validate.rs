@@ -357,7 +357,7 @@ fn check_format(s: &JSONSchemaProps, v: &Value, path: &str, out: &mut Vec<Cause>
         ("date", Value::String(t)) => t.parse::<jiff::civil::Date>().is_ok(),
         ("uuid", Value::String(t)) => uuid::Uuid::parse_str(t).is_ok(),
         // Go's StdEncoding, as upstream's format check uses (line breaks skipped).
-        ("byte", Value::String(t)) => crate::admission::bytes::decode(t).is_ok(),
+        ("byte", Value::String(t)) => crate::validation::bytes::decode(t).is_ok(),
         _ => true,
     };
     if !ok {

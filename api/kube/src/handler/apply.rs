@@ -10,13 +10,13 @@ use super::write::{
     respond_updated, with_warnings, Tracking, Updated,
 };
 use super::Call;
-use crate::admission::validate;
 use crate::apply::diff;
 use crate::apply::fieldset::FieldSet;
 use crate::apply::managed::{self, ApplyOptions, Conflict, Owner};
 use crate::apply::shape::Shape;
 use crate::convert::storage_def;
 use crate::status::{ApiError, Cause, Target};
+use crate::validation::validate;
 use crate::{convert, object};
 
 /// The media type of an apply request.

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::read::respond_object;
 use super::Call;
-use crate::admission::{chain, defaults, validate};
+use crate::admission::chain;
 use crate::alloc::Reallocation;
 use crate::apply::managed::{self, Owner};
 use crate::apply::shape::Shape;
@@ -20,6 +20,7 @@ use crate::object;
 use crate::resource::ResourceDef;
 use crate::status::{ApiError, Target};
 use crate::storage::{Stored, WriteOutcome};
+use crate::validation::validate;
 use crate::{convert, lifecycle, strategy};
 
 /// How many times a write retries after losing a race it may retry (no client resourceVersion).
@@ -85,7 +86,7 @@ fn field_validation_body(
 ) -> Result<Vec<String>, ApiError> {
     let ct = media_type(call.headers.get(axum::http::header::CONTENT_TYPE));
     let dups = if matches!(ct.as_str(), "" | "application/json") {
-        crate::admission::prune::duplicate_fields(&call.body)
+        crate::validation::prune::duplicate_fields(&call.body)
     } else {
         Vec::new()
     };
@@ -294,7 +295,7 @@ pub async fn create_object(
     if generated {
         object::meta_mut(&mut obj).insert("name".into(), json!(generated_name(&generate)));
     }
-    defaults::apply(sdef, &mut obj);
+    crate::strategy::of(sdef).set_defaults(sdef, &mut obj);
     // The field manager sees the decoded and defaulted object, as upstream's: what mutating admission
     // and the create strategy set afterwards (a pod's service account, tolerations and priority, a
     // Node's not-ready taint, status resets) is nobody's field.
@@ -506,7 +507,7 @@ where
         };
         let mut new = merge_update(def, sub, &cur.object, new);
         if sub.is_none() {
-            defaults::apply(def, &mut new);
+            crate::strategy::of(def).set_defaults(def, &mut new);
         }
         // Mutating plugins run before the change is known; none of them looks at `changed`.
         let update = chain::Operation::Update {

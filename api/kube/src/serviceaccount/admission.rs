@@ -40,7 +40,7 @@ pub(crate) async fn admit_create(storage: &Storage, pod: &mut Value) {
         Some(n) if !n.is_empty() => n.to_string(),
         _ => {
             spec.insert("serviceAccountName".into(), json!("default"));
-            // v1 keeps the deprecated alias in step (see `admission::defaults`).
+            // v1 keeps the deprecated alias in step (see `validation::defaults`).
             spec.insert("serviceAccount".into(), json!("default"));
             "default".to_string()
         }

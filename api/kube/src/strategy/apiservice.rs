@@ -6,10 +6,10 @@
 use serde_json::{json, Value};
 
 use super::{set_status, Strategy};
-use crate::admission::names::{self, NameRule};
 use crate::object::{self, path};
 use crate::resource::ResourceDef;
 use crate::status::Cause;
+use crate::validation::names::{self, NameRule};
 
 pub(super) struct ApiService;
 

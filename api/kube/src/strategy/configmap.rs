@@ -3,9 +3,9 @@
 use serde_json::Value;
 
 use super::Strategy;
-use crate::admission::validate::{check_data_keys, immutable_data};
 use crate::resource::ResourceDef;
 use crate::status::Cause;
+use crate::validation::validate::{check_data_keys, immutable_data};
 
 pub(super) struct ConfigMap;
 

@@ -7,11 +7,11 @@
 use serde_json::{json, Value};
 
 use super::{set_status, start_generation, Strategy};
-use crate::admission::validate::immutable;
 use crate::body;
 use crate::crd::{controller, definition};
 use crate::resource::ResourceDef;
 use crate::status::{ApiError, Cause};
+use crate::validation::validate::immutable;
 
 pub(super) struct CustomResourceDefinition;
 

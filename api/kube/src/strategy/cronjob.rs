@@ -4,11 +4,11 @@
 use serde_json::{json, Value};
 
 use super::Strategy;
-use crate::admission::defaults::{obj_mut, set_default, template};
-use crate::admission::validate::check_containers;
 use crate::object::path;
 use crate::resource::ResourceDef;
 use crate::status::Cause;
+use crate::validation::defaults::{obj_mut, set_default, template};
+use crate::validation::validate::check_containers;
 
 pub(super) struct CronJob;
 

@@ -5,8 +5,8 @@
 use serde_json::{json, Value};
 
 use super::Strategy;
-use crate::admission::defaults::set_default;
 use crate::resource::ResourceDef;
+use crate::validation::defaults::set_default;
 
 pub(super) struct EndpointSlice;
 

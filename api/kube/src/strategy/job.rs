@@ -5,11 +5,11 @@
 use serde_json::{json, Value};
 
 use super::{set_status, start_generation, Strategy};
-use crate::admission::defaults::{job_spec, obj_mut, template};
-use crate::admission::validate::{check_selector_template, immutable};
 use crate::object::{self, path};
 use crate::resource::ResourceDef;
 use crate::status::Cause;
+use crate::validation::defaults::{job_spec, obj_mut, template};
+use crate::validation::validate::{check_selector_template, immutable};
 
 pub(super) struct Job;
 

@@ -63,14 +63,14 @@ use std::pin::Pin;
 
 use serde_json::{json, Value};
 
-use crate::admission::names::NameRule;
-use crate::admission::validate;
 use crate::alloc::Reallocation;
 use crate::body;
 use crate::object;
 use crate::resource::ResourceDef;
 use crate::status::{ApiError, Cause};
 use crate::storage::Storage;
+use crate::validation::names::NameRule;
+use crate::validation::validate;
 
 /// What [`Strategy::allocate`] returns: the claim keys to write with the object.
 pub type Allocation<'a> = Pin<Box<dyn Future<Output = Result<Vec<String>, ApiError>> + Send + 'a>>;
@@ -114,7 +114,7 @@ pub trait Strategy: Sync {
     /// validation. Default: the fields of the built-in type in the generated schema table.
     fn prune_unknown(&self, def: &ResourceDef, obj: &mut Value) -> Vec<String> {
         match crate::protobuf::schema::message_for(&def.api_version(), &def.kind) {
-            Some(root) => crate::admission::prune::prune(obj, &root),
+            Some(root) => crate::validation::prune::prune(obj, &root),
             None => Vec::new(),
         }
     }

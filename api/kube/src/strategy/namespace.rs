@@ -6,10 +6,10 @@
 use serde_json::{json, Value};
 
 use super::{set_status, start_generation, status_only, Strategy, Subresource};
-use crate::admission::defaults::{obj_mut, set_default};
-use crate::admission::names::NameRule;
 use crate::object;
 use crate::resource::ResourceDef;
+use crate::validation::defaults::{obj_mut, set_default};
+use crate::validation::names::NameRule;
 
 pub(super) struct Namespace;
 

@@ -6,11 +6,11 @@ use serde_json::{json, Value};
 use keel_client_kit::qos;
 
 use super::{set_status, start_generation, Strategy};
-use crate::admission::defaults::{pod_spec, service_account_alias, set_default};
-use crate::admission::validate::check_containers;
 use crate::object::{self, path};
 use crate::resource::ResourceDef;
 use crate::status::Cause;
+use crate::validation::defaults::{pod_spec, service_account_alias, set_default};
+use crate::validation::validate::check_containers;
 
 pub(super) struct Pod;
 

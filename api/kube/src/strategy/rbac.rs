@@ -6,11 +6,11 @@
 use serde_json::{json, Value};
 
 use super::Strategy;
-use crate::admission::defaults::set_default;
-use crate::admission::names::NameRule;
 use crate::object::path;
 use crate::resource::ResourceDef;
 use crate::status::Cause;
+use crate::validation::defaults::set_default;
+use crate::validation::names::NameRule;
 
 /// Roles and ClusterRoles.
 pub(super) struct Role;

@@ -4,9 +4,9 @@
 use serde_json::{json, Value};
 
 use super::{workload, Strategy};
-use crate::admission::defaults::{obj_mut, set_default, template};
 use crate::resource::ResourceDef;
 use crate::status::Cause;
+use crate::validation::defaults::{obj_mut, set_default, template};
 
 pub(super) struct ReplicaSet;
 

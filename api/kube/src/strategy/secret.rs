@@ -6,10 +6,10 @@ use base64::Engine;
 use serde_json::{json, Value};
 
 use super::Strategy;
-use crate::admission::defaults::set_default;
-use crate::admission::validate::{check_data_keys, immutable_data};
 use crate::resource::ResourceDef;
 use crate::status::Cause;
+use crate::validation::defaults::set_default;
+use crate::validation::validate::{check_data_keys, immutable_data};
 
 pub(super) struct Secret;
 

@@ -6,13 +6,13 @@
 use serde_json::{json, Value};
 
 use super::{Allocation, Strategy, UpdateAllocation};
-use crate::admission::defaults::{obj_mut, set_default};
-use crate::admission::names::NameRule;
 use crate::alloc;
 use crate::object::path;
 use crate::resource::ResourceDef;
 use crate::status::{go_strings, Cause};
 use crate::storage::Storage;
+use crate::validation::defaults::{obj_mut, set_default};
+use crate::validation::names::NameRule;
 
 pub(super) struct Service;
 

@@ -4,8 +4,8 @@
 
 use serde_json::Value;
 
-use crate::admission::validate::{check_replicas, check_selector_template, immutable};
 use crate::status::Cause;
+use crate::validation::validate::{check_replicas, check_selector_template, immutable};
 
 /// Create-time checks; `replicas` when the kind has `spec.replicas`.
 pub(super) fn validate(obj: &Value, replicas: bool) -> Vec<Cause> {

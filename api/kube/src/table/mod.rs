@@ -1,7 +1,6 @@
 //! `meta.k8s.io/v1` Table answers for `kubectl get`: columns per kind, one row per object, and the row's
 //! object as `PartialObjectMetadata`, the full object, or nothing (`includeObject`).
 
-pub(crate) mod age;
 pub(crate) mod printers;
 
 use serde_json::{json, Map, Value};

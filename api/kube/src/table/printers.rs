@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use super::age::since;
+use crate::age::since;
 use crate::object::{self, path};
 use crate::resource::Printer;
 use crate::selector::LabelSelector;
@@ -712,7 +712,7 @@ fn job_duration(o: &Value) -> String {
         .and_then(Value::as_str)
         .and_then(object::parse_time)
         .unwrap_or_else(jiff::Timestamp::now);
-    super::age::human(end.as_second() - start.as_second())
+    crate::age::human(end.as_second() - start.as_second())
 }
 
 /// The cells of one row.

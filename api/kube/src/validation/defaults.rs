@@ -4,8 +4,6 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::resource::ResourceDef;
-
 /// The object at `key`, created empty if missing or null.
 pub fn obj_mut<'a>(v: &'a mut Value, key: &str) -> Option<&'a mut Map<String, Value>> {
     let o = v.as_object_mut()?;
@@ -112,13 +110,6 @@ pub fn template(obj: &mut Value, path: &[&str], restart: &str) {
     }
 }
 
-/// Fills in upstream's defaults for `def`'s kind (its strategy's [`Strategy::set_defaults`]).
-///
-/// [`Strategy::set_defaults`]: crate::strategy::Strategy::set_defaults
-pub fn apply(def: &ResourceDef, obj: &mut Value) {
-    crate::strategy::of(def).set_defaults(def, obj);
-}
-
 /// Job spec defaults (upstream's SetDefaults_Job; a CronJob's job template does not get them).
 pub fn job_spec(spec: &mut Map<String, Value>) {
     let has_completions = spec.get("completions").is_some_and(|v| !v.is_null());
@@ -173,6 +164,11 @@ pub fn job_spec(spec: &mut Map<String, Value>) {
 mod tests {
     use super::*;
     use crate::resource;
+
+    /// The kind's defaults, as the write path applies them (through its strategy).
+    fn apply(def: &resource::ResourceDef, obj: &mut Value) {
+        crate::strategy::of(def).set_defaults(def, obj);
+    }
 
     #[test]
     fn deployment_defaults() {
