@@ -9,13 +9,13 @@
 use std::sync::Arc;
 
 use keel_fuzz::{Target, Verdict};
-use keel_kube_api::validation::{prune, validate};
 use keel_kube_api::apply::managed::{self, ApplyOptions, Owner};
 use keel_kube_api::apply::shape::Shape;
 use keel_kube_api::handler::write::{apply_patch, check_type};
 use keel_kube_api::protobuf::schema::{self, FieldType};
 use keel_kube_api::resource::{self, ResourceDef};
 use keel_kube_api::selector::{FieldSelector, LabelSelector};
+use keel_kube_api::validation::{prune, validate};
 use keel_kube_api::{body, encode, protobuf, storage, strategy};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
