@@ -13,8 +13,8 @@ use http_body_util::BodyExt;
 use serde_json::{json, Value};
 
 use crate::dial::{agent_address, get_from_agent};
-use crate::handler::KubeState;
 use crate::status::{ApiError, Target};
+use crate::storage::Storage;
 
 /// The group.
 pub(crate) const GROUP: &str = "metrics.k8s.io";
@@ -67,9 +67,8 @@ pub(crate) fn aggregated_item() -> Value {
     })
 }
 
-fn objects(state: &KubeState, prefix: &str) -> Result<Vec<Value>, ApiError> {
-    Ok(state
-        .storage
+fn objects(storage: &Storage, prefix: &str) -> Result<Vec<Value>, ApiError> {
+    Ok(storage
         .list_raw(prefix.as_bytes())?
         .into_iter()
         .filter_map(|(_, v)| serde_json::from_slice::<Value>(&v).ok())
@@ -83,8 +82,11 @@ fn name_of(v: &Value) -> &str {
 }
 
 /// The summary of each node's agent that answered, by node name.
-async fn summaries(state: &KubeState, nodes: &[Value]) -> Vec<(String, Value)> {
-    let Some(tls) = state.kubelet_tls() else {
+async fn summaries(
+    kubelet_tls: Option<Arc<rustls::ClientConfig>>,
+    nodes: &[Value],
+) -> Vec<(String, Value)> {
+    let Some(tls) = kubelet_tls else {
         return Vec::new();
     };
     let scrapes = nodes.iter().filter_map(|n| {
@@ -182,7 +184,11 @@ fn respond(v: &Value) -> Response {
 }
 
 /// Serves `rest` (the path after `/apis/metrics.k8s.io/v1beta1/`).
-pub(crate) async fn serve(state: Arc<KubeState>, rest: &[&str]) -> Result<Response, ApiError> {
+pub(crate) async fn serve(
+    storage: &Storage,
+    kubelet_tls: Option<Arc<rustls::ClientConfig>>,
+    rest: &[&str],
+) -> Result<Response, ApiError> {
     let list = |kind: &str, items: Vec<Value>| json!({"kind": format!("{kind}List"), "apiVersion": format!("{GROUP}/{VERSION}"), "metadata": {}, "items": items});
     let with_kind = |kind: &str, mut v: Value| {
         if let Some(m) = v.as_object_mut() {
@@ -194,14 +200,14 @@ pub(crate) async fn serve(state: Arc<KubeState>, rest: &[&str]) -> Result<Respon
     match rest {
         [] => Ok(respond(&resource_list())),
         ["nodes"] | ["nodes", _] => {
-            let mut nodes = objects(&state, "/registry/minions/")?;
+            let mut nodes = objects(storage, "/registry/minions/")?;
             if let ["nodes", name] = rest {
                 nodes.retain(|n| name_of(n) == *name);
                 if nodes.is_empty() {
                     return Err(ApiError::NotFound(Target::new(GROUP, "nodes", name)));
                 }
             }
-            let sums = summaries(&state, &nodes).await;
+            let sums = summaries(kubelet_tls.clone(), &nodes).await;
             let items: Vec<Value> = nodes
                 .iter()
                 .filter_map(|n| {
@@ -227,8 +233,8 @@ pub(crate) async fn serve(state: Arc<KubeState>, rest: &[&str]) -> Result<Respon
                 ["namespaces", _, "pods", name] => Some(*name),
                 _ => None,
             };
-            let nodes = objects(&state, "/registry/minions/")?;
-            let sums = summaries(&state, &nodes).await;
+            let nodes = objects(storage, "/registry/minions/")?;
+            let sums = summaries(kubelet_tls.clone(), &nodes).await;
             let items: Vec<Value> = sums
                 .iter()
                 .flat_map(|(_, s)| {

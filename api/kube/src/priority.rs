@@ -27,11 +27,11 @@ use tracing::{debug, info};
 
 use crate::apply::managed::{self, Owner};
 use crate::apply::shape::Shape;
-use crate::handler::KubeState;
 use crate::object::{self, path};
 use crate::resource::{self, ResourceDef};
 use crate::status::{ApiError, Target};
 use crate::storage::{prefix_end, Storage, WriteOutcome};
+use std::sync::atomic::AtomicBool;
 
 /// The highest value a class not built in may have (upstream's HighestUserDefinablePriority).
 pub(crate) const HIGHEST_USER_DEFINABLE_PRIORITY: i64 = 1_000_000_000;
@@ -339,13 +339,16 @@ pub(crate) async fn ensure_system_classes(storage: &Storage) -> Result<(), ApiEr
 
 /// Runs [`ensure_system_classes`] until it succeeds (it needs a quorum), then marks the hook done for
 /// `/readyz`. Every member runs it once at start, as every kube-apiserver runs its post-start hook.
-pub(crate) async fn bootstrap(state: Arc<KubeState>) {
+pub(crate) async fn bootstrap(
+    storage: Storage,
+    ready: Arc<AtomicBool>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
     let mut delay = Duration::from_millis(200);
-    let mut stop = state.shutdown.clone();
     loop {
-        match ensure_system_classes(&state.storage).await {
+        match ensure_system_classes(&storage).await {
             Ok(()) => {
-                state.priority_classes_ready.store(true, Ordering::Release);
+                ready.store(true, Ordering::Release);
                 return;
             }
             Err(e) => debug!(error = %e, "creating the built-in PriorityClasses failed; retrying"),

@@ -16,7 +16,6 @@ use serde_json::{json, Value};
 use tracing::{debug, info};
 
 use super::{group_version, service_of, Aggregator, Remote, PREFIX};
-use crate::handler::KubeState;
 use crate::object::{self, path};
 use crate::status::ApiError;
 use crate::storage::{prefix_end, Storage};
@@ -291,9 +290,7 @@ async fn write_condition(
 }
 
 /// One pass over every APIService.
-pub(crate) async fn pass(state: &KubeState) -> Result<(), ApiError> {
-    let storage = &state.storage;
-    let agg = &state.aggregator;
+pub(crate) async fn pass(storage: &Storage, agg: &Aggregator) -> Result<(), ApiError> {
     let page = storage.range(PREFIX.as_bytes(), &prefix_end(PREFIX.as_bytes()), 0, 0)?;
     let leader = storage.is_leader();
     let mut remote = Vec::new();
@@ -328,9 +325,13 @@ pub(crate) async fn pass(state: &KubeState) -> Result<(), ApiError> {
 }
 
 /// Runs the checks on this member until `stop` fires.
-pub(crate) async fn run(state: Arc<KubeState>, mut stop: tokio::sync::watch::Receiver<bool>) {
+pub(crate) async fn run(
+    storage: Storage,
+    agg: Arc<Aggregator>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
     loop {
-        if let Err(e) = pass(&state).await {
+        if let Err(e) = pass(&storage, &agg).await {
             debug!(error = %e, "APIService availability pass failed; retrying");
         }
         tokio::select! {

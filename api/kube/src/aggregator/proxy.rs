@@ -7,8 +7,6 @@
 //! authenticates itself with its front-proxy client certificate. The answer streams back as it comes, so a
 //! watch works. Connection upgrades (exec-style streams) are not relayed.
 
-use std::sync::Arc;
-
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{header, HeaderName, HeaderValue};
@@ -18,10 +16,12 @@ use serde_json::Value;
 use tracing::debug;
 
 use super::available::{connect, resolve};
+use super::Aggregator;
 use super::{is_available, service_of, PREFIX};
 use crate::authn::Identity;
-use crate::handler::KubeState;
+use crate::crd::registry::Registry;
 use crate::status::ApiError;
+use crate::storage::Storage;
 
 /// Headers that describe one hop and never pass through a proxy.
 const HOP_BY_HOP: &[&str] = &[
@@ -37,19 +37,18 @@ const HOP_BY_HOP: &[&str] = &[
 ];
 
 /// The remote APIService answering `path`, if its group-version is not one this server serves itself.
-pub(crate) fn target(state: &KubeState, segments: &[String]) -> Option<Value> {
+pub(crate) fn target(registry: &Registry, storage: &Storage, segments: &[String]) -> Option<Value> {
     let (group, version) = match segments {
         [apis, group, version, ..] if apis == "apis" => (group, version),
         _ => return None,
     };
     // keel's own group-versions always answer here: built-ins and CRDs. `metrics.k8s.io` is keel's own
     // unless an APIService points it at a real metrics server.
-    if !state.registry.of_group_version(group, version).is_empty() {
+    if !registry.of_group_version(group, version).is_empty() {
         return None;
     }
     let key = format!("{PREFIX}{version}.{group}");
-    let page = state
-        .storage
+    let page = storage
         .range(
             key.as_bytes(),
             &crate::storage::prefix_end(key.as_bytes()),
@@ -67,7 +66,8 @@ pub(crate) fn target(state: &KubeState, segments: &[String]) -> Option<Value> {
 
 /// Relays `req` to the APIService's backend.
 pub(crate) async fn serve(
-    state: Arc<KubeState>,
+    storage: &Storage,
+    aggregator: &Aggregator,
     apiservice: Value,
     identity: Option<Identity>,
     req: Request,
@@ -76,12 +76,11 @@ pub(crate) async fn serve(
     if !is_available(&apiservice) {
         return Err(ApiError::Unavailable("service unavailable".into()));
     }
-    let ep = resolve(&state.storage, &apiservice).map_err(|u| {
+    let ep = resolve(storage, &apiservice).map_err(|u| {
         debug!(reason = u.reason, message = %u.message, "no endpoint for an aggregated API");
         ApiError::Unavailable("service unavailable".into())
     })?;
-    let tls = state
-        .aggregator
+    let tls = aggregator
         .tls_for(&apiservice)
         .map_err(|e| ApiError::Unavailable(format!("service unavailable: {e}")))?;
     let (parts, body) = req.into_parts();

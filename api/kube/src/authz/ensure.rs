@@ -12,10 +12,10 @@ use tracing::{debug, info};
 use super::bootstrap;
 use super::escalation::missing;
 use super::rule::PolicyRule;
-use crate::handler::KubeState;
 use crate::object;
 use crate::status::ApiError;
 use crate::storage::{Storage, WriteOutcome};
+use std::sync::atomic::AtomicBool;
 
 /// The readiness check's name, as upstream's.
 pub(crate) const HOOK: &str = "poststarthook/rbac/bootstrap-roles";
@@ -123,16 +123,20 @@ pub(crate) async fn ensure(storage: &Storage) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Runs [`ensure`] until it succeeds (it needs a quorum), then marks the hook done for `/readyz`.
-pub(crate) async fn run(state: Arc<KubeState>) {
+/// Runs [`ensure`] until it succeeds (it needs a quorum), then sets `ready` (the `/readyz` hook).
+pub(crate) async fn run(
+    storage: Storage,
+    authz: Arc<super::Authorizer>,
+    ready: Arc<AtomicBool>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
     let mut delay = Duration::from_millis(200);
-    let mut stop = state.shutdown.clone();
     loop {
-        match ensure(&state.storage).await {
+        match ensure(&storage).await {
             Ok(()) => {
                 // Read what was just written before saying so, so no request waits on the watch.
-                if state.authz.rbac.reload(&state.storage).is_ok() {
-                    state.rbac_ready.store(true, Ordering::Release);
+                if authz.rbac.reload(&storage).is_ok() {
+                    ready.store(true, Ordering::Release);
                     return;
                 }
             }

@@ -45,7 +45,7 @@ pub struct KubeState {
     /// The aggregation layer: remote APIServices' TLS and this member's view of their discovery.
     pub aggregator: Arc<crate::aggregator::Aggregator>,
     /// Whether this member has made sure the built-in PriorityClasses exist (a `/readyz` check).
-    pub priority_classes_ready: std::sync::atomic::AtomicBool,
+    pub priority_classes_ready: Arc<std::sync::atomic::AtomicBool>,
     /// What `/metrics` shows; every request is recorded in it.
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Who may do what (RBAC, the Node authorizer).
@@ -57,7 +57,7 @@ pub struct KubeState {
     /// The cluster CA's key (PEM), for signing kubelet serving certificates (`crate::csr`).
     pub ca_key_pem: String,
     /// Whether this member has made sure the default RBAC roles exist (a `/readyz` check).
-    pub rbac_ready: std::sync::atomic::AtomicBool,
+    pub rbac_ready: Arc<std::sync::atomic::AtomicBool>,
     /// Held while this member adds a server: two joins at once would each see the other half-joined.
     pub joining: tokio::sync::Mutex<()>,
 }

@@ -188,13 +188,13 @@ impl ApiServer {
                 },
             ),
             aggregator,
-            priority_classes_ready: std::sync::atomic::AtomicBool::new(false),
+            priority_classes_ready: Arc::default(),
             metrics: metrics.clone(),
             authz: authz.clone(),
             sa_key,
             ca_pem: pki.ca_cert.clone(),
             ca_key_pem: pki.ca_key.clone(),
-            rbac_ready: std::sync::atomic::AtomicBool::new(false),
+            rbac_ready: Arc::default(),
             joining: tokio::sync::Mutex::new(()),
         });
         let audit = match &opts.audit_log {
@@ -228,7 +228,8 @@ impl ApiServer {
             )),
             tokio::spawn(kubernetes_service::run(storage.clone(), stop_rx.clone())),
             tokio::spawn(crate::aggregator::available::run(
-                state.clone(),
+                storage.clone(),
+                state.aggregator.clone(),
                 stop_rx.clone(),
             )),
             tokio::spawn(crate::aggregator::autoregister::run(
@@ -237,7 +238,11 @@ impl ApiServer {
                 pki.ca_cert.clone(),
                 stop_rx.clone(),
             )),
-            tokio::spawn(crate::priority::bootstrap(state.clone())),
+            tokio::spawn(crate::priority::bootstrap(
+                storage.clone(),
+                state.priority_classes_ready.clone(),
+                stop_rx.clone(),
+            )),
             tokio::spawn(crate::certs::run(crate::certs::Renewal {
                 state: state.clone(),
                 pki: pki.clone(),
@@ -256,7 +261,12 @@ impl ApiServer {
                 storage.clone(),
                 stop_rx.clone(),
             )),
-            tokio::spawn(crate::authz::ensure::run(state.clone())),
+            tokio::spawn(crate::authz::ensure::run(
+                storage.clone(),
+                authz.clone(),
+                state.rbac_ready.clone(),
+                stop_rx.clone(),
+            )),
             tokio::spawn(compaction::run(
                 storage.clone(),
                 opts.compaction_interval,

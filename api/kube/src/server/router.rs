@@ -227,9 +227,12 @@ pub(super) async fn dispatch(
     info: &RequestInfo,
 ) -> Result<Response, ApiError> {
     // A remote APIService's group-version goes to its backend with the request whole (body streamed).
-    if let Some(apiservice) = crate::aggregator::proxy::target(&app.state, &info.segments) {
+    if let Some(apiservice) =
+        crate::aggregator::proxy::target(&app.state.registry, &app.state.storage, &info.segments)
+    {
         return crate::aggregator::proxy::serve(
-            app.state.clone(),
+            &app.state.storage,
+            &app.state.aggregator,
             apiservice,
             identity.clone(),
             req,
@@ -310,7 +313,7 @@ pub(super) async fn dispatch(
                 .ok_or(ApiError::NoRoute)
         }
         ["apis", "metrics.k8s.io", "v1beta1", rest @ ..] if read_only => {
-            crate::metrics_api::serve(app.state.clone(), rest).await
+            crate::metrics_api::serve(&app.state.storage, app.state.kubelet_tls(), rest).await
         }
         ["apis", group, version] if read_only => discovery::api_resource_list(reg, group, version)
             .map(|v| respond(StatusCode::OK, &v))
