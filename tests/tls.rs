@@ -163,6 +163,28 @@ fn etcdctl_over_tls_with_client_cert_auth() {
     let body = String::from_utf8_lossy(&health.stdout);
     assert!(body.contains("\"health\":\"true\""), "/health: {body}");
 
+    // The JSON gateway over TLS: the value put through gRPC above, read with curl.
+    let range = Command::new("curl")
+        .args([
+            "-s",
+            "--cacert",
+            &p("ca.crt"),
+            "--cert",
+            &p("client.crt"),
+            "--key",
+        ])
+        .arg(p("client.key"))
+        .args(["-X", "POST", "-d", r#"{"key":"aw=="}"#])
+        .arg(format!("{client}/v3/kv/range"))
+        .output()
+        .unwrap();
+    let body = String::from_utf8_lossy(&range.stdout);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+    assert_eq!(
+        v["kvs"][0]["value"], "dg==",
+        "/v3/kv/range over TLS: {body}"
+    );
+
     // A client that sends the IP address as SNI (as some TLS stacks do) is served without a log line
     // per connection (rustls warns about it; etcd logs nothing).
     for _ in 0..3 {
