@@ -22,7 +22,7 @@
 //!   process figures) in the Prometheus text format.
 
 pub mod admission;
-mod age;
+pub use keel_kube_model::age;
 mod aggregator;
 mod alloc;
 pub mod apply;
@@ -37,7 +37,7 @@ mod crd;
 mod csr;
 mod dial;
 mod discovery;
-pub mod encode;
+pub use keel_kube_model::encode;
 pub mod encryption;
 mod exposition;
 pub mod handler;
@@ -47,25 +47,25 @@ mod leader;
 mod lifecycle;
 mod metrics;
 mod metrics_api;
-mod object;
+pub use keel_kube_model::object;
 mod openapi;
 mod patch;
 pub mod pki;
 mod priority;
 pub mod protobuf;
 mod request;
-mod request_info;
-pub mod resource;
-pub mod selector;
+pub use keel_kube_model::request_info;
+pub use keel_kube_model::resource;
+pub use keel_kube_model::selector;
 pub mod server;
 mod serviceaccount;
 mod status;
 pub mod storage;
 pub mod strategy;
 mod table;
-mod types;
+pub use keel_kube_model::types;
 pub mod validation;
-mod version;
+pub use keel_kube_model::version;
 
 pub use server::{
     serve, ApiServer, InProcessService, KubeOptions, KubeServeError, DEFAULT_EVENT_TTL,

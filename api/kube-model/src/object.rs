@@ -3,7 +3,7 @@
 use serde_json::{Map, Value};
 
 /// `metadata` of an object, created empty if missing.
-pub(crate) fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+pub fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
     let m = force_object(obj)
         .entry("metadata")
         .or_insert_with(|| Value::Object(Map::new()));
@@ -23,7 +23,7 @@ fn force_object(v: &mut Value) -> &mut Map<String, Value> {
 }
 
 /// A string field of `metadata`, "" when absent.
-pub(crate) fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
+pub fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
     obj.get("metadata")
         .and_then(|m| m.get(field))
         .and_then(Value::as_str)
@@ -31,29 +31,29 @@ pub(crate) fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
 }
 
 /// `metadata.name`.
-pub(crate) fn name(obj: &Value) -> &str {
+pub fn name(obj: &Value) -> &str {
     meta_str(obj, "name")
 }
 
 /// `metadata.namespace`.
-pub(crate) fn namespace(obj: &Value) -> &str {
+pub fn namespace(obj: &Value) -> &str {
     meta_str(obj, "namespace")
 }
 
 /// `metadata.uid`.
-pub(crate) fn uid(obj: &Value) -> &str {
+pub fn uid(obj: &Value) -> &str {
     meta_str(obj, "uid")
 }
 
 /// `metadata.labels` as pairs.
-pub(crate) fn labels(obj: &Value) -> Option<&Map<String, Value>> {
+pub fn labels(obj: &Value) -> Option<&Map<String, Value>> {
     obj.get("metadata")
         .and_then(|m| m.get("labels"))
         .and_then(Value::as_object)
 }
 
 /// The strings of a JSON string list (none when `list` is missing or not a list; other items skipped).
-pub(crate) fn strings(list: Option<&Value>) -> Vec<String> {
+pub fn strings(list: Option<&Value>) -> Vec<String> {
     list.and_then(Value::as_array)
         .map(|a| {
             a.iter()
@@ -64,42 +64,42 @@ pub(crate) fn strings(list: Option<&Value>) -> Vec<String> {
 }
 
 /// `metadata.finalizers` as strings.
-pub(crate) fn finalizers(obj: &Value) -> Vec<String> {
+pub fn finalizers(obj: &Value) -> Vec<String> {
     strings(obj.get("metadata").and_then(|m| m.get("finalizers")))
 }
 
 /// Whether `metadata.deletionTimestamp` is set.
-pub(crate) fn is_deleting(obj: &Value) -> bool {
+pub fn is_deleting(obj: &Value) -> bool {
     obj.get("metadata")
         .and_then(|m| m.get("deletionTimestamp"))
         .is_some_and(|v| !v.is_null())
 }
 
 /// Sets `metadata.resourceVersion` to a revision.
-pub(crate) fn set_resource_version(obj: &mut Value, rev: i64) {
+pub fn set_resource_version(obj: &mut Value, rev: i64) {
     meta_mut(obj).insert("resourceVersion".into(), Value::String(rev.to_string()));
 }
 
 /// Removes `metadata.resourceVersion` (it is never stored).
-pub(crate) fn clear_resource_version(obj: &mut Value) {
+pub fn clear_resource_version(obj: &mut Value) {
     if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("resourceVersion");
     }
 }
 
 /// The resourceVersion a client sent, if any; a non-number is a 400 for the caller.
-pub(crate) fn resource_version(obj: &Value) -> Option<&str> {
+pub fn resource_version(obj: &Value) -> Option<&str> {
     let rv = meta_str(obj, "resourceVersion");
     (!rv.is_empty()).then_some(rv)
 }
 
 /// Now as Kubernetes writes timestamps: RFC 3339, whole seconds, `Z`.
-pub(crate) fn now_rfc3339() -> String {
+pub fn now_rfc3339() -> String {
     timestamp(jiff::Timestamp::now())
 }
 
 /// A timestamp in Kubernetes' format.
-pub(crate) fn timestamp(t: jiff::Timestamp) -> String {
+pub fn timestamp(t: jiff::Timestamp) -> String {
     let secs = t.as_second();
     jiff::Timestamp::from_second(secs)
         .unwrap_or(t)
@@ -108,17 +108,17 @@ pub(crate) fn timestamp(t: jiff::Timestamp) -> String {
 }
 
 /// Parses a Kubernetes timestamp.
-pub(crate) fn parse_time(s: &str) -> Option<jiff::Timestamp> {
+pub fn parse_time(s: &str) -> Option<jiff::Timestamp> {
     s.parse::<jiff::Timestamp>().ok()
 }
 
 /// A fresh UID (UUID v4).
-pub(crate) fn new_uid() -> String {
+pub fn new_uid() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
 /// The value at a dotted path (`spec.nodeName`), if present.
-pub(crate) fn path<'a>(obj: &'a Value, dotted: &str) -> Option<&'a Value> {
+pub fn path<'a>(obj: &'a Value, dotted: &str) -> Option<&'a Value> {
     let mut cur = obj;
     for part in dotted.split('.') {
         cur = cur.get(part)?;

@@ -5,7 +5,7 @@ use serde_json::Value;
 use crate::object;
 
 /// Formats a duration in seconds the way upstream's `HumanDuration` does.
-pub(crate) fn human(secs: i64) -> String {
+pub fn human(secs: i64) -> String {
     if secs < -1 {
         return "<invalid>".to_string();
     }
@@ -62,7 +62,7 @@ pub(crate) fn human(secs: i64) -> String {
 }
 
 /// The age of a timestamp string, or `<unknown>`.
-pub(crate) fn since(ts: Option<&Value>) -> String {
+pub fn since(ts: Option<&Value>) -> String {
     match ts.and_then(Value::as_str).and_then(object::parse_time) {
         Some(t) => human(jiff::Timestamp::now().as_second() - t.as_second()),
         None => "<unknown>".to_string(),

@@ -1,7 +1,8 @@
 //! The `k8s-openapi` type of each built-in kind, for code that needs the Rust type (shape checks, schemas).
 
 /// Evaluates `$body` with `$T` naming the `k8s-openapi` type of the built-in `($group, $kind)`, or `$default`
-/// for kinds without one.
+/// for kinds without one. The caller depends on `k8s-openapi` (the expansion names its types).
+#[macro_export]
 macro_rules! with_builtin_type {
     ($group:expr, $kind:expr, $T:ident => $body:expr, _ => $default:expr) => {{
         #[allow(unused_imports)]
@@ -60,4 +61,4 @@ macro_rules! with_builtin_type {
     }};
 }
 
-pub(crate) use with_builtin_type;
+pub use crate::with_builtin_type;
