@@ -117,7 +117,7 @@ impl Cause {
 }
 
 /// A list of strings printed as Go's `%#v` prints a `[]string`: `[]string{"a", "b"}`.
-pub(crate) fn go_strings(items: &[String]) -> String {
+pub fn go_strings(items: &[String]) -> String {
     let quoted: Vec<String> = items.iter().map(|s| format!("{s:?}")).collect();
     format!("[]string{{{}}}", quoted.join(", "))
 }
@@ -345,7 +345,7 @@ impl IntoResponse for ApiError {
 }
 
 /// The Status a successful delete of a gone object answers.
-pub(crate) fn delete_success(group: &str, resource: &str, name: &str, uid: &str) -> Value {
+pub fn delete_success(group: &str, resource: &str, name: &str, uid: &str) -> Value {
     let mut d = json!({"name": name, "kind": resource});
     if !group.is_empty() {
         d["group"] = Value::String(group.to_string());
