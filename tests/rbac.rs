@@ -33,9 +33,7 @@ const ENCRYPTION: &str = "apiVersion: apiserver.config.k8s.io/v1\nkind: Encrypti
 - resources: [secrets]\n  providers:\n  - aesgcm:\n      keys:\n      - {name: key1, secret: MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=}\n  - identity: {}\n";
 
 fn scratch() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("keel-rbac-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    keel_testkit::scratch_dir("rbac-test")
 }
 
 fn cluster() -> &'static KubeCluster {

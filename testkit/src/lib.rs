@@ -80,6 +80,33 @@ pub fn free_port() -> u16 {
     free_ports(1)[0]
 }
 
+/// A directory named `keel-<name>-<pid>` under the temp dir for files a test binary shares across its
+/// tests (the inputs of its shared cluster), removed when the test process exits (after the shared
+/// cluster is stopped: exit handlers run in reverse order, and this one is registered first).
+pub fn scratch_dir(name: &str) -> std::path::PathBuf {
+    static DIRS: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    extern "C" fn remove_all() {
+        let dirs = DIRS.lock().unwrap_or_else(|p| p.into_inner());
+        for d in dirs.iter() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("keel-{name}-{}", std::process::id()));
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        panic!("create {}: {e}", dir.display());
+    }
+    let mut dirs = DIRS.lock().unwrap_or_else(|p| p.into_inner());
+    if !dirs.contains(&dir) {
+        dirs.push(dir.clone());
+    }
+    // SAFETY: registers a plain extern "C" function with no captured state.
+    HOOK.call_once(|| unsafe {
+        libc::atexit(remove_all);
+    });
+    dir
+}
+
 /// `n` distinct loopback ports, reserved for the rest of this test process.
 pub fn free_ports(n: usize) -> Vec<u16> {
     ports::reserve(n)
