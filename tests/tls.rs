@@ -147,37 +147,29 @@ fn etcdctl_over_tls_with_client_cert_auth() {
     assert!(!out.success(), "plaintext was served on the TLS port");
 
     // /health over TLS beside gRPC, with curl as an operator would.
-    let health = Command::new("curl")
-        .args([
-            "-s",
-            "--cacert",
-            &p("ca.crt"),
-            "--cert",
-            &p("client.crt"),
-            "--key",
-        ])
-        .arg(p("client.key"))
-        .arg(format!("{client}/health"))
-        .output()
-        .unwrap();
+    // curl with the CA and the client certificate, as an operator would.
+    let curl = |extra: &[&str], path: &str| {
+        Command::new("curl")
+            .args([
+                "-s",
+                "--cacert",
+                &p("ca.crt"),
+                "--cert",
+                &p("client.crt"),
+                "--key",
+            ])
+            .arg(p("client.key"))
+            .args(extra)
+            .arg(format!("{client}{path}"))
+            .output()
+            .unwrap()
+    };
+    let health = curl(&[], "/health");
     let body = String::from_utf8_lossy(&health.stdout);
     assert!(body.contains("\"health\":\"true\""), "/health: {body}");
 
     // The JSON gateway over TLS: the value put through gRPC above, read with curl.
-    let range = Command::new("curl")
-        .args([
-            "-s",
-            "--cacert",
-            &p("ca.crt"),
-            "--cert",
-            &p("client.crt"),
-            "--key",
-        ])
-        .arg(p("client.key"))
-        .args(["-X", "POST", "-d", r#"{"key":"aw=="}"#])
-        .arg(format!("{client}/v3/kv/range"))
-        .output()
-        .unwrap();
+    let range = curl(&["-X", "POST", "-d", r#"{"key":"aw=="}"#], "/v3/kv/range");
     let body = String::from_utf8_lossy(&range.stdout);
     let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
     assert_eq!(

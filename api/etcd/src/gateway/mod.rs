@@ -209,7 +209,7 @@ async fn stream_response(route: Route, mut reader: GrpcReader) -> Response {
         return json_response(StatusCode::OK, Body::empty());
     };
     let to_json = route.response;
-    let head = futures::stream::iter([Some(first)]);
+    let head = futures::stream::iter([Ok(first)]);
     let lines = futures::stream::unfold(Some(reader), |reader| async move {
         let mut reader = reader?;
         match reader.next().await {
@@ -218,20 +218,17 @@ async fn stream_response(route: Route, mut reader: GrpcReader) -> Response {
             Err(status) => Some((Err(status), None)),
         }
     });
-    let body = head
-        .map(|m| Ok(m.unwrap_or_default()))
-        .chain(lines)
-        .map(move |item| {
-            let mut line = match item {
-                Ok(msg) => match to_json(&msg) {
-                    Ok(json) => result_line(&json),
-                    Err(e) => status::stream_error_line(Code::Internal, &e.to_string()),
-                },
-                Err(status) => status::stream_error_line(status.code(), status.message()),
-            };
-            line.push(b'\n');
-            Ok::<_, std::convert::Infallible>(Bytes::from(line))
-        });
+    let body = head.chain(lines).map(move |item| {
+        let mut line = match item {
+            Ok(msg) => match to_json(&msg) {
+                Ok(json) => result_line(&json),
+                Err(e) => status::stream_error_line(Code::Internal, &e.to_string()),
+            },
+            Err(status) => status::stream_error_line(status.code(), status.message()),
+        };
+        line.push(b'\n');
+        Ok::<_, std::convert::Infallible>(Bytes::from(line))
+    });
     json_response(StatusCode::OK, Body::from_stream(body))
 }
 
