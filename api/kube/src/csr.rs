@@ -22,36 +22,14 @@ use serde_json::{json, Value};
 use crate::authn::Identity;
 use crate::authz::node::{node_name, NODES_GROUP, NODE_USER_PREFIX};
 use crate::object;
-use crate::status::{ApiError, Cause};
+use crate::status::ApiError;
 use crate::storage::Storage;
+use crate::strategy::csr::{has_condition, parse_request};
 
 /// The signer of kubelet serving certificates.
 pub(crate) const KUBELET_SERVING: &str = "kubernetes.io/kubelet-serving";
 /// Usages a kubelet serving certificate may ask for (upstream's `ValidateKubeletServingCSR`).
 const SERVING_USAGES: [&str; 3] = ["digital signature", "key encipherment", "server auth"];
-/// Every usage the API accepts.
-pub(crate) const KNOWN_USAGES: [&str; 20] = [
-    "signing",
-    "digital signature",
-    "content commitment",
-    "key encipherment",
-    "key agreement",
-    "data encipherment",
-    "cert sign",
-    "crl sign",
-    "encipher only",
-    "decipher only",
-    "any",
-    "server auth",
-    "client auth",
-    "code signing",
-    "email protection",
-    "s/mime",
-    "ipsec end system",
-    "ipsec tunnel",
-    "ipsec user",
-    "timestamping",
-];
 /// Signed certificates' lifetime when the request does not ask for less (upstream's
 /// `--cluster-signing-duration`, one year).
 const DEFAULT_SECONDS: i64 = 365 * 24 * 3600;
@@ -67,79 +45,12 @@ pub(crate) enum CsrError {
     Sign(#[from] rcgen::Error),
 }
 
-/// The parsed PEM request in `spec.request` (base64 of PEM).
-fn parse_request(obj: &Value) -> Result<CertificateSigningRequestParams, CsrError> {
-    let b64 = object::path(obj, "spec.request")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let pem = base64::engine::general_purpose::STANDARD
-        .decode(b64)
-        .map_err(|e| CsrError::Invalid(format!("not base64: {e}")))?;
-    let pem = String::from_utf8(pem)
-        .map_err(|_| CsrError::Invalid("PEM block type must be CERTIFICATE REQUEST".into()))?;
-    if !pem.contains("-----BEGIN CERTIFICATE REQUEST-----") {
-        return Err(CsrError::Invalid(
-            "PEM block type must be CERTIFICATE REQUEST".into(),
-        ));
-    }
-    CertificateSigningRequestParams::from_pem(&pem).map_err(|e| CsrError::Invalid(e.to_string()))
-}
-
 fn dn_text(v: &DnValue) -> Option<String> {
     match v {
         DnValue::PrintableString(s) => Some(s.as_str().to_string()),
         DnValue::Utf8String(s) => Some(s.clone()),
         _ => None,
     }
-}
-
-/// The create checks of a request (upstream's `ValidateCertificateSigningRequestCreate`, the parts keel
-/// enforces): a parseable request, a signer name, known usages.
-pub(crate) fn validate(obj: &Value) -> Vec<Cause> {
-    let mut causes = Vec::new();
-    match object::path(obj, "spec.request").and_then(Value::as_str) {
-        None | Some("") => causes.push(Cause::required("spec.request")),
-        Some(r) => {
-            if let Err(e) = parse_request(obj) {
-                causes.push(Cause::invalid("spec.request", &json!(r), &e.to_string()));
-            }
-        }
-    }
-    match object::path(obj, "spec.signerName").and_then(Value::as_str) {
-        None | Some("") => causes.push(Cause::required("spec.signerName")),
-        Some(s) if !s.contains('/') => causes.push(Cause::invalid(
-            "spec.signerName",
-            &json!(s),
-            "must be a fully qualified domain and path of the form 'example.com/signer-name'",
-        )),
-        Some(_) => {}
-    }
-    let usages = object::strings(object::path(obj, "spec.usages"));
-    if usages.is_empty() {
-        causes.push(Cause::required("spec.usages"));
-    }
-    for (i, u) in usages.iter().enumerate() {
-        if !KNOWN_USAGES.contains(&u.as_str()) {
-            causes.push(Cause::not_supported(
-                &format!("spec.usages[{i}]"),
-                &json!(u),
-                &KNOWN_USAGES,
-            ));
-        }
-    }
-    causes
-}
-
-/// Whether a condition of `type` with status True is on the request.
-pub(crate) fn has_condition(obj: &Value, kind: &str) -> bool {
-    object::path(obj, "status.conditions")
-        .and_then(Value::as_array)
-        .is_some_and(|cs| {
-            cs.iter().any(|c| {
-                c.get("type").and_then(Value::as_str) == Some(kind)
-                    && c.get("status").and_then(Value::as_str).unwrap_or("True") == "True"
-            })
-        })
 }
 
 /// The kubelet-serving signer's checks of a request (upstream's `ValidateKubeletServingCSR`): subject
@@ -361,10 +272,12 @@ pub(crate) fn sign_approved(ca: Option<(&str, &str)>, obj: &mut Value) {
     let Some((cert, key)) = ca else {
         return;
     };
-    let signed = parse_request(obj).and_then(|req| {
-        kubelet_serving(obj, &req)?;
-        sign(obj, &req, cert, key)
-    });
+    let signed = parse_request(obj)
+        .map_err(CsrError::Invalid)
+        .and_then(|req| {
+            kubelet_serving(obj, &req)?;
+            sign(obj, &req, cert, key)
+        });
     let status = obj
         .as_object_mut()
         .map(|m| m.entry("status").or_insert_with(|| json!({})));
@@ -415,7 +328,7 @@ mod tests {
             request("system:node:w1", "system:nodes", &["w1", "10.0.0.5"]),
             &SERVING_USAGES,
         );
-        assert!(validate(&good).is_empty());
+        assert!(crate::strategy::csr::validate(&good).is_empty());
         let req = parse_request(&good).unwrap();
         let (node, sans) = kubelet_serving(&good, &req).unwrap();
         assert_eq!(node, "w1");
@@ -430,7 +343,7 @@ mod tests {
         let req = parse_request(&other).unwrap();
         assert!(kubelet_serving(&other, &req).is_err());
         let bad = json!({"spec": {"request": "eA==", "signerName": "x", "usages": ["nope"]}});
-        assert_eq!(validate(&bad).len(), 3);
+        assert_eq!(crate::strategy::csr::validate(&bad).len(), 3);
     }
 
     #[test]

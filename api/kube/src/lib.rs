@@ -34,6 +34,7 @@ pub mod certs;
 pub mod compaction;
 mod convert;
 mod crd;
+mod crd_controller;
 mod csr;
 mod dial;
 mod discovery;

@@ -31,75 +31,11 @@ use crate::object::{self, path};
 use crate::resource::{self, ResourceDef};
 use crate::status::{ApiError, Target};
 use crate::storage::{prefix_end, Storage, WriteOutcome};
+use crate::strategy::priorityclass::{SystemClass, PREEMPT_LOWER_PRIORITY, SYSTEM_CLASSES};
 use std::sync::atomic::AtomicBool;
 
-/// The highest value a class not built in may have (upstream's HighestUserDefinablePriority).
-pub(crate) const HIGHEST_USER_DEFINABLE_PRIORITY: i64 = 1_000_000_000;
-/// The value of `system-cluster-critical` (upstream's SystemCriticalPriority).
-pub(crate) const SYSTEM_CRITICAL_PRIORITY: i64 = 2 * HIGHEST_USER_DEFINABLE_PRIORITY;
-/// The name prefix reserved for the built-in classes.
-pub(crate) const SYSTEM_PREFIX: &str = "system-";
-/// The preemption policy of pods and classes that name none.
-pub(crate) const PREEMPT_LOWER_PRIORITY: &str = "PreemptLowerPriority";
-/// The preemption policies a class may have.
-pub(crate) const PREEMPTION_POLICIES: &[&str] = &[PREEMPT_LOWER_PRIORITY, "Never"];
 /// Upstream's name of the post-start hook that creates the built-in classes (in `/readyz?verbose`).
 pub(crate) const HOOK: &str = "poststarthook/scheduling/bootstrap-system-priority-classes";
-
-/// One built-in class.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct SystemClass {
-    /// Its name.
-    pub name: &'static str,
-    /// Its value.
-    pub value: i64,
-    /// Its description, as upstream writes it.
-    pub description: &'static str,
-}
-
-/// The built-in classes, in upstream's order (none is the global default).
-pub(crate) const SYSTEM_CLASSES: &[SystemClass] = &[
-    SystemClass {
-        name: "system-node-critical",
-        value: SYSTEM_CRITICAL_PRIORITY + 1000,
-        description: "Used for system critical pods that must not be moved from their current node.",
-    },
-    SystemClass {
-        name: "system-cluster-critical",
-        value: SYSTEM_CRITICAL_PRIORITY,
-        description: "Used for system critical pods that must run in the cluster, but can be moved to another node if necessary.",
-    },
-];
-
-/// Whether `name` is a built-in class.
-pub(crate) fn is_system_class(name: &str) -> bool {
-    SYSTEM_CLASSES.iter().any(|c| c.name == name)
-}
-
-/// Checks that a class named with the reserved prefix is a built-in one as built in (upstream's
-/// IsKnownSystemPriorityClass); the error is upstream's text.
-pub(crate) fn known_system_class(
-    name: &str,
-    value: i64,
-    global_default: bool,
-) -> Result<(), String> {
-    let Some(c) = SYSTEM_CLASSES.iter().find(|c| c.name == name) else {
-        return Err(format!("{name} is not a known system priority class"));
-    };
-    if c.value != value {
-        return Err(format!(
-            "value of {} PriorityClass must be {}",
-            c.name, c.value
-        ));
-    }
-    if global_default {
-        return Err(format!(
-            "globalDefault of {} PriorityClass must be false",
-            c.name
-        ));
-    }
-    Ok(())
-}
 
 fn classes_def() -> Result<Arc<ResourceDef>, ApiError> {
     resource::find("scheduling.k8s.io", "v1", "priorityclasses")
@@ -365,25 +301,6 @@ pub(crate) async fn bootstrap(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn system_classes_are_upstreams() {
-        assert_eq!(SYSTEM_CLASSES[0].value, 2_000_001_000);
-        assert_eq!(SYSTEM_CLASSES[1].value, 2_000_000_000);
-        assert!(known_system_class("system-node-critical", 2_000_001_000, false).is_ok());
-        assert_eq!(
-            known_system_class("system-node-critical", 5, false),
-            Err("value of system-node-critical PriorityClass must be 2000001000".into())
-        );
-        assert_eq!(
-            known_system_class("system-cluster-critical", 2_000_000_000, true),
-            Err("globalDefault of system-cluster-critical PriorityClass must be false".into())
-        );
-        assert_eq!(
-            known_system_class("system-x", 1, false),
-            Err("system-x is not a known system priority class".into())
-        );
-    }
 
     #[test]
     fn the_lowest_default_wins_a_race() {

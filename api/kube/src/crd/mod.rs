@@ -5,9 +5,9 @@
 //!   member serves a CRD created through any member.
 //! - `definition`: defaulting and validation of CRD objects (names, versions, structural schema).
 //! - `schema`, `validate`, `default`, `prune`: a custom resource's structural schema applied to its objects.
-//! - `printer`: `additionalPrinterColumns`; `controller`: status conditions and deletion of a CRD's objects.
+//! - `printer`: `additionalPrinterColumns`. Status conditions and the deletion of a CRD's objects are the
+//!   API server's CRD controller's, run on the leader.
 
-pub(crate) mod controller;
 pub(crate) mod default;
 pub(crate) mod definition;
 pub(crate) mod printer;
@@ -24,4 +24,18 @@ pub(crate) const CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.
 /// Key prefix of CRD objects.
 pub(crate) const CRD_PREFIX: &str = "/registry/apiextensions.k8s.io/customresourcedefinitions/";
 
+use serde_json::{json, Value};
+
+use crate::object;
 pub(crate) use crate::resource::Custom;
+
+/// Adds the cleanup finalizer (a deleted CRD waits for its objects to go first).
+pub(crate) fn add_cleanup_finalizer(obj: &mut Value) {
+    let meta = object::meta_mut(obj);
+    let list = meta.entry("finalizers").or_insert_with(|| json!([]));
+    if let Some(a) = list.as_array_mut() {
+        if !a.iter().any(|f| f == CLEANUP_FINALIZER) {
+            a.push(json!(CLEANUP_FINALIZER));
+        }
+    }
+}

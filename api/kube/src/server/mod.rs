@@ -22,7 +22,7 @@ use super::handler::KubeState;
 use super::metrics::Metrics;
 use super::pki::{ClusterPki, PkiError, ADMIN_GROUP, ADMIN_USER};
 use super::storage::Storage;
-use super::{compaction, crd, kubernetes_service, lifecycle};
+use super::{compaction, crd, crd_controller, kubernetes_service, lifecycle};
 
 mod documents;
 mod health;
@@ -221,7 +221,7 @@ impl ApiServer {
                 storage.clone(),
                 stop_rx.clone(),
             )),
-            tokio::spawn(crd::controller::run(
+            tokio::spawn(crd_controller::run(
                 storage.clone(),
                 registry.clone(),
                 stop_rx.clone(),

@@ -2,13 +2,13 @@
 //! defaults and validation of `crd::definition`, an immutable group and scope (objects are stored per
 //! scope), fields known from the typed CRD, strategic merge patches merged as JSON merge patches (no Go
 //! struct tags to give merge keys), and a delete held by the cleanup finalizer until the CRD's objects are
-//! gone (`crd::controller`).
+//! gone (the CRD controller on the leader).
 
 use serde_json::{json, Value};
 
 use super::{set_status, start_generation, Strategy};
 use crate::body;
-use crate::crd::{controller, definition};
+use crate::crd::{self, definition};
 use crate::resource::ResourceDef;
 use crate::status::{ApiError, Cause};
 use crate::validation::validate::immutable;
@@ -69,6 +69,6 @@ impl Strategy for CustomResourceDefinition {
     }
 
     fn prepare_for_delete(&self, obj: &mut Value) {
-        controller::add_cleanup_finalizer(obj);
+        crd::add_cleanup_finalizer(obj);
     }
 }

@@ -11,9 +11,74 @@ use serde_json::{json, Value};
 
 use super::Strategy;
 use crate::object;
-use crate::priority::{self, HIGHEST_USER_DEFINABLE_PRIORITY, PREEMPTION_POLICIES, SYSTEM_PREFIX};
 use crate::resource::ResourceDef;
 use crate::status::Cause;
+
+/// The highest value a class not built in may have (upstream's HighestUserDefinablePriority).
+pub(crate) const HIGHEST_USER_DEFINABLE_PRIORITY: i64 = 1_000_000_000;
+/// The value of `system-cluster-critical` (upstream's SystemCriticalPriority).
+pub(crate) const SYSTEM_CRITICAL_PRIORITY: i64 = 2 * HIGHEST_USER_DEFINABLE_PRIORITY;
+/// The name prefix reserved for the built-in classes.
+pub(crate) const SYSTEM_PREFIX: &str = "system-";
+/// The preemption policy of pods and classes that name none.
+pub(crate) const PREEMPT_LOWER_PRIORITY: &str = "PreemptLowerPriority";
+/// The preemption policies a class may have.
+pub(crate) const PREEMPTION_POLICIES: &[&str] = &[PREEMPT_LOWER_PRIORITY, "Never"];
+
+/// One built-in class.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SystemClass {
+    /// Its name.
+    pub name: &'static str,
+    /// Its value.
+    pub value: i64,
+    /// Its description, as upstream writes it.
+    pub description: &'static str,
+}
+
+/// The built-in classes, in upstream's order (none is the global default).
+pub(crate) const SYSTEM_CLASSES: &[SystemClass] = &[
+    SystemClass {
+        name: "system-node-critical",
+        value: SYSTEM_CRITICAL_PRIORITY + 1000,
+        description: "Used for system critical pods that must not be moved from their current node.",
+    },
+    SystemClass {
+        name: "system-cluster-critical",
+        value: SYSTEM_CRITICAL_PRIORITY,
+        description: "Used for system critical pods that must run in the cluster, but can be moved to another node if necessary.",
+    },
+];
+
+/// Whether `name` is a built-in class.
+pub(crate) fn is_system_class(name: &str) -> bool {
+    SYSTEM_CLASSES.iter().any(|c| c.name == name)
+}
+
+/// Checks that a class named with the reserved prefix is a built-in one as built in (upstream's
+/// IsKnownSystemPriorityClass); the error is upstream's text.
+pub(crate) fn known_system_class(
+    name: &str,
+    value: i64,
+    global_default: bool,
+) -> Result<(), String> {
+    let Some(c) = SYSTEM_CLASSES.iter().find(|c| c.name == name) else {
+        return Err(format!("{name} is not a known system priority class"));
+    };
+    if c.value != value {
+        return Err(format!(
+            "value of {} PriorityClass must be {}",
+            c.name, c.value
+        ));
+    }
+    if global_default {
+        return Err(format!(
+            "globalDefault of {} PriorityClass must be false",
+            c.name
+        ));
+    }
+    Ok(())
+}
 
 pub(super) struct PriorityClass;
 
@@ -26,10 +91,7 @@ impl Strategy for PriorityClass {
         // Only a missing policy is defaulted: an empty one is the client's, and invalid.
         if let Some(m) = obj.as_object_mut() {
             if m.get("preemptionPolicy").is_none_or(Value::is_null) {
-                m.insert(
-                    "preemptionPolicy".into(),
-                    json!(priority::PREEMPT_LOWER_PRIORITY),
-                );
+                m.insert("preemptionPolicy".into(), json!(PREEMPT_LOWER_PRIORITY));
             }
         }
     }
@@ -44,7 +106,7 @@ impl Strategy for PriorityClass {
         let name = object::name(obj);
         let global_default = obj.get("globalDefault").and_then(Value::as_bool) == Some(true);
         if name.starts_with(SYSTEM_PREFIX) {
-            if let Err(e) = priority::known_system_class(name, value(obj), global_default) {
+            if let Err(e) = known_system_class(name, value(obj), global_default) {
                 causes.push(Cause::forbidden(
                     "metadata.name",
                     &format!(
@@ -99,8 +161,7 @@ impl Strategy for PriorityClass {
     }
 
     fn delete_forbidden(&self, name: &str) -> Option<&'static str> {
-        priority::is_system_class(name)
-            .then_some("this is a system priority class and cannot be deleted")
+        is_system_class(name).then_some("this is a system priority class and cannot be deleted")
     }
 }
 
@@ -108,6 +169,25 @@ impl Strategy for PriorityClass {
 mod tests {
     use super::*;
     use crate::resource;
+
+    #[test]
+    fn system_classes_are_upstreams() {
+        assert_eq!(SYSTEM_CLASSES[0].value, 2_000_001_000);
+        assert_eq!(SYSTEM_CLASSES[1].value, 2_000_000_000);
+        assert!(known_system_class("system-node-critical", 2_000_001_000, false).is_ok());
+        assert_eq!(
+            known_system_class("system-node-critical", 5, false),
+            Err("value of system-node-critical PriorityClass must be 2000001000".into())
+        );
+        assert_eq!(
+            known_system_class("system-cluster-critical", 2_000_000_000, true),
+            Err("globalDefault of system-cluster-critical PriorityClass must be false".into())
+        );
+        assert_eq!(
+            known_system_class("system-x", 1, false),
+            Err("system-x is not a known system priority class".into())
+        );
+    }
 
     fn def() -> std::sync::Arc<ResourceDef> {
         resource::find("scheduling.k8s.io", "v1", "priorityclasses").expect("served")

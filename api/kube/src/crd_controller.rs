@@ -12,8 +12,8 @@ use tokio::sync::Notify;
 use serde_json::{json, Value};
 use tracing::{debug, info};
 
-use super::registry::Registry;
-use super::{CLEANUP_FINALIZER, CRD_PREFIX};
+use crate::crd::registry::Registry;
+use crate::crd::{CLEANUP_FINALIZER, CRD_PREFIX};
 use crate::lifecycle::left_to_finalizers;
 use crate::object;
 use crate::resource;
@@ -22,17 +22,6 @@ use crate::storage::{prefix_end, Storage, WatchBatch, WriteOutcome};
 
 /// How often the leader looks for work.
 const PERIOD: Duration = Duration::from_millis(300);
-
-/// Adds the cleanup finalizer (a deleted CRD waits for its objects to go first).
-pub(crate) fn add_cleanup_finalizer(obj: &mut Value) {
-    let meta = object::meta_mut(obj);
-    let list = meta.entry("finalizers").or_insert_with(|| json!([]));
-    if let Some(a) = list.as_array_mut() {
-        if !a.iter().any(|f| f == CLEANUP_FINALIZER) {
-            a.push(json!(CLEANUP_FINALIZER));
-        }
-    }
-}
 
 fn condition(kind: &str, status: bool, reason: &str, message: &str) -> Value {
     json!({
