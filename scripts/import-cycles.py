@@ -10,6 +10,9 @@ size the crate has now, so no module joins a cycle (the ratchet only goes down, 
 
 `--top` counts the crate's top-level modules instead (a module and everything below it as one node): what a split
 into crates needs acyclic, since a crate takes whole top-level modules.
+
+`--layers "a,b | c | d,e"` (with `--top`) declares the crate's layers, lowest first: an import from a module to
+one in a higher layer fails, and so does a top-level module the declaration does not place.
 """
 import os
 import re
@@ -117,6 +120,16 @@ def main():
         i = args.index("--max")
         limit = int(args[i + 1])
         del args[i : i + 2]
+    layers = None
+    if "--layers" in args:
+        i = args.index("--layers")
+        layers = {
+            m.strip(): n
+            for n, layer in enumerate(args[i + 1].split("|"))
+            for m in layer.split(",")
+            if m.strip()
+        }
+        del args[i : i + 2]
     top = "--top" in args
     if top:
         args.remove("--top")
@@ -141,6 +154,21 @@ def main():
     print(f"{crate}: {len(mods)} {level}, {len(cycles)} cycle(s), the largest of {biggest} modules")
     for c in cycles:
         print(f"  {len(c)}: " + ", ".join(sorted("::".join(m) or "lib" for m in c)))
+    if layers is not None:
+        bad = []
+        for m in sorted(graph):
+            name = "::".join(m)
+            if name not in layers:
+                bad.append(f"{name} is in no declared layer")
+                continue
+            for t in sorted(graph[m]):
+                target = "::".join(t)
+                if layers.get(target, -1) > layers[name]:
+                    bad.append(f"{name} imports {target}, a higher layer")
+        for b in bad:
+            print(f"  {b}", file=sys.stderr)
+        if bad:
+            sys.exit(1)
     if limit is not None and biggest > limit:
         print(f"a cycle of {biggest} modules: more than the {limit} allowed (scripts/test.sh)", file=sys.stderr)
         sys.exit(1)

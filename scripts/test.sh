@@ -25,11 +25,18 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 # No module of the API server's crate imports one that imports it back; elsewhere a cycle may not grow.
 echo "==> import cycles: scripts/import-cycles.py"
-for limit in api/kube:0 api/kube-model:0 raft:0 client-kit:0 netprog:0 store:2 node-agent:2 scheduler:4 controllers:5 api/etcd:5; do
+for limit in api/kube:0 api/kube-registry:0 api/kube-model:0 raft:0 client-kit:0 netprog:0 store:2 node-agent:2 scheduler:4 controllers:5 api/etcd:5; do
     python3 scripts/import-cycles.py "${limit%%:*}" --max "${limit##*:}"
 done
-# Counted by top-level module too (what a split into crates needs acyclic): none in the API server.
-python3 scripts/import-cycles.py api/kube --top --max 0
+# Counted by top-level module too (what a split into crates needs acyclic): none in the API server's crates.
+# keel-kube-api's modules in their declared layers, lowest first (the crates below it are the compiler's to
+# keep apart): no module imports one above it, and a new module has to be given a place.
+python3 scripts/import-cycles.py api/kube-model --top --max 0
+python3 scripts/import-cycles.py api/kube-registry --top --max 0
+python3 scripts/import-cycles.py api/kube --top --max 0 --layers \
+    "dial, leader, metrics, pki | authn, authz, serviceaccount, csr, audit | admission, priority, lifecycle \
+    | metrics_api, aggregator, discovery | handler, certs | compaction, kubernetes_service, crd_controller, join \
+    | server"
 
 echo "==> build: cargo build --workspace --all-targets"
 cargo build --workspace --all-targets

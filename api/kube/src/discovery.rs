@@ -445,6 +445,45 @@ fn sub_kind(sub: &str) -> &'static str {
 mod tests {
     use super::*;
 
+    /// A CRD with a served beta, a served storage v1 with status and scale, and an unserved alpha.
+    fn crd() -> Value {
+        json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                     "names": {"plural": "widgets", "kind": "Widget", "shortNames": ["wd"]},
+                     "versions": [
+                        {"name": "v1beta1", "served": true, "storage": false},
+                        {"name": "v1", "served": true, "storage": true,
+                         "subresources": {"status": {}, "scale": {"specReplicasPath": ".spec.replicas",
+                                                                  "statusReplicasPath": ".status.replicas"}}},
+                        {"name": "v2alpha1", "served": false, "storage": false}]}
+        })
+    }
+
+    #[test]
+    fn custom_resources_are_discovered() {
+        let r = Registry::default();
+        r.load(&[crd()], 7);
+        let agg = aggregated(&r, &[], false, AGGREGATED_V2);
+        let group = agg["items"]
+            .as_array()
+            .and_then(|a| a.iter().find(|g| g["metadata"]["name"] == "example.com"))
+            .cloned()
+            .expect("group in aggregated discovery");
+        assert_eq!(group["versions"][0]["version"], "v1");
+        assert_eq!(group["versions"][1]["version"], "v1beta1");
+        let res = &group["versions"][0]["resources"][0];
+        assert_eq!(res["resource"], "widgets");
+        assert_eq!(res["shortNames"], json!(["wd"]));
+        assert_eq!(res["subresources"][0]["subresource"], "scale");
+        let legacy = api_group(&r, &[], "example.com").expect("legacy group");
+        assert_eq!(legacy["preferredVersion"]["version"], "v1");
+        assert!(api_resource_list(&r, "example.com", "v1").is_some());
+        r.load(&[], 8);
+        assert!(api_group(&r, &[], "example.com").is_none());
+    }
+
     #[test]
     fn aggregated_accept_is_recognised() {
         let kubectl = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";

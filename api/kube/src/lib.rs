@@ -1,39 +1,34 @@
-//! The Kubernetes API (HTTPS, default port 6443), served by every member from the same store handle the
-//! etcd front door uses.
+//! The Kubernetes API server (HTTPS, default port 6443), served by every member from the same store handle the
+//! etcd front door uses. Objects, encodings and errors are `keel-kube-model`'s; storage, validation, the
+//! per-kind strategies, CRDs, patch and apply are `keel-kube-registry`'s (re-exported here under their
+//! names). This crate holds what runs around them, in layers (lowest first, checked by `scripts/test.sh`):
 //!
-//! - `server`: PKI bootstrap, TLS, authentication, routing of non-resource paths; `request_info`: what a request
-//!   asks, read once when it arrives (verb, resource attributes, decoded path segments).
-//! - `handler`: resource verbs (get, list, watch, create, update, patch, delete, scale).
-//! - `resource`: the table of built-in resources; `crd`: CustomResourceDefinitions and the run-time registry
-//!   of served resources (built-ins plus custom resources); `discovery`: documents built from it.
-//! - `storage`: objects as JSON under `/registry/...`, resourceVersion = mod revision; `compaction`: the
-//!   API server's periodic compaction of history.
-//! - `strategy`: the rules of each kind (create, update, subresources, delete), looked up from the resource
-//!   table; `admission`: defaulting and validation through them; `alloc`: Service IPs and node ports;
-//!   `lifecycle`: namespaces; `priority`: PriorityClasses (the built-in ones) and the Priority admission
-//!   plugin.
-//! - `apply`: server-side apply and managedFields.
-//! - `handler::pod_log`, `handler::pod_stream`, `metrics_api`: what goes through to the node agents (logs,
-//!   exec/attach/port-forward, `metrics.k8s.io` for `kubectl top`).
-//! - `aggregator`: APIServices (Local ones for what keel serves, availability) and the relay of remote
-//!   group-versions to their Services.
-//! - `table`: `kubectl get` columns; `selector`: label and field selectors; `status`: every error answer.
-//! - `metrics`: `GET /metrics` (requests, in-flight and long-running requests, store calls, object counts,
-//!   process figures) in the Prometheus text format.
+//! - `dial`, `leader`, `metrics`, `pki`: dialing agents and aggregated servers, the while-leading loop,
+//!   `GET /metrics`, the cluster CA.
+//! - `authn`, `authz`, `serviceaccount`, `csr`, `audit`: who asks (certificates, tokens, service account
+//!   tokens), whether they may (RBAC, Node), CertificateSigningRequests, the audit log.
+//! - `admission`, `priority`, `lifecycle`: the ordered admission chain and the plugins it runs.
+//! - `metrics_api`, `aggregator`, `discovery`: `metrics.k8s.io`, APIServices and the relay to aggregated
+//!   servers, discovery documents.
+//! - `handler`, `certs`: resource verbs (get, list, watch, create, update, patch, delete, scale, logs,
+//!   exec) through a strategy and the admission chain; the member's certificate renewals.
+//! - `compaction`, `kubernetes_service`, `crd_controller`, `join`: duties of the leader, and joins.
+//! - `server`: TLS, the request layers (read once into `request_info`, audit, authenticate, authorize,
+//!   measure), routing and the tasks of one API server.
 
 pub mod admission;
 pub use keel_kube_model::age;
 mod aggregator;
-mod alloc;
-pub mod apply;
+use keel_kube_registry::alloc;
+pub use keel_kube_registry::apply;
 mod audit;
 pub mod authn;
 mod authz;
-pub mod body;
+pub use keel_kube_registry::body;
 pub mod certs;
 pub mod compaction;
-mod convert;
-mod crd;
+use keel_kube_registry::convert;
+use keel_kube_registry::crd;
 mod crd_controller;
 mod csr;
 mod dial;
@@ -49,24 +44,23 @@ mod lifecycle;
 mod metrics;
 mod metrics_api;
 pub use keel_kube_model::object;
-mod openapi;
-mod patch;
+use keel_kube_registry::openapi;
 pub mod pki;
 mod priority;
 pub use keel_kube_model::protobuf;
-mod request;
 pub use keel_kube_model::request_info;
 pub use keel_kube_model::resource;
 pub use keel_kube_model::selector;
+use keel_kube_registry::request;
 pub mod server;
 mod serviceaccount;
 pub use keel_kube_model::status;
-pub mod storage;
-pub mod strategy;
-mod table;
 pub use keel_kube_model::types;
-pub mod validation;
 pub use keel_kube_model::version;
+pub use keel_kube_registry::storage;
+pub use keel_kube_registry::strategy;
+use keel_kube_registry::table;
+pub use keel_kube_registry::validation;
 
 pub use server::{
     serve, ApiServer, InProcessService, KubeOptions, KubeServeError, DEFAULT_EVENT_TTL,

@@ -25,13 +25,13 @@ use super::status::{go_strings, ApiError, Cause, Target};
 use super::storage::Storage;
 
 /// The service CIDR: 10.96.0.0/16 (kubeadm's default network; `.1` is the `kubernetes` Service).
-pub(crate) const SERVICE_NET: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 0);
+pub const SERVICE_NET: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 0);
 /// Prefix length of [`SERVICE_NET`].
-pub(crate) const SERVICE_PREFIX: u32 = 16;
+pub const SERVICE_PREFIX: u32 = 16;
 /// The first address, reserved for `default/kubernetes`.
-pub(crate) const KUBERNETES_SERVICE_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 1);
+pub const KUBERNETES_SERVICE_IP: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 1);
 /// NodePort range, inclusive.
-pub(crate) const NODE_PORTS: (u16, u16) = (30000, 32767);
+pub const NODE_PORTS: (u16, u16) = (30000, 32767);
 
 const IP_CLAIMS: &str = "/keel/ranges/serviceips/";
 const PORT_CLAIMS: &str = "/keel/ranges/servicenodeports/";
@@ -96,12 +96,12 @@ fn cluster_ips(obj: &Value) -> Vec<String> {
 }
 
 /// Every type but ExternalName has a cluster IP (or is headless, "None").
-pub(crate) fn needs_cluster_ip(obj: &Value) -> bool {
+pub fn needs_cluster_ip(obj: &Value) -> bool {
     kind(obj) != "ExternalName"
 }
 
 /// NodePort and LoadBalancer Services hold node ports.
-pub(crate) fn needs_node_port(obj: &Value) -> bool {
+pub fn needs_node_port(obj: &Value) -> bool {
     matches!(kind(obj), "NodePort" | "LoadBalancer")
 }
 
@@ -116,7 +116,7 @@ fn allocates_node_ports(obj: &Value) -> bool {
 }
 
 /// A LoadBalancer with `externalTrafficPolicy: Local` holds a health-check node port.
-pub(crate) fn needs_health_check(obj: &Value) -> bool {
+pub fn needs_health_check(obj: &Value) -> bool {
     kind(obj) == "LoadBalancer" && spec_str(obj, "externalTrafficPolicy") == "Local"
 }
 
@@ -430,7 +430,7 @@ impl<'a> Pass<'a> {
 
 /// Allocates what the new Service `obj` needs and returns the claim keys to write with it (the Service
 /// strategy's `allocate`; `def` names the object in errors).
-pub(crate) async fn allocate(
+pub async fn allocate(
     storage: &Storage,
     def: &ResourceDef,
     obj: &mut Value,
@@ -453,7 +453,7 @@ pub(crate) async fn allocate(
 /// order: allocated values the client left out are carried over, clusterIP/clusterIPs made consistent,
 /// allocations made for the new type, then the fields the new type no longer uses dropped when the
 /// client left them unchanged. Validation runs afterwards, on the result.
-pub(crate) async fn allocate_update(
+pub async fn allocate_update(
     storage: &Storage,
     def: &ResourceDef,
     old: &Value,
@@ -665,7 +665,7 @@ fn drop_type_dependent_fields(old: &Value, new: &mut Value) {
 /// The claim keys a stored Service holds: its cluster IP unless ExternalName, its node ports if its type
 /// uses them, its health-check node port if it needs one. Going by type means a value the type does not
 /// use (never claimed) is never released on another Service's behalf.
-pub(crate) fn claims(obj: &Value) -> Vec<String> {
+pub fn claims(obj: &Value) -> Vec<String> {
     let mut out = Vec::new();
     if needs_cluster_ip(obj) {
         out.extend(ip_claim(spec_str(obj, "clusterIP")));

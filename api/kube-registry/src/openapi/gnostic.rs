@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 
 /// `Document`.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct Document {
+pub struct Document {
     #[prost(string, tag = "1")]
     pub swagger: String,
     #[prost(message, optional, tag = "2")]
@@ -37,7 +37,7 @@ pub(crate) struct Document {
 
 /// `Info`.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct Info {
+pub struct Info {
     #[prost(string, tag = "1")]
     pub title: String,
     #[prost(string, tag = "2")]
@@ -50,14 +50,14 @@ pub(crate) struct Info {
 
 /// `Any`: a value as YAML text (its `google.protobuf.Any` field 1 is never set by gnostic's parser).
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct Any {
+pub struct Any {
     #[prost(string, tag = "2")]
     pub yaml: String,
 }
 
 /// `NamedAny`: one vendor extension (or other map entry of arbitrary values).
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct NamedAny {
+pub struct NamedAny {
     #[prost(string, tag = "1")]
     pub name: String,
     #[prost(message, optional, tag = "2")]
@@ -66,7 +66,7 @@ pub(crate) struct NamedAny {
 
 /// `Paths`.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct Paths {
+pub struct Paths {
     #[prost(message, repeated, tag = "1")]
     pub vendor_extension: Vec<NamedAny>,
     #[prost(message, repeated, tag = "2")]
@@ -75,7 +75,7 @@ pub(crate) struct Paths {
 
 /// `NamedPathItem`.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct NamedPathItem {
+pub struct NamedPathItem {
     #[prost(string, tag = "1")]
     pub name: String,
     #[prost(message, optional, tag = "2")]
@@ -84,7 +84,7 @@ pub(crate) struct NamedPathItem {
 
 /// `PathItem`.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct PathItem {
+pub struct PathItem {
     #[prost(string, tag = "1")]
     pub r#ref: String,
     #[prost(message, optional, tag = "2")]
@@ -109,7 +109,7 @@ pub(crate) struct PathItem {
 
 /// `Operation`.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct Operation {
+pub struct Operation {
     #[prost(string, repeated, tag = "1")]
     pub tags: Vec<String>,
     #[prost(string, tag = "2")]
@@ -136,18 +136,18 @@ pub(crate) struct Operation {
 
 /// `ParametersItem`: a parameter or a reference to one.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct ParametersItem {
+pub struct ParametersItem {
     #[prost(oneof = "parameters_item::Oneof", tags = "1, 2")]
     pub oneof: Option<parameters_item::Oneof>,
 }
 
 /// The alternatives of [`ParametersItem`].
-pub(crate) mod parameters_item {
+pub mod parameters_item {
     /// `ParametersItem.oneof`.
     // Values live only while one document is encoded, so their size does not matter.
     #[allow(clippy::large_enum_variant)]
     #[derive(Clone, PartialEq, prost::Oneof)]
-    pub(crate) enum Oneof {
+    pub enum Oneof {
         #[prost(message, tag = "1")]
         Parameter(super::Parameter),
         #[prost(message, tag = "2")]
@@ -157,18 +157,18 @@ pub(crate) mod parameters_item {
 
 /// `Parameter`: in the body, or elsewhere.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct Parameter {
+pub struct Parameter {
     #[prost(oneof = "parameter::Oneof", tags = "1, 2")]
     pub oneof: Option<parameter::Oneof>,
 }
 
 /// The alternatives of [`Parameter`].
-pub(crate) mod parameter {
+pub mod parameter {
     /// `Parameter.oneof`.
     // Values live only while one document is encoded, so their size does not matter.
     #[allow(clippy::large_enum_variant)]
     #[derive(Clone, PartialEq, prost::Oneof)]
-    pub(crate) enum Oneof {
+    pub enum Oneof {
         #[prost(message, tag = "1")]
         BodyParameter(super::BodyParameter),
         #[prost(message, tag = "2")]
@@ -178,7 +178,7 @@ pub(crate) mod parameter {
 
 /// `BodyParameter`.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct BodyParameter {
+pub struct BodyParameter {
     #[prost(string, tag = "1")]
     pub description: String,
     #[prost(string, tag = "2")]
@@ -195,19 +195,19 @@ pub(crate) struct BodyParameter {
 
 /// `NonBodyParameter`: a header, form, query or path parameter.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct NonBodyParameter {
+pub struct NonBodyParameter {
     #[prost(oneof = "non_body_parameter::Oneof", tags = "1, 2, 3, 4")]
     pub oneof: Option<non_body_parameter::Oneof>,
 }
 
 /// The alternatives of [`NonBodyParameter`].
-pub(crate) mod non_body_parameter {
+pub mod non_body_parameter {
     /// `NonBodyParameter.oneof`. gnostic's header and path sub-schemas have the same fields and numbers, as do
     /// its form-data and query ones, so one Rust type serves each pair.
     // The variants are named after gnostic's message fields, which all end the same way.
     #[allow(clippy::enum_variant_names)]
     #[derive(Clone, PartialEq, prost::Oneof)]
-    pub(crate) enum Oneof {
+    pub enum Oneof {
         #[prost(message, tag = "1")]
         HeaderParameterSubSchema(super::PathParameterSubSchema),
         #[prost(message, tag = "2")]
@@ -222,7 +222,7 @@ pub(crate) mod non_body_parameter {
 /// `QueryParameterSubSchema` (and `FormDataParameterSubSchema`), without the validation keywords keel never
 /// publishes.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct QueryParameterSubSchema {
+pub struct QueryParameterSubSchema {
     #[prost(bool, tag = "1")]
     pub required: bool,
     #[prost(string, tag = "2")]
@@ -252,7 +252,7 @@ pub(crate) struct QueryParameterSubSchema {
 /// `PathParameterSubSchema` (and `HeaderParameterSubSchema`), without the validation keywords keel never
 /// publishes.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct PathParameterSubSchema {
+pub struct PathParameterSubSchema {
     #[prost(bool, tag = "1")]
     pub required: bool,
     #[prost(string, tag = "2")]
@@ -279,7 +279,7 @@ pub(crate) struct PathParameterSubSchema {
 
 /// `JsonReference`.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct JsonReference {
+pub struct JsonReference {
     #[prost(string, tag = "1")]
     pub r#ref: String,
     #[prost(string, tag = "2")]
@@ -288,7 +288,7 @@ pub(crate) struct JsonReference {
 
 /// `Responses`.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct Responses {
+pub struct Responses {
     #[prost(message, repeated, tag = "1")]
     pub response_code: Vec<NamedResponseValue>,
     #[prost(message, repeated, tag = "2")]
@@ -297,7 +297,7 @@ pub(crate) struct Responses {
 
 /// `NamedResponseValue`.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct NamedResponseValue {
+pub struct NamedResponseValue {
     #[prost(string, tag = "1")]
     pub name: String,
     #[prost(message, optional, tag = "2")]
@@ -306,18 +306,18 @@ pub(crate) struct NamedResponseValue {
 
 /// `ResponseValue`: a response or a reference to one.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct ResponseValue {
+pub struct ResponseValue {
     #[prost(oneof = "response_value::Oneof", tags = "1, 2")]
     pub oneof: Option<response_value::Oneof>,
 }
 
 /// The alternatives of [`ResponseValue`].
-pub(crate) mod response_value {
+pub mod response_value {
     /// `ResponseValue.oneof`.
     // Values live only while one document is encoded, so their size does not matter.
     #[allow(clippy::large_enum_variant)]
     #[derive(Clone, PartialEq, prost::Oneof)]
-    pub(crate) enum Oneof {
+    pub enum Oneof {
         #[prost(message, tag = "1")]
         Response(super::Response),
         #[prost(message, tag = "2")]
@@ -327,7 +327,7 @@ pub(crate) mod response_value {
 
 /// `Response`.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct Response {
+pub struct Response {
     #[prost(string, tag = "1")]
     pub description: String,
     #[prost(message, optional, tag = "2")]
@@ -338,21 +338,21 @@ pub(crate) struct Response {
 
 /// `SchemaItem`: a schema (gnostic's other alternative, a file schema, is never published by keel).
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct SchemaItem {
+pub struct SchemaItem {
     #[prost(message, optional, tag = "1")]
     pub schema: Option<Schema>,
 }
 
 /// `Definitions`.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct Definitions {
+pub struct Definitions {
     #[prost(message, repeated, tag = "1")]
     pub additional_properties: Vec<NamedSchema>,
 }
 
 /// `NamedSchema`.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct NamedSchema {
+pub struct NamedSchema {
     #[prost(string, tag = "1")]
     pub name: String,
     #[prost(message, optional, tag = "2")]
@@ -361,39 +361,39 @@ pub(crate) struct NamedSchema {
 
 /// `Properties`.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct Properties {
+pub struct Properties {
     #[prost(message, repeated, tag = "1")]
     pub additional_properties: Vec<NamedSchema>,
 }
 
 /// `TypeItem`.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct TypeItem {
+pub struct TypeItem {
     #[prost(string, repeated, tag = "1")]
     pub value: Vec<String>,
 }
 
 /// `ItemsItem`.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct ItemsItem {
+pub struct ItemsItem {
     #[prost(message, repeated, tag = "1")]
     pub schema: Vec<Schema>,
 }
 
 /// `AdditionalPropertiesItem`: a schema or a boolean.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct AdditionalPropertiesItem {
+pub struct AdditionalPropertiesItem {
     #[prost(oneof = "additional_properties_item::Oneof", tags = "1, 2")]
     pub oneof: Option<additional_properties_item::Oneof>,
 }
 
 /// The alternatives of [`AdditionalPropertiesItem`].
-pub(crate) mod additional_properties_item {
+pub mod additional_properties_item {
     /// `AdditionalPropertiesItem.oneof`.
     // Values live only while one document is encoded, so their size does not matter.
     #[allow(clippy::large_enum_variant)]
     #[derive(Clone, PartialEq, prost::Oneof)]
-    pub(crate) enum Oneof {
+    pub enum Oneof {
         #[prost(message, tag = "1")]
         Schema(super::Schema),
         #[prost(bool, tag = "2")]
@@ -403,7 +403,7 @@ pub(crate) mod additional_properties_item {
 
 /// `ExternalDocs`.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct ExternalDocs {
+pub struct ExternalDocs {
     #[prost(string, tag = "1")]
     pub description: String,
     #[prost(string, tag = "2")]
@@ -414,7 +414,7 @@ pub(crate) struct ExternalDocs {
 
 /// `Schema` (without `xml`, which keel never publishes).
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct Schema {
+pub struct Schema {
     #[prost(string, tag = "1")]
     pub r#ref: String,
     #[prost(string, tag = "2")]
@@ -480,7 +480,7 @@ pub(crate) struct Schema {
 
 /// The protobuf encoding of a Swagger 2.0 JSON document. Keys the messages have no field for are left out
 /// (gnostic's parser would refuse the document); keel's v2 document is made Swagger 2.0 before this.
-pub(crate) fn encode(doc: &Value) -> Vec<u8> {
+pub fn encode(doc: &Value) -> Vec<u8> {
     document(doc).encode_to_vec()
 }
 
@@ -666,7 +666,7 @@ fn named_schemas(m: &Map<String, Value>) -> Vec<NamedSchema> {
 }
 
 /// A JSON schema as gnostic's `Schema`; `type` and `items` may be one value or a list, as in JSON.
-pub(crate) fn schema(v: &Value) -> Schema {
+pub fn schema(v: &Value) -> Schema {
     let list_or_one = |k: &str| -> Vec<&Value> {
         match v.get(k) {
             Some(Value::Array(a)) => a.iter().collect(),
@@ -788,7 +788,7 @@ fn extensions_of(m: &Map<String, Value>) -> Vec<NamedAny> {
 /// A value as block YAML. Strings are plain only when no YAML reader can take them for anything else
 /// (clients read these with YAML 1.1 parsers, where `on`, `yes` or `n` are booleans); the others are
 /// double-quoted, whose escapes are JSON's.
-pub(crate) fn yaml(v: &Value) -> String {
+pub fn yaml(v: &Value) -> String {
     let mut out = String::new();
     match v {
         Value::Object(m) if !m.is_empty() => write_block(&mut out, v, 0),

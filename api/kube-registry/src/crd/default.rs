@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::props::{additional, items};
 
 /// Fills in defaults of `s` throughout `v`.
-pub(crate) fn apply(s: &JSONSchemaProps, v: &mut Value) {
+pub fn apply(s: &JSONSchemaProps, v: &mut Value) {
     match v {
         Value::Object(m) => {
             for (name, p) in s.properties.iter().flatten() {

@@ -36,7 +36,7 @@ pub struct Registry {
 
 /// Orders Kubernetes versions as upstream does: GA before beta before alpha, higher numbers first, then
 /// anything else alphabetically.
-pub(crate) fn version_order(a: &str, b: &str) -> std::cmp::Ordering {
+pub fn version_order(a: &str, b: &str) -> std::cmp::Ordering {
     fn key(v: &str) -> (u8, i64, i64, String) {
         let parse = |rest: &str| -> Option<(i64, u8, i64)> {
             let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
@@ -63,7 +63,7 @@ pub(crate) fn version_order(a: &str, b: &str) -> std::cmp::Ordering {
 }
 
 /// The served definitions of one CRD object (none when it cannot be read as a CRD).
-pub(crate) fn defs_of(crd: &CustomResourceDefinition) -> Vec<Arc<ResourceDef>> {
+pub fn defs_of(crd: &CustomResourceDefinition) -> Vec<Arc<ResourceDef>> {
     let spec = &crd.spec;
     let names = &spec.names;
     let Some(storage_version) = spec
@@ -248,7 +248,7 @@ impl Registry {
 
 /// Keeps `registry` in step with the CRDs in the store until `stop` fires: a full reload at start and
 /// after every change the watch reports (CRD changes are rare, so a reload is cheap and always right).
-pub(crate) async fn run(
+pub async fn run(
     registry: Arc<Registry>,
     storage: Storage,
     mut stop: tokio::sync::watch::Receiver<bool>,
@@ -299,7 +299,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn crd() -> Value {
+    /// A CRD with a served beta, a served storage v1 with status and scale, and an unserved alpha.
+    pub(super) fn crd() -> Value {
         json!({
             "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
             "metadata": {"name": "widgets.example.com"},
@@ -334,25 +335,10 @@ mod tests {
     }
 
     #[test]
-    fn discovery_and_openapi_show_custom_resources() {
-        use crate::{discovery, openapi};
+    fn openapi_shows_custom_resources() {
+        use crate::openapi;
         let r = Registry::default();
         r.load(&[crd()], 7);
-        let agg = discovery::aggregated(&r, &[], false, discovery::AGGREGATED_V2);
-        let group = agg["items"]
-            .as_array()
-            .and_then(|a| a.iter().find(|g| g["metadata"]["name"] == "example.com"))
-            .cloned()
-            .expect("group in aggregated discovery");
-        assert_eq!(group["versions"][0]["version"], "v1");
-        assert_eq!(group["versions"][1]["version"], "v1beta1");
-        let res = &group["versions"][0]["resources"][0];
-        assert_eq!(res["resource"], "widgets");
-        assert_eq!(res["shortNames"], json!(["wd"]));
-        assert_eq!(res["subresources"][0]["subresource"], "scale");
-        let legacy = discovery::api_group(&r, &[], "example.com").expect("legacy group");
-        assert_eq!(legacy["preferredVersion"]["version"], "v1");
-        assert!(discovery::api_resource_list(&r, "example.com", "v1").is_some());
         let doc = openapi::v3_document(&r, "apis/example.com/v1").expect("v3 document");
         let v: Value = serde_json::from_slice(&doc.body).expect("json");
         let w = &v["components"]["schemas"]["com.example.v1.Widget"];
@@ -385,7 +371,6 @@ mod tests {
         );
         assert!(v2["paths"]["/apis/example.com/v1/namespaces/{namespace}/widgets"].is_object());
         r.load(&[], 8);
-        assert!(discovery::api_group(&r, &[], "example.com").is_none());
         assert!(openapi::v3_document(&r, "apis/example.com/v1").is_none());
     }
 

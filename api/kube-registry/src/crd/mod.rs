@@ -8,29 +8,29 @@
 //! - `printer`: `additionalPrinterColumns`. Status conditions and the deletion of a CRD's objects are the
 //!   API server's CRD controller's, run on the leader.
 
-pub(crate) mod default;
-pub(crate) mod definition;
-pub(crate) mod printer;
-pub(crate) mod props;
-pub(crate) mod prune;
-pub(crate) mod registry;
-pub(crate) mod schema;
-pub(crate) mod validate;
+pub mod default;
+pub mod definition;
+pub mod printer;
+pub mod props;
+pub mod prune;
+pub mod registry;
+pub mod schema;
+pub mod validate;
 
 /// The group of CRD objects.
-pub(crate) const GROUP: &str = "apiextensions.k8s.io";
+pub const GROUP: &str = "apiextensions.k8s.io";
 /// The finalizer that holds a deleted CRD until its objects are gone (upstream's name).
-pub(crate) const CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
+pub const CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
 /// Key prefix of CRD objects.
-pub(crate) const CRD_PREFIX: &str = "/registry/apiextensions.k8s.io/customresourcedefinitions/";
+pub const CRD_PREFIX: &str = "/registry/apiextensions.k8s.io/customresourcedefinitions/";
 
 use serde_json::{json, Value};
 
 use crate::object;
-pub(crate) use crate::resource::Custom;
+pub use crate::resource::Custom;
 
 /// Adds the cleanup finalizer (a deleted CRD waits for its objects to go first).
-pub(crate) fn add_cleanup_finalizer(obj: &mut Value) {
+pub fn add_cleanup_finalizer(obj: &mut Value) {
     let meta = object::meta_mut(obj);
     let list = meta.entry("finalizers").or_insert_with(|| json!([]));
     if let Some(a) = list.as_array_mut() {

@@ -15,19 +15,19 @@ use crate::resource::ResourceDef;
 use crate::status::Cause;
 
 /// The highest value a class not built in may have (upstream's HighestUserDefinablePriority).
-pub(crate) const HIGHEST_USER_DEFINABLE_PRIORITY: i64 = 1_000_000_000;
+pub const HIGHEST_USER_DEFINABLE_PRIORITY: i64 = 1_000_000_000;
 /// The value of `system-cluster-critical` (upstream's SystemCriticalPriority).
-pub(crate) const SYSTEM_CRITICAL_PRIORITY: i64 = 2 * HIGHEST_USER_DEFINABLE_PRIORITY;
+pub const SYSTEM_CRITICAL_PRIORITY: i64 = 2 * HIGHEST_USER_DEFINABLE_PRIORITY;
 /// The name prefix reserved for the built-in classes.
-pub(crate) const SYSTEM_PREFIX: &str = "system-";
+pub const SYSTEM_PREFIX: &str = "system-";
 /// The preemption policy of pods and classes that name none.
-pub(crate) const PREEMPT_LOWER_PRIORITY: &str = "PreemptLowerPriority";
+pub const PREEMPT_LOWER_PRIORITY: &str = "PreemptLowerPriority";
 /// The preemption policies a class may have.
-pub(crate) const PREEMPTION_POLICIES: &[&str] = &[PREEMPT_LOWER_PRIORITY, "Never"];
+pub const PREEMPTION_POLICIES: &[&str] = &[PREEMPT_LOWER_PRIORITY, "Never"];
 
 /// One built-in class.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct SystemClass {
+pub struct SystemClass {
     /// Its name.
     pub name: &'static str,
     /// Its value.
@@ -37,7 +37,7 @@ pub(crate) struct SystemClass {
 }
 
 /// The built-in classes, in upstream's order (none is the global default).
-pub(crate) const SYSTEM_CLASSES: &[SystemClass] = &[
+pub const SYSTEM_CLASSES: &[SystemClass] = &[
     SystemClass {
         name: "system-node-critical",
         value: SYSTEM_CRITICAL_PRIORITY + 1000,
@@ -51,17 +51,13 @@ pub(crate) const SYSTEM_CLASSES: &[SystemClass] = &[
 ];
 
 /// Whether `name` is a built-in class.
-pub(crate) fn is_system_class(name: &str) -> bool {
+pub fn is_system_class(name: &str) -> bool {
     SYSTEM_CLASSES.iter().any(|c| c.name == name)
 }
 
 /// Checks that a class named with the reserved prefix is a built-in one as built in (upstream's
 /// IsKnownSystemPriorityClass); the error is upstream's text.
-pub(crate) fn known_system_class(
-    name: &str,
-    value: i64,
-    global_default: bool,
-) -> Result<(), String> {
+pub fn known_system_class(name: &str, value: i64, global_default: bool) -> Result<(), String> {
     let Some(c) = SYSTEM_CLASSES.iter().find(|c| c.name == name) else {
         return Err(format!("{name} is not a known system priority class"));
     };

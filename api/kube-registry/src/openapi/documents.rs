@@ -5,7 +5,7 @@ use bytes::Bytes;
 
 /// One group-version's document, serialized, and its hash.
 #[derive(Debug, Clone)]
-pub(crate) struct Document {
+pub struct Document {
     /// The JSON body.
     pub body: Bytes,
     /// Uppercase hex SHA-512 of `body`.
@@ -14,7 +14,7 @@ pub(crate) struct Document {
 
 /// The `/openapi/v2` document in both encodings.
 #[derive(Debug, Clone)]
-pub(crate) struct V2 {
+pub struct V2 {
     /// The JSON body.
     pub json: Bytes,
     /// The same document as gnostic's `openapi.v2.Document` message.

@@ -1,18 +1,18 @@
 //! `meta.k8s.io/v1` Table answers for `kubectl get`: columns per kind, one row per object, and the row's
 //! object as `PartialObjectMetadata`, the full object, or nothing (`includeObject`).
 
-pub(crate) mod printers;
+pub mod printers;
 
 use serde_json::{json, Map, Value};
 
 use super::resource::ResourceDef;
 
 /// Content type of a Table answer.
-pub(crate) const CONTENT_TYPE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
+pub const CONTENT_TYPE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
 
 /// What each row carries besides its cells (`includeObject`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) enum IncludeObject {
+pub enum IncludeObject {
     None,
     #[default]
     Metadata,
@@ -21,7 +21,7 @@ pub(crate) enum IncludeObject {
 
 impl IncludeObject {
     /// Parses the query parameter; unknown values are a 400 for the caller.
-    pub(crate) fn parse(s: Option<&str>) -> Result<Self, String> {
+    pub fn parse(s: Option<&str>) -> Result<Self, String> {
         match s {
             None | Some("") | Some("Metadata") => Ok(IncludeObject::Metadata),
             Some("None") => Ok(IncludeObject::None),
@@ -34,7 +34,7 @@ impl IncludeObject {
 }
 
 /// Whether an Accept header asks for a Table (`as=Table;g=meta.k8s.io`).
-pub(crate) fn wants_table(accept: &str) -> bool {
+pub fn wants_table(accept: &str) -> bool {
     accept.split(',').any(|part| {
         let p = part.replace(' ', "");
         p.contains("as=Table") && p.contains("g=meta.k8s.io")
@@ -42,7 +42,7 @@ pub(crate) fn wants_table(accept: &str) -> bool {
 }
 
 /// The column definitions of a resource.
-pub(crate) fn column_definitions(def: &ResourceDef) -> Value {
+pub fn column_definitions(def: &ResourceDef) -> Value {
     if let Some(c) = &def.custom {
         return super::crd::printer::column_definitions(c);
     }
@@ -58,7 +58,7 @@ pub(crate) fn column_definitions(def: &ResourceDef) -> Value {
 }
 
 /// One row for an object.
-pub(crate) fn row(def: &ResourceDef, obj: &Value, include: IncludeObject) -> Value {
+pub fn row(def: &ResourceDef, obj: &Value, include: IncludeObject) -> Value {
     let mut r = Map::new();
     let cells = match &def.custom {
         Some(c) => super::crd::printer::cells(c, obj),
@@ -85,7 +85,7 @@ pub(crate) fn row(def: &ResourceDef, obj: &Value, include: IncludeObject) -> Val
 }
 
 /// A Table of objects; `list_meta` becomes the Table's metadata (resourceVersion, continue).
-pub(crate) fn table(
+pub fn table(
     def: &ResourceDef,
     objects: &[Value],
     list_meta: Value,

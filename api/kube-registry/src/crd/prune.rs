@@ -11,7 +11,7 @@ use super::props::{additional, additional_any, embedded, items, preserves};
 const RESOURCE_FIELDS: &[&str] = &["apiVersion", "kind", "metadata"];
 
 /// Prunes a whole custom object; returns the dropped field paths.
-pub(crate) fn object(s: &JSONSchemaProps, obj: &mut Value) -> Vec<String> {
+pub fn object(s: &JSONSchemaProps, obj: &mut Value) -> Vec<String> {
     let mut dropped = Vec::new();
     walk(s, obj, "", true, &mut dropped);
     dropped.sort();

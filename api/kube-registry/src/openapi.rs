@@ -7,8 +7,8 @@
 //! whether the server validates fields (`fieldValidation` among the operations' parameters) and, for what
 //! the server cannot validate (a `kind: List` of objects), to validate on the client against `/openapi/v2`.
 
-pub(crate) mod documents;
-pub(crate) mod gnostic;
+pub mod documents;
+pub mod gnostic;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
@@ -21,7 +21,7 @@ use serde_json::{json, Map, Value};
 use super::crd::registry::Registry;
 use super::resource::{self, ResourceDef, BUILTIN};
 
-pub(crate) use documents::{Document, V2};
+pub use documents::{Document, V2};
 
 fn add_schema(gen: &mut SchemaGenerator, def: &ResourceDef) -> Option<String> {
     if def.custom.is_some() {
@@ -482,7 +482,7 @@ fn gv_path(group: &str, version: &str) -> String {
 }
 
 /// `api/v1`, `apis/apps/v1`, ...: every served group-version's path under `/openapi/v3/`.
-pub(crate) fn group_versions(reg: &Registry) -> Vec<String> {
+pub fn group_versions(reg: &Registry) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for r in reg.all() {
         let gv = gv_path(&r.group, &r.version);
@@ -515,7 +515,7 @@ fn builtin_v3() -> &'static BTreeMap<String, Document> {
 
 /// The v3 document of one group-version path (`apis/apps/v1`), if served. Group-versions with custom
 /// resources are built from the registry's current view and kept with it until a CRD changes.
-pub(crate) fn v3_document(reg: &Registry, gv: &str) -> Option<Document> {
+pub fn v3_document(reg: &Registry, gv: &str) -> Option<Document> {
     let (group, version) = parse_gv(gv)?;
     let served = reg.served();
     if !served
@@ -541,7 +541,7 @@ pub(crate) fn v3_document(reg: &Registry, gv: &str) -> Option<Document> {
 }
 
 /// The `/openapi/v3` index.
-pub(crate) fn v3_index(reg: &Registry) -> Value {
+pub fn v3_index(reg: &Registry) -> Value {
     let paths: Map<String, Value> = group_versions(reg)
         .into_iter()
         .filter_map(|gv| {
@@ -571,7 +571,7 @@ fn build_v2(defs: &[Arc<ResourceDef>]) -> V2 {
 }
 
 /// The `/openapi/v2` document: built once for the built-ins, and once per change of CRDs.
-pub(crate) fn v2(reg: &Registry) -> V2 {
+pub fn v2(reg: &Registry) -> V2 {
     static BUILTIN_DOC: OnceLock<V2> = OnceLock::new();
     let served = reg.served();
     if served.defs.is_empty() {

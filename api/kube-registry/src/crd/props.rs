@@ -6,7 +6,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 
 /// The schema of an array's items (the one-schema form; tuple forms are refused by the structural check).
-pub(crate) fn items(s: &JSONSchemaProps) -> Option<&JSONSchemaProps> {
+pub fn items(s: &JSONSchemaProps) -> Option<&JSONSchemaProps> {
     match s.items.as_ref()? {
         JSONSchemaPropsOrArray::Schema(b) => Some(b),
         JSONSchemaPropsOrArray::Schemas(v) => v.first(),
@@ -14,7 +14,7 @@ pub(crate) fn items(s: &JSONSchemaProps) -> Option<&JSONSchemaProps> {
 }
 
 /// The schema of a map's values (`additionalProperties`), if the node is a map.
-pub(crate) fn additional(s: &JSONSchemaProps) -> Option<&JSONSchemaProps> {
+pub fn additional(s: &JSONSchemaProps) -> Option<&JSONSchemaProps> {
     match s.additional_properties.as_ref()? {
         JSONSchemaPropsOrBool::Schema(b) => Some(b),
         JSONSchemaPropsOrBool::Bool(_) => None,
@@ -22,7 +22,7 @@ pub(crate) fn additional(s: &JSONSchemaProps) -> Option<&JSONSchemaProps> {
 }
 
 /// `additionalProperties: true` (any value kept).
-pub(crate) fn additional_any(s: &JSONSchemaProps) -> bool {
+pub fn additional_any(s: &JSONSchemaProps) -> bool {
     matches!(
         s.additional_properties,
         Some(JSONSchemaPropsOrBool::Bool(true))
@@ -30,16 +30,16 @@ pub(crate) fn additional_any(s: &JSONSchemaProps) -> bool {
 }
 
 /// `x-kubernetes-preserve-unknown-fields: true`.
-pub(crate) fn preserves(s: &JSONSchemaProps) -> bool {
+pub fn preserves(s: &JSONSchemaProps) -> bool {
     s.x_kubernetes_preserve_unknown_fields == Some(true)
 }
 
 /// `x-kubernetes-int-or-string: true`.
-pub(crate) fn int_or_string(s: &JSONSchemaProps) -> bool {
+pub fn int_or_string(s: &JSONSchemaProps) -> bool {
     s.x_kubernetes_int_or_string == Some(true)
 }
 
 /// `x-kubernetes-embedded-resource: true`.
-pub(crate) fn embedded(s: &JSONSchemaProps) -> bool {
+pub fn embedded(s: &JSONSchemaProps) -> bool {
     s.x_kubernetes_embedded_resource == Some(true)
 }

@@ -206,7 +206,7 @@ impl Storage {
     }
 
     /// The encryption at rest in force, if any.
-    pub(crate) fn encryption(&self) -> Option<&crate::encryption::Encryption> {
+    pub fn encryption(&self) -> Option<&crate::encryption::Encryption> {
         self.encryption.get()
     }
 
@@ -413,7 +413,7 @@ impl Storage {
     }
 
     /// Proposes a Txn (after the space quota's check) and returns the store's answer.
-    pub(crate) async fn txn(
+    pub async fn txn(
         &self,
         t: TxnRequest,
     ) -> Result<keel_store::pb::etcdserverpb::TxnResponse, ApiError> {

@@ -18,7 +18,7 @@ fn ty(s: &JSONSchemaProps) -> &str {
 const TYPES: &[&str] = &["array", "boolean", "integer", "number", "object", "string"];
 
 /// Checks that `root` (at field path `at`) is a structural schema; every problem is a cause.
-pub(crate) fn check(root: &JSONSchemaProps, at: &str) -> Vec<Cause> {
+pub fn check(root: &JSONSchemaProps, at: &str) -> Vec<Cause> {
     let mut causes = Vec::new();
     if ty(root) != "object" {
         causes.push(Cause::invalid(
@@ -333,7 +333,7 @@ fn nested(s: &JSONSchemaProps, at: &str, skip_any_of: bool, causes: &mut Vec<Cau
 }
 
 /// The JSON form of a schema node (for error messages).
-pub(crate) fn to_value(s: &JSONSchemaProps) -> Value {
+pub fn to_value(s: &JSONSchemaProps) -> Value {
     serde_json::to_value(s).unwrap_or(Value::Null)
 }
 

@@ -8,7 +8,7 @@ use crate::resource::Printer;
 use crate::selector::LabelSelector;
 
 /// One column: name, type, priority (1 = only with `-o wide`).
-pub(crate) struct Column {
+pub struct Column {
     pub name: &'static str,
     pub kind: &'static str,
     pub priority: u8,
@@ -51,7 +51,7 @@ const IMAGES: Column = col(
 const SELECTOR: Column = col("Selector", "string", 1, "The label selector of the pods.");
 
 /// The columns of a printer.
-pub(crate) fn columns(p: Printer) -> Vec<Column> {
+pub fn columns(p: Printer) -> Vec<Column> {
     match p {
         Printer::Pod => vec![
             NAME,
@@ -486,7 +486,7 @@ fn age(o: &Value) -> Value {
 }
 
 /// The `Status` column of a pod, computed as upstream's printer does.
-pub(crate) fn pod_status(o: &Value) -> String {
+pub fn pod_status(o: &Value) -> String {
     let mut reason = s(o, "status.phase").to_string();
     if !s(o, "status.reason").is_empty() {
         reason = s(o, "status.reason").to_string();
@@ -716,7 +716,7 @@ fn job_duration(o: &Value) -> String {
 }
 
 /// The cells of one row.
-pub(crate) fn cells(p: Printer, o: &Value) -> Vec<Value> {
+pub fn cells(p: Printer, o: &Value) -> Vec<Value> {
     let name = json!(object::name(o));
     match p {
         Printer::Pod => {

@@ -37,7 +37,7 @@ fn rename(obj: &mut Value, forward: bool) {
 }
 
 /// The definition objects of `def` are validated and stored with (events.k8s.io Events are core Events).
-pub(crate) fn storage_def(def: &Arc<ResourceDef>) -> Arc<ResourceDef> {
+pub fn storage_def(def: &Arc<ResourceDef>) -> Arc<ResourceDef> {
     if is_events_v1(def) {
         resource::find("", "v1", "events").unwrap_or_else(|| def.clone())
     } else {
@@ -46,7 +46,7 @@ pub(crate) fn storage_def(def: &Arc<ResourceDef>) -> Arc<ResourceDef> {
 }
 
 /// Turns an object as the client sent it into its stored form.
-pub(crate) fn to_storage(def: &ResourceDef, mut obj: Value) -> Value {
+pub fn to_storage(def: &ResourceDef, mut obj: Value) -> Value {
     if let Some(c) = &def.custom {
         if let Some(m) = obj.as_object_mut() {
             let av = format!("{}/{}", def.group, c.storage_version);
@@ -65,7 +65,7 @@ pub(crate) fn to_storage(def: &ResourceDef, mut obj: Value) -> Value {
 }
 
 /// Turns a stored object into the version `def` serves.
-pub(crate) fn from_storage(def: &ResourceDef, mut obj: Value) -> Value {
+pub fn from_storage(def: &ResourceDef, mut obj: Value) -> Value {
     if let Some(c) = &def.custom {
         if let Some(m) = obj.as_object_mut() {
             m.insert("apiVersion".into(), Value::String(def.api_version()));

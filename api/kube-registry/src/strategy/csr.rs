@@ -13,7 +13,7 @@ use crate::resource::ResourceDef;
 use crate::status::Cause;
 
 /// Every usage the API accepts.
-pub(crate) const KNOWN_USAGES: [&str; 20] = [
+pub const KNOWN_USAGES: [&str; 20] = [
     "signing",
     "digital signature",
     "content commitment",
@@ -36,7 +36,7 @@ pub(crate) const KNOWN_USAGES: [&str; 20] = [
     "timestamping",
 ];
 /// The parsed PEM request in `spec.request` (base64 of PEM).
-pub(crate) fn parse_request(obj: &Value) -> Result<CertificateSigningRequestParams, String> {
+pub fn parse_request(obj: &Value) -> Result<CertificateSigningRequestParams, String> {
     let b64 = object::path(obj, "spec.request")
         .and_then(Value::as_str)
         .unwrap_or("");
@@ -53,7 +53,7 @@ pub(crate) fn parse_request(obj: &Value) -> Result<CertificateSigningRequestPara
 
 /// The create checks of a request (upstream's `ValidateCertificateSigningRequestCreate`, the parts keel
 /// enforces): a parseable request, a signer name, known usages.
-pub(crate) fn validate(obj: &Value) -> Vec<Cause> {
+pub fn validate(obj: &Value) -> Vec<Cause> {
     let mut causes = Vec::new();
     match object::path(obj, "spec.request").and_then(Value::as_str) {
         None | Some("") => causes.push(Cause::required("spec.request")),
@@ -89,7 +89,7 @@ pub(crate) fn validate(obj: &Value) -> Vec<Cause> {
 }
 
 /// Whether a condition of `type` with status True is on the request.
-pub(crate) fn has_condition(obj: &Value, kind: &str) -> bool {
+pub fn has_condition(obj: &Value, kind: &str) -> bool {
     object::path(obj, "status.conditions")
         .and_then(Value::as_array)
         .is_some_and(|cs| {

@@ -12,10 +12,10 @@ use crate::object;
 /// Why a column's JSONPath cannot be used.
 #[derive(Debug, thiserror::Error)]
 #[error("invalid JSONPath {0:?}")]
-pub(crate) struct BadPath(pub String);
+pub struct BadPath(pub String);
 
 /// Turns a Kubernetes-style JSONPath (`.spec.replicas`, `{.spec.x}`) into an RFC 9535 query (`$.spec.x`).
-pub(crate) fn compile(path: &str) -> Result<String, BadPath> {
+pub fn compile(path: &str) -> Result<String, BadPath> {
     let p = path.trim();
     let p = p
         .strip_prefix('{')
@@ -67,7 +67,7 @@ fn columns(c: &Custom) -> Vec<(String, String, String, i32, String)> {
 }
 
 /// Table column definitions.
-pub(crate) fn column_definitions(c: &Custom) -> Value {
+pub fn column_definitions(c: &Custom) -> Value {
     let mut out = vec![json!({
         "name": "Name", "type": "string", "format": "name", "priority": 0,
         "description": "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
@@ -125,7 +125,7 @@ fn cell(ty: &str, v: Option<&Value>) -> Value {
 }
 
 /// The cells of one object's row.
-pub(crate) fn cells(c: &Custom, obj: &Value) -> Vec<Value> {
+pub fn cells(c: &Custom, obj: &Value) -> Vec<Value> {
     let mut out = vec![json!(object::name(obj))];
     for (_, ty, _, _, path) in columns(c) {
         out.push(cell(&ty, first(obj, &path)));

@@ -25,7 +25,7 @@ pub struct Route {
 }
 
 /// Parses the segments after `/api/v1/` or `/apis/<group>/<version>/`.
-pub(crate) fn parse_route(
+pub fn parse_route(
     registry: &Registry,
     group: &str,
     version: &str,

@@ -13,7 +13,7 @@ use crate::status::Cause;
 use crate::validation::names::{self, NameRule};
 
 /// Upstream's defaults: `singular` (lowercased kind), `listKind` (`<Kind>List`), conversion `None`.
-pub(crate) fn apply_defaults(obj: &mut Value) {
+pub fn apply_defaults(obj: &mut Value) {
     let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
         return;
     };
@@ -51,7 +51,7 @@ pub(crate) fn apply_defaults(obj: &mut Value) {
 /// Drops the fields of a CRD object that its type does not have (found by a round trip through
 /// `k8s-openapi`'s CustomResourceDefinition); returns their paths for `fieldValidation`. An object that does
 /// not decode is left to the shape check, which answers 400.
-pub(crate) fn prune_unknown(obj: &mut Value) -> Vec<String> {
+pub fn prune_unknown(obj: &mut Value) -> Vec<String> {
     let Ok(typed) = serde_json::from_value::<CustomResourceDefinition>(obj.clone()) else {
         return Vec::new();
     };
@@ -305,7 +305,7 @@ fn check_versions(obj: &Value, causes: &mut Vec<Cause>) {
 }
 
 /// Every problem of a CRD object (after defaulting).
-pub(crate) fn validate(obj: &Value) -> Vec<Cause> {
+pub fn validate(obj: &Value) -> Vec<Cause> {
     let mut causes = Vec::new();
     let group = str_at(obj, "spec.group");
     let plural = str_at(obj, "spec.names.plural");

@@ -66,14 +66,14 @@ fn child(path: &str, name: &str) -> String {
 }
 
 /// Every problem of `v` (at field path `path`) against schema `s`.
-pub(crate) fn errors_of(s: &JSONSchemaProps, v: &Value, path: &str) -> Vec<Cause> {
+pub fn errors_of(s: &JSONSchemaProps, v: &Value, path: &str) -> Vec<Cause> {
     let mut out = Vec::new();
     check(s, v, path, &mut out);
     out
 }
 
 /// Validates a whole custom object (its `metadata`, `apiVersion` and `kind` are the API's to check).
-pub(crate) fn object(s: &JSONSchemaProps, obj: &Value) -> Vec<Cause> {
+pub fn object(s: &JSONSchemaProps, obj: &Value) -> Vec<Cause> {
     let mut out = Vec::new();
     let Some(m) = obj.as_object() else {
         return out;
