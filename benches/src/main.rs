@@ -5,8 +5,10 @@
 //! `cargo build --release -p keel && cargo run --release -p keel-benches` runs everything and
 //! rewrites the generated part of `docs/benchmarks.md`; `-- --quick` is the CI subset. Steps that
 //! stand beside upstream's published figures rather than a second system (controllers, pod startup,
-//! service rules, programming latency, scheduling on hollow nodes) print their own tables;
-//! `--controllers`, `--pods`, `--netprog`, `--programming` and `--scheduling` run one alone.
+//! service rules, programming latency, scheduling on hollow nodes) print their own tables, and so does the
+//! Kubernetes write step (creates, status patches and deletes through the API with the etcd put beneath
+//! them, optionally beside a `--baseline-keel` binary); `--kube-writes`, `--controllers`, `--pods`,
+//! `--netprog`, `--programming` and `--scheduling` run one alone.
 
 mod error;
 mod load;
@@ -109,6 +111,26 @@ struct Args {
     /// Skip the controller step of a full or quick run.
     #[arg(long)]
     no_controllers: bool,
+    /// Run only the Kubernetes write step: ConfigMap creates, Node status PATCHes and deletes through the
+    /// API of a keel cluster (with the etcd put beneath them), CPU per operation on all members and the leader.
+    #[arg(long)]
+    kube_writes: bool,
+    /// Client counts of the Kubernetes write step [--quick: 1,16; else 1,16,64].
+    #[arg(long, value_delimiter = ',')]
+    kube_clients: Vec<usize>,
+    /// Operations per phase and client count in the Kubernetes write step [--quick: 200; else 2000].
+    #[arg(long)]
+    kube_ops: Option<usize>,
+    /// ConfigMaps stored when the Kubernetes write step reads the leader's memory [--quick: 500; else 10000].
+    #[arg(long)]
+    kube_objects: Option<usize>,
+    /// A second keel binary the Kubernetes write step measures beside --keel, phase by phase in the same
+    /// run (the "before" of a change).
+    #[arg(long)]
+    baseline_keel: Option<PathBuf>,
+    /// Skip the Kubernetes write step of a full or quick run.
+    #[arg(long)]
+    no_kube_writes: bool,
     /// Run only the pod startup step (a node agent on a private containerd; needs root).
     #[arg(long)]
     pods: bool,
@@ -239,6 +261,15 @@ async fn run(args: Args) -> Result<()> {
         let root = run_dir(&args)?;
         return scheduling_step(&args, root.path(), &bins).await;
     }
+    if args.kube_writes {
+        let bins = Binaries {
+            keel: args.keel.clone().unwrap_or_else(|| own_dir().join("keel")),
+            etcd: args.etcd.clone(),
+        };
+        bins.check()?;
+        let root = run_dir(&args)?;
+        return kube_write_step(&args, root.path(), &bins).await;
+    }
     if args.pods {
         let bins = Binaries {
             keel: args.keel.clone().unwrap_or_else(|| own_dir().join("keel")),
@@ -330,6 +361,10 @@ async fn run(args: Args) -> Result<()> {
             .join("; ")
     );
     println!("wall time: {secs:.0} s");
+    if !args.no_kube_writes && args.only.is_none() {
+        let root_path = root.path().to_path_buf();
+        kube_write_step(&args, &root_path, &bins).await?;
+    }
     if !args.no_controllers && args.only.is_none() {
         let root_path = root.path().to_path_buf();
         controller_step(&args, &root_path, &bins).await?;
@@ -641,6 +676,64 @@ async fn controller_step(args: &Args, root: &Path, bins: &Binaries) -> Result<()
                 c.extras, c.gaps, c.replica_sets, c.deployments
             )));
         }
+    }
+    Ok(())
+}
+
+/// The Kubernetes write step on 3 members (or the first of --members), beside the etcd put beneath it
+/// and, with --baseline-keel, beside another binary.
+async fn kube_write_step(args: &Args, root: &Path, bins: &Binaries) -> Result<()> {
+    let shape = workload::kube_writes::Shape {
+        members: args.members.first().copied().unwrap_or(3),
+        clients: if args.kube_clients.is_empty() {
+            if args.quick {
+                vec![1, 16]
+            } else {
+                vec![1, 16, 64]
+            }
+        } else {
+            args.kube_clients.iter().map(|&c| c.max(1)).collect()
+        },
+        ops: args
+            .kube_ops
+            .unwrap_or(if args.quick { 200 } else { 2000 })
+            .max(1),
+        objects: args
+            .kube_objects
+            .unwrap_or(if args.quick { 500 } else { 10_000 })
+            .max(1),
+    };
+    eprintln!(
+        "kubernetes writes: {} members, clients {:?}, {} operations per phase, memory at {} ConfigMaps{}",
+        shape.members,
+        shape.clients,
+        shape.ops,
+        shape.objects,
+        args.baseline_keel
+            .as_ref()
+            .map_or(String::new(), |b| format!(", baseline {}", b.display()))
+    );
+    let bar = ProgressBar::new_spinner();
+    let f = workload::kube_writes::run(
+        &root.join("kube-writes"),
+        bins,
+        args.baseline_keel.as_deref(),
+        shape,
+        &|m| {
+            if bar.is_hidden() {
+                eprintln!("kubernetes writes: {m}");
+            } else {
+                bar.set_message(m);
+            }
+        },
+    )
+    .await?;
+    bar.finish_and_clear();
+    println!("{}", workload::kube_writes::text(&f));
+    if workload::kube_writes::failed(&f) {
+        return Err(BenchError::Kube(
+            "some Kubernetes writes failed (listed above)".into(),
+        ));
     }
     Ok(())
 }
