@@ -447,18 +447,10 @@ mod tests {
 
     /// A CRD with a served beta, a served storage v1 with status and scale, and an unserved alpha.
     fn crd() -> Value {
-        json!({
-            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": "widgets.example.com"},
-            "spec": {"group": "example.com", "scope": "Namespaced",
-                     "names": {"plural": "widgets", "kind": "Widget", "shortNames": ["wd"]},
-                     "versions": [
-                        {"name": "v1beta1", "served": true, "storage": false},
-                        {"name": "v1", "served": true, "storage": true,
-                         "subresources": {"status": {}, "scale": {"specReplicasPath": ".spec.replicas",
-                                                                  "statusReplicasPath": ".status.replicas"}}},
-                        {"name": "v2alpha1", "served": false, "storage": false}]}
-        })
+        serde_json::from_str(include_str!(
+            "../../kube-registry/src/crd/testdata/widgets.json"
+        ))
+        .expect("the fixture is JSON")
     }
 
     #[test]

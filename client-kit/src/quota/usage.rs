@@ -18,8 +18,9 @@ pub const MUST_SPECIFY: [&str; 6] = [
     "limits.memory",
 ];
 
-/// The fixed names a pod's usage may hold (besides `hugepages-*` and extended `requests.*`).
-const POD_RESOURCES: [&str; 11] = [
+/// The fixed names a pod's usage may hold (besides `hugepages-*` and extended `requests.*`): upstream's pod
+/// object-count and compute quota resources, which are also the names a pod-scoped quota may limit.
+pub const POD_RESOURCES: [&str; 11] = [
     "count/pods",
     "cpu",
     "memory",

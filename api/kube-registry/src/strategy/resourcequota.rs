@@ -4,6 +4,7 @@
 
 use keel_client_kit::quantity::Quantity;
 use keel_client_kit::quota::scope::SCOPES;
+use keel_client_kit::quota::usage::POD_RESOURCES;
 use serde_json::{json, Value};
 
 use super::Strategy;
@@ -46,21 +47,6 @@ const INTEGER: [&str; 9] = [
     "persistentvolumeclaims",
     "services.nodeports",
     "services.loadbalancers",
-];
-
-/// The compute resources a pod scope (other than BestEffort) may apply to.
-const POD_COMPUTE: [&str; 11] = [
-    "pods",
-    "count/pods",
-    "cpu",
-    "memory",
-    "ephemeral-storage",
-    "requests.cpu",
-    "requests.memory",
-    "requests.ephemeral-storage",
-    "limits.cpu",
-    "limits.memory",
-    "limits.ephemeral-storage",
 ];
 
 impl Strategy for ResourceQuota {
@@ -161,7 +147,7 @@ fn scopes(obj: &Value, causes: &mut Vec<Cause>) {
     for scope in &selector {
         let fits = |r: &str| match scope.scope.as_str() {
             "BestEffort" => r == "pods" || r == "count/pods",
-            _ => POD_COMPUTE.contains(&r) || hugepages(r),
+            _ => POD_RESOURCES.contains(&r) || hugepages(r),
         };
         if hard.iter().any(|r| !fits(r)) {
             causes.push(Cause::invalid_printed(
