@@ -9,6 +9,8 @@
 //! - `strategy`: the rules of each kind (defaults, validation, what create and update may change,
 //!   subresources, delete), looked up from the resource table; `alloc`: Service IPs and node ports claimed
 //!   in the write that stores the Service.
+//! - `generic`: the generic store: a create or update of any kind through its strategy and the admission the
+//!   layer above passes in, written with a compare on the key's mod revision.
 //! - `crd`: CustomResourceDefinitions and the run-time registry of served resources (built-ins plus custom
 //!   resources); `convert`: between served versions and the stored form.
 //! - `patch`, `apply`: JSON, merge and strategic merge patches; server-side apply and managedFields.
@@ -20,6 +22,7 @@ pub mod apply;
 pub mod body;
 pub mod convert;
 pub mod crd;
+pub mod generic;
 pub mod openapi;
 pub mod patch;
 pub mod request;

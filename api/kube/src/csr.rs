@@ -198,6 +198,31 @@ fn condition(kind: &str, reason: &str, message: &str) -> Value {
 /// Fills in the requester on a new request (`spec.username`, `uid`, `groups`), as upstream's create
 /// strategy does, then approves and signs it when it is a kubelet's request for itself (module
 /// documentation).
+/// The CSR steps of a write once the object's own validation passed (the generic store's completion
+/// step): a new request gets its requester and, when it qualifies, approval and a certificate; an approval
+/// of a kubelet-serving request gets its certificate. Other kinds and writes pass untouched.
+pub(crate) async fn complete(
+    storage: &Storage,
+    authz: &crate::authz::Authorizer,
+    user: &Identity,
+    ca: (&str, &str),
+    a: &keel_kube_registry::generic::Admitted<'_>,
+    obj: &mut Value,
+) -> Result<(), ApiError> {
+    use keel_kube_registry::generic::Operation;
+    if a.def.gk() != ("certificates.k8s.io", "CertificateSigningRequest") {
+        return Ok(());
+    }
+    match a.op {
+        Operation::Create => admit_create(storage, authz, user, Some(ca), obj).await,
+        Operation::Update { .. } if a.subresource == Some("approval") => {
+            sign_approved(Some(ca), obj);
+            Ok(())
+        }
+        Operation::Update { .. } => Ok(()),
+    }
+}
+
 pub(crate) async fn admit_create(
     storage: &Storage,
     authz: &crate::authz::Authorizer,

@@ -1,8 +1,8 @@
 //! The admission chain: every plugin a create or an update of an object passes, in the one order this
 //! list gives. The mutating plugins run on the decoded and defaulted object; the validating ones run
 //! after the object's own validation and may only refuse (or warn). A plugin says which requests it
-//! handles; the write handler runs the two phases at their places in the request and nothing else
-//! decides admission. `docs/architecture.md` prints this list (a test keeps the two equal).
+//! handles; the registry's generic store runs the two phases at their places in every create and update
+//! (through the handler's `Admission`) and nothing else decides admission. `docs/architecture.md` prints this list (a test keeps the two equal).
 
 use serde_json::Value;
 
@@ -13,20 +13,7 @@ use crate::resource::ResourceDef;
 use crate::serviceaccount::key::SigningKey;
 use crate::status::ApiError;
 use crate::storage::Storage;
-
-/// The write being admitted.
-#[derive(Clone, Copy)]
-pub enum Operation<'a> {
-    /// A new object.
-    Create,
-    /// A change to `old`, the stored object; `changed` says whether the new object differs from it.
-    Update {
-        /// The stored object.
-        old: &'a Value,
-        /// Whether the new object differs from the stored one (some plugins skip no-op writes).
-        changed: bool,
-    },
-}
+pub use keel_kube_registry::generic::Operation;
 
 /// What a plugin may read about the request, and the services it may call.
 pub struct Attributes<'a> {
@@ -38,6 +25,8 @@ pub struct Attributes<'a> {
     pub identity: &'a Identity,
     /// The kind as stored.
     pub def: &'a ResourceDef,
+    /// The namespace from the URL (namespaced kinds).
+    pub namespace: Option<&'a str>,
     /// The subresource written, if any.
     pub subresource: Option<&'a str>,
     /// Create or update.
@@ -161,6 +150,8 @@ impl Mutating {
 /// A plugin that may only refuse the object, or warn about it.
 #[derive(Clone, Copy, Debug)]
 pub enum Validating {
+    /// NamespaceLifecycle: nothing new in a namespace that is missing or being deleted.
+    NamespaceLifecycle,
     /// Priority: at most one global-default PriorityClass.
     PriorityClass,
     /// NodeRestriction: a node writes only its own Node, pods and leases.
@@ -178,6 +169,7 @@ pub enum Validating {
 /// so nothing after it may refuse a charged write.
 pub const VALIDATING: &[Validating] = &[
     Validating::RbacEscalation,
+    Validating::NamespaceLifecycle,
     Validating::NodeRestriction,
     Validating::PodSecurity,
     Validating::PriorityClass,
@@ -188,6 +180,7 @@ impl Validating {
     /// The plugin's name as upstream calls it.
     pub fn name(self) -> &'static str {
         match self {
+            Validating::NamespaceLifecycle => "NamespaceLifecycle",
             Validating::PriorityClass => "Priority",
             Validating::NodeRestriction => "NodeRestriction",
             Validating::RbacEscalation => "RBACEscalation",
@@ -199,6 +192,7 @@ impl Validating {
     /// What the plugin handles.
     pub fn handles_text(self) -> &'static str {
         match self {
+            Validating::NamespaceLifecycle => "namespaced objects: create",
             Validating::PriorityClass => "priorityclasses: create, update",
             Validating::NodeRestriction => "requests by nodes: create, update (subresources too)",
             Validating::RbacEscalation => {
@@ -211,6 +205,7 @@ impl Validating {
 
     fn handles(self, a: &Attributes<'_>) -> bool {
         match self {
+            Validating::NamespaceLifecycle => a.is_create() && a.namespace.is_some(),
             Validating::PriorityClass => a.is_create() || a.subresource.is_none(),
             Validating::NodeRestriction => true,
             Validating::RbacEscalation | Validating::PodSecurity | Validating::ResourceQuota => {
@@ -225,6 +220,11 @@ impl Validating {
             Operation::Update { old, .. } => Some(old),
         };
         match self {
+            Validating::NamespaceLifecycle => {
+                if let Some(ns) = a.namespace {
+                    crate::lifecycle::check_namespace_open(a.storage, ns).await?;
+                }
+            }
             Validating::PriorityClass => {
                 crate::priority::validate_write(a.storage, a.def, obj, old.is_some()).await?
             }
@@ -325,5 +325,15 @@ mod tests {
     #[test]
     fn resource_quota_comes_last() {
         assert!(matches!(VALIDATING.last(), Some(Validating::ResourceQuota)));
+    }
+
+    /// Upstream's NamespaceLifecycle refuses before the other validating plugins (nothing is charged to a
+    /// quota for a write it refuses); only the RBAC storage's escalation check comes earlier.
+    #[test]
+    fn namespace_lifecycle_comes_before_the_other_plugins() {
+        assert!(matches!(
+            VALIDATING[..2],
+            [Validating::RbacEscalation, Validating::NamespaceLifecycle]
+        ));
     }
 }

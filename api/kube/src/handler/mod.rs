@@ -74,13 +74,7 @@ impl KubeState {
     /// The lease a write of an object of storage `storage` attaches its key to (0: none; only Events
     /// have a time to live, through both `v1` and `events.k8s.io`).
     pub async fn ttl_lease(&self, storage: &str) -> Result<i64, ApiError> {
-        if storage != "events" || self.event_ttl.is_zero() {
-            return Ok(0);
-        }
-        let secs = i64::try_from(self.event_ttl.as_secs())
-            .unwrap_or(i64::MAX)
-            .max(1);
-        self.storage.ttl_lease(secs).await
+        keel_kube_registry::generic::ttl_lease(&self.storage, self.event_ttl, storage).await
     }
 }
 
