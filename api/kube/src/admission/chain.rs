@@ -9,36 +9,35 @@ use serde_json::Value;
 use super::{limit_ranger, node_restriction, node_taint, pod_security, resource_quota};
 use crate::authn::Identity;
 use crate::authz::Authorizer;
-use crate::resource::ResourceDef;
 use crate::serviceaccount::key::SigningKey;
 use crate::status::ApiError;
 use crate::storage::Storage;
+use keel_kube_registry::generic::Admitted;
 pub use keel_kube_registry::generic::Operation;
 
-/// What a plugin may read about the request, and the services it may call.
+/// What a plugin may read about the request (the write's step, through `Deref`), and the services it may
+/// call.
 pub struct Attributes<'a> {
+    /// The write at this step: kind, namespace, subresource, operation, name, dry run.
+    pub write: &'a Admitted<'a>,
     /// The store plugins read quotas, ranges, namespaces and accounts from.
     pub storage: &'a Storage,
     /// The authorizer (escalation checks).
     pub authz: &'a Authorizer,
     /// Who asks.
     pub identity: &'a Identity,
-    /// The kind as stored.
-    pub def: &'a ResourceDef,
-    /// The namespace from the URL (namespaced kinds).
-    pub namespace: Option<&'a str>,
-    /// The subresource written, if any.
-    pub subresource: Option<&'a str>,
-    /// Create or update.
-    pub op: Operation<'a>,
-    /// The object's name (a server-named object's `generateName` prefix, as upstream admits it).
-    pub name: &'a str,
-    /// Whether the write is a dry run (quota is checked but not charged).
-    pub dry_run: bool,
     /// The service-account signing key (legacy token Secrets).
     pub sa_key: &'a SigningKey,
     /// The cluster CA in PEM (legacy token Secrets carry it).
     pub ca_pem: &'a str,
+}
+
+impl<'a> std::ops::Deref for Attributes<'a> {
+    type Target = Admitted<'a>;
+
+    fn deref(&self) -> &Admitted<'a> {
+        self.write
+    }
 }
 
 impl Attributes<'_> {

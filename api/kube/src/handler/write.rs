@@ -225,15 +225,10 @@ impl Admitting<'_> {
     fn attributes<'a>(&'a self, a: &'a Admitted<'a>) -> chain::Attributes<'a> {
         let state = &self.call.state;
         chain::Attributes {
+            write: a,
             storage: &state.storage,
             authz: &state.authz,
             identity: &self.call.identity,
-            def: a.def,
-            namespace: a.namespace,
-            subresource: a.subresource,
-            op: a.op,
-            name: a.name,
-            dry_run: a.dry_run,
             sa_key: &state.sa_key,
             ca_pem: &state.ca_pem,
         }
