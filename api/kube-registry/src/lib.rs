@@ -13,7 +13,8 @@
 //!   layer above passes in, written with a compare on the key's mod revision.
 //! - `crd`: CustomResourceDefinitions and the run-time registry of served resources (built-ins plus custom
 //!   resources); `convert`: between served versions and the stored form.
-//! - `patch`, `apply`: JSON, merge and strategic merge patches; server-side apply and managedFields.
+//! - `apply`: server-side apply and managedFields; `patch` (private): strategic merge patches, which the
+//!   strategies apply.
 //! - `request`: the route and query of a resource request; `table`: `kubectl get` columns; `openapi`: the
 //!   OpenAPI documents of what is served; `body`: request and response media types.
 
@@ -24,7 +25,7 @@ pub mod convert;
 pub mod crd;
 pub mod generic;
 pub mod openapi;
-pub mod patch;
+mod patch;
 pub mod request;
 pub mod storage;
 pub mod strategy;

@@ -1,3 +1,3 @@
 //! Patch formats beyond RFC 6902 / RFC 7386: strategic merge patch for built-in kinds.
 
-pub mod strategic;
+pub(crate) mod strategic;

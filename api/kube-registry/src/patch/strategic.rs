@@ -19,7 +19,7 @@ use crate::protobuf::schema::{messages, Field, FieldType, Message};
 /// Why a strategic merge patch cannot be applied (a 400 or 422 for the caller).
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 #[error("{0}")]
-pub struct PatchError(pub String);
+pub(crate) struct PatchError(pub String);
 
 fn err(s: impl Into<String>) -> PatchError {
     PatchError(s.into())
@@ -66,7 +66,7 @@ fn strip(v: &Value) -> Value {
 }
 
 /// Applies `patch` to `original`, whose type is the message `root` (e.g. `api.apps.v1.Deployment`).
-pub fn apply(original: Value, patch: &Value, root: &str) -> Result<Value, PatchError> {
+pub(crate) fn apply(original: Value, patch: &Value, root: &str) -> Result<Value, PatchError> {
     let Value::Object(p) = patch else {
         return Err(err("a strategic merge patch must be a JSON object"));
     };
