@@ -118,7 +118,7 @@ struct Args {
     /// Client counts of the Kubernetes write step [--quick: 1,16; else 1,16,64].
     #[arg(long, value_delimiter = ',')]
     kube_clients: Vec<usize>,
-    /// Operations per phase and client count in the Kubernetes write step [--quick: 200; else 2000].
+    /// Operations per phase and client count in the Kubernetes write step [--quick: 200; else 6000].
     #[arg(long)]
     kube_ops: Option<usize>,
     /// ConfigMaps stored when the Kubernetes write step reads the leader's memory [--quick: 500; else 10000].
@@ -696,7 +696,7 @@ async fn kube_write_step(args: &Args, root: &Path, bins: &Binaries) -> Result<()
         },
         ops: args
             .kube_ops
-            .unwrap_or(if args.quick { 200 } else { 2000 })
+            .unwrap_or(if args.quick { 200 } else { 6000 })
             .max(1),
         objects: args
             .kube_objects

@@ -3,10 +3,11 @@
 //! condition, read-modify-write with a compare on the resourceVersion inside the server) and deletes, at
 //! several client counts, each a fixed number of operations. For each: operations per second, latency p50/p99
 //! and server CPU per operation summed over the members and on the Raft leader alone (from /proc, so the
-//! load generator is not counted). Then the leader's memory per stored ConfigMap.
+//! load generator is not counted). First, on the fresh members, the leader's memory per stored ConfigMap.
 //!
 //! With a baseline binary (`--baseline-keel`), a second cluster of it runs beside the first and every phase
-//! runs on one, then the other, back to back, so "before" and "after" see the same machine in the same run.
+//! runs on both back to back, taking turns at going first, so "before" and "after" see the same machine in
+//! the same run.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -327,7 +328,7 @@ async fn phase(t: &Target, op: Op, run: usize, clients: usize, ops: usize) -> Re
 }
 
 /// Fills the cluster with `objects` ConfigMaps from 16 clients and reads the leader's memory before and
-/// after (each after a pause, so the reading is not of a burst in flight).
+/// after (each after a pause, so neither is a reading of start-up work or of a burst in flight).
 async fn memory(t: &Target, run: usize, objects: usize) -> Result<Memory> {
     const SETTLE: Duration = Duration::from_secs(3);
     tokio::time::sleep(SETTLE).await;
@@ -383,16 +384,36 @@ pub(crate) async fn run(
     for t in std::iter::once(&keel).chain(base.as_ref()) {
         t.nodes(most).await?;
     }
-    // Let the start-up work (namespaces, service accounts, leases) settle before measuring.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Memory first, on fresh members (later, the allocator holds what the phases' objects left behind);
+    // the ConfigMaps stay, so the phases run on a store that holds some.
+    progress(format!("leader memory with {} ConfigMaps", shape.objects));
+    let fill = shape.clients.len();
+    let mem = memory(&keel, fill, shape.objects).await?;
+    let base_mem = match &base {
+        Some(b) => Some(memory(b, fill, shape.objects).await?),
+        None => None,
+    };
     let mut rows = Vec::new();
+    let mut turn = 0usize;
     for (run, &clients) in shape.clients.iter().enumerate() {
         for op in Op::ALL {
             progress(format!("{} at {clients} clients", op.label()));
-            let measured = phase(&keel, op, run, clients, shape.ops).await?;
-            let before = match &base {
-                Some(b) => Some(phase(b, op, run, clients, shape.ops).await?),
-                None => None,
+            // With a baseline, the two take turns going first, so neither always runs on a machine the
+            // other just warmed (or heated).
+            turn += 1;
+            let (measured, before) = match &base {
+                Some(b) if turn.is_multiple_of(2) => {
+                    let before = phase(b, op, run, clients, shape.ops).await?;
+                    (
+                        phase(&keel, op, run, clients, shape.ops).await?,
+                        Some(before),
+                    )
+                }
+                Some(b) => {
+                    let measured = phase(&keel, op, run, clients, shape.ops).await?;
+                    (measured, Some(phase(b, op, run, clients, shape.ops).await?))
+                }
+                None => (phase(&keel, op, run, clients, shape.ops).await?, None),
             };
             rows.push(Row {
                 clients,
@@ -402,13 +423,6 @@ pub(crate) async fn run(
             });
         }
     }
-    progress(format!("leader memory with {} ConfigMaps", shape.objects));
-    let fill = shape.clients.len();
-    let mem = memory(&keel, fill, shape.objects).await?;
-    let base_mem = match &base {
-        Some(b) => Some(memory(b, fill, shape.objects).await?),
-        None => None,
-    };
     Ok(Figures {
         keel: bins.keel.clone(),
         baseline: baseline.map(Path::to_path_buf),
