@@ -128,6 +128,10 @@ struct Args {
     /// run (the "before" of a change).
     #[arg(long)]
     baseline_keel: Option<PathBuf>,
+    /// In the Kubernetes write step, the baseline goes first where it would go second (run once with and
+    /// once without, so each phase has both orders).
+    #[arg(long)]
+    baseline_first: bool,
     /// Skip the Kubernetes write step of a full or quick run.
     #[arg(long)]
     no_kube_writes: bool,
@@ -702,6 +706,7 @@ async fn kube_write_step(args: &Args, root: &Path, bins: &Binaries) -> Result<()
             .kube_objects
             .unwrap_or(if args.quick { 500 } else { 10_000 })
             .max(1),
+        baseline_first: args.baseline_first,
     };
     eprintln!(
         "kubernetes writes: {} members, clients {:?}, {} operations per phase, memory at {} ConfigMaps{}",

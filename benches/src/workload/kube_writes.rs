@@ -42,6 +42,8 @@ pub(crate) struct Shape {
     pub ops: usize,
     /// ConfigMaps stored when the leader's memory is read.
     pub objects: usize,
+    /// Whether the baseline goes first where the measured binary would (the other half of a pair of runs).
+    pub baseline_first: bool,
 }
 
 /// One phase's figures on one cluster.
@@ -394,15 +396,15 @@ pub(crate) async fn run(
         None => None,
     };
     let mut rows = Vec::new();
-    let mut turn = 0usize;
     for (run, &clients) in shape.clients.iter().enumerate() {
-        for op in Op::ALL {
+        for (i, op) in Op::ALL.into_iter().enumerate() {
             progress(format!("{} at {clients} clients", op.label()));
-            // With a baseline, the two take turns going first, so neither always runs on a machine the
-            // other just warmed (or heated).
-            turn += 1;
+            // With a baseline, the two take turns going first from one client count to the next, so
+            // neither always runs on a machine the other just warmed (or left compacting); a second run
+            // with `baseline_first` flips every turn.
+            let turn = run + i + usize::from(shape.baseline_first);
             let (measured, before) = match &base {
-                Some(b) if turn.is_multiple_of(2) => {
+                Some(b) if !turn.is_multiple_of(2) => {
                     let before = phase(b, op, run, clients, shape.ops).await?;
                     (
                         phase(&keel, op, run, clients, shape.ops).await?,
