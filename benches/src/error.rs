@@ -5,6 +5,9 @@ use std::path::PathBuf;
 /// A reason the benchmark could not run to the end.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum BenchError {
+    /// SIGINT or SIGTERM arrived; the clusters of the run were stopped.
+    #[error("interrupted by {0}; the servers this run started are stopped")]
+    Interrupted(&'static str),
     /// A server binary is missing.
     #[error("{what} not found at {path}: {hint}")]
     MissingBinary {

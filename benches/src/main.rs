@@ -227,9 +227,31 @@ fn main() {
             std::process::exit(2);
         }
     };
-    if let Err(e) = rt.block_on(run(args)) {
+    // On SIGINT or SIGTERM the run is dropped, and with it every cluster it started (their Drop kills
+    // and reaps the members), instead of leaving servers behind.
+    if let Err(e) = rt.block_on(async {
+        tokio::select! {
+            r = run(args) => r,
+            s = interrupted() => Err(BenchError::Interrupted(s)),
+        }
+    }) {
         eprintln!("keel-benches: {e}");
         std::process::exit(1);
+    }
+}
+
+/// Waits for SIGINT or SIGTERM and names it; never returns if neither handler can be installed.
+async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
     }
 }
 
