@@ -12,7 +12,7 @@ use crate::object;
 use crate::resource::ResourceDef;
 use crate::status::{ApiError, Target};
 use crate::storage::WriteOutcome;
-use crate::strategy;
+use crate::strategy::{self, Strategy};
 use crate::validation::validate;
 
 const GENERATE_CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
@@ -27,7 +27,7 @@ fn generated_name(prefix: &str) -> String {
 }
 
 /// Sets what a fresh object gets from the server, then lets the kind reset what a create may not set.
-fn prepare_create(def: &ResourceDef, obj: &mut Value) {
+fn prepare_create(strategy: &dyn Strategy, def: &ResourceDef, obj: &mut Value) {
     let meta = object::meta_mut(obj);
     for f in SERVER_META {
         meta.remove(*f);
@@ -35,7 +35,7 @@ fn prepare_create(def: &ResourceDef, obj: &mut Value) {
     meta.remove("managedFields");
     meta.insert("uid".into(), json!(object::new_uid()));
     meta.insert("creationTimestamp".into(), json!(object::now_rfc3339()));
-    strategy::of(def).prepare_for_create(def, obj);
+    strategy.prepare_for_create(def, obj);
 }
 
 /// Creates a decoded object (in its stored form, namespace set from the URL). Returns the stored object
@@ -91,7 +91,7 @@ pub async fn create(
     };
     w.admission.mutate(&admitted, &mut obj).await?;
     let recorded = object::meta_mut(&mut obj).remove("managedFields");
-    prepare_create(sdef, &mut obj);
+    prepare_create(strategy, sdef, &mut obj);
     if let Some(mf) = recorded {
         object::meta_mut(&mut obj).insert("managedFields".into(), mf);
     }

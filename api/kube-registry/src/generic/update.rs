@@ -14,7 +14,7 @@ use crate::object;
 use crate::resource::ResourceDef;
 use crate::status::{ApiError, Cause, Target};
 use crate::storage::{Stored, WriteOutcome};
-use crate::strategy;
+use crate::strategy::{self, Strategy};
 use crate::validation::validate;
 
 /// What an update did.
@@ -56,8 +56,13 @@ fn same_metadata(a: &Value, b: &Value) -> bool {
 /// Builds the object an update stores from the stored one and the client's: a subresource's rules take
 /// what it owns from the client; an update of the object itself keeps the server-owned metadata, then
 /// follows the kind's rules (status kept, generation bumped).
-fn merge_update(def: &ResourceDef, sub: Option<&str>, old: &Value, mut new: Value) -> Value {
-    let strategy = strategy::of(def);
+fn merge_update(
+    strategy: &dyn Strategy,
+    def: &ResourceDef,
+    sub: Option<&str>,
+    old: &Value,
+    mut new: Value,
+) -> Value {
     if let Some(rules) = sub.and_then(|s| strategy.subresource(s)) {
         return rules.prepare_for_update(def, old, new);
     }
@@ -112,7 +117,7 @@ where
             Tracking::Applied => object::path(&new, "metadata.managedFields").cloned(),
             Tracking::Update(_) => None,
         };
-        let mut new = merge_update(def, sub, &cur.object, new);
+        let mut new = merge_update(strategy, def, sub, &cur.object, new);
         if sub.is_none() {
             strategy.set_defaults(def, &mut new);
         }
@@ -294,11 +299,12 @@ mod tests {
         let old = json!({"metadata": {"name": "d", "uid": "u1", "generation": 1}, "spec": {"replicas": 1},
                          "status": {"replicas": 1}});
         let new = json!({"metadata": {"name": "d", "uid": "evil"}, "spec": {"replicas": 2}, "status": {"replicas": 9}});
-        let out = merge_update(def, None, &old, new);
+        let out = merge_update(strategy::of(def), def, None, &old, new);
         assert_eq!(out["metadata"]["uid"], "u1");
         assert_eq!(out["metadata"]["generation"], 2);
         assert_eq!(out["status"]["replicas"], 1);
         let st = merge_update(
+            strategy::of(def),
             def,
             Some("status"),
             &old,

@@ -340,11 +340,6 @@ where
     Ok(updated)
 }
 
-/// The 409 for a stale resourceVersion.
-pub fn conflict(call: &Call) -> ApiError {
-    generic::conflict(call.target())
-}
-
 pub fn respond_updated(call: &Call, u: Updated) -> Result<Response, ApiError> {
     let obj = match u {
         Updated::Object(o) | Updated::Deleted(o) => o,
