@@ -258,6 +258,7 @@ pub(crate) async fn run(args: AgentArgs) -> Result<(), ServerError> {
             domain: args.cluster_domain.clone(),
         },
         blackholes: vec![args.cluster_cidr.clone(), args.service_cidr.clone()],
+        node_ip_on_bridge: args.node_ip_on_bridge,
         local_services: (!args.disable_kube_proxy).then(|| args.service_cidr.clone()),
         server: None,
         netprog: None,

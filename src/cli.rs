@@ -320,6 +320,10 @@ pub(crate) struct AgentArgs {
     /// The node's InternalIP (default: the address this machine reaches the API server from).
     #[arg(long)]
     pub node_ip: Option<String>,
+    /// Put --node-ip on this node's pod bridge as its gateway (it must be the pod CIDR's first
+    /// address), for a machine whose own addresses pods cannot reach, as `keel up`'s worker on loopback.
+    #[arg(long, requires = "node_ip")]
+    pub node_ip_on_bridge: bool,
     /// Pod CIDR of this node when the Node's spec.podCIDR is not set (e.g. 10.42.0.0/24).
     #[arg(long)]
     pub pod_cidr: Option<String>,
@@ -454,6 +458,10 @@ pub(crate) struct UpArgs {
     /// Start the control plane only: no worker (containerd + keel agent) on this machine, no root needed.
     #[arg(long)]
     pub no_worker: bool,
+    /// Comma-separated resolvers (`ip` or `ip:port`) the worker's cluster DNS forwards names outside
+    /// the cluster domain to (default: the nameservers of /etc/resolv.conf).
+    #[arg(long, value_delimiter = ',')]
+    pub dns_upstream: Vec<String>,
 }
 
 /// Flags of `keel snapshot`.

@@ -162,6 +162,7 @@ pub(crate) async fn run(args: UpArgs) -> Result<(), ServerError> {
             &args.data_dir,
             &node_kubeconfig,
             &args.log_level,
+            &args.dns_upstream,
         )
         .await
         {
@@ -178,25 +179,36 @@ pub(crate) async fn run(args: UpArgs) -> Result<(), ServerError> {
                 return Err(e);
             }
             eprintln!(
-                "keel up: node {} Ready (logs: {}/agent.log, {}/containerd.log)",
+                "keel up: node {} Ready at {} (logs: {}/agent.log, {}/containerd.log)",
                 w.node(),
+                crate::worker::NODE_IP,
                 w.dir().display(),
                 w.dir().display()
             );
         }
     }
     let pods = if worker.is_some() {
-        "  kubectl get nodes -o wide
+        format!(
+            "  kubectl get nodes -o wide
   kubectl create deployment web --image=localhost/busybox:latest --replicas=3 -- httpd -f -p 8080
   kubectl get pods -o wide
   kubectl get events --sort-by=.metadata.creationTimestamp
   kubectl exec deploy/web -- wget -qO- localhost:8080/etc/hostname
   kubectl logs deploy/web && kubectl top pod
-"
+  kubectl expose deployment web --port=80 --target-port=8080 --type=NodePort
+  kubectl run client --rm -i --restart=Never --image=localhost/busybox:latest -- wget -qO- http://web/etc/hostname
+  curl http://{ip}:$(kubectl get service web -o jsonpath='{{.spec.ports[0].nodePort}}')/etc/hostname
+
+The worker node's address is {ip} (on its pod bridge): pods resolve Services through the cluster DNS
+(10.96.0.10), and NodePorts answer on {ip} from this machine.
+",
+            ip = crate::worker::NODE_IP
+        )
     } else {
         "  kubectl create deployment web --image=localhost/busybox:latest --replicas=2
   (no worker: --no-worker was given, so pods stay Pending)
 "
+        .to_string()
     };
     eprintln!(
         "keel up: {n} member(s) serving in {} ms\n\n  export ETCDCTL_API=3 ETCDCTL_ENDPOINTS={}\n  etcdctl endpoint status -w table\n  etcdctl member list -w table\n  etcdctl put hello world && etcdctl get hello\n\n  export KUBECONFIG={}\n  kubectl get namespaces\n{pods}\nEvery member serves the Kubernetes API on https://<its address>:6443 (each member's data dir has an admin.kubeconfig).\nPress Ctrl-C to stop (the worker's pods, containerd and network are removed too).",

@@ -14,6 +14,8 @@ use crate::server::ServerError;
 
 /// The worker's pod CIDR (a /24 of the default cluster CIDR).
 pub(crate) const POD_CIDR: &str = "10.42.0.0/24";
+/// The worker Node's address: [`POD_CIDR`]'s gateway, on the pod bridge.
+pub(crate) const NODE_IP: &str = "10.42.0.1";
 const CLUSTER_CIDR: &str = "10.42.0.0/16";
 const SERVICE_CIDR: &str = "10.96.0.0/12";
 
@@ -75,6 +77,7 @@ impl LocalWorker {
         data_dir: &Path,
         kubeconfig: &Path,
         log_level: &str,
+        dns_upstream: &[String],
     ) -> Result<LocalWorker, ServerError> {
         let dir = data_dir.join("worker");
         let ctd = dir.join("containerd");
@@ -121,11 +124,12 @@ impl LocalWorker {
             .arg(kubeconfig)
             .arg("--cri")
             .arg(format!("unix://{}", socket.display()))
-            .args(["--node-name", &node, "--node-ip", "127.0.0.1"])
+            .args(["--node-name", &node, "--node-ip", NODE_IP])
+            // Loopback cannot be DNATed to from a pod: the node's address is its pod bridge's
+            // gateway, which pods and this machine both reach (and no packet leaves by).
+            .arg("--node-ip-on-bridge")
             .args(["--pod-cidr", POD_CIDR])
-            // The node IP is 127.0.0.1, which pods cannot be DNATed to: they use the host's
-            // resolvers here, and the cluster resolver runs on agents with a real node address.
-            .arg("--disable-dns")
+            .args(dns_upstream.iter().map(|u| format!("--dns-upstream={u}")))
             .args([
                 "--cluster-cidr",
                 CLUSTER_CIDR,

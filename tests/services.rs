@@ -32,47 +32,9 @@ fn pod_cidr(i: usize) -> String {
     kubectl(&["get", "node", NODES[i].0, "-o", "jsonpath={.spec.podCIDR}"])
 }
 
-/// The name the test's upstream resolver knows, and its (documentation-range, never contacted) address.
-const UPSTREAM_NAME: &str = "upstream.example.";
-const UPSTREAM_ADDR: std::net::Ipv4Addr = std::net::Ipv4Addr::new(192, 0, 2, 7);
-
-/// A resolver the test runs on the host's address in the namespaces' network, standing in for the
-/// nodes' upstream: it knows [`UPSTREAM_NAME`] and answers NXDOMAIN otherwise.
+/// The nodes' upstream resolver (the test's, on the host's address in the namespaces' network).
 fn start_upstream() -> std::net::SocketAddr {
-    use hickory_proto::op::{Message, OpCode, ResponseCode};
-    use hickory_proto::rr::rdata::A;
-    use hickory_proto::rr::{RData, Record, RecordType};
-    let ip = cluster().cluster().net().root_ip();
-    let socket = std::net::UdpSocket::bind((ip, 0)).unwrap();
-    let addr = socket.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 1500];
-        while let Ok((n, from)) = socket.recv_from(&mut buf) {
-            let Ok(q) = Message::from_vec(&buf[..n]) else {
-                continue;
-            };
-            let Some(question) = q.queries.first().cloned() else {
-                continue;
-            };
-            let mut m = Message::response(q.metadata.id, OpCode::Query);
-            m.metadata.recursion_available = true;
-            m.add_query(question.clone());
-            let name = question.name().to_ascii().to_ascii_lowercase();
-            if name == UPSTREAM_NAME && question.query_type() == RecordType::A {
-                m.add_answer(Record::from_rdata(
-                    question.name().clone(),
-                    60,
-                    RData::A(A(UPSTREAM_ADDR)),
-                ));
-            } else if name != UPSTREAM_NAME {
-                m.metadata.response_code = ResponseCode::NXDomain;
-            }
-            if let Ok(bytes) = m.to_vec() {
-                let _ = socket.send_to(&bytes, from);
-            }
-        }
-    });
-    addr
+    keel_testkit::upstream::start(cluster().cluster().net().root_ip())
 }
 
 /// The host's ruleset when the test began (the test must leave it as it was).
@@ -752,8 +714,15 @@ fn cluster_dns_answers_services_pods_and_forwards() {
         body.contains("dweb-")
     });
     // Anything else goes to the node's upstream (the test's resolver).
-    out = nslookup(&ns, &cli, UPSTREAM_NAME.trim_end_matches('.'));
-    assert!(out.contains(&UPSTREAM_ADDR.to_string()), "{out}");
+    out = nslookup(
+        &ns,
+        &cli,
+        keel_testkit::upstream::NAME.trim_end_matches('.'),
+    );
+    assert!(
+        out.contains(&keel_testkit::upstream::ADDR.to_string()),
+        "{out}"
+    );
     eprintln!("cluster DNS: Service, headless, SRV, pod and forwarded names answered");
 }
 

@@ -43,6 +43,8 @@ pub struct Options {
     pub dns: DnsSettings,
     /// Ranges given `unreachable` routes (the service and cluster CIDRs).
     pub blackholes: Vec<String>,
+    /// Put the node IP on the pod bridge as its gateway ([`crate::cni::own_gateway`]).
+    pub node_ip_on_bridge: bool,
     /// The service CIDR the node's own processes reach through netprog's rules (None: only the
     /// blackhole, as when another proxy programs Services).
     pub local_services: Option<String>,
@@ -107,6 +109,10 @@ pub async fn run(client: Client, opts: Options) -> Result<()> {
         Some(c) => {
             let bridge = crate::cni::bridge_name(&opts.node.name);
             let path = crate::cni::write(&opts.cni_conf_dir, &bridge, c, &opts.root.join("cni"))?;
+            if opts.node_ip_on_bridge {
+                crate::cni::own_gateway(&bridge, c, &opts.node.internal_ip)?;
+                info!(bridge = %bridge, ip = %opts.node.internal_ip, "node address on the pod bridge");
+            }
             info!(cidr = %c, bridge = %bridge, conf = %path.display(), "pod network configured");
         }
         None => warn!("no pod CIDR (neither spec.podCIDR nor --pod-cidr): the node stays NotReady until one is set"),

@@ -56,9 +56,80 @@ pub fn write(conf_dir: &Path, bridge: &str, cidr: &str, state_dir: &Path) -> Res
     Ok(path)
 }
 
+/// The pod CIDR's gateway (its first address) as `addr/prefix`, the address the bridge plugin gives the
+/// bridge; None when `cidr` is not an IPv4 CIDR with room for pods.
+pub fn gateway(cidr: &str) -> Option<(std::net::Ipv4Addr, u8)> {
+    let (addr, len) = cidr.split_once('/')?;
+    let addr: std::net::Ipv4Addr = addr.parse().ok()?;
+    let len: u8 = len.parse().ok().filter(|l| *l <= 30)?;
+    let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+    Some(((u32::from(addr) & mask).wrapping_add(1).into(), len))
+}
+
+/// Makes `node_ip` the node's own address on its pod bridge, creating the bridge (up) if the bridge
+/// plugin has not yet: for a machine whose other addresses pods cannot reach (`keel up` on loopback), so
+/// the node's resolver and NodePorts are served where pods and the host both reach them. The bridge
+/// plugin later finds the bridge with its gateway already in place. `node_ip` must be `cidr`'s gateway.
+pub fn own_gateway(bridge: &str, cidr: &str, node_ip: &str) -> Result<()> {
+    let (gw, len) = gateway(cidr).ok_or_else(|| {
+        Error::Config(format!(
+            "pod CIDR {cidr:?} is not an IPv4 CIDR of /30 or larger"
+        ))
+    })?;
+    if node_ip.parse::<std::net::Ipv4Addr>().ok() != Some(gw) {
+        return Err(Error::Config(format!(
+            "--node-ip-on-bridge: the node IP {node_ip} must be the pod CIDR {cidr}'s gateway {gw}"
+        )));
+    }
+    let exists = ip(&["link", "show", "dev", bridge])?.status.success();
+    if !exists {
+        run_ip(&["link", "add", bridge, "type", "bridge"])?;
+    }
+    run_ip(&["addr", "replace", &format!("{gw}/{len}"), "dev", bridge])?;
+    run_ip(&["link", "set", bridge, "up"])?;
+    Ok(())
+}
+
+fn ip(args: &[&str]) -> Result<std::process::Output> {
+    std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| Error::Command {
+            command: format!("ip {}", args.join(" ")),
+            message: e.to_string(),
+        })
+}
+
+fn run_ip(args: &[&str]) -> Result<()> {
+    let out = ip(args)?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(Error::Command {
+            command: format!("ip {}", args.join(" ")),
+            message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_gateway_is_the_first_address() {
+        assert_eq!(
+            gateway("10.42.0.0/24"),
+            Some((std::net::Ipv4Addr::new(10, 42, 0, 1), 24))
+        );
+        assert_eq!(
+            gateway("10.42.7.9/24"),
+            Some((std::net::Ipv4Addr::new(10, 42, 7, 1), 24))
+        );
+        assert_eq!(gateway("10.42.0.0/31"), None);
+        assert_eq!(gateway("fd00::/64"), None);
+        assert_eq!(gateway("10.42.0.0"), None);
+    }
 
     #[test]
     fn bridge_names_fit_and_differ() {

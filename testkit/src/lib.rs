@@ -63,6 +63,7 @@ pub mod poll;
 pub mod ports;
 pub mod process;
 pub mod server;
+pub mod upstream;
 
 pub use binaries::{
     against_etcd, keel_bin, require_etcd_tools, Kind, AGAINST_ETCD_ENV, ETCDCTL_BIN, ETCD_BIN,

@@ -20,6 +20,9 @@ pub enum Operation {
 
 /// The label prefix only administrators may set on Nodes.
 const RESTRICTED_LABELS: &str = "node-restriction.kubernetes.io/";
+/// Where agents publish the cluster DNS resolver (the Service, and one EndpointSlice per node).
+const DNS_NAMESPACE: &str = "kube-system";
+const DNS_SERVICE: &str = "kube-dns";
 /// The annotation that marks a mirror pod.
 const MIRROR: &str = "kubernetes.io/config.mirror";
 
@@ -119,6 +122,31 @@ pub fn admit(
             }
             Ok(())
         }
+        // keel's agents publish their cluster DNS resolver (the `keel:agent-dns` Role allows the
+        // verbs): the shared Service, created once, and each node's own EndpointSlice.
+        ("", "services") => {
+            let ns = obj.map(object::namespace).unwrap_or("");
+            if op != Operation::Create || ns != DNS_NAMESPACE || name != DNS_SERVICE {
+                return Err(refuse(format!(
+                    "node {node:?} can only create the cluster DNS Service {DNS_NAMESPACE}/{DNS_SERVICE}"
+                )));
+            }
+            Ok(())
+        }
+        ("discovery.k8s.io", "endpointslices") => {
+            let ns = obj.map(object::namespace).unwrap_or("");
+            let own = format!("{DNS_SERVICE}-{node}");
+            let service = obj
+                .and_then(|o| object::path(o, "metadata.labels"))
+                .and_then(|l| l.get("kubernetes.io/service-name"))
+                .and_then(Value::as_str);
+            if ns != DNS_NAMESPACE || name != own || service != Some(DNS_SERVICE) {
+                return Err(refuse(format!(
+                    "node {node:?} can only write its own cluster DNS EndpointSlice {DNS_NAMESPACE}/{own} (for Service {DNS_SERVICE})"
+                )));
+            }
+            Ok(())
+        }
         _ => Ok(()),
     }
 }
@@ -199,6 +227,46 @@ mod tests {
             .is_ok(),
             "its own mirror pod"
         );
+        let services = crate::resource::find("", "v1", "services").expect("services");
+        let slices =
+            crate::resource::find("discovery.k8s.io", "v1", "endpointslices").expect("slices");
+        let dns = json!({"metadata": {"name": "kube-dns", "namespace": "kube-system"}});
+        let create =
+            |def, obj: &Value| admit(&agent(), def, None, Operation::Create, None, Some(obj));
+        assert!(create(&services, &dns).is_ok(), "the cluster DNS Service");
+        let other = json!({"metadata": {"name": "web", "namespace": "kube-system"}});
+        let e = create(&services, &other).expect_err("another Service");
+        assert!(
+            e.to_string()
+                .contains("can only create the cluster DNS Service kube-system/kube-dns"),
+            "{e}"
+        );
+        assert!(admit(
+            &agent(),
+            &services,
+            None,
+            Operation::Update,
+            Some(&dns),
+            Some(&dns)
+        )
+        .is_err());
+        let slice = |name: &str, service: &str| {
+            json!({"metadata": {"name": name, "namespace": "kube-system",
+                                "labels": {"kubernetes.io/service-name": service}}})
+        };
+        assert!(
+            create(&slices, &slice("kube-dns-w1", "kube-dns")).is_ok(),
+            "its own slice"
+        );
+        for (name, service) in [("kube-dns-w2", "kube-dns"), ("kube-dns-w1", "web")] {
+            let e = create(&slices, &slice(name, service)).expect_err("not its own slice");
+            assert!(
+                e.to_string().contains(
+                    "can only write its own cluster DNS EndpointSlice kube-system/kube-dns-w1"
+                ),
+                "{e}"
+            );
+        }
         let admin = Identity {
             user: "admin".into(),
             groups: vec![],

@@ -61,11 +61,33 @@ fn keel_roles() -> Vec<Value> {
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": AGENT_NETWORK},
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}]
         }),
+        // Each agent's resolver publishes itself: the shared `kube-dns` Service and its own
+        // EndpointSlice. NodeRestriction narrows this to those two names.
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": dns_meta(),
+            "rules": [
+                {"apiGroups": [""], "resources": ["services"], "verbs": ["create"]},
+                {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["create", "update", "patch", "delete"]}
+            ]
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": dns_meta(),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": AGENT_DNS},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}]
+        }),
     ]
 }
 
 /// The name of keel's role and binding for agents' network duties.
 pub(crate) const AGENT_NETWORK: &str = "keel:agent-network";
+/// The name of keel's Role and RoleBinding (in `kube-system`) for agents' cluster DNS publishing.
+pub(crate) const AGENT_DNS: &str = "keel:agent-dns";
+
+fn dns_meta() -> Value {
+    json!({"name": AGENT_DNS, "namespace": "kube-system",
+           "labels": {"app.kubernetes.io/managed-by": "keel"},
+           "annotations": {AUTOUPDATE: "true"}})
+}
 
 /// Creates what is missing and completes `autoupdate` roles; `Ok` once everything is in place.
 pub(crate) async fn ensure(storage: &Storage) -> Result<(), ApiError> {

@@ -1,0 +1,361 @@
+//! `keel up` as a user runs it, whole: three members on loopback and the worker on the same machine,
+//! driven with the real kubectl. From a pod, Service names resolve through the cluster DNS
+//! (`http://web`, `web.<ns>.svc.cluster.local`, `kubernetes.default`, a forwarded name); from the
+//! machine, a NodePort answers on the node's address; Ctrl-C (SIGTERM) removes what it made.
+//!
+//! The "machine" is a network namespace the test creates (testkit's `Net`), so `keel up`'s fixed
+//! addresses, routes, bridge and nftables table never touch the host or another test; its only way
+//! out is the link to the test process, where the DNS upstream runs. It enters only the network
+//! namespace (`nsenter --net`): mounts and cgroups are the host's, as for a user. Needs root, as CI has.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use keel_testkit::agent::BUSYBOX;
+use keel_testkit::containerd::in_netns;
+use keel_testkit::keel_bin;
+use keel_testkit::kubectl::{require_kubectl, run_kubectl, Run};
+use keel_testkit::netns::Net;
+use keel_testkit::process::{Capture, Process};
+
+const WAIT: Duration = Duration::from_secs(120);
+/// `keel up`'s worker node address (its pod bridge's gateway).
+const NODE_IP: &str = "10.42.0.1";
+
+/// `keel up` in node 0 of a `Net`; SIGTERM and a wait on drop (a failed step included), so it
+/// removes its worker before the namespace goes.
+struct Up {
+    process: Process,
+    net: Net,
+    dir: tempfile::TempDir,
+}
+
+impl Up {
+    fn start() -> Up {
+        let net = Net::new(&Net::unique_run_id(), 1);
+        let dir = tempfile::tempdir().unwrap();
+        let upstream = keel_testkit::upstream::start(net.root_ip());
+        let mut cmd = in_netns(Some(net.ns(0)), keel_bin!());
+        cmd.arg("up")
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .arg(format!("--dns-upstream={upstream}"));
+        let process = Process::start(&mut cmd, Capture::Log(dir.path().join("up.log")), None)
+            .expect("start keel up");
+        let mut up = Up { process, net, dir };
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while !up.output().contains("serving in") {
+            if up.process.has_exited() || Instant::now() > deadline {
+                panic!("keel up did not come up:\n{}", up.output());
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        up
+    }
+
+    fn output(&self) -> String {
+        self.process.stdout()
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// A command run inside the machine's namespace.
+    fn inside(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        in_netns(Some(self.net.ns(0)), program)
+    }
+
+    fn kubectl_run(&self, args: &[&str]) -> Run {
+        let mut cmd = self.inside("kubectl");
+        cmd.args(args)
+            .env(
+                "KUBECONFIG",
+                self.data().join("m1").join("admin.kubeconfig"),
+            )
+            .env("HOME", self.dir.path())
+            .env("KUBECACHEDIR", self.dir.path().join("kube-cache"));
+        run_kubectl(cmd, None, WAIT)
+    }
+
+    fn kubectl(&self, args: &[&str]) -> String {
+        let r = self.kubectl_run(args);
+        if !r.ok {
+            self.fail(format!("kubectl {args:?}: {}", r.stderr));
+        }
+        r.stdout
+    }
+
+    /// Waits for `check` (every 250 ms, up to [`WAIT`]).
+    fn wait_for(&self, what: &str, mut check: impl FnMut() -> Option<String>) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(v) = check() {
+                return v;
+            }
+            if Instant::now() > deadline {
+                self.fail(format!("timed out waiting for {what}"));
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    fn fail(&self, msg: String) -> ! {
+        let agent = std::fs::read_to_string(self.data().join("worker").join("agent.log"))
+            .unwrap_or_default();
+        let tail: Vec<&str> = agent.lines().rev().take(40).collect();
+        let pods = self
+            .kubectl_run(&["get", "pods", "-A", "-o", "wide"])
+            .stdout;
+        let events = self
+            .kubectl_run(&[
+                "get",
+                "events",
+                "-A",
+                "--sort-by=.metadata.creationTimestamp",
+            ])
+            .stdout;
+        panic!(
+            "{msg}\n--- keel up:\n{}\n--- pods:\n{pods}\n--- events:\n{events}\n--- agent.log (last lines, newest first):\n{}",
+            self.output(),
+            tail.join("\n")
+        );
+    }
+
+    /// SIGTERM, then waits for `keel up` to remove everything; its exit status.
+    fn stop(&mut self) -> std::process::ExitStatus {
+        match self.process.stop(Duration::from_secs(180)) {
+            Some((st, false)) => st,
+            Some((_, true)) => panic!("keel up needed SIGKILL:\n{}", self.output()),
+            None => panic!("keel up was already reaped:\n{}", self.output()),
+        }
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = self.process.stop(Duration::from_secs(180));
+    }
+}
+
+/// What `ip <args>` prints inside the namespace.
+fn ip_inside(up: &Up, args: &[&str]) -> String {
+    let out = up.inside("ip").args(args).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The mounts under `dir`.
+fn mounted_under(dir: &Path) -> Vec<String> {
+    let dir = dir.to_string_lossy().into_owned();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| m.starts_with(&dir))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn one_machine_resolves_services_and_serves_node_ports() {
+    require_kubectl();
+    let mut up = Up::start();
+    let out = up.output();
+    assert!(
+        out.contains(&format!("Ready at {NODE_IP}"))
+            && out.contains(&format!("curl http://{NODE_IP}:")),
+        "keel up names the node's address and a curl line:\n{out}"
+    );
+    let node_ip = up.kubectl(&[
+        "get",
+        "nodes",
+        "-o",
+        "jsonpath={.items[0].status.addresses[?(@.type==\"InternalIP\")].address}",
+    ]);
+    assert_eq!(node_ip.trim(), NODE_IP);
+
+    let ns = "walk";
+    up.kubectl(&["create", "namespace", ns]);
+    up.kubectl(&[
+        "create",
+        "deployment",
+        "web",
+        "-n",
+        ns,
+        "--image",
+        BUSYBOX,
+        "--replicas=2",
+        "--",
+        "httpd",
+        "-f",
+        "-p",
+        "8080",
+    ]);
+    up.kubectl(&[
+        "expose",
+        "deployment",
+        "web",
+        "-n",
+        ns,
+        "--port=80",
+        "--target-port=8080",
+        "--type=NodePort",
+    ]);
+    up.kubectl(&[
+        "run",
+        "client",
+        "-n",
+        ns,
+        "--image",
+        BUSYBOX,
+        "--restart=Never",
+        "--",
+        "sleep",
+        "3600",
+    ]);
+    up.kubectl(&[
+        "rollout",
+        "status",
+        "deployment/web",
+        "-n",
+        ns,
+        "--timeout=120s",
+    ]);
+    up.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/client",
+        "-n",
+        ns,
+        "--timeout=120s",
+    ]);
+
+    // ClusterFirst: the pod's resolver is the cluster DNS, with upstream's search path.
+    let conf = up.kubectl(&["exec", "-n", ns, "client", "--", "cat", "/etc/resolv.conf"]);
+    assert!(conf.contains("nameserver 10.96.0.10"), "{conf}");
+    assert!(
+        conf.contains("search walk.svc.cluster.local svc.cluster.local cluster.local"),
+        "{conf}"
+    );
+
+    // The Service by its short and its full name, answered by one of its pods (its hostname).
+    for url in [
+        "http://web/etc/hostname".to_string(),
+        format!("http://web.{ns}.svc.cluster.local/etc/hostname"),
+    ] {
+        let fetch = format!("timeout 5 wget -q -O- {url}");
+        let answer = up.wait_for(&format!("wget {url} from a pod"), || {
+            let r = up.kubectl_run(&["exec", "-n", ns, "client", "--", "sh", "-c", &fetch]);
+            (r.ok && r.stdout.trim().starts_with("web-")).then_some(r.stdout)
+        });
+        assert!(answer.trim().starts_with("web-"), "{answer}");
+    }
+    // `kubernetes.default` through the pod's resolver and search path. (busybox's own nslookup sends a
+    // name with a dot as it is, without the search list, so it is asked the full name; `ping` resolves
+    // as every program in the pod does.)
+    let cluster_ip = up.kubectl(&[
+        "get",
+        "service",
+        "kubernetes",
+        "-o",
+        "jsonpath={.spec.clusterIP}",
+    ]);
+    let cluster_ip = cluster_ip.trim();
+    let r = up.kubectl_run(&[
+        "exec",
+        "-n",
+        ns,
+        "client",
+        "--",
+        "ping",
+        "-c",
+        "1",
+        "-W",
+        "1",
+        "kubernetes.default",
+    ]);
+    assert!(
+        r.stdout
+            .contains(&format!("PING kubernetes.default ({cluster_ip})")),
+        "{r:?}"
+    );
+    let r = up.kubectl_run(&[
+        "exec",
+        "-n",
+        ns,
+        "client",
+        "--",
+        "nslookup",
+        "kubernetes.default.svc.cluster.local",
+    ]);
+    assert!(
+        r.stdout.contains(&format!("Address: {cluster_ip}")),
+        "{r:?}"
+    );
+    // A name outside the cluster goes to the upstream (the test's own resolver).
+    let name = keel_testkit::upstream::NAME.trim_end_matches('.');
+    let r = up.kubectl_run(&["exec", "-n", ns, "client", "--", "nslookup", name]);
+    assert!(
+        r.stdout
+            .contains(&format!("Address: {}", keel_testkit::upstream::ADDR)),
+        "{r:?}"
+    );
+
+    // From the machine itself: the NodePort on the node's address reaches the pods.
+    let port = up.kubectl(&[
+        "get",
+        "service",
+        "web",
+        "-n",
+        ns,
+        "-o",
+        "jsonpath={.spec.ports[0].nodePort}",
+    ]);
+    let url = format!("http://{NODE_IP}:{}/etc/hostname", port.trim());
+    let answer = up.wait_for(&format!("{url} from the machine"), || {
+        let out = up
+            .inside("timeout")
+            .args(["5", "busybox", "wget", "-q", "-O-", &url])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (out.status.success() && text.trim().starts_with("web-")).then_some(text)
+    });
+    assert!(answer.trim().starts_with("web-"), "{answer}");
+
+    // Ctrl-C: the worker's pods, containerd, bridge, routes and table go with it.
+    let status = up.stop();
+    assert!(
+        status.success(),
+        "keel up exited {status}:\n{}",
+        up.output()
+    );
+    let links = ip_inside(&up, &["-o", "link", "show"]);
+    assert!(!links.contains(": keel"), "a keel bridge is left:\n{links}");
+    let routes = ip_inside(&up, &["route", "show", "table", "all"]);
+    assert!(
+        !routes.contains("unreachable 10.42.") && !routes.contains("unreachable 10.96."),
+        "{routes}"
+    );
+    let tables = up.inside("nft").args(["list", "tables"]).output().unwrap();
+    let tables = String::from_utf8_lossy(&tables.stdout).into_owned();
+    // (`inet keelpart` is the test namespace's own, testkit's.)
+    assert!(
+        !tables.lines().any(|l| l.trim() == "table ip keel"),
+        "{tables}"
+    );
+    let pids = Command::new("ip")
+        .args(["netns", "pids", up.net.ns(0)])
+        .output()
+        .unwrap();
+    let pids = String::from_utf8_lossy(&pids.stdout).into_owned();
+    let mounts = mounted_under(&up.data());
+    assert!(mounts.is_empty(), "mounts left: {mounts:?}");
+    assert!(
+        pids.trim().is_empty(),
+        "processes left in the machine's namespace: {pids}"
+    );
+}
