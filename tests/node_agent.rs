@@ -542,6 +542,15 @@ fn bad_images_and_commands_are_reported() {
         "noimage",
         "--image=127.0.0.1:9/nope/nothing:1",
     ]);
+    // A `localhost/` image nobody imported, under its default policy (IfNotPresent): pulled, and the
+    // pull fails as upstream's would (only https://localhost is asked), no policy it does not have named.
+    kubectl(&[
+        "-n",
+        &ns,
+        "run",
+        "nolocalpull",
+        "--image=localhost/nothing:2",
+    ]);
     kubectl(&[
         "-n",
         &ns,
@@ -560,6 +569,26 @@ fn bad_images_and_commands_are_reported() {
         pod(&ns, "noimage")["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
             == "ImagePullBackOff"
     });
+    let mut waiting = Value::Null;
+    wait_for(n, "ErrImagePull for a missing localhost/ image", || {
+        waiting =
+            pod(&ns, "nolocalpull")["status"]["containerStatuses"][0]["state"]["waiting"].clone();
+        let r = waiting["reason"].as_str().unwrap_or_default();
+        r == "ErrImagePull" || r == "ImagePullBackOff"
+    });
+    let events = kubectl(&[
+        "-n",
+        &ns,
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=nolocalpull",
+    ]);
+    assert!(
+        events.contains("Failed to pull image \"localhost/nothing:2\"")
+            && !events.contains("pull policy"),
+        "{waiting}\n{events}"
+    );
     wait_for(n, "ErrImageNeverPull", || {
         pod(&ns, "nolocal")["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
             == "ErrImageNeverPull"

@@ -1064,9 +1064,15 @@ impl Worker {
             .flatten()
             .is_some();
         let policy = pull_policy(c);
-        let pull =
-            !is_image_local_only(&image) && (policy == "Always" || (!present && policy != "Never"));
-        if !present && (policy == "Never" || is_image_local_only(&image)) {
+        // A present `localhost/` image is not pulled again even under `Always`: the built-in images
+        // (`localhost/busybox:latest`) exist only where they were imported. A missing one is pulled
+        // like any other, so it fails as upstream's would (ErrImagePull, then ImagePullBackOff).
+        let pull = if present {
+            policy == "Always" && !is_image_local_only(&image)
+        } else {
+            policy != "Never"
+        };
+        if !present && policy == "Never" {
             let msg =
                 format!("Container image \"{image}\" is not present with pull policy of {policy}");
             self.event(pod, true, "ErrImageNeverPull", msg.clone())
