@@ -31,7 +31,7 @@ ROOTS = [
     "api.authorization.v1.SubjectAccessReview", "api.authorization.v1.SelfSubjectAccessReview",
     "api.authorization.v1.LocalSubjectAccessReview", "api.authorization.v1.SelfSubjectRulesReview",
     "api.authentication.v1.SelfSubjectReview", "api.authentication.v1.TokenRequest",
-    "api.authentication.v1.TokenReview",
+    "api.authentication.v1.TokenReview", "api.networking.v1.Ingress", "api.networking.v1.IngressClass",
 ]
 
 def parse_fields(body):

@@ -1201,3 +1201,162 @@ fn create_takes_server_metadata_as_upstream() {
     let made: Value = serde_json::from_str(&r.stdout).unwrap();
     assert!(made["metadata"]["namespace"].is_null(), "{made}");
 }
+
+/// Ingresses and IngressClasses as kubectl knows them: `kubectl create ingress`, the default class filled
+/// in by admission, the Table columns, `describe`, `explain`, and upstream's validation messages.
+#[test]
+fn ingresses_get_the_default_class_and_upstream_validation() {
+    let c = shared();
+    c.ok(0, &["create", "namespace", "ing"]);
+    let classes = "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata:\n  name: alpha\n\
+        \x20 annotations: {ingressclass.kubernetes.io/is-default-class: \"true\"}\n\
+        spec: {controller: example.com/alpha, parameters: {apiGroup: example.com, kind: Config, name: p}}\n\
+        ---\napiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata: {name: beta}\n\
+        spec: {controller: example.com/beta}\n";
+    c.ok_stdin(0, &["apply", "-f", "-"], Some(classes));
+    let table = c.ok(0, &["get", "ingressclasses"]);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "CONTROLLER", "PARAMETERS", "AGE"],
+        "{table}"
+    );
+    assert!(
+        table.contains("example.com/alpha") && table.contains("Config.example.com/p"),
+        "{table}"
+    );
+    // Scope defaults to Cluster.
+    let scope = c.ok(
+        0,
+        &[
+            "get",
+            "ingressclass",
+            "alpha",
+            "-o",
+            "jsonpath={.spec.parameters.scope}",
+        ],
+    );
+    assert_eq!(scope, "Cluster");
+
+    c.ok(
+        0,
+        &[
+            "-n",
+            "ing",
+            "create",
+            "ingress",
+            "web",
+            "--rule=a.example.com/=web:80",
+            "--rule=b.example.com/api*=api:http,tls=b-tls",
+        ],
+    );
+    let class = c.ok(
+        0,
+        &[
+            "-n",
+            "ing",
+            "get",
+            "ingress",
+            "web",
+            "-o",
+            "jsonpath={.spec.ingressClassName}",
+        ],
+    );
+    assert_eq!(class, "alpha", "the default class is filled in");
+    c.ok(
+        0,
+        &[
+            "-n",
+            "ing",
+            "create",
+            "ingress",
+            "named",
+            "--class=beta",
+            "--rule=c.example.com/=web:80",
+        ],
+    );
+    let table = c.ok(0, &["-n", "ing", "get", "ingress"]);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "CLASS", "HOSTS", "ADDRESS", "PORTS", "AGE"],
+        "{table}"
+    );
+    let web = table
+        .lines()
+        .find(|l| l.starts_with("web "))
+        .unwrap_or_default();
+    let cells: Vec<&str> = web.split_whitespace().collect();
+    assert_eq!(
+        cells[..3],
+        ["web", "alpha", "a.example.com,b.example.com"],
+        "{table}"
+    );
+    assert_eq!(cells[3..5], ["80,", "443"], "{table}");
+    assert!(table.contains("named") && table.contains("beta"), "{table}");
+    let described = c.ok(0, &["-n", "ing", "describe", "ingress", "web"]);
+    for want in [
+        "Ingress Class:    alpha",
+        "b-tls terminates b.example.com",
+        "/api",
+        "api:http",
+    ] {
+        assert!(
+            described.contains(want),
+            "describe lacks {want:?}:\n{described}"
+        );
+    }
+    let explain = c.ok(0, &["explain", "ingress.spec.rules.http.paths.pathType"]);
+    assert!(explain.contains("pathType"), "{explain}");
+
+    // Upstream's messages.
+    let e = c.err(
+        0,
+        &[
+            "-n",
+            "ing",
+            "create",
+            "ingress",
+            "ip",
+            "--rule=1.2.3.4/=web:80",
+        ],
+    );
+    assert!(
+        e.contains(
+            "spec.rules[0].host: Invalid value: \"1.2.3.4\": must be a DNS name, not an IP address"
+        ),
+        "{e}"
+    );
+    let bad = "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: bad, namespace: ing}\n\
+        spec:\n  rules:\n  - http:\n      paths:\n      - path: /x\n        backend: {service: {name: web, port: {number: 80}}}\n";
+    let e = c.err_stdin(0, &["create", "-f", "-"], Some(bad));
+    assert!(
+        e.contains(
+            "spec.rules[0].http.paths[0].pathType: Required value: pathType must be specified"
+        ),
+        "{e}"
+    );
+    let empty = "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: empty, namespace: ing}\nspec: {}\n";
+    let e = c.err_stdin(0, &["create", "-f", "-"], Some(empty));
+    assert!(
+        e.contains("either `defaultBackend` or `rules` must be specified"),
+        "{e}"
+    );
+    let e = c.err(
+        0,
+        &[
+            "patch",
+            "ingressclass",
+            "beta",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"controller":"example.com/gamma"}}"#,
+        ],
+    );
+    assert!(
+        e.contains("spec.controller: Invalid value: \"example.com/gamma\": field is immutable"),
+        "{e}"
+    );
+    c.ok(0, &["delete", "namespace", "ing", "--wait=false"]);
+    c.ok(0, &["delete", "ingressclass", "alpha", "beta"]);
+}

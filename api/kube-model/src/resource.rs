@@ -36,6 +36,10 @@ pub enum Printer {
     Lease,
     EndpointSlice,
     NetworkPolicy,
+    /// `networking.k8s.io` Ingresses: Class, Hosts, Address, Ports, Age.
+    Ingress,
+    /// `networking.k8s.io` IngressClasses: Controller, Parameters, Age.
+    IngressClass,
     RoleBinding,
     PodDisruptionBudget,
     ControllerRevision,
@@ -676,6 +680,39 @@ pub static BUILTIN: LazyLock<Vec<Arc<ResourceDef>>> = LazyLock::new(|| {
             scale = false,
             storage = "networkpolicies",
             printer = NetworkPolicy,
+            fields = NONE,
+            cou = false,
+            gen = true
+        ),
+        // Stored under upstream's keys: `/registry/ingress/<ns>/<name>` (singular, as kube-apiserver).
+        res!(
+            "networking.k8s.io",
+            "Ingress",
+            "ingresses",
+            "ingress",
+            ns = true,
+            short = &["ing"],
+            cat = NONE,
+            status = true,
+            scale = false,
+            storage = "ingress",
+            printer = Ingress,
+            fields = NONE,
+            cou = false,
+            gen = true
+        ),
+        res!(
+            "networking.k8s.io",
+            "IngressClass",
+            "ingressclasses",
+            "ingressclass",
+            ns = false,
+            short = NONE,
+            cat = NONE,
+            status = false,
+            scale = false,
+            storage = "ingressclasses",
+            printer = IngressClass,
             fields = NONE,
             cou = false,
             gen = true

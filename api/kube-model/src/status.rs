@@ -59,6 +59,24 @@ impl Cause {
         }
     }
 
+    /// A `FieldValueRequired` cause that says why.
+    pub fn required_because(field: &str, detail: &str) -> Self {
+        Cause {
+            reason: "FieldValueRequired",
+            message: format!("Required value: {detail}"),
+            field: field.to_string(),
+        }
+    }
+
+    /// A `FieldValueTooLong` cause.
+    pub fn too_long(field: &str, max: usize) -> Self {
+        Cause {
+            reason: "FieldValueTooLong",
+            message: format!("Too long: may not be more than {max} bytes"),
+            field: field.to_string(),
+        }
+    }
+
     /// A `FieldValueInvalid` cause for `value`, with the rule it breaks.
     pub fn invalid(field: &str, value: &Value, detail: &str) -> Self {
         Cause {

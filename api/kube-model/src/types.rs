@@ -50,6 +50,8 @@ macro_rules! with_builtin_type {
             }
             ("discovery.k8s.io", "EndpointSlice") => arm!(disc::EndpointSlice),
             ("networking.k8s.io", "NetworkPolicy") => arm!(net::NetworkPolicy),
+            ("networking.k8s.io", "Ingress") => arm!(net::Ingress),
+            ("networking.k8s.io", "IngressClass") => arm!(net::IngressClass),
             ("apiextensions.k8s.io", "CustomResourceDefinition") => arm!(
                 k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition
             ),

@@ -218,6 +218,7 @@ pub fn message_for(api_version: &str, kind: &str) -> Option<String> {
         "rbac.authorization.k8s.io" => "rbac",
         "coordination.k8s.io" => "coordination",
         "discovery.k8s.io" => "discovery",
+        "networking.k8s.io" => "networking",
         "policy" => "policy",
         "scheduling.k8s.io" => "scheduling",
         "authorization.k8s.io" => "authorization",

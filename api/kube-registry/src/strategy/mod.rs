@@ -40,6 +40,7 @@ mod daemonset;
 mod deployment;
 mod endpoints;
 mod endpointslice;
+mod ingress;
 mod job;
 mod limitrange;
 mod namespace;
@@ -374,6 +375,11 @@ static BUILTIN: &[((&str, &str), &dyn Strategy)] = &[
     (
         ("networking.k8s.io", "NetworkPolicy"),
         &networkpolicy::NetworkPolicy,
+    ),
+    (("networking.k8s.io", "Ingress"), &ingress::Ingress),
+    (
+        ("networking.k8s.io", "IngressClass"),
+        &ingress::IngressClass,
     ),
     (("rbac.authorization.k8s.io", "Role"), &rbac::Role),
     (("rbac.authorization.k8s.io", "ClusterRole"), &rbac::Role),

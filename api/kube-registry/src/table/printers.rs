@@ -334,6 +334,45 @@ pub fn columns(p: Printer) -> Vec<Column> {
             col("Holder", "string", 0, "The current holder of the lease."),
             AGE,
         ],
+        Printer::Ingress => vec![
+            NAME,
+            col(
+                "Class",
+                "string",
+                0,
+                "The name of the IngressClass resource that should be used for additional configuration",
+            ),
+            col(
+                "Hosts",
+                "string",
+                0,
+                "Hosts that incoming requests are matched against before the ingress rule",
+            ),
+            col(
+                "Address",
+                "string",
+                0,
+                "Address is a list containing ingress points for the load-balancer",
+            ),
+            col("Ports", "string", 0, "Ports of TLS configurations that open"),
+            AGE,
+        ],
+        Printer::IngressClass => vec![
+            NAME,
+            col(
+                "Controller",
+                "string",
+                0,
+                "Controller that is responsible for handling this class",
+            ),
+            col(
+                "Parameters",
+                "string",
+                0,
+                "A reference to a resource with additional parameters",
+            ),
+            AGE,
+        ],
         Printer::EndpointSlice => vec![
             NAME,
             col(
@@ -569,6 +608,49 @@ fn service_ports(o: &Value) -> String {
         "<none>".to_string()
     } else {
         ports.join(",")
+    }
+}
+
+/// An Ingress's rule hosts: up to three, then how many rules more (upstream counts rules, not hosts);
+/// `*` when no rule names one.
+fn ingress_hosts(o: &Value) -> String {
+    let rules = arr(o, "spec.rules");
+    let mut hosts: Vec<&str> = Vec::new();
+    for r in rules {
+        if hosts.len() == 3 {
+            return format!("{} + {} more...", hosts.join(","), rules.len() - 3);
+        }
+        if !s(r, "host").is_empty() {
+            hosts.push(s(r, "host"));
+        }
+    }
+    if hosts.is_empty() {
+        "*".to_string()
+    } else {
+        hosts.join(",")
+    }
+}
+
+/// An Ingress's load-balancer addresses (IP, else hostname; sorted, once each), cut to 16 bytes as
+/// upstream's.
+fn ingress_address(o: &Value) -> String {
+    let list: std::collections::BTreeSet<&str> = arr(o, "status.loadBalancer.ingress")
+        .iter()
+        .map(|i| {
+            if s(i, "ip").is_empty() {
+                s(i, "hostname")
+            } else {
+                s(i, "ip")
+            }
+        })
+        .filter(|v| !v.is_empty())
+        .collect();
+    let list: Vec<&str> = list.into_iter().collect();
+    let joined = list.join(",");
+    if joined.chars().count() > 16 {
+        format!("{}...", joined.chars().take(13).collect::<String>())
+    } else {
+        joined
     }
 }
 
@@ -966,6 +1048,31 @@ pub fn cells(p: Printer, o: &Value) -> Vec<Value> {
             v
         }
         Printer::Lease => vec![name, or_none(s(o, "spec.holderIdentity")), age(o)],
+        Printer::Ingress => vec![
+            name,
+            or_none(s(o, "spec.ingressClassName")),
+            json!(ingress_hosts(o)),
+            json!(ingress_address(o)),
+            json!(if arr(o, "spec.tls").is_empty() {
+                "80"
+            } else {
+                "80, 443"
+            }),
+            age(o),
+        ],
+        Printer::IngressClass => {
+            let params = match path(o, "spec.parameters") {
+                Some(p) if p.is_object() => {
+                    let kind = match p.get("apiGroup").and_then(Value::as_str) {
+                        Some(group) => format!("{}.{group}", s(p, "kind")),
+                        None => s(p, "kind").to_string(),
+                    };
+                    format!("{kind}/{}", s(p, "name"))
+                }
+                _ => "<none>".to_string(),
+            };
+            vec![name, json!(s(o, "spec.controller")), json!(params), age(o)]
+        }
         Printer::NetworkPolicy => {
             let q = path(o, "spec.podSelector")
                 .map(|v| LabelSelector::from_object(v).to_query())
@@ -1121,6 +1228,27 @@ pub fn cells(p: Printer, o: &Value) -> Vec<Value> {
 mod tests {
     use super::*;
     use crate::resource::BUILTIN;
+
+    #[test]
+    fn ingress_cells_follow_upstream() {
+        let ing = json!({"spec": {"rules": [{"host": "a"}, {}, {"host": "b"}, {"host": "c"}, {"host": "d"}, {}]},
+                         "status": {"loadBalancer": {"ingress": [
+                             {"ip": "10.42.0.1"}, {"hostname": "node.example"}, {"ip": "10.42.0.1"}]}}});
+        assert_eq!(
+            ingress_hosts(&ing),
+            "a,b,c + 3 more...",
+            "rules counted, not hosts"
+        );
+        assert_eq!(ingress_hosts(&json!({"spec": {"rules": [{}]}})), "*");
+        assert_eq!(
+            ingress_address(&ing),
+            "10.42.0.1,nod...",
+            "sorted, deduplicated, cut at 16"
+        );
+        let class = json!({"metadata": {"name": "c"}, "spec": {"controller": "k/x",
+                           "parameters": {"apiGroup": "", "kind": "K", "name": "p"}}});
+        assert_eq!(cells(Printer::IngressClass, &class)[2], json!("K./p"));
+    }
 
     #[test]
     fn cells_match_columns_for_every_printer() {

@@ -127,6 +127,30 @@ pub fn check_data_key(k: &str) -> Result<(), String> {
     }
 }
 
+/// Upstream's IsValidPortName: every rule a port name breaks (an IANA service name).
+pub fn port_name_errors(name: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if name.is_empty() || name.len() > 15 {
+        errs.push("must be no more than 15 characters".to_string());
+    }
+    if !name
+        .bytes()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+    {
+        errs.push("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)".into());
+    }
+    if !name.bytes().any(|c| c.is_ascii_lowercase()) {
+        errs.push("must contain at least one letter (a-z)".into());
+    }
+    if name.contains("--") {
+        errs.push("must not contain consecutive hyphens".into());
+    }
+    if name.starts_with('-') || name.ends_with('-') {
+        errs.push("must not begin or end with a hyphen".into());
+    }
+    errs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,5 +170,17 @@ mod tests {
         assert!(check_label_value("a b").is_err());
         assert!(check_data_key("KEY_1.x").is_ok());
         assert!(check_data_key("a/b").is_err());
+        assert!(port_name_errors("http").is_empty());
+        assert_eq!(
+            port_name_errors("80"),
+            ["must contain at least one letter (a-z)"]
+        );
+        assert_eq!(
+            port_name_errors("-a--b"),
+            [
+                "must not contain consecutive hyphens",
+                "must not begin or end with a hyphen"
+            ]
+        );
     }
 }

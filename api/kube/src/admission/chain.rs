@@ -6,7 +6,9 @@
 
 use serde_json::Value;
 
-use super::{limit_ranger, node_restriction, node_taint, pod_security, resource_quota};
+use super::{
+    default_ingress_class, limit_ranger, node_restriction, node_taint, pod_security, resource_quota,
+};
 use crate::authn::Identity;
 use crate::authz::Authorizer;
 use crate::serviceaccount::key::SigningKey;
@@ -71,16 +73,19 @@ pub enum Mutating {
     ServiceAccountTokenSecret,
     /// LimitRanger: a new pod's default requests and limits from its namespace's LimitRanges.
     LimitRanger,
+    /// DefaultIngressClass: a new Ingress without a class gets the default IngressClass.
+    DefaultIngressClass,
 }
 
 /// The mutating plugins, in kube-apiserver 1.32's plugin order (LimitRanger, ServiceAccount,
-/// TaintNodesByCondition, Priority); keel's token step follows ServiceAccount.
+/// TaintNodesByCondition, Priority, DefaultIngressClass); keel's token step follows ServiceAccount.
 pub const MUTATING: &[Mutating] = &[
     Mutating::LimitRanger,
     Mutating::ServiceAccount,
     Mutating::ServiceAccountTokenSecret,
     Mutating::TaintNodesByCondition,
     Mutating::Priority,
+    Mutating::DefaultIngressClass,
 ];
 
 impl Mutating {
@@ -92,6 +97,7 @@ impl Mutating {
             Mutating::ServiceAccount => "ServiceAccount",
             Mutating::ServiceAccountTokenSecret => "ServiceAccountTokenSecret",
             Mutating::LimitRanger => "LimitRanger",
+            Mutating::DefaultIngressClass => "DefaultIngressClass",
         }
     }
 
@@ -103,6 +109,7 @@ impl Mutating {
             Mutating::ServiceAccount => "pods: create",
             Mutating::ServiceAccountTokenSecret => "secrets: create",
             Mutating::LimitRanger => "pods: create",
+            Mutating::DefaultIngressClass => "ingresses: create",
         }
     }
 
@@ -115,6 +122,9 @@ impl Mutating {
             Mutating::ServiceAccount => a.is_create() && a.is_kind("", "Pod"),
             Mutating::ServiceAccountTokenSecret => a.is_create() && a.is_kind("", "Secret"),
             Mutating::LimitRanger => a.is_create() && a.is_kind("", "Pod"),
+            Mutating::DefaultIngressClass => {
+                a.is_create() && a.is_kind("networking.k8s.io", "Ingress")
+            }
         }
     }
 
@@ -141,6 +151,9 @@ impl Mutating {
             }
             (Mutating::LimitRanger, _) => {
                 limit_ranger::admit_create(a.storage, a.def, a.name, obj).await
+            }
+            (Mutating::DefaultIngressClass, _) => {
+                default_ingress_class::admit_create(a.storage, obj).await
             }
         }
     }

@@ -2,6 +2,7 @@
 //! of names, required fields and immutable fields, validating, ResourceQuota last), in the order it lists.
 
 pub mod chain;
+pub mod default_ingress_class;
 pub mod limit_ranger;
 pub mod node_restriction;
 pub mod node_taint;
