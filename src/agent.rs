@@ -263,11 +263,23 @@ pub(crate) async fn run(args: AgentArgs) -> Result<(), ServerError> {
         server: None,
         netprog: None,
         resolver: None,
+        ingress: None,
     };
     let port = u16::try_from(args.port)
         .map_err(|_| ServerError::Config(format!("--port {} is not a port", args.port)))?;
     let mut opts = opts;
     opts.resolver = resolver_options(&args, &opts.node.name, &opts.node.internal_ip)?;
+    if !args.disable_ingress {
+        let ip: std::net::IpAddr = opts.node.internal_ip.parse().map_err(|_| {
+            ServerError::Config(format!(
+                "node IP {:?} is not an address",
+                opts.node.internal_ip
+            ))
+        })?;
+        opts.ingress = Some(keel_node_agent::ingress::IngressOptions {
+            http: std::net::SocketAddr::new(ip, args.ingress_http_port),
+        });
+    }
     opts.server = Some(keel_node_agent::server::ServerOptions {
         listen: std::net::SocketAddr::new(args.address, port),
         client_ca,

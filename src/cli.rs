@@ -371,6 +371,12 @@ pub(crate) struct AgentArgs {
     /// the `kube-system/kube-dns` Service in front of the agents' resolvers, unless --disable-dns).
     #[arg(long, value_delimiter = ',')]
     pub cluster_dns: Vec<String>,
+    /// Do not run the built-in Ingress controller (class `keel`).
+    #[arg(long)]
+    pub disable_ingress: bool,
+    /// The port the built-in Ingress controller serves HTTP on, on the node IP.
+    #[arg(long, default_value_t = 80)]
+    pub ingress_http_port: u16,
     /// Do not run the node's cluster DNS resolver (pods get --cluster-dns only when it is given).
     #[arg(long)]
     pub disable_dns: bool,

@@ -201,6 +201,9 @@ pub(crate) async fn run(args: UpArgs) -> Result<(), ServerError> {
 
 The worker node's address is {ip} (on its pod bridge): pods resolve Services through the cluster DNS
 (10.96.0.10), and NodePorts answer on {ip} from this machine.
+ingress: http://{ip}:80 (the built-in controller, class keel, the default), e.g.
+  kubectl create ingress web --rule='web.test/*=web:80'
+  curl -H 'Host: web.test' http://{ip}/etc/hostname
 ",
             ip = crate::worker::NODE_IP
         )

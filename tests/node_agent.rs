@@ -60,8 +60,10 @@ fn node() -> &'static std::sync::Mutex<AgentNode> {
             // This agent shares the host's network namespace: Services are tested in tests/services.rs,
             // in namespaces of their own, and the host's nftables and sysctls stay untouched.
             "--disable-kube-proxy",
-            // ...and cluster DNS (port 53 on the host), tested in tests/services.rs too.
+            // ...and cluster DNS (port 53 on the host), tested in tests/services.rs too, and the
+            // Ingress controller (port 80), tested in tests/up.rs.
             "--disable-dns",
+            "--disable-ingress",
             // Small logs rotate within seconds (log_rotation_keeps_the_newest_files); every other test's
             // logs stay far below this.
             "--container-log-max-size",

@@ -159,6 +159,11 @@ fn mounted_under(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The worker's Node name.
+fn node_name(up: &Up) -> String {
+    up.kubectl(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"])
+}
+
 #[test]
 fn one_machine_resolves_services_and_serves_node_ports() {
     require_kubectl();
@@ -166,7 +171,8 @@ fn one_machine_resolves_services_and_serves_node_ports() {
     let out = up.output();
     assert!(
         out.contains(&format!("Ready at {NODE_IP}"))
-            && out.contains(&format!("curl http://{NODE_IP}:")),
+            && out.contains(&format!("curl http://{NODE_IP}:"))
+            && out.contains(&format!("ingress: http://{NODE_IP}:80")),
         "keel up names the node's address and a curl line:\n{out}"
     );
     let node_ip = up.kubectl(&[
@@ -325,6 +331,145 @@ fn one_machine_resolves_services_and_serves_node_ports() {
         (out.status.success() && text.trim().starts_with("web-")).then_some(text)
     });
     assert!(answer.trim().starts_with("web-"), "{answer}");
+
+    // The built-in Ingress controller: two hosts and two paths, each request to the right Service
+    // (told by the answering pod's name); another class's Ingress is left alone.
+    // Both serve /who, /front/who and /back/who with their own name.
+    let serve = "mkdir -p /www/front /www/back && for d in /www /www/front /www/back; do hostname > $d/who; done \
+                 && httpd -f -p 8080 -h /www";
+    for name in ["front", "back"] {
+        up.kubectl(&[
+            "create",
+            "deployment",
+            name,
+            "-n",
+            ns,
+            "--image",
+            BUSYBOX,
+            "--",
+            "sh",
+            "-c",
+            serve,
+        ]);
+        up.kubectl(&[
+            "expose",
+            "deployment",
+            name,
+            "-n",
+            ns,
+            "--port=80",
+            "--target-port=8080",
+        ]);
+    }
+    for name in ["front", "back"] {
+        up.kubectl(&[
+            "rollout",
+            "status",
+            &format!("deployment/{name}"),
+            "-n",
+            ns,
+            "--timeout=120s",
+        ]);
+    }
+    let classes = up.kubectl(&[
+        "get",
+        "ingressclass",
+        "keel",
+        "-o",
+        "jsonpath={.spec.controller}",
+    ]);
+    assert_eq!(classes, "keel.io/ingress");
+    up.kubectl(&[
+        "create",
+        "ingress",
+        "site",
+        "-n",
+        ns,
+        "--rule=a.test/*=front:80",
+        "--rule=a.test/back*=back:80",
+        "--rule=b.test/*=back:80",
+    ]);
+    up.kubectl(&[
+        "create",
+        "ingress",
+        "elsewhere",
+        "-n",
+        ns,
+        "--class=other",
+        "--rule=c.test/*=front:80",
+    ]);
+    let fetch = |host: &str, path: &str| -> (bool, String) {
+        let url = format!("http://{NODE_IP}{path}");
+        let out = up
+            .inside("timeout")
+            .args([
+                "5",
+                "busybox",
+                "wget",
+                "-q",
+                "-O-",
+                "--header",
+                &format!("Host: {host}"),
+                &url,
+            ])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        )
+    };
+    for (host, path, want) in [
+        ("a.test", "/who", "front-"),
+        ("a.test", "/back/who", "back-"),
+        ("b.test", "/who", "back-"),
+        ("b.test", "/front/who", "back-"),
+    ] {
+        up.wait_for(&format!("http://{host}{path} through the ingress"), || {
+            let (ok, body) = fetch(host, path);
+            (ok && body.starts_with(want)).then_some(body)
+        });
+    }
+    assert!(
+        !fetch("c.test", "/who").0,
+        "another class's Ingress is not served"
+    );
+    assert!(!fetch("nowhere.test", "/who").0, "no rule: 404");
+    let address = up.wait_for("the Ingress's address", || {
+        let a = up.kubectl(&[
+            "get",
+            "ingress",
+            "site",
+            "-n",
+            ns,
+            "-o",
+            "jsonpath={.status.loadBalancer.ingress[*].ip}",
+        ]);
+        (a == NODE_IP).then_some(a)
+    });
+    assert_eq!(address, NODE_IP);
+    let other = up.kubectl(&[
+        "get",
+        "ingress",
+        "elsewhere",
+        "-n",
+        ns,
+        "-o",
+        "jsonpath={.status.loadBalancer}",
+    ]);
+    assert!(
+        !other.contains(NODE_IP),
+        "another class's Ingress gets no address: {other}"
+    );
+    let metrics = up.kubectl(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{}/proxy/metrics", node_name(&up)),
+    ]);
+    assert!(
+        metrics.contains(&format!("keel_agent_ingress_requests_total{{ingress=\"{ns}/site\",backend=\"{ns}/back:80\",code=\"200\"}}")),
+        "{metrics}"
+    );
 
     // Ctrl-C: the worker's pods, containerd, bridge, routes and table go with it.
     let status = up.stop();

@@ -52,6 +52,8 @@ pub struct Options {
     pub server: Option<crate::server::ServerOptions>,
     /// Services on this node (None: `--disable-kube-proxy`, someone else programs them).
     pub netprog: Option<keel_netprog::Options>,
+    /// The node's built-in Ingress controller (None: `--disable-ingress`).
+    pub ingress: Option<crate::ingress::IngressOptions>,
     /// The node's cluster DNS resolver (None: `--disable-dns`).
     pub resolver: Option<crate::dns::DnsOptions>,
 }
@@ -152,6 +154,7 @@ pub async fn run(client: Client, opts: Options) -> Result<()> {
     let sources = crate::server::metrics::Sources {
         netprog: opts.netprog.as_ref().map(|_| Arc::default()),
         dns: opts.resolver.as_ref().map(|_| Arc::default()),
+        ingress: opts.ingress.as_ref().map(|_| Arc::default()),
     };
     let netprog = async {
         match (opts.netprog.clone(), sources.netprog.clone()) {
@@ -174,11 +177,25 @@ pub async fn run(client: Client, opts: Options) -> Result<()> {
             _ => std::future::pending().await,
         }
     };
+    let ingress = async {
+        match (opts.ingress.clone(), sources.ingress.clone()) {
+            (Some(i), Some(stats)) => match crate::ingress::run(client.clone(), i, stats).await {
+                // A port someone else holds costs the node its Ingress controller, not its pods.
+                Err(Error::Config(e)) => {
+                    warn!(error = %e, "ingress controller not running");
+                    std::future::pending().await
+                }
+                r => r,
+            },
+            _ => std::future::pending().await,
+        }
+    };
     tokio::select! {
         _ = async { tokio::join!(lease, status, pods, rotation, image_gc) } => Ok(()),
         r = api => r,
         r = netprog => r,
         r = resolver => r,
+        r = ingress => r,
     }
 }
 

@@ -22,9 +22,11 @@ pub mod dns;
 pub mod error;
 pub mod hollow;
 pub mod image;
+pub mod ingress;
 pub mod log_rotation;
 pub mod node;
 pub mod pod;
+mod reflect;
 pub mod runtime;
 pub mod server;
 

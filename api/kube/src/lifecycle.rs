@@ -97,8 +97,20 @@ pub(crate) async fn left_to_finalizers(
     Ok(true)
 }
 
-/// One pass: the default namespaces. (The namespace controller terminates deleted namespaces and the
-/// serviceaccount controller makes the `default` ServiceAccounts.)
+/// The IngressClass of the agents' built-in Ingress controller, the cluster's default class (as k3s
+/// ships Traefik's). Kept like the default namespaces: a deleted one comes back, an edited one (say,
+/// without the default annotation) is left as it is.
+pub(crate) fn keel_ingress_class() -> Value {
+    let mut c = new_object("networking.k8s.io/v1", "IngressClass", "keel", None);
+    c["metadata"]["generation"] = json!(1);
+    c["metadata"]["annotations"] = json!({"ingressclass.kubernetes.io/is-default-class": "true"});
+    c["metadata"]["labels"] = json!({"app.kubernetes.io/managed-by": "keel"});
+    c["spec"] = json!({"controller": "keel.io/ingress"});
+    c
+}
+
+/// One pass: the default namespaces and the `keel` IngressClass. (The namespace controller terminates
+/// deleted namespaces and the serviceaccount controller makes the `default` ServiceAccounts.)
 pub(crate) async fn reconcile(storage: &Storage) -> Result<(), ApiError> {
     for ns in DEFAULT_NAMESPACES {
         ensure(
@@ -108,7 +120,12 @@ pub(crate) async fn reconcile(storage: &Storage) -> Result<(), ApiError> {
         )
         .await?;
     }
-    Ok(())
+    ensure(
+        storage,
+        "/registry/ingressclasses/keel",
+        &keel_ingress_class(),
+    )
+    .await
 }
 
 /// Runs [`reconcile`] while this member leads, until `stop` fires.

@@ -104,6 +104,7 @@ pub(crate) async fn run(
                 // Pod startup only: the host's nftables and sysctls stay untouched.
                 "--disable-kube-proxy",
                 "--disable-dns",
+                "--disable-ingress",
             ],
         )
     })

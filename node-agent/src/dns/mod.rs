@@ -26,11 +26,9 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::reflector::Store;
 use kube::{Api, Client};
 use tokio::sync::{watch, Notify};
 use tracing::{debug, info, warn};
@@ -41,6 +39,7 @@ pub use stats::DnsStats;
 pub use upstream::{parse_resolv_conf, Upstream, UPSTREAM_TIMEOUT};
 
 use crate::error::{Error, Result};
+use crate::reflect::reflect;
 
 /// How long a change waits for the rest of its burst before the table is rebuilt.
 const BATCH: Duration = Duration::from_millis(20);
@@ -71,34 +70,6 @@ impl DnsOptions {
             service_ip: Ipv4Addr::new(10, 96, 0, 10),
         }
     }
-}
-
-/// Runs a reflector for `K`, waking `wake` on every change.
-fn reflect<K>(api: Api<K>, wake: Arc<Notify>) -> (Store<K>, impl std::future::Future<Output = ()>)
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    let (reader, writer) = reflector::store::<K>();
-    let stream = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .reflect(writer)
-        .applied_objects();
-    let driver = async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(item) = stream.next().await {
-            if let Err(e) = item {
-                debug!(error = %e, "DNS watch error; retrying");
-            }
-            wake.notify_one();
-        }
-    };
-    (reader, driver)
 }
 
 /// Rebuilds the table from the caches after every burst of changes, once both have synced.

@@ -22,6 +22,8 @@ pub struct Sources {
     pub netprog: Option<Arc<keel_netprog::Stats>>,
     /// The resolver's counters (None: `--disable-dns`).
     pub dns: Option<Arc<DnsStats>>,
+    /// The Ingress controller's counters (None: `--disable-ingress`).
+    pub ingress: Option<Arc<crate::ingress::IngressStats>>,
 }
 
 fn counter(r: &mut Registry, name: &str, help: &str, v: u64) {
@@ -57,6 +59,9 @@ impl EncodeMetric for SnapshotHistogram {
 /// The exposition text.
 pub fn render(s: &Sources) -> String {
     let mut r = Registry::with_prefix("keel_agent");
+    if let Some(i) = &s.ingress {
+        i.register(&mut r);
+    }
     if let Some(n) = &s.netprog {
         let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         counter(
@@ -202,10 +207,17 @@ mod tests {
         n.programming.observe(0.7);
         let d = Arc::new(DnsStats::default());
         d.nxdomain.store(2, Ordering::Relaxed);
+        let i = Arc::new(crate::ingress::IngressStats::default());
+        i.observe("ns/web", "ns/web:80", 200, std::time::Instant::now());
         let text = render(&Sources {
             netprog: Some(n),
             dns: Some(d),
+            ingress: Some(i),
         });
+        assert!(
+            text.contains("keel_agent_ingress_requests_total{ingress=\"ns/web\",backend=\"ns/web:80\",code=\"200\"} 1"),
+            "{text}"
+        );
         assert!(text.contains("keel_agent_proxy_syncs_total 3"), "{text}");
         assert!(
             text.contains("keel_agent_dns_replies_total{rcode=\"NXDOMAIN\"} 2"),

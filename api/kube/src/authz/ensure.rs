@@ -52,7 +52,8 @@ fn keel_roles() -> Vec<Value> {
             "rules": [
                 {"apiGroups": [""], "resources": ["services", "endpoints", "namespaces", "nodes", "pods"], "verbs": ["get", "list", "watch"]},
                 {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
-                {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies", "ingresses", "ingressclasses"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses/status"], "verbs": ["patch", "update"]},
                 {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]}
             ]
         }),

@@ -1,0 +1,274 @@
+//! The HTTP side of the built-in Ingress controller: each request is routed by the current
+//! [`RouteTable`] and forwarded to one ready endpoint of its backend (round robin), its body streamed
+//! both ways; WebSocket and other upgrades are spliced through. `X-Forwarded-For`, `-Proto`, `-Host`
+//! and `-Port` tell the backend where the request came from. No route: 404; no ready endpoint: 503; an
+//! endpoint that refuses the connection is skipped for the next one (a request without a body), so a
+//! pod leaving between two table updates costs no request.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::{Request, Response, StatusCode, Uri};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::sync::watch;
+use tracing::debug;
+
+use super::routes::RouteTable;
+use super::stats::IngressStats;
+
+/// A response body of any origin.
+pub type Body = BoxBody<Bytes, hyper::Error>;
+
+/// Headers that describe one connection, not the request (RFC 9110 §7.6.1), never forwarded.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+/// Upgrade relays drop only what names the client's own connection.
+const UPGRADE_DROPPED: &[&str] = &["keep-alive", "proxy-connection", "te", "trailer"];
+/// Endpoints tried for one request before it fails with 502.
+const ATTEMPTS: usize = 3;
+
+/// The proxy shared by every connection.
+pub struct Proxy {
+    table: watch::Receiver<Arc<RouteTable>>,
+    client: Client<HttpConnector, Body>,
+    next: AtomicUsize,
+    stats: Arc<IngressStats>,
+}
+
+fn text(status: StatusCode, msg: &str) -> Response<Body> {
+    let mut r = Response::new(
+        Full::new(Bytes::from(format!("{msg}\n")))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+fn is_upgrade(h: &HeaderMap) -> bool {
+    h.get(header::CONNECTION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+        })
+        && h.contains_key(header::UPGRADE)
+}
+
+/// Removes the hop-by-hop headers, and those the `Connection` header names.
+fn strip_hop_by_hop(h: &mut HeaderMap) {
+    let named: Vec<HeaderName> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect();
+    for n in named {
+        h.remove(n);
+    }
+    for n in HOP_BY_HOP {
+        h.remove(*n);
+    }
+}
+
+/// Adds the `X-Forwarded-*` headers (appending the client to an existing `X-Forwarded-For`).
+fn forwarded(h: &mut HeaderMap, client: SocketAddr, scheme: &str, host: &str, port: u16) {
+    let xff = match h.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+        Some(prev) if !prev.is_empty() => format!("{prev}, {}", client.ip()),
+        _ => client.ip().to_string(),
+    };
+    for (name, value) in [
+        ("x-forwarded-for", xff),
+        ("x-forwarded-proto", scheme.to_string()),
+        ("x-forwarded-host", host.to_string()),
+        ("x-forwarded-port", port.to_string()),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            h.insert(HeaderName::from_static(name), v);
+        }
+    }
+}
+
+impl Proxy {
+    /// A proxy routing by `table`.
+    pub fn new(table: watch::Receiver<Arc<RouteTable>>, stats: Arc<IngressStats>) -> Proxy {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(std::time::Duration::from_secs(5)));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(std::time::Duration::from_secs(30))
+            .build(connector);
+        Proxy {
+            table,
+            client,
+            next: AtomicUsize::new(0),
+            stats,
+        }
+    }
+
+    /// Answers one request that arrived on `local` from `client` over `scheme`.
+    pub async fn serve(
+        &self,
+        req: Request<Incoming>,
+        client: SocketAddr,
+        local: SocketAddr,
+        scheme: &'static str,
+    ) -> Response<Body> {
+        let start = Instant::now();
+        let table = self.table.borrow().clone();
+        let host = req
+            .headers()
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .or_else(|| req.uri().authority().map(|a| a.as_str()))
+            .unwrap_or("")
+            .to_string();
+        let Some(route) = table.route(&host, req.uri().path()) else {
+            self.stats.observe("", "", 404, start);
+            return text(StatusCode::NOT_FOUND, "404 page not found");
+        };
+        let backend = route.backend.to_string();
+        let endpoints = table.endpoints(route.backend);
+        if endpoints.is_empty() {
+            self.stats.observe(route.ingress, &backend, 503, start);
+            return text(StatusCode::SERVICE_UNAVAILABLE, "503 no ready endpoint");
+        }
+        let first = self.next.fetch_add(1, Ordering::Relaxed);
+        let resp = if is_upgrade(req.headers()) {
+            let target = endpoints[first % endpoints.len()];
+            self.upgrade(req, target, client, &host, local.port(), scheme)
+                .await
+        } else {
+            self.forward(req, endpoints, first, client, &host, local.port(), scheme)
+                .await
+        };
+        self.stats
+            .observe(route.ingress, &backend, resp.status().as_u16(), start);
+        resp
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn forward(
+        &self,
+        req: Request<Incoming>,
+        endpoints: &[SocketAddr],
+        first: usize,
+        client: SocketAddr,
+        host: &str,
+        port: u16,
+        scheme: &str,
+    ) -> Response<Body> {
+        let (mut parts, body) = req.into_parts();
+        // The backend hears HTTP/1.1 whatever the client spoke; `Host` stays the client's.
+        strip_hop_by_hop(&mut parts.headers);
+        forwarded(&mut parts.headers, client, scheme, host, port);
+        // Only a request without a body can go to another endpoint after a refused connection.
+        let bodyless = hyper::body::Body::is_end_stream(&body);
+        let mut body = Some(body.boxed());
+        let path = parts
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string();
+        let tries = if bodyless {
+            ATTEMPTS.min(endpoints.len())
+        } else {
+            1
+        };
+        let mut last_err = String::new();
+        for k in 0..tries {
+            let target = endpoints[(first + k) % endpoints.len()];
+            let Ok(uri) = format!("http://{target}{path}").parse::<Uri>() else {
+                return text(StatusCode::BAD_REQUEST, "400 bad request path");
+            };
+            let mut out = Request::new(body.take().unwrap_or_else(empty));
+            *out.method_mut() = parts.method.clone();
+            *out.headers_mut() = parts.headers.clone();
+            *out.uri_mut() = uri;
+            match self.client.request(out).await {
+                Ok(resp) => {
+                    let (mut rp, rb) = resp.into_parts();
+                    strip_hop_by_hop(&mut rp.headers);
+                    return Response::from_parts(rp, rb.boxed());
+                }
+                Err(e) if e.is_connect() => {
+                    debug!(%target, error = %e, "ingress: endpoint refused; trying the next");
+                    last_err = e.to_string();
+                }
+                Err(e) => {
+                    debug!(%target, error = %e, "ingress: backend failed");
+                    return text(StatusCode::BAD_GATEWAY, "502 bad gateway");
+                }
+            }
+        }
+        debug!(error = %last_err, "ingress: no endpoint accepted the connection");
+        text(StatusCode::BAD_GATEWAY, "502 bad gateway")
+    }
+
+    async fn upgrade(
+        &self,
+        mut req: Request<Incoming>,
+        target: SocketAddr,
+        client: SocketAddr,
+        host: &str,
+        port: u16,
+        scheme: &str,
+    ) -> Response<Body> {
+        let Ok(tcp) = tokio::net::TcpStream::connect(target).await else {
+            return text(StatusCode::BAD_GATEWAY, "502 bad gateway");
+        };
+        let Ok((mut sender, conn)) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await
+        else {
+            return text(StatusCode::BAD_GATEWAY, "502 bad gateway");
+        };
+        tokio::spawn(async move {
+            if let Err(e) = conn.with_upgrades().await {
+                debug!(error = %e, "ingress: upgraded backend connection ended");
+            }
+        });
+        forwarded(req.headers_mut(), client, scheme, host, port);
+        let path = req
+            .uri()
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string();
+        let answer = keel_client_kit::upgrade::relay(
+            &mut req,
+            &mut sender,
+            &path,
+            host,
+            UPGRADE_DROPPED,
+            "ingress backend",
+        )
+        .await;
+        match answer.map(|a| a.into_response::<Full<Bytes>>()) {
+            Ok(Ok(r)) => r.map(|b| b.map_err(|never| match never {}).boxed()),
+            _ => text(StatusCode::BAD_GATEWAY, "502 bad gateway"),
+        }
+    }
+}
+
+fn empty() -> Body {
+    Empty::new().map_err(|never| match never {}).boxed()
+}
