@@ -16,7 +16,7 @@ PACKAGES=(
     busybox-static              # /bin/busybox: the pause and busybox images the node agent runs without a registry
     nftables                    # nft, for netprog
     iproute2                    # ip, for network namespaces in tests
-    curl                        # tests/node_agent.rs calls the agent's API with chosen credentials
+    curl                        # tests/node_agent.rs calls the agent's API with chosen credentials; tests/up.rs checks the Ingress TLS with --cacert
     docker-registry             # a real registry (distribution) that tests/node_agent.rs pulls from with imagePullSecrets
     apache2-utils               # htpasswd, the registry's bcrypt password file
     python3                     # the official Kubernetes Python client's test (pip-installed into a venv)

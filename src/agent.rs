@@ -278,6 +278,8 @@ pub(crate) async fn run(args: AgentArgs) -> Result<(), ServerError> {
         })?;
         opts.ingress = Some(keel_node_agent::ingress::IngressOptions {
             http: std::net::SocketAddr::new(ip, args.ingress_http_port),
+            https: (args.ingress_https_port != 0)
+                .then(|| std::net::SocketAddr::new(ip, args.ingress_https_port)),
         });
     }
     opts.server = Some(keel_node_agent::server::ServerOptions {

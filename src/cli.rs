@@ -377,6 +377,9 @@ pub(crate) struct AgentArgs {
     /// The port the built-in Ingress controller serves HTTP on, on the node IP.
     #[arg(long, default_value_t = 80)]
     pub ingress_http_port: u16,
+    /// The port the built-in Ingress controller serves HTTPS on, on the node IP (0: none).
+    #[arg(long, default_value_t = 443)]
+    pub ingress_https_port: u16,
     /// Do not run the node's cluster DNS resolver (pods get --cluster-dns only when it is given).
     #[arg(long)]
     pub disable_dns: bool,

@@ -471,6 +471,60 @@ fn one_machine_resolves_services_and_serves_node_ports() {
         "{metrics}"
     );
 
+    // TLS from a Secret, chosen by SNI and verified against the test's own CA.
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "up-test-ca");
+    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let leaf_key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["secure.test".to_string()])
+        .unwrap()
+        .signed_by(&leaf_key, &issuer)
+        .unwrap();
+    let files = up.dir.path();
+    std::fs::write(files.join("ca.pem"), &ca_pem).unwrap();
+    std::fs::write(files.join("tls.crt"), leaf.pem()).unwrap();
+    std::fs::write(files.join("tls.key"), leaf_key.serialize_pem()).unwrap();
+    let (crt, key) = (files.join("tls.crt"), files.join("tls.key"));
+    up.kubectl(&[
+        "create",
+        "secret",
+        "tls",
+        "site-tls",
+        "-n",
+        ns,
+        &format!("--cert={}", crt.display()),
+        &format!("--key={}", key.display()),
+    ]);
+    up.kubectl(&[
+        "create",
+        "ingress",
+        "secure",
+        "-n",
+        ns,
+        "--rule=secure.test/*=back:80,tls=site-tls",
+    ]);
+    let cacert = files.join("ca.pem");
+    let answer = up.wait_for("https://secure.test through the ingress", || {
+        let out = up
+            .inside("curl")
+            .args(["-sS", "--max-time", "5", "--cacert"])
+            .arg(&cacert)
+            .args([
+                "--resolve",
+                &format!("secure.test:443:{NODE_IP}"),
+                "https://secure.test/who",
+            ])
+            .output()
+            .unwrap();
+        let body = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        (out.status.success() && body.starts_with("back-")).then_some(body)
+    });
+    assert!(answer.starts_with("back-"), "{answer}");
+
     // Ctrl-C: the worker's pods, containerd, bridge, routes and table go with it.
     let status = up.stop();
     assert!(

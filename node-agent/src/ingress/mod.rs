@@ -4,7 +4,8 @@
 //!
 //! - [`routes`]: the routing table (hosts, paths, precedence, endpoints);
 //! - [`proxy`]: forwarding, upgrades, the `X-Forwarded-*` headers;
-//! - [`stats`]: requests and latency per Ingress and backend.
+//! - [`stats`]: requests and latency per Ingress and backend;
+//! - [`tls`]: HTTPS on port 443 with the Ingresses' certificates, chosen by SNI.
 //!
 //! Which Ingresses are its own: those whose `ingressClassName` (or legacy `kubernetes.io/ingress.class`
 //! annotation) names an IngressClass whose `controller` is [`CONTROLLER`]; any other Ingress is left
@@ -16,6 +17,7 @@
 pub mod proxy;
 pub mod routes;
 pub mod stats;
+pub mod tls;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -54,6 +56,8 @@ const BATCH: Duration = Duration::from_millis(20);
 pub struct IngressOptions {
     /// Where plain HTTP is served (the node's port 80 by default).
     pub http: SocketAddr,
+    /// Where HTTPS is served (the node's port 443 by default; None: not at all).
+    pub https: Option<SocketAddr>,
 }
 
 /// The Ingresses `classes` make this controller's.
@@ -170,8 +174,10 @@ async fn keep_table(
     caches: Caches,
     wake: Arc<Notify>,
     table: watch::Sender<Arc<RouteTable>>,
+    certs: Arc<tls::SniCerts>,
 ) -> Result<()> {
     caches.ready().await?;
+    let mut secrets = tls::SecretCache::default();
     let mut first = true;
     loop {
         let ingresses = caches.ingresses.state();
@@ -198,6 +204,7 @@ async fn keep_table(
             );
         }
         table.send_replace(Arc::new(built));
+        secrets.refresh(&client, &mine, &certs).await;
         let ips = node_addresses(&caches.nodes.state());
         for ing in &mine {
             report(&client, ing, &ips).await;
@@ -207,8 +214,13 @@ async fn keep_table(
     }
 }
 
-/// Serves plain HTTP on `listener` through `proxy` until dropped.
-async fn serve_http(listener: tokio::net::TcpListener, proxy: Arc<Proxy>) {
+/// Serves `listener` through `proxy` until dropped, over TLS when `tls` is given.
+async fn serve(
+    listener: tokio::net::TcpListener,
+    proxy: Arc<Proxy>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) {
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let local = listener
         .local_addr()
         .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
@@ -223,18 +235,39 @@ async fn serve_http(listener: tokio::net::TcpListener, proxy: Arc<Proxy>) {
         };
         let _ = tcp.set_nodelay(true);
         let proxy = proxy.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
             let svc = service_fn(move |req| {
                 let proxy = proxy.clone();
                 async move {
-                    Ok::<_, std::convert::Infallible>(proxy.serve(req, peer, local, "http").await)
+                    Ok::<_, std::convert::Infallible>(proxy.serve(req, peer, local, scheme).await)
                 }
             });
             let builder = auto::Builder::new(TokioExecutor::new());
-            if let Err(e) = builder
-                .serve_connection_with_upgrades(TokioIo::new(tcp), svc)
-                .await
-            {
+            let served = match tls {
+                Some(acceptor) => {
+                    let handshake =
+                        tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp));
+                    match handshake.await {
+                        Ok(Ok(stream)) => {
+                            builder
+                                .serve_connection_with_upgrades(TokioIo::new(stream), svc)
+                                .await
+                        }
+                        Ok(Err(e)) => {
+                            debug!(%peer, error = %e, "ingress TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => return,
+                    }
+                }
+                None => {
+                    builder
+                        .serve_connection_with_upgrades(TokioIo::new(tcp), svc)
+                        .await
+                }
+            };
+            if let Err(e) = served {
                 debug!(%peer, error = %e, "ingress connection ended");
             }
         });
@@ -244,13 +277,52 @@ async fn serve_http(listener: tokio::net::TcpListener, proxy: Arc<Proxy>) {
 /// Runs the controller until dropped: binds `opts.http`, keeps the routing table and the Ingresses'
 /// status current, and proxies. Fails when the port cannot be bound or a watch ends.
 pub async fn run(client: Client, opts: IngressOptions, stats: Arc<IngressStats>) -> Result<()> {
-    let listener = tokio::net::TcpListener::bind(opts.http)
-        .await
-        .map_err(|e| Error::Config(format!("ingress: cannot listen on {}: {e}", opts.http)))?;
-    info!(http = %opts.http, "ingress controller listening");
+    let bind = |addr: SocketAddr| async move {
+        tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| Error::Config(format!("ingress: cannot listen on {addr}: {e}")))
+    };
+    let listener = bind(opts.http).await?;
+    let certs = Arc::new(tls::SniCerts::new()?);
+    let secure = match opts.https {
+        Some(addr) => {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map_err(|e| Error::Config(format!("ingress TLS: {e}")))?
+                .with_no_client_auth()
+                .with_cert_resolver(certs.clone());
+            cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+            Some((
+                bind(addr).await?,
+                tokio_rustls::TlsAcceptor::from(Arc::new(cfg)),
+            ))
+        }
+        None => None,
+    };
+    info!(http = %opts.http, https = ?opts.https, "ingress controller listening");
     let (table_tx, table_rx) = watch::channel(Arc::new(RouteTable::default()));
     let proxy = Arc::new(Proxy::new(table_rx, stats));
     let wake = Arc::new(Notify::new());
+    // Renewed certificates are picked up on the next Secret read.
+    let ticker = {
+        let wake = wake.clone();
+        async move {
+            loop {
+                tokio::time::sleep(tls::REFRESH).await;
+                wake.notify_one();
+            }
+        }
+    };
+    let https = {
+        let proxy = proxy.clone();
+        async move {
+            match secure {
+                Some((listener, acceptor)) => serve(listener, proxy, Some(acceptor)).await,
+                None => std::future::pending().await,
+            }
+        }
+    };
     let (ingresses, i_driver) = reflect(Api::<Ingress>::all(client.clone()), wake.clone());
     let (classes, c_driver) = reflect(Api::<IngressClass>::all(client.clone()), wake.clone());
     let (services, s_driver) = reflect(Api::<Service>::all(client.clone()), wake.clone());
@@ -264,8 +336,10 @@ pub async fn run(client: Client, opts: IngressOptions, stats: Arc<IngressStats>)
         nodes,
     };
     tokio::select! {
-        () = serve_http(listener, proxy) => Ok(()),
-        r = keep_table(client, caches, wake, table_tx) => r,
+        () = serve(listener, proxy, None) => Ok(()),
+        () = https => Ok(()),
+        () = ticker => Ok(()),
+        r = keep_table(client, caches, wake, table_tx, certs) => r,
         () = i_driver => Err(Error::WatchEnded("ingresses")),
         () = c_driver => Err(Error::WatchEnded("ingressclasses")),
         () = s_driver => Err(Error::WatchEnded("services")),

@@ -76,7 +76,7 @@ fn tls_err(e: impl std::fmt::Display) -> Error {
 }
 
 /// A certified key from PEM certificate(s) and key.
-fn certified(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<CertifiedKey>> {
+pub(crate) fn certified(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<CertifiedKey>> {
     let certs = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(tls_err)?;

@@ -35,6 +35,9 @@ static NODE_RULES: LazyLock<Vec<PolicyRule>> = LazyLock::new(|| {
         .unwrap_or_default()
 });
 
+/// The controller of the agents' built-in Ingress controller's classes.
+const INGRESS_CONTROLLER: &str = "keel.io/ingress";
+
 /// The node an identity is the agent of, if it is one.
 pub(crate) fn node_name(user: &crate::authn::Identity) -> Option<&str> {
     if !user.groups.iter().any(|g| g == NODES_GROUP) {
@@ -128,6 +131,9 @@ impl NodeAuthorizer {
             });
             return if used { Decision::Allow } else { none() };
         }
+        if kind == Ref::Secret && self.ingress_tls(namespace, name) {
+            return Decision::Allow;
+        }
         let pods = self.objects(&format!("/registry/pods/{namespace}/"));
         let uses = pods.iter().any(|p| {
             object::path(p, "spec.nodeName").and_then(Value::as_str) == Some(node)
@@ -138,6 +144,42 @@ impl NodeAuthorizer {
         } else {
             none()
         }
+    }
+
+    /// Whether an Ingress of one of the agents' own classes (controller `keel.io/ingress`) in `namespace`
+    /// names the Secret `name` for TLS: every agent's Ingress controller serves it.
+    fn ingress_tls(&self, namespace: &str, name: &str) -> bool {
+        let classes: Vec<String> = self
+            .objects("/registry/ingressclasses/")
+            .iter()
+            .filter(|c| {
+                object::path(c, "spec.controller").and_then(Value::as_str)
+                    == Some(INGRESS_CONTROLLER)
+            })
+            .map(|c| object::name(c).to_string())
+            .collect();
+        if classes.is_empty() {
+            return false;
+        }
+        self.objects(&format!("/registry/ingress/{namespace}/"))
+            .iter()
+            .any(|i| {
+                let class = object::path(i, "spec.ingressClassName")
+                    .and_then(Value::as_str)
+                    .or_else(|| {
+                        object::path(i, "metadata.annotations")
+                            .and_then(|a| a.get("kubernetes.io/ingress.class"))
+                            .and_then(Value::as_str)
+                    });
+                let tls = object::path(i, "spec.tls")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten();
+                class.is_some_and(|c| classes.iter().any(|k| k == c))
+                    && tls
+                        .into_iter()
+                        .any(|t| t.get("secretName").and_then(Value::as_str) == Some(name))
+            })
     }
 
     fn objects(&self, prefix: &str) -> Vec<Value> {
