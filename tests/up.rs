@@ -81,6 +81,22 @@ impl Up {
         run_kubectl(cmd, None, WAIT)
     }
 
+    fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> String {
+        let mut cmd = self.inside("kubectl");
+        cmd.args(args)
+            .env(
+                "KUBECONFIG",
+                self.data().join("m1").join("admin.kubeconfig"),
+            )
+            .env("HOME", self.dir.path())
+            .env("KUBECACHEDIR", self.dir.path().join("kube-cache"));
+        let r = run_kubectl(cmd, Some(stdin.as_bytes()), WAIT);
+        if !r.ok {
+            self.fail(format!("kubectl {args:?}: {}", r.stderr));
+        }
+        r.stdout
+    }
+
     fn kubectl(&self, args: &[&str]) -> String {
         let r = self.kubectl_run(args);
         if !r.ok {
@@ -157,6 +173,121 @@ fn mounted_under(dir: &Path) -> Vec<String> {
         .filter(|m| m.starts_with(&dir))
         .map(str::to_string)
         .collect()
+}
+
+/// Ready endpoints of `svc`'s EndpointSlices.
+fn ready_endpoints(up: &Up, ns: &str, svc: &str) -> usize {
+    let out = up.kubectl(&[
+        "get",
+        "endpointslices",
+        "-n",
+        ns,
+        "-l",
+        &format!("kubernetes.io/service-name={svc}"),
+        "-o",
+        "jsonpath={range .items[*].endpoints[*]}{.conditions.ready}{\"\\n\"}{end}",
+    ]);
+    out.lines().filter(|l| l.trim() == "true").count()
+}
+
+/// `rate` GET requests per second for `secs` seconds to `addr` with `Host: host`, each on a connection
+/// of its own (run inside the machine's namespace); how many got each status (0: no answer).
+fn load(addr: &str, host: &str, rate: u64, secs: u64) -> std::collections::BTreeMap<u16, usize> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / rate));
+        let mut tasks = Vec::new();
+        for _ in 0..rate * secs {
+            tick.tick().await;
+            let (addr, host) = (addr.to_string(), host.to_string());
+            tasks.push(tokio::spawn(async move {
+                let attempt = async {
+                    let mut s = tokio::net::TcpStream::connect(&addr).await.ok()?;
+                    let req =
+                        format!("GET /who HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+                    s.write_all(req.as_bytes()).await.ok()?;
+                    let mut buf = Vec::new();
+                    s.read_to_end(&mut buf).await.ok()?;
+                    let head = String::from_utf8_lossy(&buf);
+                    head.split_whitespace().nth(1)?.parse::<u16>().ok()
+                };
+                tokio::time::timeout(Duration::from_secs(10), attempt)
+                    .await
+                    .ok()
+                    .flatten()
+                    .unwrap_or(0)
+            }));
+        }
+        let mut codes = std::collections::BTreeMap::new();
+        for t in tasks {
+            *codes.entry(t.await.unwrap_or(0)).or_insert(0) += 1;
+        }
+        codes
+    })
+}
+
+/// A WebSocket echo server on `ip` (a free port) for the rest of the test; its address.
+fn start_echo(ip: std::net::IpAddr) -> std::net::SocketAddr {
+    use futures::{SinkExt, StreamExt};
+    let listener = std::net::TcpListener::bind((ip, 0)).unwrap();
+    let addr = listener.local_addr().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            while let Ok((tcp, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                        return;
+                    };
+                    while let Some(Ok(msg)) = ws.next().await {
+                        if msg.is_text() && ws.send(msg).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+    });
+    addr
+}
+
+/// Sends `text` over a WebSocket to `addr` with `Host: host` and returns what comes back.
+fn websocket_echo(addr: &str, host: &str, text: &str) -> Result<String, String> {
+    use futures::{SinkExt, StreamExt};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{host}/"), tcp)
+            .await
+            .map_err(|e| e.to_string())?;
+        ws.send(tokio_tungstenite::tungstenite::Message::text(text))
+            .await
+            .map_err(|e| e.to_string())?;
+        let reply = tokio::time::timeout(Duration::from_secs(5), ws.next())
+            .await
+            .map_err(|_| "no echo within 5 s".to_string())?;
+        match reply {
+            Some(Ok(m)) => m
+                .into_text()
+                .map(|t| t.to_string())
+                .map_err(|e| e.to_string()),
+            other => Err(format!("{other:?}")),
+        }
+    })
 }
 
 /// The worker's Node name.
@@ -470,6 +601,66 @@ fn one_machine_resolves_services_and_serves_node_ports() {
         metrics.contains(&format!("keel_agent_ingress_requests_total{{ingress=\"{ns}/site\",backend=\"{ns}/back:80\",code=\"200\"}}")),
         "{metrics}"
     );
+
+    // A scale-down from 3 to 1 while a client sends 200 requests/s through the Ingress: no request lost.
+    up.kubectl(&["scale", "deployment", "front", "-n", ns, "--replicas=3"]);
+    up.kubectl(&[
+        "rollout",
+        "status",
+        "deployment/front",
+        "-n",
+        ns,
+        "--timeout=120s",
+    ]);
+    up.wait_for("3 ready endpoints of front", || {
+        (ready_endpoints(&up, ns, "front") == 3).then_some(String::new())
+    });
+    let load = up
+        .net
+        .spawn_inside(0, || load(&format!("{NODE_IP}:80"), "a.test", 200, 8));
+    std::thread::sleep(Duration::from_secs(2));
+    up.kubectl(&["scale", "deployment", "front", "-n", ns, "--replicas=1"]);
+    up.wait_for("1 ready endpoint of front", || {
+        (ready_endpoints(&up, ns, "front") == 1).then_some(String::new())
+    });
+    let codes = load.join().unwrap();
+    let sent: usize = codes.values().sum();
+    assert!(sent >= 1500, "the load generator sent {sent}: {codes:?}");
+    assert_eq!(
+        codes.get(&200).copied(),
+        Some(sent),
+        "non-2xx answers during the scale-down: {codes:?}"
+    );
+
+    // A WebSocket echo through the Ingress, to a server the test runs (a Service without a selector).
+    let echo = start_echo(up.net.root_ip());
+    let manifests = format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: echo, namespace: {ns}}}\n\
+         spec: {{ports: [{{port: 80, targetPort: {port}}}]}}\n---\n\
+         apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+         metadata: {{name: echo-1, namespace: {ns}, labels: {{kubernetes.io/service-name: echo}}}}\n\
+         addressType: IPv4\nports: [{{name: \"\", port: {port}, protocol: TCP}}]\n\
+         endpoints: [{{addresses: [\"{ip}\"], conditions: {{ready: true}}}}]\n",
+        port = echo.port(),
+        ip = echo.ip()
+    );
+    up.kubectl_stdin(&["apply", "-f", "-"], &manifests);
+    up.kubectl(&[
+        "create",
+        "ingress",
+        "ws",
+        "-n",
+        ns,
+        "--rule=ws.test/*=echo:80",
+    ]);
+    let echoed = up.wait_for("a WebSocket echo through the ingress", || {
+        up.net
+            .run_inside(0, || {
+                websocket_echo(&format!("{NODE_IP}:80"), "ws.test", "hello through keel")
+            })
+            .ok()
+    });
+    assert_eq!(echoed, "hello through keel");
 
     // TLS from a Secret, chosen by SNI and verified against the test's own CA.
     let ca_key = rcgen::KeyPair::generate().unwrap();

@@ -422,6 +422,35 @@ impl Net {
         }
     }
 
+    /// Runs `f` on a thread of its own that has entered node `i`'s network namespace, so every socket
+    /// `f` opens (a client's, a runtime's) is inside it; its result.
+    pub fn run_inside<T: Send + 'static>(
+        &self,
+        i: usize,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> T {
+        self.spawn_inside(i, f)
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    }
+
+    /// As [`Net::run_inside`], without waiting: the thread's handle.
+    pub fn spawn_inside<T: Send + 'static>(
+        &self,
+        i: usize,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> std::thread::JoinHandle<T> {
+        let path = format!("/run/netns/{}", self.ns(i));
+        std::thread::spawn(move || {
+            let ns = std::fs::File::open(&path).unwrap_or_else(|e| panic!("open {path}: {e}"));
+            // SAFETY: setns(2) on a descriptor we own; it changes only this thread's namespace.
+            let rc =
+                unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&ns), libc::CLONE_NEWNET) };
+            assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+            f()
+        })
+    }
+
     /// `nft list ruleset` of node `i` (for failure messages).
     pub fn ruleset(&self, i: usize) -> String {
         run(self.command(i, "nft").args(["list", "ruleset"])).stdout
