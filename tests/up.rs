@@ -70,6 +70,11 @@ impl Up {
     }
 
     fn kubectl_run(&self, args: &[&str]) -> Run {
+        self.kubectl_with(args, None)
+    }
+
+    /// kubectl inside the machine with the admin kubeconfig, `stdin` as its input.
+    fn kubectl_with(&self, args: &[&str], stdin: Option<&str>) -> Run {
         let mut cmd = self.inside("kubectl");
         cmd.args(args)
             .env(
@@ -78,27 +83,19 @@ impl Up {
             )
             .env("HOME", self.dir.path())
             .env("KUBECACHEDIR", self.dir.path().join("kube-cache"));
-        run_kubectl(cmd, None, WAIT)
+        run_kubectl(cmd, stdin.map(str::as_bytes), WAIT)
     }
 
     fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> String {
-        let mut cmd = self.inside("kubectl");
-        cmd.args(args)
-            .env(
-                "KUBECONFIG",
-                self.data().join("m1").join("admin.kubeconfig"),
-            )
-            .env("HOME", self.dir.path())
-            .env("KUBECACHEDIR", self.dir.path().join("kube-cache"));
-        let r = run_kubectl(cmd, Some(stdin.as_bytes()), WAIT);
-        if !r.ok {
-            self.fail(format!("kubectl {args:?}: {}", r.stderr));
-        }
-        r.stdout
+        self.ok(args, self.kubectl_with(args, Some(stdin)))
     }
 
     fn kubectl(&self, args: &[&str]) -> String {
-        let r = self.kubectl_run(args);
+        self.ok(args, self.kubectl_run(args))
+    }
+
+    /// `r`'s output, or the test's failure with kubectl's error.
+    fn ok(&self, args: &[&str], r: Run) -> String {
         if !r.ok {
             self.fail(format!("kubectl {args:?}: {}", r.stderr));
         }
@@ -173,6 +170,13 @@ fn mounted_under(dir: &Path) -> Vec<String> {
         .filter(|m| m.starts_with(&dir))
         .map(str::to_string)
         .collect()
+}
+
+/// `cmd` run in the `client` pod of `ns` (`kubectl exec`).
+fn in_client(up: &Up, ns: &str, cmd: &[&str]) -> Run {
+    let mut args = vec!["exec", "-n", ns, "client", "--"];
+    args.extend_from_slice(cmd);
+    up.kubectl_run(&args)
 }
 
 /// Ready endpoints of `svc`'s EndpointSlices.
@@ -385,7 +389,7 @@ fn one_machine_resolves_services_and_serves_node_ports() {
     ] {
         let fetch = format!("timeout 5 wget -q -O- {url}");
         let answer = up.wait_for(&format!("wget {url} from a pod"), || {
-            let r = up.kubectl_run(&["exec", "-n", ns, "client", "--", "sh", "-c", &fetch]);
+            let r = in_client(&up, ns, &["sh", "-c", &fetch]);
             (r.ok && r.stdout.trim().starts_with("web-")).then_some(r.stdout)
         });
         assert!(answer.trim().starts_with("web-"), "{answer}");
@@ -401,40 +405,28 @@ fn one_machine_resolves_services_and_serves_node_ports() {
         "jsonpath={.spec.clusterIP}",
     ]);
     let cluster_ip = cluster_ip.trim();
-    let r = up.kubectl_run(&[
-        "exec",
-        "-n",
+    let r = in_client(
+        &up,
         ns,
-        "client",
-        "--",
-        "ping",
-        "-c",
-        "1",
-        "-W",
-        "1",
-        "kubernetes.default",
-    ]);
+        &["ping", "-c", "1", "-W", "1", "kubernetes.default"],
+    );
     assert!(
         r.stdout
             .contains(&format!("PING kubernetes.default ({cluster_ip})")),
         "{r:?}"
     );
-    let r = up.kubectl_run(&[
-        "exec",
-        "-n",
+    let r = in_client(
+        &up,
         ns,
-        "client",
-        "--",
-        "nslookup",
-        "kubernetes.default.svc.cluster.local",
-    ]);
+        &["nslookup", "kubernetes.default.svc.cluster.local"],
+    );
     assert!(
         r.stdout.contains(&format!("Address: {cluster_ip}")),
         "{r:?}"
     );
     // A name outside the cluster goes to the upstream (the test's own resolver).
     let name = keel_testkit::upstream::NAME.trim_end_matches('.');
-    let r = up.kubectl_run(&["exec", "-n", ns, "client", "--", "nslookup", name]);
+    let r = in_client(&up, ns, &["nslookup", name]);
     assert!(
         r.stdout
             .contains(&format!("Address: {}", keel_testkit::upstream::ADDR)),

@@ -7,6 +7,7 @@
 //! - [`labels`]: label selector matching;
 //! - [`placement`]: taints against tolerations, node selectors and required node affinity;
 //! - [`qos`]: a pod's QoS class;
+//! - [`reflect`]: a watched kind's cache and its wake-up on change;
 //! - [`upgrade`]: relaying an exec, attach or port-forward connection upgrade;
 //! - [`quota`]: what objects consume under a ResourceQuota, shared by its admission and its controller.
 
@@ -17,5 +18,6 @@ pub mod placement;
 pub mod qos;
 pub mod quantity;
 pub mod quota;
+pub mod reflect;
 pub mod tls;
 pub mod upgrade;

@@ -12,14 +12,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use ipnet::Ipv4Net;
 use k8s_openapi::api::core::v1::{Namespace, Node, ObjectReference, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use keel_client_kit::reflect::reflect;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::reflector;
+use kube::runtime::watcher;
 use kube::{Api, Client};
 use tokio::sync::Notify;
 use tracing::{debug, info, warn};
@@ -86,38 +86,6 @@ pub struct Stats {
     pub last_error: Mutex<Option<String>>,
     /// Network programming latency: EndpointSlice change to rules in force.
     pub programming: ProgrammingLatency,
-}
-
-/// Runs a reflector for `K`, waking `wake` on every change.
-fn reflect<K>(
-    api: Api<K>,
-    cfg: watcher::Config,
-    wake: Arc<Notify>,
-) -> (Store<K>, impl std::future::Future<Output = ()>)
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    let (reader, writer) = reflector::store::<K>();
-    let stream = watcher::watcher(api, cfg)
-        .default_backoff()
-        .reflect(writer)
-        .applied_objects();
-    let driver = async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(item) = stream.next().await {
-            if let Err(e) = item {
-                debug!(error = %e, "watch error; retrying");
-            }
-            wake.notify_one();
-        }
-    };
-    (reader, driver)
 }
 
 /// Runs netprog until the future is dropped. Removing the table on the way out is

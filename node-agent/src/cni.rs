@@ -81,35 +81,15 @@ pub fn own_gateway(bridge: &str, cidr: &str, node_ip: &str) -> Result<()> {
             "--node-ip-on-bridge: the node IP {node_ip} must be the pod CIDR {cidr}'s gateway {gw}"
         )));
     }
-    let exists = ip(&["link", "show", "dev", bridge])?.status.success();
+    let exists = crate::node::routes::ip(&["link", "show", "dev", bridge])?
+        .status
+        .success();
     if !exists {
-        run_ip(&["link", "add", bridge, "type", "bridge"])?;
+        crate::node::routes::run_ip(&["link", "add", bridge, "type", "bridge"])?;
     }
-    run_ip(&["addr", "replace", &format!("{gw}/{len}"), "dev", bridge])?;
-    run_ip(&["link", "set", bridge, "up"])?;
+    crate::node::routes::run_ip(&["addr", "replace", &format!("{gw}/{len}"), "dev", bridge])?;
+    crate::node::routes::run_ip(&["link", "set", bridge, "up"])?;
     Ok(())
-}
-
-fn ip(args: &[&str]) -> Result<std::process::Output> {
-    std::process::Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| Error::Command {
-            command: format!("ip {}", args.join(" ")),
-            message: e.to_string(),
-        })
-}
-
-fn run_ip(args: &[&str]) -> Result<()> {
-    let out = ip(args)?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(Error::Command {
-            command: format!("ip {}", args.join(" ")),
-            message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        })
-    }
 }
 
 #[cfg(test)]

@@ -26,7 +26,6 @@ pub mod ingress;
 pub mod log_rotation;
 pub mod node;
 pub mod pod;
-mod reflect;
 pub mod runtime;
 pub mod server;
 

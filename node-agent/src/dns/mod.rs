@@ -29,7 +29,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::reflector::Store;
-use kube::{Api, Client};
+use kube::Client;
 use tokio::sync::{watch, Notify};
 use tracing::{debug, info, warn};
 
@@ -39,7 +39,7 @@ pub use stats::DnsStats;
 pub use upstream::{parse_resolv_conf, Upstream, UPSTREAM_TIMEOUT};
 
 use crate::error::{Error, Result};
-use crate::reflect::reflect;
+use keel_client_kit::reflect::reflect_all;
 
 /// How long a change waits for the rest of its burst before the table is rebuilt.
 const BATCH: Duration = Duration::from_millis(20);
@@ -142,8 +142,8 @@ pub async fn run(client: Client, opts: DnsOptions, stats: Arc<DnsStats>) -> Resu
         stats,
     ));
     let wake = Arc::new(Notify::new());
-    let (services, s_driver) = reflect(Api::<Service>::all(client.clone()), wake.clone());
-    let (slices, e_driver) = reflect(Api::<EndpointSlice>::all(client.clone()), wake.clone());
+    let (services, s_driver) = reflect_all::<Service>(&client, &wake);
+    let (slices, e_driver) = reflect_all::<EndpointSlice>(&client, &wake);
     let tables = keep_table(zone, services, slices, wake, table_tx);
     let published = publish::keep_published(client, opts.node.clone(), opts.service_ip, local);
     tokio::select! {

@@ -42,7 +42,7 @@ pub use routes::RouteTable;
 pub use stats::IngressStats;
 
 use crate::error::{Error, Result};
-use crate::reflect::reflect;
+use keel_client_kit::reflect::reflect_all;
 
 /// The `spec.controller` of the IngressClasses this controller serves.
 pub const CONTROLLER: &str = "keel.io/ingress";
@@ -323,11 +323,11 @@ pub async fn run(client: Client, opts: IngressOptions, stats: Arc<IngressStats>)
             }
         }
     };
-    let (ingresses, i_driver) = reflect(Api::<Ingress>::all(client.clone()), wake.clone());
-    let (classes, c_driver) = reflect(Api::<IngressClass>::all(client.clone()), wake.clone());
-    let (services, s_driver) = reflect(Api::<Service>::all(client.clone()), wake.clone());
-    let (slices, e_driver) = reflect(Api::<EndpointSlice>::all(client.clone()), wake.clone());
-    let (nodes, n_driver) = reflect(Api::<Node>::all(client.clone()), wake.clone());
+    let (ingresses, i_driver) = reflect_all::<Ingress>(&client, &wake);
+    let (classes, c_driver) = reflect_all::<IngressClass>(&client, &wake);
+    let (services, s_driver) = reflect_all::<Service>(&client, &wake);
+    let (slices, e_driver) = reflect_all::<EndpointSlice>(&client, &wake);
+    let (nodes, n_driver) = reflect_all::<Node>(&client, &wake);
     let caches = Caches {
         ingresses,
         classes,

@@ -15,7 +15,8 @@ use tracing::{info, warn};
 
 use crate::error::{Error, Result};
 
-fn ip(args: &[&str]) -> Result<std::process::Output> {
+/// Runs `ip <args>`; its output whatever the exit status.
+pub(crate) fn ip(args: &[&str]) -> Result<std::process::Output> {
     Command::new("ip")
         .args(args)
         .output()
@@ -56,7 +57,8 @@ pub fn install(cidrs: &[String]) -> Result<()> {
 /// use the same number as their protocol).
 pub const LOCAL_TABLE: &str = "75";
 
-fn run_ip(args: &[&str]) -> Result<()> {
+/// Runs `ip <args>`; an error with its stderr when it fails.
+pub(crate) fn run_ip(args: &[&str]) -> Result<()> {
     let out = ip(args)?;
     if out.status.success() {
         Ok(())
