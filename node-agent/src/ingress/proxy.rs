@@ -183,6 +183,13 @@ impl Proxy {
         // The backend hears HTTP/1.1 whatever the client spoke; `Host` stays the client's.
         strip_hop_by_hop(&mut parts.headers);
         forwarded(&mut parts.headers, client, scheme, host, port);
+        // An HTTP/2 client names the host in `:authority`; the backend hears it as `Host` (else the
+        // client library would put the endpoint's address there).
+        if !parts.headers.contains_key(header::HOST) {
+            if let Ok(v) = HeaderValue::from_str(host) {
+                parts.headers.insert(header::HOST, v);
+            }
+        }
         // Only a request without a body can go to another endpoint after a refused connection.
         let bodyless = hyper::body::Body::is_end_stream(&body);
         let mut body = Some(body.boxed());
