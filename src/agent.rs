@@ -253,6 +253,7 @@ pub(crate) async fn run(args: AgentArgs) -> Result<(), ServerError> {
         },
         cni_conf_dir: args.cni_conf_dir.clone(),
         image_dir: args.image_dir.clone(),
+        registries: args.registries.clone(),
         dns: DnsSettings {
             cluster_dns: cluster_dns(&args),
             domain: args.cluster_domain.clone(),
@@ -331,12 +332,48 @@ async fn hollow(client: kube::Client, args: &AgentArgs) -> Result<(), ServerErro
     }
 }
 
-/// `keel images --out DIR`.
-pub(crate) fn images(args: ImagesArgs) -> Result<(), ServerError> {
-    let paths = keel_node_agent::image::oci::write_builtin(&args.out, &args.busybox)
-        .map_err(|e| ServerError::Config(e.to_string()))?;
-    for p in paths {
-        println!("{}", p.display());
+/// `keel images --out DIR` or `keel images --push REGISTRY`.
+pub(crate) async fn images(args: ImagesArgs) -> Result<(), ServerError> {
+    let cfg = |e: &dyn std::fmt::Display| ServerError::Config(e.to_string());
+    if let Some(out) = &args.out {
+        let paths =
+            keel_node_agent::image::oci::write_builtin(out, &args.busybox).map_err(|e| cfg(&e))?;
+        for p in paths {
+            println!("{}", p.display());
+        }
+    }
+    let Some(push) = &args.push else {
+        return Ok(());
+    };
+    use keel_node_agent::image::push::{Destination, Pusher};
+    let dest = Destination::parse(push, args.plain_http).map_err(|e| cfg(&e))?;
+    let credentials = match &args.username {
+        Some(user) => {
+            let password = if args.password_stdin {
+                let mut p = String::new();
+                std::io::stdin()
+                    .read_line(&mut p)
+                    .map_err(|e| cfg(&format!("reading the password: {e}")))?;
+                p.trim_end_matches(['\r', '\n']).to_string()
+            } else {
+                std::env::var("KEEL_REGISTRY_PASSWORD").map_err(|_| {
+                    cfg(&"--username needs --password-stdin or KEEL_REGISTRY_PASSWORD")
+                })?
+            };
+            Some((user.clone(), password))
+        }
+        None => None,
+    };
+    let mut pusher =
+        Pusher::new(dest.clone(), credentials, args.ca_file.as_deref()).map_err(|e| cfg(&e))?;
+    for (_, def) in keel_node_agent::image::oci::builtin(&args.busybox).map_err(|e| cfg(&e))? {
+        let built = keel_node_agent::image::oci::build(&def).map_err(|e| cfg(&e))?;
+        let (repo, tag) = dest.repository_of(&def.name);
+        let digest = pusher
+            .push(&repo, &tag, &built)
+            .await
+            .map_err(|e| cfg(&e))?;
+        println!("{}/{repo}:{tag}@{digest}", dest.host);
     }
     Ok(())
 }

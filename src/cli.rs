@@ -25,7 +25,8 @@ pub(crate) enum Command {
     Scheduler(SchedulerArgs),
     /// Run a node agent: register this machine as a Node and run the pods bound to it through containerd's CRI.
     Agent(Box<AgentArgs>),
-    /// Write the built-in OCI image archives (busybox and the pause image) for `keel agent --image-dir`.
+    /// Write the built-in OCI image archives (busybox and the pause image) for `keel agent --image-dir`,
+    /// or push them into a registry (a site mirror).
     Images(ImagesArgs),
     /// Save or restore etcd-format snapshots (the files `etcdctl snapshot` reads and writes).
     Snapshot(SnapshotArgs),
@@ -367,6 +368,10 @@ pub(crate) struct AgentArgs {
     /// Import every OCI image archive (`*.tar`) of this directory at start.
     #[arg(long)]
     pub image_dir: Option<PathBuf>,
+    /// Registry mirrors, credentials and TLS in k3s's `registries.yaml` format, rendered into the
+    /// `hosts.toml` directory containerd reads (its CRI `registry.config_path`). Read at start.
+    #[arg(long)]
+    pub registries: Option<PathBuf>,
     /// Comma-separated cluster DNS server IPs given to ClusterFirst pods (default: 10.96.0.10,
     /// the `kube-system/kube-dns` Service in front of the agents' resolvers, unless --disable-dns).
     #[arg(long, value_delimiter = ',')]
@@ -443,10 +448,27 @@ pub(crate) struct AgentArgs {
 
 /// Flags of `keel images`.
 #[derive(Debug, Args, Clone)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["out", "push"])))]
 pub(crate) struct ImagesArgs {
     /// Directory to write `busybox.tar` and `pause.tar` into.
     #[arg(long)]
-    pub out: PathBuf,
+    pub out: Option<PathBuf>,
+    /// Push the images to this registry, `[http(s)://]host[:port][/namespace]`: `localhost/busybox:latest`
+    /// goes to `<namespace>/busybox:latest`, so a `localhost` mirror serves them to every node.
+    #[arg(long, value_name = "REGISTRY")]
+    pub push: Option<String>,
+    /// User name for the registry.
+    #[arg(long, requires = "push")]
+    pub username: Option<String>,
+    /// Read the registry password from standard input (else `KEEL_REGISTRY_PASSWORD`).
+    #[arg(long, requires = "username")]
+    pub password_stdin: bool,
+    /// CA bundle that signs the registry's certificate (default: the system's roots).
+    #[arg(long, requires = "push")]
+    pub ca_file: Option<PathBuf>,
+    /// Speak plain HTTP to a registry given without a scheme.
+    #[arg(long, requires = "push")]
+    pub plain_http: bool,
     /// The static busybox binary the images carry.
     #[arg(long, default_value = "/bin/busybox")]
     pub busybox: PathBuf,
@@ -471,6 +493,9 @@ pub(crate) struct UpArgs {
     /// the cluster domain to (default: the nameservers of /etc/resolv.conf).
     #[arg(long, value_delimiter = ',')]
     pub dns_upstream: Vec<String>,
+    /// The worker's registry mirrors (k3s's `registries.yaml` format; see `keel agent --registries`).
+    #[arg(long)]
+    pub registries: Option<PathBuf>,
 }
 
 /// Flags of `keel snapshot`.

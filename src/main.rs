@@ -53,7 +53,7 @@ fn main() -> std::process::ExitCode {
             cli::Command::Controllers(args) => control::run_controllers(args).await,
             cli::Command::Scheduler(args) => control::run_scheduler(args).await,
             cli::Command::Agent(args) => agent::run(*args).await,
-            cli::Command::Images(args) => agent::images(args),
+            cli::Command::Images(args) => agent::images(args).await,
             cli::Command::Kubeconfig(args) => server::kubeconfig(args),
             cli::Command::EtcdctlEnv(args) => server::etcdctl_env(args),
             cli::Command::Token(args) => token::run(args).await,

@@ -163,6 +163,7 @@ pub(crate) async fn run(args: UpArgs) -> Result<(), ServerError> {
             &node_kubeconfig,
             &args.log_level,
             &args.dns_upstream,
+            args.registries.as_deref(),
         )
         .await
         {

@@ -78,6 +78,7 @@ impl LocalWorker {
         kubeconfig: &Path,
         log_level: &str,
         dns_upstream: &[String],
+        registries: Option<&Path>,
     ) -> Result<LocalWorker, ServerError> {
         let dir = data_dir.join("worker");
         let ctd = dir.join("containerd");
@@ -144,6 +145,11 @@ impl LocalWorker {
             .arg(runtime::cni_conf_dir(&ctd))
             .arg("--image-dir")
             .arg(&images)
+            .args(registries.map(|r| {
+                let mut a = std::ffi::OsString::from("--registries=");
+                a.push(r);
+                a
+            }))
             .args(["--log-level", log_level])
             .stdin(Stdio::null())
             .stdout(Stdio::null())

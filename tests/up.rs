@@ -34,7 +34,7 @@ struct Up {
 }
 
 impl Up {
-    fn start() -> Up {
+    fn start(extra: &[std::ffi::OsString]) -> Up {
         let net = Net::new(&Net::unique_run_id(), 1);
         let dir = tempfile::tempdir().unwrap();
         let upstream = keel_testkit::upstream::start(net.root_ip());
@@ -42,7 +42,8 @@ impl Up {
         cmd.arg("up")
             .arg("--data-dir")
             .arg(dir.path().join("data"))
-            .arg(format!("--dns-upstream={upstream}"));
+            .arg(format!("--dns-upstream={upstream}"))
+            .args(extra);
         let process = Process::start(&mut cmd, Capture::Log(dir.path().join("up.log")), None)
             .expect("start keel up");
         let mut up = Up { process, net, dir };
@@ -294,6 +295,121 @@ fn websocket_echo(addr: &str, host: &str, text: &str) -> Result<String, String> 
     })
 }
 
+/// The site registry of the mirror check: Debian's `docker-registry` on 127.0.0.1 inside the machine,
+/// TLS with the test's own CA and basic auth, and the `registries.yaml` that mirrors `docker.io` to it.
+struct SiteRegistry {
+    dir: tempfile::TempDir,
+}
+
+const REGISTRY: &str = "127.0.0.1:5443";
+const REGISTRY_USER: &str = "site";
+const REGISTRY_PASSWORD: &str = "s3cret";
+
+impl SiteRegistry {
+    fn prepare() -> SiteRegistry {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(rcgen::DnType::CommonName, "site-registry-ca");
+        std::fs::write(d.join("ca.pem"), ca.self_signed(&ca_key).unwrap().pem()).unwrap();
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        std::fs::write(d.join("registry.crt"), cert.pem()).unwrap();
+        std::fs::write(d.join("registry.key"), key.serialize_pem()).unwrap();
+        let htpasswd = Command::new("htpasswd")
+            .args(["-Bbn", REGISTRY_USER, REGISTRY_PASSWORD])
+            .output()
+            .expect("htpasswd (apache2-utils)");
+        assert!(htpasswd.status.success(), "htpasswd failed");
+        std::fs::write(d.join("htpasswd"), &htpasswd.stdout).unwrap();
+        let p = |f: &str| d.join(f).display().to_string();
+        std::fs::write(
+            d.join("config.yml"),
+            format!(
+                "version: 0.1\nlog:\n  accesslog:\n    disabled: false\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
+                 http:\n  addr: {REGISTRY}\n  tls:\n    certificate: {}\n    key: {}\n\
+                 auth:\n  htpasswd:\n    realm: site\n    path: {}\n",
+                p("data"),
+                p("registry.crt"),
+                p("registry.key"),
+                p("htpasswd")
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("registries.yaml"),
+            format!(
+                "mirrors:\n  docker.io:\n    endpoint: [\"https://{REGISTRY}\"]\n\
+                 configs:\n  \"{REGISTRY}\":\n    auth:\n      username: {REGISTRY_USER}\n      password: {REGISTRY_PASSWORD}\n    \
+                 tls:\n      ca_file: {}\n",
+                p("ca.pem")
+            ),
+        )
+        .unwrap();
+        SiteRegistry { dir }
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `keel up`'s flag.
+    fn flag(&self) -> std::ffi::OsString {
+        let mut f = std::ffi::OsString::from("--registries=");
+        f.push(self.file("registries.yaml"));
+        f
+    }
+
+    fn start(&self, up: &Up) -> Process {
+        let mut cmd = up.inside("docker-registry");
+        cmd.arg("serve").arg(self.file("config.yml"));
+        Process::start(&mut cmd, Capture::Log(self.file("registry.log")), None)
+            .expect("start docker-registry")
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.file("registry.log")).unwrap_or_default()
+    }
+
+    /// Pushes a busybox image serving `body` with httpd on port 80 as `repo:tag`, with keel's own
+    /// push client (from inside the machine).
+    fn push_web_image(&self, up: &Up, repo: &str, tag: &str, body: &str) -> Result<String, String> {
+        let mut def = keel_node_agent::image::oci::busybox_def(Path::new(
+            keel_node_agent::image::oci::BUSYBOX,
+        ))
+        .unwrap();
+        def.name = format!("docker.io/{repo}:{tag}");
+        def.cmd = ["httpd", "-f", "-p", "80", "-h", "/www"]
+            .map(String::from)
+            .to_vec();
+        def.dirs.push(("www".into(), 0o755));
+        def.texts.push(("www/index.html".into(), body.into()));
+        let built = keel_node_agent::image::oci::build(&def).unwrap();
+        let ca = self.file("ca.pem");
+        let (repo, tag) = (repo.to_string(), tag.to_string());
+        up.net.run_inside(0, move || {
+            use keel_node_agent::image::push::{Destination, Pusher};
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let dest = Destination::parse(&format!("https://{REGISTRY}"), false).unwrap();
+                let creds = Some((REGISTRY_USER.to_string(), REGISTRY_PASSWORD.to_string()));
+                let mut p = Pusher::new(dest, creds, Some(&ca)).map_err(|e| e.to_string())?;
+                p.push(&repo, &tag, &built).await.map_err(|e| e.to_string())
+            })
+        })
+    }
+}
+
 /// The worker's Node name.
 fn node_name(up: &Up) -> String {
     up.kubectl(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"])
@@ -302,7 +418,8 @@ fn node_name(up: &Up) -> String {
 #[test]
 fn one_machine_resolves_services_and_serves_node_ports() {
     require_kubectl();
-    let mut up = Up::start();
+    let site = SiteRegistry::prepare();
+    let mut up = Up::start(&[site.flag()]);
     let out = up.output();
     assert!(
         out.contains(&format!("Ready at {NODE_IP}"))
@@ -707,6 +824,111 @@ fn one_machine_resolves_services_and_serves_node_ports() {
         (out.status.success() && body.starts_with("back-")).then_some(body)
     });
     assert!(answer.starts_with("back-"), "{answer}");
+
+    // A site without the internet: docker.io and localhost mirrored to a registry the test runs
+    // (TLS with its own CA, basic auth). `nginx:1.27` runs unchanged from the mirror, and keel's
+    // built-in images pushed there with `keel images --push` (under `site/`) run as `site/busybox`.
+    let registry = site.start(&up);
+    let pushed = up.wait_for("an image pushed to the site registry", || {
+        site.push_web_image(
+            &up,
+            "library/nginx",
+            "1.27",
+            "served from the site mirror\n",
+        )
+        .ok()
+    });
+    assert!(pushed.starts_with("sha256:"), "{pushed}");
+    let push = up
+        .inside(keel_bin!())
+        .args([
+            "images",
+            "--push",
+            &format!("{REGISTRY}/site"),
+            "--username",
+            REGISTRY_USER,
+            "--ca-file",
+        ])
+        .arg(site.file("ca.pem"))
+        .env("KEEL_REGISTRY_PASSWORD", REGISTRY_PASSWORD)
+        .output()
+        .unwrap();
+    let pushed = String::from_utf8_lossy(&push.stdout).into_owned();
+    assert!(
+        push.status.success()
+            && pushed.contains(&format!("{REGISTRY}/site/busybox:latest@sha256:")),
+        "keel images --push: {pushed}{}",
+        String::from_utf8_lossy(&push.stderr)
+    );
+    let mirrored = "mirrored";
+    up.kubectl(&["create", "namespace", mirrored]);
+    up.kubectl(&[
+        "create",
+        "deployment",
+        "web",
+        "-n",
+        mirrored,
+        "--image=nginx:1.27",
+    ]);
+    up.kubectl(&[
+        "wait",
+        "-n",
+        mirrored,
+        "--for=condition=Available",
+        "deployment/web",
+        "--timeout=120s",
+    ]);
+    let status = up.kubectl(&[
+        "get",
+        "pods",
+        "-n",
+        mirrored,
+        "-l",
+        "app=web",
+        "-o",
+        "jsonpath={.items[0].status.podIP} {.items[0].status.containerStatuses[0].image} {.items[0].status.containerStatuses[0].imageID}",
+    ]);
+    let fields: Vec<&str> = status.split_whitespace().collect();
+    let [pod_ip, image, image_id] = fields[..] else {
+        up.fail(format!("pod status: {status}"))
+    };
+    // The spec's name, unchanged; the ID names the pulled digest.
+    assert_eq!(image, "nginx:1.27", "{status}");
+    assert!(image_id.contains("sha256:"), "{status}");
+    let page = up
+        .inside("curl")
+        .args(["-sS", "--max-time", "5", &format!("http://{pod_ip}/")])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&page.stdout),
+        "served from the site mirror\n"
+    );
+    up.kubectl_stdin(
+        &["apply", "-n", mirrored, "-f", "-"],
+        r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"builtin"},"spec":{
+          "terminationGracePeriodSeconds":0,"containers":[{"name":"c",
+          "image":"site/busybox:latest","command":["sleep","3600"]}]}}"#,
+    );
+    up.kubectl(&[
+        "wait",
+        "-n",
+        mirrored,
+        "--for=condition=Ready",
+        "pod/builtin",
+        "--timeout=120s",
+    ]);
+    let log = site.log();
+    for request in [
+        "/v2/library/nginx/manifests/1.27?ns=docker.io",
+        "/v2/site/busybox/manifests/latest?ns=docker.io",
+    ] {
+        assert!(
+            log.contains(request),
+            "the mirror never served {request}:\n{log}"
+        );
+    }
+    drop(registry);
 
     // Ctrl-C: the worker's pods, containerd, bridge, routes and table go with it.
     let status = up.stop();

@@ -39,6 +39,8 @@ pub struct Options {
     pub cni_conf_dir: PathBuf,
     /// Image archives to import at start.
     pub image_dir: Option<PathBuf>,
+    /// A registries file (k3s's `registries.yaml`): mirrors and their credentials and TLS.
+    pub registries: Option<PathBuf>,
     /// Cluster DNS.
     pub dns: DnsSettings,
     /// Ranges given `unreachable` routes (the service and cluster CIDRs).
@@ -79,9 +81,44 @@ pub async fn connect(endpoint: &str) -> Result<Cri> {
     }
 }
 
+/// Renders the registries file into the `hosts.toml` directory containerd reads.
+async fn write_mirrors(
+    cri: &Cri,
+    path: &std::path::Path,
+    registries: &crate::image::mirrors::Registries,
+) -> Result<()> {
+    use crate::image::mirrors::{hosts_dir, MirrorError};
+    let config_path = cri.registry_config_path().await?;
+    let Some(dir) = hosts_dir(&config_path) else {
+        if registries.is_empty() {
+            return Ok(());
+        }
+        return Err(Error::Config(
+            MirrorError::NoConfigPath {
+                path: path.display().to_string(),
+            }
+            .to_string(),
+        ));
+    };
+    let written = registries
+        .write(&dir)
+        .map_err(|e| Error::Config(e.to_string()))?;
+    info!(dir = %dir.display(), registries = ?written, "registry mirrors written for containerd");
+    Ok(())
+}
+
 /// Runs the agent until the returned future is dropped.
 pub async fn run(client: Client, opts: Options) -> Result<()> {
+    let registries = match &opts.registries {
+        Some(p) => {
+            crate::image::mirrors::Registries::load(p).map_err(|e| Error::Config(e.to_string()))?
+        }
+        None => Default::default(),
+    };
     let cri = connect(&opts.cri).await?;
+    if let Some(path) = &opts.registries {
+        write_mirrors(&cri, path, &registries).await?;
+    }
     // The sandbox image and the local images can be brought back by no registry: never collected.
     let mut protected: std::collections::HashSet<String> =
         [crate::image::oci::PAUSE_IMAGE.to_string()].into();
@@ -139,6 +176,7 @@ pub async fn run(client: Client, opts: Options) -> Result<()> {
         memory: machine.memory_bytes,
         events: crate::pod::events::EventSink::start(recorder),
         tokens: Default::default(),
+        registries: Arc::new(registries),
     });
     let lease = crate::node::lease::run(client.clone(), node.clone(), opts.node.name.clone());
     let status = crate::node::status::run(

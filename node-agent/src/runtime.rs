@@ -11,7 +11,8 @@ pub const CNI_BIN_DIR: &str = "/usr/lib/cni";
 /// containerd 1.6's config with root, state, sockets, runc state, network namespaces and the CNI config
 /// directory under `dir`: the CRI plugin on, overlayfs, runc with the cgroupfs driver (the agent gives
 /// cgroup parents such as `/kubepods/besteffort/pod<uid>`), the sandbox image the agent imports, and OOM
-/// score adjustments clamped to containerd's own (a sandboxed host may not let it lower them).
+/// score adjustments clamped to containerd's own (a sandboxed host may not let it lower them), and
+/// `certs.d` for the `hosts.toml` files the agent renders from its registry mirrors.
 pub fn containerd_config(dir: &Path) -> String {
     let d = dir.display();
     format!(
@@ -36,6 +37,8 @@ state = "{d}/state"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
         Root = "{d}/runc"
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{d}/certs.d"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{CNI_BIN_DIR}"
     conf_dir = "{d}/net.d"

@@ -94,6 +94,23 @@ impl Cri {
         Ok(r.into_inner().status.unwrap_or_default())
     }
 
+    /// The runtime's `hosts.toml` directories (containerd's CRI `registry.config_path`, from its
+    /// verbose `Status`); empty when it reads none.
+    pub async fn registry_config_path(&self) -> Result<String> {
+        let r = self
+            .runtime
+            .clone()
+            .status(req(StatusRequest { verbose: true }, CALL_TIMEOUT))
+            .await
+            .map_err(|s| Error::cri("Status", s))?;
+        let config = r.into_inner().info.remove("config").unwrap_or_default();
+        let v: serde_json::Value = serde_json::from_str(&config).unwrap_or_default();
+        Ok(v["registry"]["configPath"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string())
+    }
+
     /// `ListPodSandbox` of every sandbox this agent made.
     pub async fn list_sandboxes(&self) -> Result<Vec<PodSandbox>> {
         let filter = PodSandboxFilter {

@@ -56,6 +56,21 @@ fn image_location(image: &str) -> Location {
     }
 }
 
+/// The registry of an image as a registries file names it: `host[:port]`, Docker Hub as `docker.io`.
+pub fn registry_of(image: &str) -> String {
+    let l = image_location(image);
+    let host = if DOCKER_HUB.contains(&l.host.as_str()) {
+        "docker.io"
+    } else {
+        &l.host
+    };
+    if l.port.is_empty() {
+        host.to_string()
+    } else {
+        format!("{host}:{}", l.port)
+    }
+}
+
 /// A key of a docker config as a location (scheme dropped, `/v1/`-style Docker Hub URLs included).
 fn key_location(key: &str) -> Location {
     let k = key

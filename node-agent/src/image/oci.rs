@@ -166,8 +166,24 @@ fn layer(def: &ImageDef) -> Result<Vec<u8>> {
     b.into_inner().map_err(io_err("layer"))
 }
 
-/// Writes `def` as an OCI image archive to `out`; returns the manifest's digest.
-pub fn write_archive(def: &ImageDef, out: &Path) -> Result<String> {
+/// An image's blobs: what an archive holds and what a registry push uploads.
+#[derive(Debug, Clone)]
+pub struct Built {
+    /// The uncompressed layer tarball.
+    pub layer: Vec<u8>,
+    /// The image config.
+    pub config: Vec<u8>,
+    /// The OCI manifest.
+    pub manifest: Vec<u8>,
+}
+
+/// A blob's digest (`sha256:…`).
+pub fn digest(data: &[u8]) -> String {
+    format!("sha256:{}", sha256_hex(data))
+}
+
+/// The layer, config and manifest of `def`.
+pub fn build(def: &ImageDef) -> Result<Built> {
     let layer = layer(def)?;
     let layer_digest = sha256_hex(&layer);
     let mut config = json!({
@@ -202,6 +218,22 @@ pub fn write_archive(def: &ImageDef, out: &Path) -> Result<String> {
         }],
     }))
     .map_err(|e| Error::Config(e.to_string()))?;
+    Ok(Built {
+        layer,
+        config,
+        manifest,
+    })
+}
+
+/// Writes `def` as an OCI image archive to `out`; returns the manifest's digest.
+pub fn write_archive(def: &ImageDef, out: &Path) -> Result<String> {
+    let Built {
+        layer,
+        config,
+        manifest,
+    } = build(def)?;
+    let layer_digest = sha256_hex(&layer);
+    let config_digest = sha256_hex(&config);
     let manifest_digest = sha256_hex(&manifest);
     let tag = def
         .name
@@ -265,14 +297,19 @@ pub fn write_archive(def: &ImageDef, out: &Path) -> Result<String> {
     Ok(format!("sha256:{manifest_digest}"))
 }
 
+/// The built-in images: (archive file name, definition).
+pub fn builtin(busybox: &Path) -> Result<Vec<(&'static str, ImageDef)>> {
+    Ok(vec![
+        ("busybox.tar", busybox_def(busybox)?),
+        ("pause.tar", pause_def(busybox)),
+    ])
+}
+
 /// Writes the busybox and pause archives into `dir` (`busybox.tar`, `pause.tar`); returns their paths.
 pub fn write_builtin(dir: &Path, busybox: &Path) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let mut paths = Vec::new();
-    for (file, def) in [
-        ("busybox.tar", busybox_def(busybox)?),
-        ("pause.tar", pause_def(busybox)),
-    ] {
+    for (file, def) in builtin(busybox)? {
         let path = dir.join(file);
         write_archive(&def, &path)?;
         paths.push(path);

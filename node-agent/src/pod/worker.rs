@@ -61,6 +61,8 @@ pub struct Shared {
     pub events: EventSink,
     /// Projected service-account tokens.
     pub tokens: crate::pod::token::TokenCache,
+    /// Registry mirrors and their credentials.
+    pub registries: Arc<crate::image::mirrors::Registries>,
 }
 
 /// What a worker sees: the pod (None once it is gone from the API) and its CRI objects.
@@ -1065,10 +1067,12 @@ impl Worker {
             .is_some();
         let policy = pull_policy(c);
         // A present `localhost/` image is not pulled again even under `Always`: the built-in images
-        // (`localhost/busybox:latest`) exist only where they were imported. A missing one is pulled
-        // like any other, so it fails as upstream's would (ErrImagePull, then ImagePullBackOff).
+        // (`localhost/busybox:latest`) exist only where they were imported, unless the site mirrors
+        // `localhost`. A missing one is pulled like any other, so it fails as upstream's would
+        // (ErrImagePull, then ImagePullBackOff).
         let pull = if present {
-            policy == "Always" && !is_image_local_only(&image)
+            policy == "Always"
+                && (!is_image_local_only(&image) || self.sh.registries.mirrors("localhost"))
         } else {
             policy != "Never"
         };
@@ -1223,7 +1227,8 @@ impl Worker {
     }
 
     /// Pulls `image` with each credential of the pod's `imagePullSecrets` that applies to it, in turn,
-    /// until one works (anonymously when none applies), as the kubelet does.
+    /// until one works, as the kubelet does; then with the registries file's credentials of each mirror
+    /// (anonymously when nothing applies).
     async fn pull_with_secrets(
         &mut self,
         pod: &Pod,
@@ -1239,7 +1244,8 @@ impl Worker {
             self.event(pod, true, "FailedToRetrieveImagePullSecret", msg)
                 .await;
         }
-        let creds = crate::image::credentials::for_image(image, &entries);
+        let mut creds = crate::image::credentials::for_image(image, &entries);
+        creds.extend(self.sh.registries.credentials_for(image));
         if creds.is_empty() {
             return self
                 .sh
