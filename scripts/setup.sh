@@ -21,6 +21,8 @@ PACKAGES=(
     apache2-utils               # htpasswd, the registry's bcrypt password file
     python3                     # the official Kubernetes Python client's test (pip-installed into a venv)
     python3-venv
+    nginx-light                 # the peer proxy of the ingress benchmark (never started as a service)
+    wrk                         # the ingress benchmark's load generator
 )
 
 log() { printf '[setup] %s\n' "$*"; }
@@ -57,16 +59,27 @@ if [ "${#missing[@]}" -eq 0 ]; then
 else
     log "missing packages: ${missing[*]}"
     log "apt-get install ${missing[*]}"
-    # Debian's etcd-server may start a system etcd on 127.0.0.1:2379 (or not, without systemd); tests use their own
-    # etcd on free ports, so either way is fine.
+        # Packages such as nginx and etcd start a system service when installed. A policy-rc.d that
+    # answers 101 ("action forbidden") keeps them stopped; it is removed again if this script made it.
+    made_policy=""
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' | "${SUDO[@]}" tee /usr/sbin/policy-rc.d >/dev/null
+        "${SUDO[@]}" chmod 755 /usr/sbin/policy-rc.d
+        made_policy=1
+        trap '"${SUDO[@]}" rm -f /usr/sbin/policy-rc.d' EXIT
+    fi
     "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+    if [ -n "$made_policy" ]; then
+        "${SUDO[@]}" rm -f /usr/sbin/policy-rc.d
+        trap - EXIT
+    fi
     for p in "${missing[@]}"; do
         is_installed "$p" || die "package $p is still not installed after apt-get install"
     done
 fi
 
 # What the tests call by path or by name.
-for bin in /usr/bin/etcd /usr/bin/etcdctl protoc containerd ctr runc nft ip /bin/busybox docker-registry htpasswd; do
+for bin in /usr/bin/etcd /usr/bin/etcdctl protoc containerd ctr runc nft ip /bin/busybox docker-registry htpasswd nginx wrk; do
     command -v "$bin" >/dev/null 2>&1 || die "$bin not found although its package is installed"
 done
 [ -x /usr/lib/cni/bridge ] || die "/usr/lib/cni/bridge not found (containernetworking-plugins)"

@@ -281,6 +281,7 @@ pub(crate) async fn run(args: AgentArgs) -> Result<(), ServerError> {
             http: std::net::SocketAddr::new(ip, args.ingress_http_port),
             https: (args.ingress_https_port != 0)
                 .then(|| std::net::SocketAddr::new(ip, args.ingress_https_port)),
+            workers: keel_node_agent::ingress::default_workers(),
         });
     }
     opts.server = Some(keel_node_agent::server::ServerOptions {

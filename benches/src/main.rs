@@ -197,6 +197,27 @@ struct Args {
     /// Skip the programming latency step of a full or quick run.
     #[arg(long)]
     no_programming: bool,
+    /// Run only the ingress step: keel's Ingress proxy and Debian's nginx (`proxy_pass`) in front of
+    /// the same pod under the same `wrk` load, in a network namespace of its own (needs root, wrk, nginx).
+    #[arg(long)]
+    ingress: bool,
+    /// Seconds per wrk run of the ingress step [--quick: 2; else 10].
+    #[arg(long)]
+    ingress_secs: Option<u64>,
+    /// Rounds of the ingress step (each runs keel and nginx once, alternating which goes first)
+    /// [--quick: 1; else 4].
+    #[arg(long)]
+    ingress_rounds: Option<usize>,
+    /// Skip the ingress step of a full or quick run.
+    #[arg(long)]
+    no_ingress: bool,
+    /// Internal: the ingress step's child, inside its own network namespace (the value is the
+    /// parent's namespace, which the child refuses to work in).
+    #[arg(long, hide = true)]
+    ingress_child: Option<String>,
+    /// Internal: the ingress child's data directory.
+    #[arg(long, hide = true)]
+    ingress_data: Option<PathBuf>,
     /// Internal: the programming latency step's child, inside its own network namespace (the value
     /// is the parent's namespace, which the child refuses to work in).
     #[arg(long, hide = true)]
@@ -256,6 +277,25 @@ async fn interrupted() -> &'static str {
 }
 
 async fn run(args: Args) -> Result<()> {
+    if let Some(parent) = &args.ingress_child {
+        let keel = args.keel.clone().unwrap_or_else(|| own_dir().join("keel"));
+        let data = args
+            .ingress_data
+            .clone()
+            .ok_or_else(|| BenchError::Netprog("ingress child: no --ingress-data".into()))?;
+        return workload::ingress::child(
+            parent,
+            &keel,
+            &data,
+            ingress_secs(&args),
+            ingress_rounds(&args),
+        )
+        .await;
+    }
+    if args.ingress {
+        let root = run_dir(&args)?;
+        return ingress_step(&args, root.path()).await;
+    }
     if let Some(parent) = &args.netprog_child {
         return workload::netprog::child(parent, &netprog_sizes(&args), netprog_runs(&args)).await;
     }
@@ -408,6 +448,10 @@ async fn run(args: Args) -> Result<()> {
     }
     if !args.no_programming && args.only.is_none() {
         programming_step(&args).await?;
+    }
+    if !args.no_ingress && args.only.is_none() {
+        let root_path = root.path().to_path_buf();
+        ingress_step(&args, &root_path).await?;
     }
 
     if !args.quick && !args.no_doc {
@@ -918,6 +962,39 @@ async fn programming_step(args: &Args) -> Result<()> {
     .await?;
     bar.finish_and_clear();
     println!("{}", workload::programming::text(&figures));
+    Ok(())
+}
+
+fn ingress_secs(args: &Args) -> u64 {
+    args.ingress_secs
+        .unwrap_or(if args.quick { 2 } else { 10 })
+        .max(1)
+}
+
+fn ingress_rounds(args: &Args) -> usize {
+    args.ingress_rounds
+        .unwrap_or(if args.quick { 1 } else { 4 })
+        .max(1)
+}
+
+/// The ingress step: keel's Ingress proxy beside Debian's nginx under the same wrk load.
+async fn ingress_step(args: &Args, root: &Path) -> Result<()> {
+    let keel = args.keel.clone().unwrap_or_else(|| own_dir().join("keel"));
+    let (secs, rounds) = (ingress_secs(args), ingress_rounds(args));
+    eprintln!(
+        "ingress: keel up in a network namespace of its own, one backend pod, keel's proxy and nginx, {rounds} round(s) of {secs} s each"
+    );
+    let bar = ProgressBar::new_spinner();
+    let figures = workload::ingress::run(&keel, &root.join("ingress"), secs, rounds, &|m| {
+        if bar.is_hidden() {
+            eprintln!("ingress: {m}");
+        } else {
+            bar.set_message(m);
+        }
+    })
+    .await?;
+    bar.finish_and_clear();
+    println!("{}", workload::ingress::text(&figures));
     Ok(())
 }
 

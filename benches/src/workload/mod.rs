@@ -3,6 +3,7 @@
 pub(crate) mod controllers;
 pub(crate) mod failover;
 pub(crate) mod footprint;
+pub(crate) mod ingress;
 pub(crate) mod kube_writes;
 pub(crate) mod lease;
 pub(crate) mod netns;

@@ -58,6 +58,76 @@ pub struct IngressOptions {
     pub http: SocketAddr,
     /// Where HTTPS is served (the node's port 443 by default; None: not at all).
     pub https: Option<SocketAddr>,
+    /// Proxy threads, each with its own listening sockets (`SO_REUSEPORT`), connections and backend
+    /// pool, so a request never changes thread (as nginx's workers).
+    pub workers: usize,
+}
+
+/// The default number of proxy threads: one per CPU.
+pub fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// A socket bound to `addr` with `SO_REUSEPORT`, so each proxy thread listens on its own.
+fn reuse_bind(addr: SocketAddr) -> Result<tokio::net::TcpSocket> {
+    let fail = |e: std::io::Error| Error::Config(format!("ingress: cannot listen on {addr}: {e}"));
+    let s = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()
+    } else {
+        tokio::net::TcpSocket::new_v6()
+    }
+    .map_err(fail)?;
+    s.set_reuseaddr(true).map_err(fail)?;
+    s.set_reuseport(true).map_err(fail)?;
+    s.bind(addr).map_err(fail)?;
+    Ok(s)
+}
+
+/// Runs one proxy thread on a runtime of its own until `stop`'s sender is dropped.
+fn start_worker(
+    i: usize,
+    http: tokio::net::TcpSocket,
+    https: Option<(tokio::net::TcpSocket, tokio_rustls::TlsAcceptor)>,
+    proxy: Arc<Proxy>,
+    mut stop: watch::Receiver<()>,
+) -> Result<()> {
+    std::thread::Builder::new()
+        .name(format!("ingress-{i}"))
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    warn!(error = %e, "ingress: no runtime for a proxy thread");
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                let listen = |s: tokio::net::TcpSocket| match s.listen(4096) {
+                    Ok(l) => Some(l),
+                    Err(e) => {
+                        warn!(error = %e, "ingress: listen failed");
+                        None
+                    }
+                };
+                let Some(http) = listen(http) else { return };
+                let secure = async {
+                    match https.and_then(|(s, acceptor)| Some((listen(s)?, acceptor))) {
+                        Some((l, acceptor)) => serve(l, proxy.clone(), Some(acceptor)).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    () = serve(http, proxy.clone(), None) => {}
+                    () = secure => {}
+                    _ = stop.changed() => {}
+                }
+            });
+        })
+        .map(|_| ())
+        .map_err(|e| Error::Config(format!("ingress: cannot start a proxy thread: {e}")))
 }
 
 /// The Ingresses `classes` make this controller's.
@@ -277,32 +347,34 @@ async fn serve(
 /// Runs the controller until dropped: binds `opts.http`, keeps the routing table and the Ingresses'
 /// status current, and proxies. Fails when the port cannot be bound or a watch ends.
 pub async fn run(client: Client, opts: IngressOptions, stats: Arc<IngressStats>) -> Result<()> {
-    let bind = |addr: SocketAddr| async move {
-        tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| Error::Config(format!("ingress: cannot listen on {addr}: {e}")))
-    };
-    let listener = bind(opts.http).await?;
+    let workers = opts.workers.max(1);
+    let http: Vec<_> = (0..workers)
+        .map(|_| reuse_bind(opts.http))
+        .collect::<Result<_>>()?;
     let certs = Arc::new(tls::SniCerts::new()?);
-    let secure = match opts.https {
-        Some(addr) => {
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .map_err(|e| Error::Config(format!("ingress TLS: {e}")))?
-                .with_no_client_auth()
-                .with_cert_resolver(certs.clone());
-            cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-            Some((
-                bind(addr).await?,
-                tokio_rustls::TlsAcceptor::from(Arc::new(cfg)),
-            ))
+    let mut https = Vec::new();
+    if let Some(addr) = opts.https {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| Error::Config(format!("ingress TLS: {e}")))?
+            .with_no_client_auth()
+            .with_cert_resolver(certs.clone());
+        cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+        for _ in 0..workers {
+            https.push((reuse_bind(addr)?, acceptor.clone()));
         }
-        None => None,
-    };
-    info!(http = %opts.http, https = ?opts.https, "ingress controller listening");
+    }
     let (table_tx, table_rx) = watch::channel(Arc::new(RouteTable::default()));
-    let proxy = Arc::new(Proxy::new(table_rx, stats));
+    // Dropped with this future: every proxy thread then ends, closing its connections.
+    let (_stop, stopped) = watch::channel(());
+    let mut https = https.into_iter();
+    for (i, socket) in http.into_iter().enumerate() {
+        let proxy = Arc::new(Proxy::new(table_rx.clone(), stats.clone()));
+        start_worker(i, socket, https.next(), proxy, stopped.clone())?;
+    }
+    info!(http = %opts.http, https = ?opts.https, workers, "ingress controller listening");
     let wake = Arc::new(Notify::new());
     // Renewed certificates are picked up on the next Secret read.
     let ticker = {
@@ -311,15 +383,6 @@ pub async fn run(client: Client, opts: IngressOptions, stats: Arc<IngressStats>)
             loop {
                 tokio::time::sleep(tls::REFRESH).await;
                 wake.notify_one();
-            }
-        }
-    };
-    let https = {
-        let proxy = proxy.clone();
-        async move {
-            match secure {
-                Some((listener, acceptor)) => serve(listener, proxy, Some(acceptor)).await,
-                None => std::future::pending().await,
             }
         }
     };
@@ -336,8 +399,6 @@ pub async fn run(client: Client, opts: IngressOptions, stats: Arc<IngressStats>)
         nodes,
     };
     tokio::select! {
-        () = serve(listener, proxy, None) => Ok(()),
-        () = https => Ok(()),
         () = ticker => Ok(()),
         r = keep_table(client, caches, wake, table_tx, certs) => r,
         () = i_driver => Err(Error::WatchEnded("ingresses")),

@@ -5,9 +5,10 @@
 //! endpoint that refuses the connection is skipped for the next one (a request without a body), so a
 //! pod leaving between two table updates costs no request.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -19,10 +20,12 @@ use hyper::{Request, Response, StatusCode, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::Histogram;
 use tokio::sync::watch;
 use tracing::debug;
 
-use super::routes::RouteTable;
+use super::routes::{Backend, RouteTable};
 use super::stats::IngressStats;
 
 /// A response body of any origin.
@@ -43,12 +46,22 @@ const UPGRADE_DROPPED: &[&str] = &["keep-alive", "proxy-connection", "te", "trai
 /// Endpoints tried for one request before it fails with 502.
 const ATTEMPTS: usize = 3;
 
-/// The proxy shared by every connection.
+/// The proxy shared by every connection of one proxy thread.
 pub struct Proxy {
     table: watch::Receiver<Arc<RouteTable>>,
     client: Client<HttpConnector, Body>,
     next: AtomicUsize,
     stats: Arc<IngressStats>,
+    metrics: Mutex<MetricCache>,
+}
+
+/// The metric handles of the current table's routes, so a request allocates no label set: keyed by
+/// the addresses of the route's Ingress name and backend in that table (emptied when the table
+/// changes, so an address is never read for another table's entry) and the status code.
+#[derive(Default)]
+struct MetricCache {
+    table: usize,
+    handles: HashMap<(usize, usize, u16), (Counter, Histogram)>,
 }
 
 fn text(status: StatusCode, msg: &str) -> Response<Body> {
@@ -124,7 +137,35 @@ impl Proxy {
             client,
             next: AtomicUsize::new(0),
             stats,
+            metrics: Mutex::default(),
         }
+    }
+
+    /// Counts one answered request of `table`'s route (None: no route).
+    fn observe(
+        &self,
+        table: &Arc<RouteTable>,
+        route: Option<(&str, &Backend)>,
+        code: u16,
+        start: Instant,
+    ) {
+        let Ok(mut cache) = self.metrics.lock() else {
+            return;
+        };
+        let id = Arc::as_ptr(table) as usize;
+        if cache.table != id {
+            cache.table = id;
+            cache.handles.clear();
+        }
+        let key = route.map_or((0, 0, code), |(i, b)| {
+            (i.as_ptr() as usize, b as *const Backend as usize, code)
+        });
+        let (requests, latency) = cache.handles.entry(key).or_insert_with(|| match route {
+            Some((i, b)) => self.stats.handles(i, &b.to_string(), code),
+            None => self.stats.handles("", "", code),
+        });
+        requests.inc();
+        latency.observe(start.elapsed().as_secs_f64());
     }
 
     /// Answers one request that arrived on `local` from `client` over `scheme`.
@@ -145,13 +186,13 @@ impl Proxy {
             .unwrap_or("")
             .to_string();
         let Some(route) = table.route(&host, req.uri().path()) else {
-            self.stats.observe("", "", 404, start);
+            self.observe(&table, None, 404, start);
             return text(StatusCode::NOT_FOUND, "404 page not found");
         };
-        let backend = route.backend.to_string();
+        let labels = Some((route.ingress, route.backend));
         let endpoints = table.endpoints(route.backend);
         if endpoints.is_empty() {
-            self.stats.observe(route.ingress, &backend, 503, start);
+            self.observe(&table, labels, 503, start);
             return text(StatusCode::SERVICE_UNAVAILABLE, "503 no ready endpoint");
         }
         let first = self.next.fetch_add(1, Ordering::Relaxed);
@@ -163,8 +204,7 @@ impl Proxy {
             self.forward(req, endpoints, first, client, &host, local.port(), scheme)
                 .await
         };
-        self.stats
-            .observe(route.ingress, &backend, resp.status().as_u16(), start);
+        self.observe(&table, labels, resp.status().as_u16(), start);
         resp
     }
 
@@ -211,7 +251,12 @@ impl Proxy {
             };
             let mut out = Request::new(body.take().unwrap_or_else(empty));
             *out.method_mut() = parts.method.clone();
-            *out.headers_mut() = parts.headers.clone();
+            // Copied only while another endpoint may still be tried.
+            *out.headers_mut() = if k + 1 < tries {
+                parts.headers.clone()
+            } else {
+                std::mem::take(&mut parts.headers)
+            };
             *out.uri_mut() = uri;
             match self.client.request(out).await {
                 Ok(resp) => {

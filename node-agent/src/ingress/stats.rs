@@ -1,8 +1,6 @@
 //! What the Ingress controller counts, per Ingress and backend: requests by status code and their
 //! latency (`keel_agent_ingress_requests_total`, `keel_agent_ingress_request_duration_seconds`).
 
-use std::time::Instant;
-
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -53,21 +51,24 @@ impl Default for IngressStats {
 }
 
 impl IngressStats {
-    /// Counts one answered request, from `start` to its response headers.
-    pub fn observe(&self, ingress: &str, backend: &str, code: u16, start: Instant) {
-        self.requests
+    /// The counter and histogram of one Ingress, backend and status code, to keep and reuse.
+    pub fn handles(&self, ingress: &str, backend: &str, code: u16) -> (Counter, Histogram) {
+        let requests = self
+            .requests
             .get_or_create(&RequestLabels {
                 ingress: ingress.to_string(),
                 backend: backend.to_string(),
                 code,
             })
-            .inc();
-        self.latency
+            .clone();
+        let latency = self
+            .latency
             .get_or_create(&BackendLabels {
                 ingress: ingress.to_string(),
                 backend: backend.to_string(),
             })
-            .observe(start.elapsed().as_secs_f64());
+            .clone();
+        (requests, latency)
     }
 
     /// Adds the families to `r` (the agent's registry, prefix `keel_agent`).

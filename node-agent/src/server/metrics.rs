@@ -208,7 +208,9 @@ mod tests {
         let d = Arc::new(DnsStats::default());
         d.nxdomain.store(2, Ordering::Relaxed);
         let i = Arc::new(crate::ingress::IngressStats::default());
-        i.observe("ns/web", "ns/web:80", 200, std::time::Instant::now());
+        let (requests, latency) = i.handles("ns/web", "ns/web:80", 200);
+        requests.inc();
+        latency.observe(0.002);
         let text = render(&Sources {
             netprog: Some(n),
             dns: Some(d),
