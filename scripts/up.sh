@@ -7,6 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-echo "==> cargo build --release --bin keel"
-cargo build --release --bin keel
-exec target/release/keel up "$@"
+# The `up` profile is release without debug info: a quarter less to build on a fresh machine.
+echo "==> cargo build --profile up --bin keel"
+cargo build --profile up --bin keel
+exec target/up/keel up "$@"

@@ -307,11 +307,11 @@ async fn serve(
         let proxy = proxy.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
+            let conn = Arc::new(proxy::Connection::new(peer, local, scheme));
             let svc = service_fn(move |req| {
                 let proxy = proxy.clone();
-                async move {
-                    Ok::<_, std::convert::Infallible>(proxy.serve(req, peer, local, scheme).await)
-                }
+                let conn = conn.clone();
+                async move { Ok::<_, std::convert::Infallible>(proxy.serve(req, &conn).await) }
             });
             let builder = auto::Builder::new(TokioExecutor::new());
             let served = match tls {

@@ -16,6 +16,7 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::http::uri::{Authority, Scheme};
 use hyper::{Request, Response, StatusCode, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -53,6 +54,7 @@ pub struct Proxy {
     next: AtomicUsize,
     stats: Arc<IngressStats>,
     metrics: Mutex<MetricCache>,
+    authorities: Mutex<HashMap<SocketAddr, Authority>>,
 }
 
 /// The metric handles of the current table's routes, so a request allocates no label set: keyed by
@@ -105,22 +107,49 @@ fn strip_hop_by_hop(h: &mut HeaderMap) {
     }
 }
 
-/// Adds the `X-Forwarded-*` headers (appending the client to an existing `X-Forwarded-For`).
-fn forwarded(h: &mut HeaderMap, client: SocketAddr, scheme: &str, host: &str, port: u16) {
-    let xff = match h.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-        Some(prev) if !prev.is_empty() => format!("{prev}, {}", client.ip()),
-        _ => client.ip().to_string(),
-    };
-    for (name, value) in [
-        ("x-forwarded-for", xff),
-        ("x-forwarded-proto", scheme.to_string()),
-        ("x-forwarded-host", host.to_string()),
-        ("x-forwarded-port", port.to_string()),
-    ] {
-        if let Ok(v) = HeaderValue::from_str(&value) {
-            h.insert(HeaderName::from_static(name), v);
+/// What every request of one client connection shares: who sent it, over what, to which port, as
+/// header values made once per connection.
+#[derive(Debug, Clone)]
+pub struct Connection {
+    client: SocketAddr,
+    client_ip: HeaderValue,
+    proto: HeaderValue,
+    port: HeaderValue,
+}
+
+impl Connection {
+    /// A connection from `client` to `local` over `scheme` (`http` or `https`).
+    pub fn new(client: SocketAddr, local: SocketAddr, scheme: &'static str) -> Connection {
+        Connection {
+            client,
+            client_ip: HeaderValue::from_str(&client.ip().to_string())
+                .unwrap_or_else(|_| HeaderValue::from_static("")),
+            proto: HeaderValue::from_static(scheme),
+            port: HeaderValue::from(local.port()),
         }
     }
+}
+
+/// Adds the `X-Forwarded-*` headers (appending the client to an existing `X-Forwarded-For`).
+fn forwarded(h: &mut HeaderMap, conn: &Connection, host: &HeaderValue) {
+    let xff = match h.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+        Some(prev) if !prev.is_empty() => {
+            HeaderValue::from_str(&format!("{prev}, {}", conn.client.ip())).ok()
+        }
+        _ => Some(conn.client_ip.clone()),
+    };
+    if let Some(v) = xff {
+        h.insert(HeaderName::from_static("x-forwarded-for"), v);
+    }
+    h.insert(
+        HeaderName::from_static("x-forwarded-proto"),
+        conn.proto.clone(),
+    );
+    h.insert(HeaderName::from_static("x-forwarded-host"), host.clone());
+    h.insert(
+        HeaderName::from_static("x-forwarded-port"),
+        conn.port.clone(),
+    );
 }
 
 impl Proxy {
@@ -138,6 +167,7 @@ impl Proxy {
             next: AtomicUsize::new(0),
             stats,
             metrics: Mutex::default(),
+            authorities: Mutex::default(),
         }
     }
 
@@ -168,24 +198,20 @@ impl Proxy {
         latency.observe(start.elapsed().as_secs_f64());
     }
 
-    /// Answers one request that arrived on `local` from `client` over `scheme`.
-    pub async fn serve(
-        &self,
-        req: Request<Incoming>,
-        client: SocketAddr,
-        local: SocketAddr,
-        scheme: &'static str,
-    ) -> Response<Body> {
+    /// Answers one request of `conn`.
+    pub async fn serve(&self, req: Request<Incoming>, conn: &Connection) -> Response<Body> {
         let start = Instant::now();
         let table = self.table.borrow().clone();
-        let host = req
-            .headers()
-            .get(header::HOST)
-            .and_then(|v| v.to_str().ok())
-            .or_else(|| req.uri().authority().map(|a| a.as_str()))
-            .unwrap_or("")
-            .to_string();
-        let Some(route) = table.route(&host, req.uri().path()) else {
+        // An HTTP/2 client names the host in `:authority`.
+        let host = match req.headers().get(header::HOST) {
+            Some(h) => h.clone(),
+            None => req
+                .uri()
+                .authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+                .unwrap_or_else(|| HeaderValue::from_static("")),
+        };
+        let Some(route) = table.route(host.to_str().unwrap_or(""), req.uri().path()) else {
             self.observe(&table, None, 404, start);
             return text(StatusCode::NOT_FOUND, "404 page not found");
         };
@@ -198,37 +224,45 @@ impl Proxy {
         let first = self.next.fetch_add(1, Ordering::Relaxed);
         let resp = if is_upgrade(req.headers()) {
             let target = endpoints[first % endpoints.len()];
-            self.upgrade(req, target, client, &host, local.port(), scheme)
-                .await
+            self.upgrade(req, target, conn, &host).await
         } else {
-            self.forward(req, endpoints, first, client, &host, local.port(), scheme)
-                .await
+            self.forward(req, endpoints, first, conn, host).await
         };
         self.observe(&table, labels, resp.status().as_u16(), start);
         resp
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// `http://<target>` as a URI authority, made once per endpoint.
+    fn authority(&self, target: SocketAddr) -> Option<Authority> {
+        let mut cache = self.authorities.lock().ok()?;
+        if let Some(a) = cache.get(&target) {
+            return Some(a.clone());
+        }
+        // Endpoints come and go; a bounded cache is enough.
+        if cache.len() > 4096 {
+            cache.clear();
+        }
+        let a = Authority::try_from(target.to_string()).ok()?;
+        cache.insert(target, a.clone());
+        Some(a)
+    }
+
     async fn forward(
         &self,
         req: Request<Incoming>,
         endpoints: &[SocketAddr],
         first: usize,
-        client: SocketAddr,
-        host: &str,
-        port: u16,
-        scheme: &str,
+        conn: &Connection,
+        host: HeaderValue,
     ) -> Response<Body> {
         let (mut parts, body) = req.into_parts();
         // The backend hears HTTP/1.1 whatever the client spoke; `Host` stays the client's.
         strip_hop_by_hop(&mut parts.headers);
-        forwarded(&mut parts.headers, client, scheme, host, port);
-        // An HTTP/2 client names the host in `:authority`; the backend hears it as `Host` (else the
-        // client library would put the endpoint's address there).
+        forwarded(&mut parts.headers, conn, &host);
+        // An HTTP/2 client's `:authority` reaches the backend as `Host` (else the client library
+        // would put the endpoint's address there).
         if !parts.headers.contains_key(header::HOST) {
-            if let Ok(v) = HeaderValue::from_str(host) {
-                parts.headers.insert(header::HOST, v);
-            }
+            parts.headers.insert(header::HOST, host);
         }
         // Only a request without a body can go to another endpoint after a refused connection.
         let bodyless = hyper::body::Body::is_end_stream(&body);
@@ -236,8 +270,8 @@ impl Proxy {
         let path = parts
             .uri
             .path_and_query()
-            .map_or("/", |p| p.as_str())
-            .to_string();
+            .cloned()
+            .unwrap_or_else(|| hyper::http::uri::PathAndQuery::from_static("/"));
         let tries = if bodyless {
             ATTEMPTS.min(endpoints.len())
         } else {
@@ -246,7 +280,11 @@ impl Proxy {
         let mut last_err = String::new();
         for k in 0..tries {
             let target = endpoints[(first + k) % endpoints.len()];
-            let Ok(uri) = format!("http://{target}{path}").parse::<Uri>() else {
+            let mut up = hyper::http::uri::Parts::default();
+            up.scheme = Some(Scheme::HTTP);
+            up.authority = self.authority(target);
+            up.path_and_query = Some(path.clone());
+            let Ok(uri) = Uri::from_parts(up) else {
                 return text(StatusCode::BAD_REQUEST, "400 bad request path");
             };
             let mut out = Request::new(body.take().unwrap_or_else(empty));
@@ -282,24 +320,24 @@ impl Proxy {
         &self,
         mut req: Request<Incoming>,
         target: SocketAddr,
-        client: SocketAddr,
-        host: &str,
-        port: u16,
-        scheme: &str,
+        conn: &Connection,
+        host: &HeaderValue,
     ) -> Response<Body> {
         let Ok(tcp) = tokio::net::TcpStream::connect(target).await else {
             return text(StatusCode::BAD_GATEWAY, "502 bad gateway");
         };
-        let Ok((mut sender, conn)) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await
+        let Ok((mut sender, backend)) =
+            hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await
         else {
             return text(StatusCode::BAD_GATEWAY, "502 bad gateway");
         };
         tokio::spawn(async move {
-            if let Err(e) = conn.with_upgrades().await {
+            if let Err(e) = backend.with_upgrades().await {
                 debug!(error = %e, "ingress: upgraded backend connection ended");
             }
         });
-        forwarded(req.headers_mut(), client, scheme, host, port);
+        forwarded(req.headers_mut(), conn, host);
+        let host = host.to_str().unwrap_or("");
         let path = req
             .uri()
             .path_and_query()
