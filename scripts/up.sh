@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-# The `up` profile is release without debug info: a quarter less to build on a fresh machine.
+# The `up` profile (Cargo.toml) builds faster than --release on a fresh machine: no debug info, no LTO, opt-level 2.
 echo "==> cargo build --profile up --bin keel"
 cargo build --profile up --bin keel
 exec target/up/keel up "$@"
