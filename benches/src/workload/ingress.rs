@@ -222,20 +222,26 @@ impl Up {
 
 impl Drop for Up {
     fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child's pid, which is not yet reaped.
-        unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGTERM);
-        }
-        let deadline = Instant::now() + Duration::from_secs(180);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // SIGTERM: `keel up` removes its worker (pods, containerd, mounts) before it exits.
+        stop(&mut self.child, libc::SIGTERM, Duration::from_secs(180));
     }
+}
+
+/// Sends `signal` to our own child, waits up to `grace` for it to exit, then SIGKILLs it.
+fn stop(child: &mut std::process::Child, signal: i32, grace: Duration) {
+    // SAFETY: kill(2) on our own child's pid, which is not yet reaped (we reap it below).
+    unsafe {
+        libc::kill(child.id() as i32, signal);
+    }
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// The peer nginx; stopped (SIGQUIT, then SIGKILL) when dropped.
@@ -295,19 +301,8 @@ impl Nginx {
 
 impl Drop for Nginx {
     fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child's pid; SIGQUIT is nginx's graceful stop.
-        unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGQUIT);
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // SIGQUIT is nginx's graceful stop.
+        stop(&mut self.child, libc::SIGQUIT, Duration::from_secs(10));
     }
 }
 
