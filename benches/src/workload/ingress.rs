@@ -25,6 +25,7 @@ use tokio::process::Command;
 use super::netns;
 use crate::error::{BenchError, Result};
 use crate::target::cpu_us_of;
+use keel_testkit::process::{Capture, Process};
 
 /// `keel up`'s worker address and its Ingress port.
 const NODE_IP: &str = "10.42.0.1";
@@ -161,92 +162,67 @@ fn say(msg: &str) {
     println!("{PROGRESS} {msg}");
 }
 
+/// The direct children of process `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
 /// `keel up` in the child's namespace; SIGTERM and a wait when dropped, so its worker is removed.
 struct Up {
-    child: std::process::Child,
-    log: PathBuf,
+    process: Process,
 }
 
 impl Up {
     fn start(keel: &Path, dir: &Path) -> Result<Up> {
-        let log = dir.join("up.log");
-        let out = std::fs::File::create(&log).map_err(|e| err("up.log", e))?;
-        let err_out = out.try_clone().map_err(|e| err("up.log", e))?;
-        let child = std::process::Command::new(keel)
-            .arg("up")
+        let mut cmd = std::process::Command::new(keel);
+        cmd.arg("up")
             .arg("--data-dir")
             .arg(dir.join("data"))
             // Nothing asks the resolver for outside names; this keeps it from naming the host's.
-            .arg("--dns-upstream=127.0.0.1:53")
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err_out)
-            .spawn()
+            .arg("--dns-upstream=127.0.0.1:53");
+        let mut process = Process::start(&mut cmd, Capture::Log(dir.join("up.log")), None)
             .map_err(|source| BenchError::Spawn {
                 what: format!("{} up", keel.display()),
                 source,
             })?;
-        let mut up = Up { child, log };
         let deadline = Instant::now() + Duration::from_secs(300);
-        loop {
-            let text = std::fs::read_to_string(&up.log).unwrap_or_default();
-            if text.contains("serving in") {
-                return Ok(up);
-            }
-            if Instant::now() > deadline || matches!(up.child.try_wait(), Ok(Some(_))) {
-                return Err(err("keel up did not come up", text));
+        while !process.stdout().contains("serving in") {
+            if Instant::now() > deadline || process.has_exited() {
+                return Err(err("keel up did not come up", process.stdout()));
             }
             std::thread::sleep(Duration::from_millis(200));
         }
+        Ok(Up { process })
     }
 
     /// The `keel agent` process `keel up` started (where the Ingress controller runs).
     fn agent_pid(&self) -> Option<u32> {
-        let children =
-            std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", self.child.id()))
-                .ok()?;
-        children
-            .split_whitespace()
-            .filter_map(|p| p.parse::<u32>().ok())
-            .find(|pid| {
-                std::fs::read(format!("/proc/{pid}/cmdline"))
-                    .map(|c| {
-                        c.split(|b| *b == 0)
-                            .nth(1)
-                            .is_some_and(|arg| arg == b"agent")
-                    })
-                    .unwrap_or(false)
-            })
+        children(self.process.pid()?).into_iter().find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| {
+                    c.split(|b| *b == 0)
+                        .nth(1)
+                        .is_some_and(|arg| arg == b"agent")
+                })
+                .unwrap_or(false)
+        })
     }
 }
 
 impl Drop for Up {
     fn drop(&mut self) {
         // SIGTERM: `keel up` removes its worker (pods, containerd, mounts) before it exits.
-        stop(&mut self.child, libc::SIGTERM, Duration::from_secs(180));
+        self.process.stop(Duration::from_secs(180));
     }
 }
 
-/// Sends `signal` to our own child, waits up to `grace` for it to exit, then SIGKILLs it.
-fn stop(child: &mut std::process::Child, signal: i32, grace: Duration) {
-    // SAFETY: kill(2) on our own child's pid, which is not yet reaped (we reap it below).
-    unsafe {
-        libc::kill(child.id() as i32, signal);
-    }
-    let deadline = Instant::now() + grace;
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
-/// The peer nginx; stopped (SIGQUIT, then SIGKILL) when dropped.
+/// The peer nginx; stopped (SIGTERM, then SIGKILL) when dropped.
 struct Nginx {
-    child: std::process::Child,
+    process: Process,
 }
 
 impl Nginx {
@@ -269,40 +245,29 @@ impl Nginx {
             tmp = dir.display(),
         );
         std::fs::write(&conf, text).map_err(|e| err("nginx.conf", e))?;
-        let child = std::process::Command::new("nginx")
-            .arg("-p")
-            .arg(dir)
-            .arg("-c")
-            .arg(&conf)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|source| BenchError::Spawn {
+        let mut cmd = std::process::Command::new("nginx");
+        cmd.arg("-p").arg(dir).arg("-c").arg(&conf);
+        let process = Process::start(&mut cmd, Capture::Log(dir.join("nginx.out")), None).map_err(
+            |source| BenchError::Spawn {
                 what: "nginx".into(),
                 source,
-            })?;
-        Ok(Nginx { child })
+            },
+        )?;
+        Ok(Nginx { process })
     }
 
     /// CPU of the master and its workers, µs.
     fn cpu_us(&self) -> u64 {
-        let master = self.child.id();
-        let workers = std::fs::read_to_string(format!("/proc/{master}/task/{master}/children"))
-            .unwrap_or_default();
-        cpu_us_of(master)
-            + workers
-                .split_whitespace()
-                .filter_map(|p| p.parse::<u32>().ok())
-                .map(cpu_us_of)
-                .sum::<u64>()
+        let Some(master) = self.process.pid() else {
+            return 0;
+        };
+        cpu_us_of(master) + children(master).into_iter().map(cpu_us_of).sum::<u64>()
     }
 }
 
 impl Drop for Nginx {
     fn drop(&mut self) {
-        // SIGQUIT is nginx's graceful stop.
-        stop(&mut self.child, libc::SIGQUIT, Duration::from_secs(10));
+        self.process.stop(Duration::from_secs(10));
     }
 }
 

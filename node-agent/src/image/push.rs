@@ -137,34 +137,17 @@ struct Url {
 }
 
 fn parse_url(url: &str) -> Option<Url> {
-    let (https, rest) = if let Some(r) = url.strip_prefix("https://") {
-        (true, r)
-    } else {
-        (false, url.strip_prefix("http://")?)
-    };
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    let default = if https { 443 } else { 80 };
-    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
-        let (h, after) = v6.split_once(']')?;
-        match after.strip_prefix(':') {
-            Some(p) => (h, p.parse().ok()?),
-            None if after.is_empty() => (h, default),
-            None => return None,
-        }
-    } else {
-        match authority.rsplit_once(':') {
-            Some((h, p)) => (h, p.parse().ok()?),
-            None => (authority, default),
-        }
+    let uri: hyper::Uri = url.parse().ok()?;
+    let https = match uri.scheme_str()? {
+        "https" => true,
+        "http" => false,
+        _ => return None,
     };
     Some(Url {
         https,
-        host: host.to_string(),
-        port,
-        path: path.to_string(),
+        host: uri.host()?.trim_matches(['[', ']']).to_string(),
+        port: uri.port_u16().unwrap_or(if https { 443 } else { 80 }),
+        path: uri.path_and_query().map_or("/", |p| p.as_str()).to_string(),
     })
 }
 

@@ -57,12 +57,12 @@ pub struct Proxy {
     authorities: Mutex<HashMap<SocketAddr, Authority>>,
 }
 
-/// The metric handles of the current table's routes, so a request allocates no label set: keyed by
-/// the addresses of the route's Ingress name and backend in that table (emptied when the table
-/// changes, so an address is never read for another table's entry) and the status code.
+/// The metric handles of one table's routes, so a request allocates no label set: keyed by the
+/// addresses of the route's Ingress name and backend in that table and the status code. The cache
+/// holds the table, so those addresses stay its own until a request of a newer table empties it.
 #[derive(Default)]
 struct MetricCache {
-    table: usize,
+    table: Option<Arc<RouteTable>>,
     handles: HashMap<(usize, usize, u16), (Counter, Histogram)>,
 }
 
@@ -182,9 +182,8 @@ impl Proxy {
         let Ok(mut cache) = self.metrics.lock() else {
             return;
         };
-        let id = Arc::as_ptr(table) as usize;
-        if cache.table != id {
-            cache.table = id;
+        if !cache.table.as_ref().is_some_and(|t| Arc::ptr_eq(t, table)) {
+            cache.table = Some(table.clone());
             cache.handles.clear();
         }
         let key = route.map_or((0, 0, code), |(i, b)| {
