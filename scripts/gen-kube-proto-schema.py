@@ -20,7 +20,7 @@ OA = next(g for r in REG for g in glob.glob(r + "k8s-openapi-0.28.*/src/v1_32"))
 ROOTS = [
     "api.core.v1." + k
     for k in ["Namespace", "Pod", "Binding", "Node", "Service", "Endpoints", "ConfigMap", "Secret", "ServiceAccount",
-              "Event", "ReplicationController", "ResourceQuota", "LimitRange"]
+              "Event", "ReplicationController", "ResourceQuota", "LimitRange", "PersistentVolume", "PersistentVolumeClaim"]
 ] + [
     "api.apps.v1.Deployment", "api.apps.v1.ReplicaSet", "api.apps.v1.StatefulSet", "api.apps.v1.DaemonSet",
     "api.batch.v1.Job", "api.batch.v1.CronJob", "api.events.v1.Event", "api.rbac.v1.Role",
@@ -32,6 +32,8 @@ ROOTS = [
     "api.authorization.v1.LocalSubjectAccessReview", "api.authorization.v1.SelfSubjectRulesReview",
     "api.authentication.v1.SelfSubjectReview", "api.authentication.v1.TokenRequest",
     "api.authentication.v1.TokenReview", "api.networking.v1.Ingress", "api.networking.v1.IngressClass",
+    "api.storage.v1.StorageClass", "api.storage.v1.VolumeAttachment", "api.storage.v1.CSIDriver",
+    "api.storage.v1.CSINode", "api.storage.v1.CSIStorageCapacity",
 ]
 
 def parse_fields(body):

@@ -9,7 +9,8 @@
 //! - [`qos`]: a pod's QoS class;
 //! - [`reflect`]: a watched kind's cache and its wake-up on change;
 //! - [`upgrade`]: relaying an exec, attach or port-forward connection upgrade;
-//! - [`quota`]: what objects consume under a ResourceQuota, shared by its admission and its controller.
+//! - [`quota`]: what objects consume under a ResourceQuota, shared by its admission and its controller;
+//! - [`volume`]: claims and volumes: upstream's annotations, a claim's class, which volume fits a claim.
 
 pub mod labels;
 pub mod leading;
@@ -21,3 +22,4 @@ pub mod quota;
 pub mod reflect;
 pub mod tls;
 pub mod upgrade;
+pub mod volume;

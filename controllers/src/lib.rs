@@ -35,6 +35,7 @@ pub mod serviceaccount;
 pub mod servicelb;
 pub mod statefulset;
 pub mod ttl_after_finished;
+pub mod volume;
 
 pub use context::Context;
 pub use error::{Error, Result};
@@ -68,5 +69,9 @@ fn registry() -> Vec<ControllerDef> {
         namespace::def(),
         clusterrole_aggregation::def(),
         resourcequota::def(),
+        volume::binder::def(),
+        volume::protection::pvc_def(),
+        volume::protection::pv_def(),
+        volume::ephemeral::def(),
     ]
 }

@@ -9,7 +9,7 @@ macro_rules! with_builtin_type {
         use k8s_openapi::api::{
             apps::v1 as apps, batch::v1 as batch, certificates::v1 as certs, coordination::v1 as coord, core::v1 as core,
             discovery::v1 as disc, events::v1 as events, networking::v1 as net, policy::v1 as policy,
-            rbac::v1 as rbac, scheduling::v1 as scheduling,
+            rbac::v1 as rbac, scheduling::v1 as scheduling, storage::v1 as storage,
         };
         macro_rules! arm {
             ($ty:ty) => {{
@@ -27,6 +27,8 @@ macro_rules! with_builtin_type {
             ("", "Secret") => arm!(core::Secret),
             ("", "ServiceAccount") => arm!(core::ServiceAccount),
             ("", "Event") => arm!(core::Event),
+            ("", "PersistentVolume") => arm!(core::PersistentVolume),
+            ("", "PersistentVolumeClaim") => arm!(core::PersistentVolumeClaim),
             ("", "ReplicationController") => arm!(core::ReplicationController),
             ("", "ResourceQuota") => arm!(core::ResourceQuota),
             ("", "LimitRange") => arm!(core::LimitRange),
@@ -52,6 +54,11 @@ macro_rules! with_builtin_type {
             ("networking.k8s.io", "NetworkPolicy") => arm!(net::NetworkPolicy),
             ("networking.k8s.io", "Ingress") => arm!(net::Ingress),
             ("networking.k8s.io", "IngressClass") => arm!(net::IngressClass),
+            ("storage.k8s.io", "StorageClass") => arm!(storage::StorageClass),
+            ("storage.k8s.io", "VolumeAttachment") => arm!(storage::VolumeAttachment),
+            ("storage.k8s.io", "CSIDriver") => arm!(storage::CSIDriver),
+            ("storage.k8s.io", "CSINode") => arm!(storage::CSINode),
+            ("storage.k8s.io", "CSIStorageCapacity") => arm!(storage::CSIStorageCapacity),
             ("apiextensions.k8s.io", "CustomResourceDefinition") => arm!(
                 k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition
             ),

@@ -109,7 +109,20 @@ pub(crate) fn keel_ingress_class() -> Value {
     c
 }
 
-/// One pass: the default namespaces and the `keel` IngressClass. (The namespace controller terminates
+/// The StorageClass of the agents' built-in local-path provisioner, the cluster's default class (as k3s
+/// ships `local-path`): a directory on the node that first uses the claim, removed with the claim. Kept
+/// like the IngressClass.
+pub(crate) fn local_path_storage_class() -> Value {
+    let mut c = new_object("storage.k8s.io/v1", "StorageClass", "local-path", None);
+    c["metadata"]["annotations"] = json!({"storageclass.kubernetes.io/is-default-class": "true"});
+    c["metadata"]["labels"] = json!({"app.kubernetes.io/managed-by": "keel"});
+    c["provisioner"] = json!("keel.io/local-path");
+    c["reclaimPolicy"] = json!("Delete");
+    c["volumeBindingMode"] = json!("WaitForFirstConsumer");
+    c
+}
+
+/// One pass: the default namespaces, the `keel` IngressClass and the `local-path` StorageClass. (The namespace controller terminates
 /// deleted namespaces and the serviceaccount controller makes the `default` ServiceAccounts.)
 pub(crate) async fn reconcile(storage: &Storage) -> Result<(), ApiError> {
     for ns in DEFAULT_NAMESPACES {
@@ -124,6 +137,12 @@ pub(crate) async fn reconcile(storage: &Storage) -> Result<(), ApiError> {
         storage,
         "/registry/ingressclasses/keel",
         &keel_ingress_class(),
+    )
+    .await?;
+    ensure(
+        storage,
+        "/registry/storageclasses/local-path",
+        &local_path_storage_class(),
     )
     .await
 }

@@ -34,6 +34,7 @@ pub fn new_pod(set: &StatefulSet, template: &PodTemplateSpec, ordinal: i32, revi
     meta.namespace = set.namespace();
     meta.owner_references = set.controller_owner_ref(&()).map(|r| vec![r]);
     let mut spec = template.spec.clone().unwrap_or_default();
+    super::claims::mount_claims(set, &mut spec, ordinal);
     spec.hostname = Some(name);
     spec.subdomain = set
         .spec

@@ -2,6 +2,7 @@
 //! the previous is Running and Ready) or in parallel, removed highest ordinal first, updated highest
 //! ordinal first down to the partition; template history in ControllerRevisions.
 
+pub mod claims;
 pub mod identity;
 pub mod status;
 
@@ -9,8 +10,8 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet, StatefulSetCondition};
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodTemplateSpec};
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType};
@@ -28,9 +29,6 @@ use identity::{new_pod, ordinal, revision_of};
 
 /// The Events' reporting controller.
 const REPORTER: &str = "statefulset-controller";
-/// keel has no storage yet, so claims from templates cannot be made.
-pub const NO_STORAGE: &str =
-    "volumeClaimTemplates are not supported: keel has no storage provisioner yet";
 
 /// Registration under upstream's name.
 pub fn def() -> ControllerDef {
@@ -56,6 +54,8 @@ fn start(ctx: &Arc<Context>) -> BoxFuture<'static, ()> {
     let sets = ctx.shared::<StatefulSet>();
     let pods = ctx.shared::<Pod>();
     let revisions = ctx.shared::<ControllerRevision>();
+    // The claims of `volumeClaimTemplates` are read from this cache.
+    let _ = ctx.shared::<PersistentVolumeClaim>();
     let controller = Controller::for_shared_stream(sets.subscribe(), sets.store())
         .watches_shared_stream(pods.subscribe(), |p: Arc<Pod>| owner_of(p.as_ref()))
         .watches_shared_stream(revisions.subscribe(), |r: Arc<ControllerRevision>| {
@@ -112,14 +112,14 @@ async fn delete_pod(ctx: &Context, pod: &Pod) -> Result<()> {
     }
 }
 
-async fn create_pod(ctx: &Context, set: &StatefulSet, pod: &Pod) -> Result<()> {
+async fn create_pod(ctx: &Context, set: &StatefulSet, pod: &Pod) -> Result<Option<Pod>> {
     let ns = set.namespace().unwrap_or_default();
     match ctx
         .api::<Pod>(&ns)
         .create(&PostParams::default(), pod)
         .await
     {
-        Ok(_) => {
+        Ok(made) => {
             event(
                 ctx,
                 set,
@@ -132,10 +132,10 @@ async fn create_pod(ctx: &Context, set: &StatefulSet, pod: &Pod) -> Result<()> {
                 ),
             )
             .await;
-            Ok(())
+            Ok(Some(made))
         }
         // The identity exists already (the cache is behind): one pod per identity, so nothing to do.
-        Err(e) if is_conflict(&e) => Ok(()),
+        Err(e) if is_conflict(&e) => Ok(None),
         Err(e) => {
             event(
                 ctx,
@@ -175,32 +175,6 @@ async fn reconcile(set: Arc<StatefulSet>, ctx: Arc<Context>) -> Result<Action> {
     let name = set.name_any();
     let spec = set.spec.clone().unwrap_or_default();
     let old = set.status.clone().unwrap_or_default();
-
-    if spec
-        .volume_claim_templates
-        .as_ref()
-        .is_some_and(|v| !v.is_empty())
-    {
-        event(
-            &ctx,
-            &set,
-            EventType::Warning,
-            "FailedCreate",
-            NO_STORAGE.into(),
-        )
-        .await;
-        let mut st = old.clone();
-        st.observed_generation = set.metadata.generation;
-        st.conditions = Some(vec![StatefulSetCondition {
-            type_: "ReplicaFailure".into(),
-            status: "True".into(),
-            reason: Some("FailedCreate".into()),
-            message: Some(NO_STORAGE.into()),
-            last_transition_time: None,
-        }]);
-        status::write(&ctx, &set, st).await?;
-        return Ok(Action::await_change());
-    }
 
     // History: the update revision records the template; the current one is what the status says.
     let revisions = history::owned(&ctx, &ns, &uid);
@@ -353,12 +327,27 @@ async fn sync_pods(
                 } else {
                     plan.update
                 };
-                create_pod(ctx, set, &new_pod(set, template, o, rev)).await?;
+                let pod = new_pod(set, template, o, rev);
+                // The claims come first: a pod is never made without the claims it mounts.
+                claims::ensure(ctx, set, &pod.name_any(), o).await?;
+                if let Some(made) = create_pod(ctx, set, &pod).await? {
+                    claims::apply_policy(ctx, set, &made, o, false).await?;
+                }
                 all_healthy = false;
                 if ordered {
                     return Ok(false);
                 }
             }
+            Some(p) => {
+                if crate::pod_state::phase(p) == "Pending" {
+                    // A pending pod's claim may have been deleted under it: made again.
+                    claims::ensure(ctx, set, &p.name_any(), o).await?;
+                }
+                claims::apply_policy(ctx, set, p, o, false).await?;
+            }
+        }
+        match plan.replicas.get(&o) {
+            None => {}
             Some(p) if finished(p) && p.metadata.deletion_timestamp.is_none() => {
                 // A failed or completed pod is replaced under the same identity once it is gone.
                 delete_pod(ctx, p).await?;
@@ -383,6 +372,10 @@ async fn sync_pods(
             return Ok(false);
         }
         if p.metadata.deletion_timestamp.is_none() {
+            if let Some(o) = ordinal(&set.name_any(), &p.name_any()) {
+                // A claim whose policy deletes it on scale-down is handed to the pod before it goes.
+                claims::apply_policy(ctx, set, p, o, true).await?;
+            }
             delete_pod(ctx, p).await?;
         }
         if ordered {

@@ -46,6 +46,7 @@ mod limitrange;
 mod namespace;
 mod networkpolicy;
 mod node;
+mod persistentvolume;
 mod pod;
 pub mod priorityclass;
 mod rbac;
@@ -55,6 +56,7 @@ mod resourcequota;
 mod secret;
 mod service;
 mod statefulset;
+mod storage;
 mod workload;
 
 pub use apiservice::ca_bundle_len;
@@ -358,6 +360,25 @@ static BUILTIN: &[((&str, &str), &dyn Strategy)] = &[
     ),
     (("", "ResourceQuota"), &resourcequota::ResourceQuota),
     (("", "LimitRange"), &limitrange::LimitRange),
+    (
+        ("", "PersistentVolume"),
+        &persistentvolume::PersistentVolume,
+    ),
+    (
+        ("", "PersistentVolumeClaim"),
+        &persistentvolume::PersistentVolumeClaim,
+    ),
+    (("storage.k8s.io", "StorageClass"), &storage::StorageClass),
+    (
+        ("storage.k8s.io", "VolumeAttachment"),
+        &storage::VolumeAttachment,
+    ),
+    (("storage.k8s.io", "CSIDriver"), &storage::CsiDriver),
+    (("storage.k8s.io", "CSINode"), &storage::CsiNode),
+    (
+        ("storage.k8s.io", "CSIStorageCapacity"),
+        &storage::CsiStorageCapacity,
+    ),
     (
         ("certificates.k8s.io", "CertificateSigningRequest"),
         &csr::CertificateSigningRequest,

@@ -2,6 +2,7 @@
 //! object as `PartialObjectMetadata`, the full object, or nothing (`includeObject`).
 
 pub mod printers;
+pub mod storage;
 
 use serde_json::{json, Map, Value};
 

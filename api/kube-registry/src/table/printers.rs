@@ -15,7 +15,7 @@ pub struct Column {
     pub description: &'static str,
 }
 
-const fn col(
+pub(super) const fn col(
     name: &'static str,
     kind: &'static str,
     priority: u8,
@@ -29,13 +29,13 @@ const fn col(
     }
 }
 
-const NAME: Column = col(
+pub(super) const NAME: Column = col(
     "Name",
     "string",
     0,
     "Name must be unique within a namespace.",
 );
-const AGE: Column = col("Age", "string", 0, "Time since the object was created.");
+pub(super) const AGE: Column = col("Age", "string", 0, "Time since the object was created.");
 const CONTAINERS: Column = col(
     "Containers",
     "string",
@@ -53,6 +53,13 @@ const SELECTOR: Column = col("Selector", "string", 1, "The label selector of the
 /// The columns of a printer.
 pub fn columns(p: Printer) -> Vec<Column> {
     match p {
+        Printer::PersistentVolume
+        | Printer::PersistentVolumeClaim
+        | Printer::StorageClass
+        | Printer::VolumeAttachment
+        | Printer::CSIDriver
+        | Printer::CSINode
+        | Printer::CSIStorageCapacity => super::storage::columns(p),
         Printer::Pod => vec![
             NAME,
             col(
@@ -801,6 +808,13 @@ fn job_duration(o: &Value) -> String {
 pub fn cells(p: Printer, o: &Value) -> Vec<Value> {
     let name = json!(object::name(o));
     match p {
+        Printer::PersistentVolume
+        | Printer::PersistentVolumeClaim
+        | Printer::StorageClass
+        | Printer::VolumeAttachment
+        | Printer::CSIDriver
+        | Printer::CSINode
+        | Printer::CSIStorageCapacity => super::storage::cells(p, o),
         Printer::Pod => {
             let total = arr(o, "spec.containers").len();
             let statuses = arr(o, "status.containerStatuses");

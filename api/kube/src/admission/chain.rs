@@ -7,7 +7,8 @@
 use serde_json::Value;
 
 use super::{
-    default_ingress_class, limit_ranger, node_restriction, node_taint, pod_security, resource_quota,
+    default_ingress_class, default_storage_class, limit_ranger, node_restriction, node_taint,
+    pod_security, resource_quota,
 };
 use crate::authn::Identity;
 use crate::authz::Authorizer;
@@ -73,18 +74,25 @@ pub enum Mutating {
     ServiceAccountTokenSecret,
     /// LimitRanger: a new pod's default requests and limits from its namespace's LimitRanges.
     LimitRanger,
+    /// DefaultStorageClass: a new claim without a class gets the default StorageClass.
+    DefaultStorageClass,
+    /// StorageObjectInUseProtection: a new claim or volume gets its protection finalizer.
+    StorageObjectInUseProtection,
     /// DefaultIngressClass: a new Ingress without a class gets the default IngressClass.
     DefaultIngressClass,
 }
 
 /// The mutating plugins, in kube-apiserver 1.32's plugin order (LimitRanger, ServiceAccount,
-/// TaintNodesByCondition, Priority, DefaultIngressClass); keel's token step follows ServiceAccount.
+/// TaintNodesByCondition, Priority, DefaultStorageClass, StorageObjectInUseProtection,
+/// DefaultIngressClass); keel's token step follows ServiceAccount.
 pub const MUTATING: &[Mutating] = &[
     Mutating::LimitRanger,
     Mutating::ServiceAccount,
     Mutating::ServiceAccountTokenSecret,
     Mutating::TaintNodesByCondition,
     Mutating::Priority,
+    Mutating::DefaultStorageClass,
+    Mutating::StorageObjectInUseProtection,
     Mutating::DefaultIngressClass,
 ];
 
@@ -97,6 +105,8 @@ impl Mutating {
             Mutating::ServiceAccount => "ServiceAccount",
             Mutating::ServiceAccountTokenSecret => "ServiceAccountTokenSecret",
             Mutating::LimitRanger => "LimitRanger",
+            Mutating::DefaultStorageClass => "DefaultStorageClass",
+            Mutating::StorageObjectInUseProtection => "StorageObjectInUseProtection",
             Mutating::DefaultIngressClass => "DefaultIngressClass",
         }
     }
@@ -109,6 +119,10 @@ impl Mutating {
             Mutating::ServiceAccount => "pods: create",
             Mutating::ServiceAccountTokenSecret => "secrets: create",
             Mutating::LimitRanger => "pods: create",
+            Mutating::DefaultStorageClass => "persistentvolumeclaims: create",
+            Mutating::StorageObjectInUseProtection => {
+                "persistentvolumeclaims, persistentvolumes: create"
+            }
             Mutating::DefaultIngressClass => "ingresses: create",
         }
     }
@@ -122,6 +136,13 @@ impl Mutating {
             Mutating::ServiceAccount => a.is_create() && a.is_kind("", "Pod"),
             Mutating::ServiceAccountTokenSecret => a.is_create() && a.is_kind("", "Secret"),
             Mutating::LimitRanger => a.is_create() && a.is_kind("", "Pod"),
+            Mutating::DefaultStorageClass => {
+                a.is_create() && a.is_kind("", "PersistentVolumeClaim")
+            }
+            Mutating::StorageObjectInUseProtection => {
+                a.is_create()
+                    && (a.is_kind("", "PersistentVolumeClaim") || a.is_kind("", "PersistentVolume"))
+            }
             Mutating::DefaultIngressClass => {
                 a.is_create() && a.is_kind("networking.k8s.io", "Ingress")
             }
@@ -151,6 +172,18 @@ impl Mutating {
             }
             (Mutating::LimitRanger, _) => {
                 limit_ranger::admit_create(a.storage, a.def, a.name, obj).await
+            }
+            (Mutating::DefaultStorageClass, _) => {
+                default_storage_class::admit_create(a.storage, obj).await
+            }
+            (Mutating::StorageObjectInUseProtection, _) => {
+                let finalizer = if a.is_kind("", "PersistentVolume") {
+                    "kubernetes.io/pv-protection"
+                } else {
+                    "kubernetes.io/pvc-protection"
+                };
+                default_storage_class::protect(obj, finalizer);
+                Ok(())
             }
             (Mutating::DefaultIngressClass, _) => {
                 default_ingress_class::admit_create(a.storage, obj).await

@@ -3,6 +3,7 @@
 
 pub mod chain;
 pub mod default_ingress_class;
+pub mod default_storage_class;
 pub mod limit_ranger;
 pub mod node_restriction;
 pub mod node_taint;

@@ -1,0 +1,111 @@
+//! DefaultStorageClass: a claim created without a class (no `spec.storageClassName`, not even `""`,
+//! and no beta class annotation) gets the StorageClass marked
+//! `storageclass.kubernetes.io/is-default-class: "true"` (or the beta form); when several are marked,
+//! the newest one (then the first by name), as upstream chooses since 1.26.
+
+use serde_json::{json, Value};
+
+use crate::object;
+use crate::resource;
+use crate::status::ApiError;
+use crate::storage::{prefix_end, Storage};
+use crate::table::storage::{is_default_class, BETA_CLASS};
+
+/// The default StorageClass's name among `classes`, if one is marked.
+fn default_of(classes: &[Value]) -> Option<&str> {
+    classes
+        .iter()
+        .filter(|c| is_default_class(c))
+        .max_by(|a, b| {
+            let created = |c: &Value| {
+                object::path(c, "metadata.creationTimestamp")
+                    .and_then(Value::as_str)
+                    .and_then(object::parse_time)
+            };
+            created(a)
+                .cmp(&created(b))
+                .then_with(|| object::name(b).cmp(object::name(a)))
+        })
+        .map(object::name)
+}
+
+/// Sets the default class on a new claim that names none.
+pub async fn admit_create(storage: &Storage, claim: &mut Value) -> Result<(), ApiError> {
+    let named = object::path(claim, "spec.storageClassName").is_some_and(|v| !v.is_null());
+    let legacy = object::path(claim, "metadata.annotations")
+        .and_then(|a| a.get(BETA_CLASS))
+        .is_some();
+    if named || legacy {
+        return Ok(());
+    }
+    let Some(def) = resource::find("storage.k8s.io", "v1", "storageclasses") else {
+        return Ok(());
+    };
+    let prefix = def.prefix();
+    let page = storage.range(prefix.as_bytes(), &prefix_end(prefix.as_bytes()), 0, 0)?;
+    let classes: Vec<Value> = page.items.into_iter().map(|(_, s)| s.object).collect();
+    if let Some(name) = default_of(&classes) {
+        if let Some(spec) = claim.get_mut("spec").and_then(Value::as_object_mut) {
+            spec.insert("storageClassName".into(), json!(name));
+        } else if let Some(o) = claim.as_object_mut() {
+            o.insert("spec".into(), json!({"storageClassName": name}));
+        }
+    }
+    Ok(())
+}
+
+/// StorageObjectInUseProtection: a new claim or volume carries the finalizer its protection controller
+/// removes once nothing uses it.
+pub fn protect(claim_or_volume: &mut Value, finalizer: &str) {
+    let Some(meta) = claim_or_volume
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    let list = meta.entry("finalizers").or_insert_with(|| json!([]));
+    if let Some(list) = list.as_array_mut() {
+        if !list.iter().any(|f| f.as_str() == Some(finalizer)) {
+            list.push(json!(finalizer));
+        }
+    } else {
+        *list = json!([finalizer]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::storage::DEFAULT_CLASS;
+
+    fn class(name: &str, created: &str, default: bool) -> Value {
+        let mut c = json!({"metadata": {"name": name, "creationTimestamp": created}});
+        if default {
+            c["metadata"]["annotations"] = json!({DEFAULT_CLASS: "true"});
+        }
+        c
+    }
+
+    #[test]
+    fn the_newest_marked_class_is_the_default() {
+        let classes = [
+            class("old", "2026-01-01T00:00:00Z", true),
+            class("new-b", "2026-02-01T00:00:00Z", true),
+            class("new-a", "2026-02-01T00:00:00Z", true),
+            class("newest-unmarked", "2026-03-01T00:00:00Z", false),
+        ];
+        assert_eq!(default_of(&classes), Some("new-a"));
+        assert_eq!(default_of(&classes[3..]), None);
+    }
+
+    #[test]
+    fn protection_adds_its_finalizer_once() {
+        let mut c = json!({"metadata": {"name": "x", "finalizers": ["a"]}});
+        protect(&mut c, "kubernetes.io/pvc-protection");
+        protect(&mut c, "kubernetes.io/pvc-protection");
+        assert_eq!(
+            c["metadata"]["finalizers"],
+            json!(["a", "kubernetes.io/pvc-protection"])
+        );
+    }
+}

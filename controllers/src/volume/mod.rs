@@ -1,0 +1,40 @@
+//! The storage controllers: the PersistentVolume binder, the protection of claims and volumes in use,
+//! and the claims of generic ephemeral volumes. Volumes themselves are made and removed by a
+//! provisioner (keel's node agents for `keel.io/local-path`); these loops only bind and guard them.
+
+pub mod binder;
+pub mod ephemeral;
+pub mod protection;
+
+use kube::runtime::events::{Event, EventType};
+use kube::Resource;
+use tracing::debug;
+
+use crate::context::Context;
+
+/// Records an Event about `obj` from `reporter`.
+async fn event<K>(
+    ctx: &Context,
+    reporter: &str,
+    obj: &K,
+    kind: EventType,
+    reason: &str,
+    note: String,
+) where
+    K: Resource<DynamicType = ()>,
+{
+    let ev = Event {
+        type_: kind,
+        reason: reason.into(),
+        note: Some(note),
+        action: reason.into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx
+        .recorder(reporter)
+        .publish(&ev, &obj.object_ref(&()))
+        .await
+    {
+        debug!(error = %e, "event not recorded");
+    }
+}
