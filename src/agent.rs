@@ -265,6 +265,11 @@ pub(crate) async fn run(args: AgentArgs) -> Result<(), ServerError> {
         netprog: None,
         resolver: None,
         ingress: None,
+        storage_dir: (!args.disable_local_storage).then(|| {
+            args.storage_dir
+                .clone()
+                .unwrap_or_else(|| args.root_dir.join("storage"))
+        }),
     };
     let port = u16::try_from(args.port)
         .map_err(|_| ServerError::Config(format!("--port {} is not a port", args.port)))?;

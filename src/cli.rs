@@ -376,6 +376,13 @@ pub(crate) struct AgentArgs {
     /// the `kube-system/kube-dns` Service in front of the agents' resolvers, unless --disable-dns).
     #[arg(long, value_delimiter = ',')]
     pub cluster_dns: Vec<String>,
+    /// Where the built-in local-path provisioner (StorageClass `local-path`) keeps volume
+    /// directories (default: `<root-dir>/storage`).
+    #[arg(long)]
+    pub storage_dir: Option<PathBuf>,
+    /// Do not run the built-in local-path provisioner on this node.
+    #[arg(long)]
+    pub disable_local_storage: bool,
     /// Do not run the built-in Ingress controller (class `keel`).
     #[arg(long)]
     pub disable_ingress: bool,

@@ -58,6 +58,8 @@ pub struct Options {
     pub ingress: Option<crate::ingress::IngressOptions>,
     /// The node's cluster DNS resolver (None: `--disable-dns`).
     pub resolver: Option<crate::dns::DnsOptions>,
+    /// Where the local-path provisioner keeps volume directories (None: `--disable-local-storage`).
+    pub storage_dir: Option<PathBuf>,
 }
 
 fn socket_path(endpoint: &str) -> PathBuf {
@@ -228,8 +230,20 @@ pub async fn run(client: Client, opts: Options) -> Result<()> {
             _ => std::future::pending().await,
         }
     };
+    let provisioner = async {
+        match opts.storage_dir.clone() {
+            Some(dir) => {
+                let o = crate::storage::provisioner::ProvisionerOptions {
+                    node: opts.node.name.clone(),
+                    dir,
+                };
+                crate::storage::provisioner::run(client.clone(), o).await
+            }
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
-        _ = async { tokio::join!(lease, status, pods, rotation, image_gc) } => Ok(()),
+        _ = async { tokio::join!(lease, status, pods, rotation, image_gc, provisioner) } => Ok(()),
         r = api => r,
         r = netprog => r,
         r = resolver => r,

@@ -52,6 +52,10 @@ pub enum Error {
     /// The pod asks for something the agent cannot give (a missing ConfigMap key, a bad path…).
     #[error("{0}")]
     Config(String),
+    /// A volume cannot be mounted yet (its claim is missing, unbound or going away): the whole
+    /// `FailedMount` message.
+    #[error("{0}")]
+    Mount(String),
     /// A watch the agent keeps its caches with has ended (its stream retries errors, so this is a bug).
     #[error("the watch of {0} ended")]
     WatchEnded(&'static str),

@@ -28,5 +28,6 @@ pub mod node;
 pub mod pod;
 pub mod runtime;
 pub mod server;
+pub mod storage;
 
 pub use error::{Error, Result};

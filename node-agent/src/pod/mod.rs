@@ -8,6 +8,7 @@
 //! - [`probe`]: startup, liveness and readiness probes ([`grpc_health`] for `grpc` ones).
 
 pub mod backoff;
+pub mod claims;
 pub mod deadline;
 pub mod env;
 pub mod events;

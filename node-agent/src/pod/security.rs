@@ -112,6 +112,25 @@ pub fn supplemental_groups(pod: &Pod) -> Vec<i64> {
     groups
 }
 
+/// Whether `fsGroupChangePolicy: OnRootMismatch` lets a volume's ownership be: its root already belongs
+/// to the group, with group read, write and search and the set-group-id bit.
+pub fn fs_group_settled(pod: &Pod, dir: &Path, gid: i64) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let policy = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|s| s.fs_group_change_policy.as_deref());
+    if policy != Some("OnRootMismatch") {
+        return false;
+    }
+    let Ok(meta) = std::fs::metadata(dir) else {
+        return false;
+    };
+    let wanted = 0o070 | 0o2000;
+    meta.is_dir() && i64::from(meta.gid()) == gid && meta.mode() & wanted == wanted
+}
+
 /// Gives everything under `dir` to group `gid` as the kubelet does for `fsGroup`: group read (and
 /// write, unless `read_only`) on files, plus search and set-group-id on directories, so files made
 /// later inherit the group. (`fsGroupChangePolicy` has nothing to skip here: the agent's volumes are

@@ -243,35 +243,107 @@ pub fn termination_message_path(c: &Container) -> String {
         .unwrap_or_else(|| "/dev/termination-log".into())
 }
 
+/// A `subPathExpr` with its `$(VAR)` references replaced from the container's environment (`$$`
+/// escapes a `$`); a reference to a variable that is missing or empty fails, as the kubelet's does.
+pub fn expand_sub_path(expr: &str, vars: &BTreeMap<String, String>) -> Result<String> {
+    let mut out = String::new();
+    let mut missing: Vec<String> = Vec::new();
+    let mut rest = expr;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some((name, tail)) = after.strip_prefix('(').and_then(|a| a.split_once(')')) {
+            match vars.get(name).filter(|v| !v.is_empty()) {
+                Some(v) => out.push_str(v),
+                None => {
+                    if !missing.iter().any(|m| m == name) {
+                        missing.push(name.to_string());
+                    }
+                }
+            }
+            rest = tail;
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    if !missing.is_empty() {
+        missing.sort();
+        return Err(Error::Config(format!(
+            "missing value for {}",
+            missing.join(", ")
+        )));
+    }
+    Ok(out)
+}
+
+/// The host directory of a volume's `subPath`: made (with the volume root's mode) when missing, and
+/// refused when it leaves the volume, through `..` or through a symlink a container planted.
+fn sub_path(root: &std::path::Path, sp: &str, volume: &str, container: &str) -> Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    if sp.starts_with('/') {
+        return Err(Error::Config(format!(
+            "error SubPath `{sp}` must not be an absolute path"
+        )));
+    }
+    if sp.split('/').any(|x| x == "..") {
+        return Err(Error::Config(format!(
+            "unable to provision SubPath `{sp}`: must not contain '..'"
+        )));
+    }
+    let p = root.join(sp);
+    let failed = |what: &str| {
+        Error::Config(format!(
+            "failed to {what} subPath directory for volumeMount {volume:?} of container {container:?}"
+        ))
+    };
+    if std::fs::symlink_metadata(&p).is_err() {
+        std::fs::create_dir_all(&p).map_err(|_| failed("create"))?;
+        if let Ok(m) = std::fs::metadata(root) {
+            let _ = std::fs::set_permissions(
+                &p,
+                std::fs::Permissions::from_mode(m.permissions().mode() & 0o7777),
+            );
+        }
+    }
+    let (Ok(real_root), Ok(real)) = (root.canonicalize(), p.canonicalize()) else {
+        return Err(failed("prepare"));
+    };
+    if !real.starts_with(&real_root) {
+        return Err(failed("prepare"));
+    }
+    Ok(real)
+}
+
 /// The container configuration.
 pub fn container(pod: &Pod, i: ContainerInputs<'_>) -> Result<ContainerConfig> {
     let c = i.container;
     let vars: BTreeMap<String, String> = i.env.iter().cloned().collect();
     let mut mounts = Vec::new();
     for m in c.volume_mounts.iter().flatten() {
-        let host = i.volumes.get(&m.name).ok_or_else(|| {
+        let vol = i.volumes.get(&m.name).ok_or_else(|| {
             Error::Config(format!(
                 "cannot find volume {:?} to mount into container {:?}",
                 m.name, c.name
             ))
         })?;
-        let host = match &m.sub_path {
-            Some(sp) if !sp.is_empty() => {
-                if sp.starts_with('/') || sp.split('/').any(|x| x == "..") {
-                    return Err(Error::Config(format!("invalid subPath {sp:?}")));
-                }
-                let p = host.join(sp);
-                if !p.exists() {
-                    std::fs::create_dir_all(&p).map_err(|e| Error::io(&p, e))?;
-                }
-                p
-            }
-            _ => host.clone(),
+        let sub = match (&m.sub_path, &m.sub_path_expr) {
+            (Some(sp), _) if !sp.is_empty() => Some(sp.clone()),
+            (_, Some(expr)) if !expr.is_empty() => Some(expand_sub_path(expr, &vars)?),
+            _ => None,
+        };
+        let host = match sub {
+            Some(sp) => sub_path(&vol.path, &sp, &m.name, &c.name)?,
+            None => vol.path.clone(),
         };
         mounts.push(Mount {
             container_path: m.mount_path.clone(),
             host_path: host.display().to_string(),
-            readonly: m.read_only.unwrap_or(false),
+            readonly: vol.read_only || m.read_only.unwrap_or(false),
             ..Default::default()
         });
     }
@@ -505,4 +577,42 @@ pub fn hosts_file(pod: &Pod, ip: &str) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod sub_path_tests {
+    use super::*;
+
+    #[test]
+    fn sub_path_expressions_expand_from_the_environment() {
+        let vars: BTreeMap<String, String> = [
+            ("POD".to_string(), "web-0".to_string()),
+            ("E".to_string(), String::new()),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(
+            expand_sub_path("logs/$(POD)/x$$y", &vars).unwrap(),
+            "logs/web-0/x$y"
+        );
+        let e = expand_sub_path("$(NOPE)/$(E)/$(A)", &vars).unwrap_err();
+        assert_eq!(e.to_string(), "missing value for A, E, NOPE");
+    }
+
+    #[test]
+    fn sub_paths_stay_inside_their_volume() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("vol");
+        std::fs::create_dir(&root).unwrap();
+        let made = sub_path(&root, "a/b", "data", "c").unwrap();
+        assert!(made.is_dir() && made.ends_with("a/b"));
+        std::os::unix::fs::symlink("/etc", root.join("escape")).unwrap();
+        let e = sub_path(&root, "escape", "data", "c").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "failed to prepare subPath directory for volumeMount \"data\" of container \"c\""
+        );
+        assert!(sub_path(&root, "/abs", "data", "c").is_err());
+        assert!(sub_path(&root, "x/../..", "data", "c").is_err());
+    }
 }

@@ -696,22 +696,27 @@ impl Worker {
                 &self.sh.seccomp,
             )
         };
-        let host_paths =
-            match volumes::prepare(&self.sh.client, &self.sh.tokens, &self.sh.root, pod).await {
-                Ok(h) => h,
-                Err(e) => {
-                    self.event(
-                        pod,
-                        true,
-                        "FailedMount",
-                        format!("MountVolume.SetUp failed: {e}"),
-                    )
+        let host_paths = match volumes::prepare(
+            &self.sh.client,
+            &self.sh.tokens,
+            &self.sh.root,
+            pod,
+            self.sh.memory,
+        )
+        .await
+        {
+            Ok(h) => h,
+            Err(e) => {
+                let note = match e {
+                    Error::Mount(m) => m,
+                    e => format!("MountVolume.SetUp failed: {e}"),
+                };
+                self.event(pod, true, "FailedMount", note).await;
+                self.write_status(pod, input, None, false, "Pending", None)
                     .await;
-                    self.write_status(pod, input, None, false, "Pending", None)
-                        .await;
-                    return Ok(Next::After(Duration::from_secs(10)));
-                }
-            };
+                return Ok(Next::After(Duration::from_secs(10)));
+            }
+        };
         let (sandbox_id, sandbox_cfg) = match ready {
             Some(s) => {
                 let a = s.metadata.as_ref().map_or(0, |m| m.attempt);

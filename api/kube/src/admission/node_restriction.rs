@@ -122,6 +122,15 @@ pub fn admit(
             }
             Ok(())
         }
+        // The agent's local-path provisioner makes the volumes of its own node, and only those.
+        ("", "persistentvolumes") => {
+            if op == Operation::Create && !obj.is_some_and(|v| crate::authz::node::local_path_on(v, node)) {
+                return Err(refuse(format!(
+                    "node {node:?} can only create local-path volumes (provisioned by keel.io/local-path) bound to itself by node affinity"
+                )));
+            }
+            Ok(())
+        }
         // keel's agents publish their cluster DNS resolver (the `keel:agent-dns` Role allows the
         // verbs): the shared Service, created once, and each node's own EndpointSlice.
         ("", "services") => {

@@ -66,6 +66,15 @@ impl NodeAuthorizer {
         let Some(r) = &a.resource else {
             return self.by_rules(a);
         };
+        if r.group.is_empty()
+            && matches!(
+                r.resource.as_str(),
+                "persistentvolumeclaims" | "persistentvolumes"
+            )
+            && r.subresource.is_none()
+        {
+            return self.provisioner(node, a, r);
+        }
         let kind = match (r.group.as_str(), r.resource.as_str()) {
             ("", "secrets") => Some(Ref::Secret),
             ("", "configmaps") => Some(Ref::ConfigMap),
@@ -97,6 +106,37 @@ impl NodeAuthorizer {
             return self.related(node, Ref::ServiceAccount, &r.namespace, r.name.as_deref());
         }
         self.by_rules(a)
+    }
+
+    /// What the agent's built-in local-path provisioner needs: to read every claim and volume (it
+    /// watches for claims scheduled to its node, as a provisioner's service account does), to create
+    /// volumes (NodeRestriction checks they are local-path ones on this node) and to delete the
+    /// local-path volumes of its own node.
+    fn provisioner(
+        &self,
+        node: &str,
+        a: &Attributes,
+        r: &super::attributes::ResourceAttributes,
+    ) -> Decision {
+        match (r.resource.as_str(), a.verb.as_str()) {
+            (_, "get" | "list" | "watch") => Decision::Allow,
+            ("persistentvolumes", "create") => Decision::Allow,
+            ("persistentvolumes", "delete") => {
+                let name = r.name.as_deref().unwrap_or("");
+                let pv = self
+                    .objects(&format!("/registry/persistentvolumes/{name}"))
+                    .into_iter()
+                    .find(|v| object::name(v) == name);
+                if pv.is_some_and(|v| local_path_on(&v, node)) {
+                    Decision::Allow
+                } else {
+                    Decision::NoOpinion(format!(
+                        "node '{node}' can only delete the local-path volumes of its own node"
+                    ))
+                }
+            }
+            _ => self.by_rules(a),
+        }
     }
 
     fn by_rules(&self, a: &Attributes) -> Decision {
@@ -188,6 +228,39 @@ impl NodeAuthorizer {
             .map(|p| p.items.into_iter().map(|(_, s)| s.object).collect())
             .unwrap_or_default()
     }
+}
+
+/// The provisioner of the agents' local-path volumes.
+pub(crate) const LOCAL_PATH: &str = "keel.io/local-path";
+
+/// Whether a volume is a local-path volume of `node`: provisioned by the agents' provisioner, with a
+/// node affinity of exactly one term, `kubernetes.io/hostname In [node]`.
+pub(crate) fn local_path_on(pv: &Value, node: &str) -> bool {
+    let by = object::path(pv, "metadata.annotations")
+        .and_then(|a| a.get("pv.kubernetes.io/provisioned-by"))
+        .and_then(Value::as_str);
+    let terms = object::path(pv, "spec.nodeAffinity.required.nodeSelectorTerms")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
+    let only_here = match terms {
+        [term] => {
+            let exprs = term.get("matchExpressions").and_then(Value::as_array);
+            match exprs.map(Vec::as_slice) {
+                Some([e]) => {
+                    e.get("key").and_then(Value::as_str) == Some("kubernetes.io/hostname")
+                        && e.get("operator").and_then(Value::as_str) == Some("In")
+                        && e.get("values") == Some(&serde_json::json!([node]))
+                        && term
+                            .get("matchFields")
+                            .and_then(Value::as_array)
+                            .is_none_or(Vec::is_empty)
+                }
+                _ => false,
+            }
+        }
+        _ => false,
+    };
+    by == Some(LOCAL_PATH) && only_here
 }
 
 /// The kinds of objects a pod refers to.
