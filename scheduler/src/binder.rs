@@ -35,6 +35,17 @@ pub async fn bind(client: &Client, pod: &PodInfo, node: &str) -> Result<(), kube
         .map(|_| ())
 }
 
+/// Why a binding cycle failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    /// The API server refused the Binding.
+    #[error("{}", error_text(.0))]
+    Api(kube::Error),
+    /// The pod's volumes could not be bound (PreBind).
+    #[error("{0}")]
+    Volumes(String),
+}
+
 /// The text of a failed request, as the API server worded it.
 pub fn error_text(e: &kube::Error) -> String {
     match e {

@@ -8,8 +8,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ReplicationController, Service};
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::Api;
 use kube::Client;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
@@ -23,7 +26,7 @@ use crate::framework::fit_error::NO_NODES_AVAILABLE;
 use crate::framework::schedule::{nominated_node_name, Algorithm, Failure};
 use crate::framework::{CycleState, Framework};
 use crate::informer::{self, Change};
-use crate::plugins::default_framework;
+use crate::plugins::{default_framework, volume_binding};
 use crate::pod_info::{is_ours, is_terminal, key_of, PodInfo};
 use crate::preemption::{self, Outcome};
 use crate::queue::SchedulingQueue;
@@ -58,7 +61,7 @@ fn cluster_input<K: ClusterKind + Send + 'static>(change: Change<K>) -> Input {
 }
 
 /// How many kinds the scheduler watches besides Pods and Nodes.
-const CLUSTER_KINDS: usize = 6;
+const CLUSTER_KINDS: usize = 9;
 
 /// What reaches the loop.
 #[derive(Debug)]
@@ -75,8 +78,8 @@ pub enum Input {
         key: String,
         /// The node it was bound to.
         node: String,
-        /// What the API server answered.
-        result: Result<(), kube::Error>,
+        /// What the binding cycle ended with.
+        result: Result<(), binder::BindError>,
         /// Seconds from the start of the scheduling attempt to the answer.
         secs: f64,
     },
@@ -137,6 +140,21 @@ pub async fn run(client: Client, opts: Options) {
     ));
     handles.push(informer::watch(
         Api::<PodDisruptionBudget>::all(client.clone()),
+        tx.clone(),
+        cluster_input,
+    ));
+    handles.push(informer::watch(
+        Api::<PersistentVolumeClaim>::all(client.clone()),
+        tx.clone(),
+        cluster_input,
+    ));
+    handles.push(informer::watch(
+        Api::<PersistentVolume>::all(client.clone()),
+        tx.clone(),
+        cluster_input,
+    ));
+    handles.push(informer::watch(
+        Api::<StorageClass>::all(client.clone()),
         tx.clone(),
         cluster_input,
     ));
@@ -253,9 +271,16 @@ impl Scheduler {
         }
         let kind = change.kind;
         (change.apply)(self.cache.objects_mut());
-        // Namespace labels steer InterPodAffinity's namespaceSelector: a pod refused before may fit
-        // now. Workloads, Services and budgets only weigh nodes, so they move nothing (as upstream).
-        if kind == std::any::type_name::<Namespace>() {
+        // Namespace labels steer InterPodAffinity's namespaceSelector, and claims, volumes and classes
+        // VolumeBinding: a pod refused before may fit now. Workloads, Services and budgets only weigh
+        // nodes, so they move nothing (as upstream).
+        let moves = [
+            std::any::type_name::<Namespace>(),
+            std::any::type_name::<PersistentVolumeClaim>(),
+            std::any::type_name::<PersistentVolume>(),
+            std::any::type_name::<StorageClass>(),
+        ];
+        if moves.contains(&kind) {
             self.queue.move_all(now);
         }
     }
@@ -369,6 +394,10 @@ impl Scheduler {
             Ok(decision) => {
                 debug!(pod = %key, node = %decision.node, feasible = decision.feasible,
                        evaluated = decision.evaluated, "scheduled");
+                let volumes = self
+                    .snapshot
+                    .get(&decision.node)
+                    .and_then(|n| volume_binding::plan(&state, &info, n));
                 self.cache.assume(info.clone(), &decision.node);
                 let (client, tx, holder) = (
                     self.client.clone(),
@@ -377,7 +406,18 @@ impl Scheduler {
                 );
                 self.tasks.spawn(async move {
                     let node = decision.node;
-                    let result = binder::bind(&client, &info, &node).await;
+                    let prebound = match &volumes {
+                        Some(plan) => volume_binding::pre_bind(&client, plan, &info, &node)
+                            .await
+                            .map_err(binder::BindError::Volumes),
+                        None => Ok(()),
+                    };
+                    let result = match prebound {
+                        Ok(()) => binder::bind(&client, &info, &node)
+                            .await
+                            .map_err(binder::BindError::Api),
+                        Err(e) => Err(e),
+                    };
                     if result.is_ok() {
                         let note = format!(
                             "Successfully assigned {}/{} to {node}",
@@ -562,7 +602,7 @@ impl Scheduler {
         &mut self,
         key: &str,
         node: &str,
-        result: Result<(), kube::Error>,
+        result: Result<(), binder::BindError>,
         secs: f64,
         now: Instant,
     ) {
@@ -586,7 +626,7 @@ impl Scheduler {
                 self.queue.move_all(now);
                 let pod = self.queue_pod(key);
                 if let Some(info) = pod {
-                    self.report_failure(&info, "SchedulerError", binder::error_text(&e), None);
+                    self.report_failure(&info, "SchedulerError", e.to_string(), None);
                 }
                 self.queue.requeue_after_error(key, now);
             }

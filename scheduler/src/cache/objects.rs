@@ -1,13 +1,17 @@
 //! The cluster objects besides nodes and pods that plugins read: namespaces (InterPodAffinity's
 //! namespaceSelector), the workloads and Services whose selectors give PodTopologySpread its default
-//! constraints, and PodDisruptionBudgets (preemption prefers victims whose eviction violates none).
+//! constraints, PodDisruptionBudgets (preemption prefers victims whose eviction violates none), and
+//! the claims, volumes and StorageClasses the volume plugins read.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::{Namespace, ReplicationController, Service};
+use k8s_openapi::api::core::v1::{
+    Namespace, PersistentVolume, PersistentVolumeClaim, ReplicationController, Service,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Resource;
 
 use crate::informer::Change;
@@ -30,6 +34,12 @@ pub struct ClusterObjects {
     pub replication_controllers: ByKey<ReplicationController>,
     /// PodDisruptionBudgets.
     pub pdbs: ByKey<PodDisruptionBudget>,
+    /// PersistentVolumeClaims (VolumeBinding, VolumeRestrictions, VolumeZone).
+    pub claims: ByKey<PersistentVolumeClaim>,
+    /// PersistentVolumes by name.
+    pub volumes: ByKey<PersistentVolume>,
+    /// StorageClasses by name.
+    pub classes: ByKey<StorageClass>,
 }
 
 /// A kind kept in [`ClusterObjects`].
@@ -54,6 +64,9 @@ cluster_kind!(ReplicaSet, replica_sets);
 cluster_kind!(StatefulSet, stateful_sets);
 cluster_kind!(ReplicationController, replication_controllers);
 cluster_kind!(PodDisruptionBudget, pdbs);
+cluster_kind!(PersistentVolumeClaim, claims);
+cluster_kind!(PersistentVolume, volumes);
+cluster_kind!(StorageClass, classes);
 
 /// `namespace/name`, or `name` for a cluster-scoped object.
 pub fn key_of<K: Resource>(o: &K) -> String {

@@ -13,6 +13,9 @@ pub mod node_resources_fit;
 pub mod node_unschedulable;
 pub mod pod_topology_spread;
 pub mod taint_toleration;
+pub mod volume_binding;
+pub mod volume_restrictions;
+pub mod volume_zone;
 
 use crate::framework::Framework;
 
@@ -25,6 +28,9 @@ pub fn default_framework() -> Framework {
         (Box::new(node_affinity::NodeAffinity), 2),
         (Box::new(node_ports::NodePorts), 0),
         (Box::new(node_resources_fit::NodeResourcesFit), 1),
+        (Box::new(volume_restrictions::VolumeRestrictions), 0),
+        (Box::new(volume_binding::VolumeBinding), 0),
+        (Box::new(volume_zone::VolumeZone), 0),
         (
             Box::new(pod_topology_spread::PodTopologySpread::default()),
             2,
