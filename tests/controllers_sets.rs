@@ -269,7 +269,7 @@ fn a_rolling_update_respects_the_partition() {
 }
 
 #[test]
-fn volume_claim_templates_are_refused_with_a_reason() {
+fn volume_claim_templates_make_a_claim_per_ordinal() {
     let c = cluster();
     let ns = "sets-pvc";
     c.ok(0, &["create", "namespace", ns]);
@@ -279,35 +279,50 @@ kind: StatefulSet
 metadata: {{name: db, namespace: {ns}}}
 spec:
   serviceName: db
-  replicas: 1
+  replicas: 2
+  podManagementPolicy: Parallel
+  persistentVolumeClaimRetentionPolicy: {{whenDeleted: Delete}}
   selector: {{matchLabels: {{app: db}}}}
   template:
     metadata: {{labels: {{app: db}}}}
     spec: {{containers: [{{name: c, image: busybox}}]}}
   volumeClaimTemplates:
-  - metadata: {{name: data}}
+  - metadata: {{name: data, labels: {{tier: db}}}}
     spec: {{accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}}}
 "#
     );
     c.ok_stdin(0, &["apply", "-f", "-"], Some(&yaml));
-    c.wait_until("the refusal condition", WAIT, || {
+    c.wait_until("a claim per ordinal", WAIT, || {
+        jsonpath(c, &["get", "pvc", "-n", ns], "{.items[*].metadata.name}") == "data-db-0 data-db-1"
+    });
+    let claim = jsonpath(
+        c,
+        &["get", "pvc", "-n", ns, "data-db-1"],
+        "{.metadata.labels.app} {.metadata.labels.tier} {.metadata.ownerReferences[0].kind} {.spec.storageClassName}",
+    );
+    assert_eq!(
+        claim, "db db StatefulSet local-path",
+        "labels, owner (whenDeleted: Delete), default class"
+    );
+    c.wait_until("the pods mounting their claims", WAIT, || {
         jsonpath(
             c,
-            &["get", "sts", "-n", ns, "db"],
-            "{.status.conditions[0].reason}",
-        ) == "FailedCreate"
+            &["get", "pod", "-n", ns, "db-1"],
+            "{.spec.volumes[0].name}={.spec.volumes[0].persistentVolumeClaim.claimName}",
+        ) == "data=data-db-1"
     });
-    let msg = jsonpath(
-        c,
-        &["get", "sts", "-n", ns, "db"],
-        "{.status.conditions[0].message}",
+    let events = c.ok(0, &["get", "events", "-n", ns]);
+    assert!(
+        events.contains("create Claim data-db-0 Pod db-0 in StatefulSet db success"),
+        "{events}"
     );
-    assert!(msg.contains("volumeClaimTemplates"), "{msg}");
-    c.wait_until("the FailedCreate event", WAIT, || {
-        c.ok(0, &["get", "events", "-n", ns])
-            .contains("volumeClaimTemplates")
+    c.ok(
+        0,
+        &["delete", "statefulset", "-n", ns, "db", "--wait=false"],
+    );
+    c.wait_until("the claims to go with the set", WAIT, || {
+        jsonpath(c, &["get", "pvc", "-n", ns], "{.items[*].metadata.name}").is_empty()
     });
-    assert!(pods(c, ns, "app=db").is_empty());
 }
 
 fn node_yaml(name: &str) -> String {

@@ -89,24 +89,11 @@ fn node() -> &'static std::sync::Mutex<AgentNode> {
         std::fs::create_dir_all(&dir).unwrap();
         let node_kubeconfig = dir.join("node.kubeconfig");
         let member_dir = c.member(0).kubeconfig().parent().unwrap().to_path_buf();
-        let minted = std::process::Command::new(keel_bin!())
-            .arg("kubeconfig")
-            .arg("--data-dir")
-            .arg(&member_dir)
-            .args([
-                "--user",
-                &format!("system:node:{NODE}"),
-                "--group",
-                "system:nodes",
-                "--out",
-            ])
-            .arg(&node_kubeconfig)
-            .output()
-            .unwrap();
-        assert!(
-            minted.status.success(),
-            "keel kubeconfig: {}",
-            String::from_utf8_lossy(&minted.stderr)
+        keel_testkit::agent::node_kubeconfig(
+            keel_bin!().as_ref(),
+            &member_dir,
+            NODE,
+            &node_kubeconfig,
         );
         let n = AgentNode::start(
             keel_bin!().as_ref(),

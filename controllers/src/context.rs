@@ -73,6 +73,7 @@ pub struct Context {
     /// The controllers' metric handles.
     pub metrics: crate::metrics::Metrics,
     informers: Informers,
+    recorders: Mutex<HashMap<String, Recorder>>,
 }
 
 impl Context {
@@ -86,6 +87,7 @@ impl Context {
             node_cidrs: Some(crate::nodeipam::Allocator::default()),
             metrics: crate::metrics::Metrics::default(),
             informers: Informers::default(),
+            recorders: Mutex::default(),
         })
     }
 
@@ -99,6 +101,7 @@ impl Context {
             node_cidrs: opts.node_cidrs,
             metrics: opts.metrics.clone(),
             informers: Informers::default(),
+            recorders: Mutex::default(),
         })
     }
 
@@ -136,6 +139,18 @@ impl Context {
                 instance: Some(self.holder.clone()),
             },
         )
+    }
+
+    /// The one recorder of `controller` for as long as this context lives, so an Event repeated with the
+    /// same reason, object and message counts up in its series instead of adding an Event each time.
+    pub fn lasting_recorder(&self, controller: &str) -> Recorder {
+        match self.recorders.lock() {
+            Ok(mut m) => m
+                .entry(controller.to_string())
+                .or_insert_with(|| self.recorder(controller))
+                .clone(),
+            Err(_) => self.recorder(controller),
+        }
     }
 
     /// A typed client for the namespaced kind `K` in `ns`.

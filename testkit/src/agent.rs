@@ -194,3 +194,28 @@ impl Drop for AgentNode {
         self.remove_all_pods();
     }
 }
+
+/// Writes to `out` a kubeconfig with the node identity of `node` (`system:node:<node>` in
+/// `system:nodes`), minted from member data directory `member_dir`, so an agent is held to the Node
+/// authorizer and NodeRestriction as a kubelet is.
+pub fn node_kubeconfig(keel: &Path, member_dir: &Path, node: &str, out: &Path) {
+    let minted = Command::new(keel)
+        .arg("kubeconfig")
+        .arg("--data-dir")
+        .arg(member_dir)
+        .args([
+            "--user",
+            &format!("system:node:{node}"),
+            "--group",
+            "system:nodes",
+            "--out",
+        ])
+        .arg(out)
+        .output()
+        .unwrap_or_else(|e| panic!("keel kubeconfig: {e}"));
+    assert!(
+        minted.status.success(),
+        "keel kubeconfig: {}",
+        String::from_utf8_lossy(&minted.stderr)
+    );
+}

@@ -12,7 +12,7 @@ use tracing::debug;
 
 use crate::context::Context;
 
-/// Records an Event about `obj` from `reporter`.
+/// Records an Event about `obj` from `reporter` (a repeat counts in the Event's series).
 async fn event<K>(
     ctx: &Context,
     reporter: &str,
@@ -31,7 +31,7 @@ async fn event<K>(
         secondary: None,
     };
     if let Err(e) = ctx
-        .recorder(reporter)
+        .lasting_recorder(reporter)
         .publish(&ev, &obj.object_ref(&()))
         .await
     {

@@ -297,6 +297,43 @@ pub fn plan(state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<Volume
     Some(plan)
 }
 
+/// Annotates a claim with the chosen node; the PersistentVolume controller writes the same claim (the
+/// provisioner's annotations), so a conflict is met with the newer claim, a few times.
+async fn select_node(
+    client: &Client,
+    claim: &PersistentVolumeClaim,
+    node: &str,
+) -> Result<(), String> {
+    let api: Api<PersistentVolumeClaim> =
+        Api::namespaced(client.clone(), &claim.namespace().unwrap_or_default());
+    let name = claim.name_any();
+    let mut current = claim.clone();
+    for _ in 0..5 {
+        if current.metadata.uid != claim.metadata.uid {
+            return Err(format!("binding volumes: PVC {name:?} was replaced"));
+        }
+        let mut next = current.clone();
+        next.annotations_mut()
+            .insert(SELECTED_NODE.into(), node.to_string());
+        match api.replace(&name, &PostParams::default(), &next).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                current = api
+                    .get(&name)
+                    .await
+                    .map_err(|e| format!("binding volumes: {}", crate::binder::error_text(&e)))?;
+            }
+            Err(e) => {
+                return Err(format!(
+                    "binding volumes: {}",
+                    crate::binder::error_text(&e)
+                ))
+            }
+        }
+    }
+    Err(format!("binding volumes: PVC {name:?} kept changing"))
+}
+
 /// Writes the plan and waits for every claim of the pod to be bound (PreBind), polling each second up
 /// to [`BIND_TIMEOUT`]; the error says why the pod goes back to the queue.
 pub async fn pre_bind(
@@ -324,14 +361,7 @@ pub async fn pre_bind(
             .map_err(|e| format!("binding volumes: {}", crate::binder::error_text(&e)))?;
     }
     for claim in &plan.provision {
-        let mut next = (**claim).clone();
-        next.annotations_mut()
-            .insert(SELECTED_NODE.into(), node.to_string());
-        let api: Api<PersistentVolumeClaim> =
-            Api::namespaced(client.clone(), &claim.namespace().unwrap_or_default());
-        api.replace(&claim.name_any(), &PostParams::default(), &next)
-            .await
-            .map_err(|e| format!("binding volumes: {}", crate::binder::error_text(&e)))?;
+        select_node(client, claim, node).await?;
     }
     let deadline = Instant::now() + BIND_TIMEOUT;
     let pods: Api<Pod> = Api::namespaced(client.clone(), pod.namespace());

@@ -75,6 +75,13 @@ impl NodeAuthorizer {
         {
             return self.provisioner(node, a, r);
         }
+        // The provisioner reads classes too (their provisioner and reclaim policy).
+        if r.group == "storage.k8s.io"
+            && r.resource == "storageclasses"
+            && matches!(a.verb.as_str(), "get" | "list" | "watch")
+        {
+            return Decision::Allow;
+        }
         let kind = match (r.group.as_str(), r.resource.as_str()) {
             ("", "secrets") => Some(Ref::Secret),
             ("", "configmaps") => Some(Ref::ConfigMap),
