@@ -488,7 +488,7 @@ fn check_host_path(path: &str, kind: Option<&str>) -> Result<()> {
             }
             check_host_path(path, Some("File"))
         }
-        "File" if !meta().is_some_and(|m| !m.is_dir()) => fail("a file"),
+        "File" if meta().is_none_or(|m| m.is_dir()) => fail("a file"),
         "Socket" if !meta().is_some_and(|m| m.file_type().is_socket()) => fail("a socket file"),
         "CharDevice" if !meta().is_some_and(|m| m.file_type().is_char_device()) => {
             fail("a character device")
