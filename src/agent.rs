@@ -121,6 +121,10 @@ pub(crate) async fn run(args: AgentArgs) -> Result<(), ServerError> {
         ]);
         keel_node_agent::node::routes::remove_local_services();
         println!("removed {n} pod sandboxes from {}", args.cri);
+        let mounts = keel_node_agent::pod::volumes::unmount_pods(&args.root_dir);
+        if mounts > 0 {
+            println!("unmounted {mounts} memory-backed volumes");
+        }
         if args.cleanup {
             keel_netprog::sync::cleanup(&args.root_dir.join("netprog"))
                 .await

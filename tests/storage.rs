@@ -290,6 +290,11 @@ fn storage_walk() {
     keel_testkit::kubectl::require_kubectl();
     let mut env = Env::start();
 
+    let explained = env.ok(&["explain", "pvc.spec.volumeName"]);
+    assert!(
+        explained.contains("KIND:       PersistentVolumeClaim"),
+        "{explained}"
+    );
     // The default class, as `keel up` users get it.
     let classes = env.ok(&["get", "storageclass"]);
     assert!(
@@ -519,6 +524,20 @@ spec:
 fn unsatisfiable_and_bad_claims(env: &Env) {
     let ns = "lonely";
     env.ok(&["create", "namespace", ns]);
+    env.ok(&[
+        "create",
+        "quota",
+        "-n",
+        ns,
+        "disk",
+        "--hard=requests.storage=6Gi,persistentvolumeclaims=5",
+    ]);
+    env.wait("the quota's status", || {
+        env.get(
+            &["quota", "-n", ns, "disk"],
+            "{.status.hard.requests\\.storage}",
+        ) == "6Gi"
+    });
     let yaml = format!(
         r#"apiVersion: v1
 kind: PersistentVolumeClaim
@@ -598,6 +617,38 @@ spec:
             .any(|m| m.contains("1 node(s) had volume node affinity conflict"))
     });
 
+    // The quota counts both claims' requests; one more gigabyte is refused.
+    env.wait("the quota to count the claims", || {
+        env.get(
+            &["quota", "-n", ns, "disk"],
+            "{.status.used.requests\\.storage}",
+        ) == "6Gi"
+    });
+    let more = format!(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: more, namespace: {ns}}}\nspec: {{storageClassName: local-path, accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}}}\n"
+    );
+    let e = env.err(&["apply", "-f", "-"], Some(&more));
+    assert!(
+        e.contains(r#"persistentvolumeclaims "more" is forbidden: exceeded quota: disk, requested: requests.storage=1Gi, used: requests.storage=6Gi, limited: requests.storage=6Gi"#),
+        "{e}"
+    );
+    // A Bound claim whose class does not allow expansion does not grow.
+    let e = env.err(
+        &[
+            "patch",
+            "pvc",
+            "-n",
+            ns,
+            "far",
+            "-p",
+            r#"{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}"#,
+        ],
+        None,
+    );
+    assert!(
+        e.contains("only dynamically provisioned pvc can be resized and the storageclass that provisions the pvc must support resize"),
+        "{e}"
+    );
     let bad = format!(
         r#"apiVersion: v1
 kind: PersistentVolumeClaim
@@ -613,6 +664,21 @@ spec:
             && e.contains(r#"spec.accessModes: Unsupported value: "ReadWriteSometimes": supported values: "ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod""#)
             && e.contains(r#"spec.resources[storage]: Invalid value: "0": must be greater than zero"#),
         "{e}"
+    );
+    // A pod placed by hand on the node, its claim missing: the agent waits with the kubelet's Event.
+    let placed = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: placed, namespace: {ns}}}\nspec: {{nodeName: {NODE}, containers: [{{name: c, image: {BUSYBOX}, command: [sleep, '3600']}}], volumes: [{{name: data, persistentVolumeClaim: {{claimName: missing}}}}]}}\n"
+    );
+    env.ok_stdin(&["apply", "-f", "-"], Some(&placed));
+    env.wait("the FailedMount event", || {
+        env.c.event_messages(env.via, ns, "placed", "FailedMount").iter().any(|m| {
+            m == &format!("Unable to attach or mount volumes: unmounted volumes=[data], failed to process volumes=[data]: error processing PVC {ns}/missing: failed to fetch PVC from API server: persistentvolumeclaims \"missing\" not found")
+        })
+    });
+    assert_eq!(
+        env.get(&["pod", "-n", ns, "placed"], "{.status.phase}"),
+        "Pending",
+        "the pod waits for its claim"
     );
     env.ok(&["delete", "namespace", ns, "--wait=false"]);
     env.ok(&["delete", "pv", "far-away", "--wait=false"]);

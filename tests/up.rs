@@ -930,6 +930,39 @@ fn one_machine_resolves_services_and_serves_node_ports() {
     }
     drop(registry);
 
+    // The default StorageClass `local-path`: a claim is provisioned on the worker under its data.
+    let classes = up.kubectl(&["get", "storageclass"]);
+    assert!(classes.contains("local-path (default)"), "{classes}");
+    up.kubectl_stdin(
+        &["apply", "-n", ns, "-f", "-"],
+        &format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"keeper"}},"spec":{{
+              "terminationGracePeriodSeconds":0,"containers":[{{"name":"c","image":"{BUSYBOX}",
+              "command":["sh","-c","echo kept > /data/f; exec sleep 3600"],
+              "volumeMounts":[{{"name":"data","mountPath":"/data"}}]}}],
+              "volumes":[{{"name":"data","ephemeral":{{"volumeClaimTemplate":{{"spec":{{
+                "accessModes":["ReadWriteOnce"],"resources":{{"requests":{{"storage":"8Mi"}}}}}}}}}}}}]}}}}"#
+        ),
+    );
+    up.kubectl(&[
+        "wait",
+        "-n",
+        ns,
+        "--for=condition=Ready",
+        "pod/keeper",
+        "--timeout=120s",
+    ]);
+    let storage = up.data().join("worker").join("agent").join("storage");
+    let dirs: Vec<PathBuf> = std::fs::read_dir(&storage)
+        .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(
+        dirs.iter()
+            .any(|d| std::fs::read_to_string(d.join("f")).is_ok_and(|s| s == "kept\n")),
+        "the pod's file is in a local-path directory under {}: {dirs:?}",
+        storage.display()
+    );
+
     // Ctrl-C: the worker's pods, containerd, bridge, routes and table go with it.
     let status = up.stop();
     assert!(

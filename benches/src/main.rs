@@ -144,6 +144,9 @@ struct Args {
     /// Creates per second in the pod startup step (default: one burst, as fast as one client goes).
     #[arg(long)]
     startup_rate: Option<f64>,
+    /// Skip the pod startup step's second burst, of pods with a local-path claim each.
+    #[arg(long)]
+    no_startup_claims: bool,
     /// Skip the pod startup step of a full or quick run.
     #[arg(long)]
     no_pods: bool,
@@ -861,6 +864,7 @@ async fn pod_step(args: &Args, root: &Path, bins: &Binaries) -> Result<()> {
         members,
         pods,
         args.startup_rate,
+        !args.no_startup_claims,
         &|m| {
             if !bar.is_hidden() {
                 bar.set_message(m);

@@ -171,13 +171,16 @@ impl AgentNode {
         )
     }
 
-    /// Stops and removes every pod sandbox through CRI (`keel agent --remove-all-pods`).
+    /// Stops and removes every pod sandbox through CRI (`keel agent --remove-all-pods`), and unmounts
+    /// the pods' memory-backed volumes.
     pub fn remove_all_pods(&self) {
         let mut cmd = Command::new(&self.keel);
         cmd.arg("agent")
             .arg("--remove-all-pods")
             .arg("--cri")
-            .arg(self.containerd.endpoint());
+            .arg(self.containerd.endpoint())
+            .arg("--root-dir")
+            .arg(self.dir.join("agent"));
         let out = run_bounded(cmd, None, Duration::from_secs(120));
         if !out.success() {
             eprintln!(

@@ -4,6 +4,12 @@
 //! moment its create was sent to the moment a watch sees it Running with every container started.
 //! Reported beside upstream's SLO (pod startup p99 ≤ 5 s, image pull excluded), with the agent's CPU
 //! over the burst, its CPU per second while the pods just run, and its memory with them running.
+//!
+//! Then, on the same cluster and node, the same number of pods that each mount a generic ephemeral volume
+//! of the default StorageClass `local-path` (`WaitForFirstConsumer`): each pod waits for the scheduler to
+//! pick the node, the agent's provisioner to make the directory and volume, and the PersistentVolume
+//! controller to bind the claim. Their startup is reported beside the plain pods' (the ratio is the cost
+//! of a claim), with each claim's time from its creation (seen by a watch) to Bound.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -24,6 +30,20 @@ pub(crate) const UPSTREAM_P99_SECS: f64 = 5.0;
 const DEADLINE: Duration = Duration::from_secs(600);
 /// How long the steady-state CPU of the agent is read with every pod running.
 const IDLE_WINDOW: Duration = Duration::from_secs(10);
+
+/// The pods with a claim each, and their claims.
+#[derive(Debug)]
+pub(crate) struct ClaimFigures {
+    /// Pod startup percentiles, seconds: p50, p99.
+    pub p50: f64,
+    pub p99: f64,
+    /// Claim created → Bound, seconds: p50, p99, max.
+    pub bound_p50: f64,
+    pub bound_p99: f64,
+    pub bound_max: f64,
+    /// Seconds from the first create to the last pod Running.
+    pub total_secs: f64,
+}
 
 /// What the step measured.
 #[derive(Debug)]
@@ -49,6 +69,8 @@ pub(crate) struct Figures {
     pub agent_rss_mib: f64,
     /// containerd's resident memory then, MiB.
     pub containerd_rss_mib: f64,
+    /// The same burst with a local-path claim per pod (None: not run).
+    pub claimed: Option<ClaimFigures>,
 }
 
 fn kube_error(what: &str, e: impl std::fmt::Display) -> BenchError {
@@ -68,13 +90,15 @@ fn started(p: &Pod) -> bool {
         })
 }
 
-/// Runs the step: `members` keel members, one agent, `pods` pods.
+/// Runs the step: `members` keel members, one agent, `pods` pods, then as many with a claim each when
+/// `claims`.
 pub(crate) async fn run(
     root: &Path,
     bins: &Binaries,
     members: usize,
     pods: usize,
     rate: Option<f64>,
+    claims: bool,
     progress: &dyn Fn(String),
 ) -> Result<Figures> {
     keel_testkit::containerd::require();
@@ -139,71 +163,13 @@ pub(crate) async fn run(
     let agent_pid = node.agent_pid().unwrap_or(0);
     let containerd_pid = node.containerd().pid();
     let api: Api<Pod> = Api::namespaced(client.clone(), "default");
-    // The watch starts before the first create, so no transition is missed.
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
-    let watch_api = api.clone();
-    let watch = tokio::spawn(async move {
-        let mut s = watcher::watcher(watch_api, watcher::Config::default()).boxed();
-        while let Some(ev) = s.next().await {
-            if let Ok(Event::Apply(p) | Event::InitApply(p)) = ev {
-                if started(&p) {
-                    let _ = tx.send((p.metadata.name.clone().unwrap_or_default(), Instant::now()));
-                }
-            }
-        }
-    });
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let cpu0 = cpu_us_of(agent_pid);
-    let t0 = Instant::now();
-    let mut sent: HashMap<String, Instant> = HashMap::new();
-    let mut running: HashMap<String, Instant> = HashMap::new();
-    for i in 0..pods {
-        if let Some(r) = rate.filter(|r| *r > 0.0) {
-            // Paced: pod i is created at i/r seconds, as ClusterLoader2 paces its latency pods.
-            let at = t0 + Duration::from_secs_f64(i as f64 / r);
-            tokio::time::sleep_until(at.into()).await;
-        }
-        let name = format!("startup-{i}");
-        let pod: Pod = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name},
-            "spec": {
-                "terminationGracePeriodSeconds": 1,
-                "containers": [{"name": "c", "image": keel_testkit::agent::BUSYBOX,
-                    "imagePullPolicy": "Never", "command": ["sleep", "3600"]}]
-            }
-        }))
-        .map_err(|e| kube_error("pod", e))?;
-        sent.insert(name.clone(), Instant::now());
-        api.create(&PostParams::default(), &pod)
-            .await
-            .map_err(|e| kube_error("create pod", e))?;
-        while let Ok((n, t)) = rx.try_recv() {
-            running.entry(n).or_insert(t);
-        }
-    }
-    while running.len() < pods {
-        match tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {
-            Ok(Some((n, t))) => {
-                running.entry(n).or_insert(t);
-                progress(format!("{}/{pods} pods Running", running.len()));
-            }
-            Ok(None) => return Err(kube_error("watch", "ended")),
-            Err(_) => {}
-        }
-        if t0.elapsed() > DEADLINE {
-            return Err(kube_error(
-                "pods",
-                format!(
-                    "only {}/{pods} Running after {DEADLINE:?}:\n{}",
-                    running.len(),
-                    node.log_tails(40)
-                ),
-            ));
-        }
-    }
-    let total_secs = t0.elapsed().as_secs_f64();
-    let agent_cpu_ms = cpu_us_of(agent_pid).saturating_sub(cpu0) as f64 / 1000.0;
+    let plain = burst(&client, pods, rate, false, agent_pid, progress).await;
+    let plain = match plain {
+        Ok(b) => b,
+        Err(e) => return Err(kube_error("pods", format!("{e}\n{}", node.log_tails(40)))),
+    };
+    let total_secs = plain.total_secs;
+    let agent_cpu_ms = plain.agent_cpu_ms;
     let idle0 = cpu_us_of(agent_pid);
     let w0 = Instant::now();
     tokio::time::sleep(IDLE_WINDOW).await;
@@ -212,31 +178,32 @@ pub(crate) async fn run(
         * 100.0;
     let agent_rss_mib = rss_of(agent_pid) as f64 / (1024.0 * 1024.0);
     let containerd_rss_mib = containerd_pid.map_or(0.0, |p| rss_of(p) as f64 / (1024.0 * 1024.0));
-    watch.abort();
-    let mut lat: Vec<f64> = sent
-        .iter()
-        .filter_map(|(n, s)| {
-            running
-                .get(n)
-                .map(|r| r.saturating_duration_since(*s).as_secs_f64())
-        })
-        .collect();
-    lat.sort_by(f64::total_cmp);
+    let lat = plain.latencies;
     progress("deleting the pods".into());
-    let _ = api
-        .delete_collection(&DeleteParams::default(), &ListParams::default())
-        .await;
-    let gone_by = Instant::now() + Duration::from_secs(180);
-    while Instant::now() < gone_by {
-        if api
-            .list(&ListParams::default())
-            .await
-            .is_ok_and(|l| l.items.is_empty())
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    delete_all(&api).await;
+    let claimed = if claims {
+        let b = match burst(&client, pods, rate, true, agent_pid, progress).await {
+            Ok(b) => b,
+            Err(e) => {
+                return Err(kube_error(
+                    "pods with claims",
+                    format!("{e}\n{}", node.log_tails(40)),
+                ))
+            }
+        };
+        progress("deleting the pods with claims".into());
+        delete_all(&api).await;
+        Some(ClaimFigures {
+            p50: super::nearest_rank(&b.latencies, 0.50),
+            p99: super::nearest_rank(&b.latencies, 0.99),
+            bound_p50: super::nearest_rank(&b.bound, 0.50),
+            bound_p99: super::nearest_rank(&b.bound, 0.99),
+            bound_max: b.bound.last().copied().unwrap_or(0.0),
+            total_secs: b.total_secs,
+        })
+    } else {
+        None
+    };
     tokio::task::spawn_blocking(move || {
         node.kill9_agent();
         drop(node);
@@ -257,6 +224,174 @@ pub(crate) async fn run(
         agent_idle_cpu_pct,
         agent_rss_mib,
         containerd_rss_mib,
+        claimed,
+    })
+}
+
+/// Deletes every pod of `default` and waits (up to 3 minutes) for them to go.
+async fn delete_all(api: &Api<Pod>) {
+    let _ = api
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await;
+    let gone_by = Instant::now() + Duration::from_secs(180);
+    while Instant::now() < gone_by {
+        if api
+            .list(&ListParams::default())
+            .await
+            .is_ok_and(|l| l.items.is_empty())
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// One burst's latencies: each pod's from its create to Running (sorted), and, with claims, each
+/// claim's from its creation to Bound (sorted).
+struct Burst {
+    latencies: Vec<f64>,
+    bound: Vec<f64>,
+    total_secs: f64,
+    /// The agent's CPU (user + system) from the first create to the last pod Running, ms.
+    agent_cpu_ms: f64,
+}
+
+/// Creates `pods` pods (paced at `rate`, else as fast as one client goes), each with a local-path
+/// ephemeral volume when `claims`, and waits for every one to run.
+async fn burst(
+    client: &kube::Client,
+    pods: usize,
+    rate: Option<f64>,
+    claims: bool,
+    agent_pid: u32,
+    progress: &dyn Fn(String),
+) -> Result<Burst> {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    let api: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let prefix = if claims { "claimed" } else { "startup" };
+    // The watches start before the first create, so no transition is missed.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
+    let watch_api = api.clone();
+    let watch = tokio::spawn(async move {
+        let mut s = watcher::watcher(watch_api, watcher::Config::default()).boxed();
+        while let Some(ev) = s.next().await {
+            if let Ok(Event::Apply(p) | Event::InitApply(p)) = ev {
+                if started(&p) {
+                    let _ = tx.send((p.metadata.name.clone().unwrap_or_default(), Instant::now()));
+                }
+            }
+        }
+    });
+    let claims_seen = std::sync::Arc::new(std::sync::Mutex::new((
+        HashMap::<String, Instant>::new(),
+        HashMap::<String, Instant>::new(),
+    )));
+    let claim_watch = {
+        let seen = claims_seen.clone();
+        let capi: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+        tokio::spawn(async move {
+            let mut s = watcher::watcher(capi, watcher::Config::default()).boxed();
+            while let Some(ev) = s.next().await {
+                if let Ok(Event::Apply(c) | Event::InitApply(c)) = ev {
+                    let name = c.metadata.name.clone().unwrap_or_default();
+                    let now = Instant::now();
+                    let bound = c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+                    if let Ok(mut m) = seen.lock() {
+                        m.0.entry(name.clone()).or_insert(now);
+                        if bound {
+                            m.1.entry(name).or_insert(now);
+                        }
+                    }
+                }
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let cpu0 = cpu_us_of(agent_pid);
+    let t0 = Instant::now();
+    let mut sent: HashMap<String, Instant> = HashMap::new();
+    let mut running: HashMap<String, Instant> = HashMap::new();
+    for i in 0..pods {
+        if let Some(r) = rate.filter(|r| *r > 0.0) {
+            // Paced: pod i is created at i/r seconds, as ClusterLoader2 paces its latency pods.
+            let at = t0 + Duration::from_secs_f64(i as f64 / r);
+            tokio::time::sleep_until(at.into()).await;
+        }
+        let name = format!("{prefix}-{i}");
+        let mut spec = json!({
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "c", "image": keel_testkit::agent::BUSYBOX,
+                "imagePullPolicy": "Never", "command": ["sleep", "3600"]}]
+        });
+        if claims {
+            spec["containers"][0]["volumeMounts"] = json!([{"name": "data", "mountPath": "/data"}]);
+            spec["volumes"] = json!([{"name": "data", "ephemeral": {"volumeClaimTemplate": {"spec": {
+                "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "8Mi"}}}}}}]);
+        }
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec
+        }))
+        .map_err(|e| kube_error("pod", e))?;
+        sent.insert(name.clone(), Instant::now());
+        api.create(&PostParams::default(), &pod)
+            .await
+            .map_err(|e| kube_error("create pod", e))?;
+        while let Ok((n, t)) = rx.try_recv() {
+            running.entry(n).or_insert(t);
+        }
+    }
+    while running.len() < pods {
+        match tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {
+            Ok(Some((n, t))) => {
+                running.entry(n).or_insert(t);
+                progress(format!("{}/{pods} {prefix} pods Running", running.len()));
+            }
+            Ok(None) => return Err(kube_error("watch", "ended")),
+            Err(_) => {}
+        }
+        if t0.elapsed() > DEADLINE {
+            return Err(kube_error(
+                "pods",
+                format!("only {}/{pods} Running after {DEADLINE:?}", running.len()),
+            ));
+        }
+    }
+    let total_secs = t0.elapsed().as_secs_f64();
+    let agent_cpu_ms = cpu_us_of(agent_pid).saturating_sub(cpu0) as f64 / 1000.0;
+    watch.abort();
+    claim_watch.abort();
+    let mut latencies: Vec<f64> = sent
+        .iter()
+        .filter_map(|(n, s)| {
+            running
+                .get(n)
+                .map(|r| r.saturating_duration_since(*s).as_secs_f64())
+        })
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    let mut bound: Vec<f64> = match claims_seen.lock() {
+        Ok(m) => {
+            m.1.iter()
+                .filter_map(|(n, b)| {
+                    m.0.get(n)
+                        .map(|c| b.saturating_duration_since(*c).as_secs_f64())
+                })
+                .collect()
+        }
+        Err(_) => Vec::new(),
+    };
+    bound.sort_by(f64::total_cmp);
+    if claims && bound.len() < pods {
+        return Err(kube_error(
+            "claims",
+            format!("only {}/{pods} seen Bound", bound.len()),
+        ));
+    }
+    Ok(Burst {
+        latencies,
+        bound,
+        total_secs,
+        agent_cpu_ms,
     })
 }
 
@@ -280,5 +415,20 @@ pub(crate) fn text(f: &Figures) -> String {
         f.agent_idle_cpu_pct,
         f.agent_rss_mib,
         f.containerd_rss_mib,
-    )
+    ) + &f.claimed.as_ref().map_or(String::new(), |c| {
+        format!(
+            "\npods with a local-path claim each ({} pods, WaitForFirstConsumer): p50 {:.2} s, p99 {:.2} s \
+             ({:.2}x / {:.2}x the plain pods'); all Running {:.1} s after the first create; \
+             claim created -> Bound: p50 {:.2} s, p99 {:.2} s, max {:.2} s",
+            f.pods,
+            c.p50,
+            c.p99,
+            c.p50 / f.p50.max(1e-9),
+            c.p99 / f.p99.max(1e-9),
+            c.total_secs,
+            c.bound_p50,
+            c.bound_p99,
+            c.bound_max,
+        )
+    })
 }

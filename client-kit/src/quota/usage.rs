@@ -64,7 +64,59 @@ pub fn tracks(group: &str, plural: &str, name: &str) -> bool {
         ("", "configmaps" | "secrets" | "replicationcontrollers" | "resourcequotas") => {
             name == plural
         }
+        ("", "persistentvolumeclaims") => {
+            matches!(name, "persistentvolumeclaims" | "requests.storage")
+                || name.ends_with(CLASS_CLAIMS)
+                || name.ends_with(CLASS_STORAGE)
+        }
         _ => false,
+    }
+}
+
+/// The suffixes of a claim's per-class quota names (`<class>.storageclass.storage.k8s.io/…`).
+const CLASS_CLAIMS: &str = ".storageclass.storage.k8s.io/persistentvolumeclaims";
+const CLASS_STORAGE: &str = ".storageclass.storage.k8s.io/requests.storage";
+
+/// A claim's class for quota: the beta annotation, else `storageClassName`; empty for none.
+fn claim_class(claim: &Value) -> &str {
+    claim
+        .pointer("/metadata/annotations/volume.beta.kubernetes.io~1storage-class")
+        .or_else(|| claim.pointer("/spec/storageClassName"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// A storage quantity rounded up to a whole byte.
+fn whole_bytes(v: Option<&Value>) -> Option<Quantity> {
+    let s = v?.as_str()?;
+    let q = Quantity::parse(s)?;
+    if q.is_whole() {
+        Some(q)
+    } else {
+        crate::quantity::value(s).map(Quantity::count)
+    }
+}
+
+/// What a claim holds: itself, and its storage request or, when a resize is under way, what was
+/// allocated, if more (upstream's evaluator with RecoverVolumeExpansionFailure on, as in 1.32).
+fn claim_usage(claim: &Value, out: &mut ResourceList) {
+    out.insert("persistentvolumeclaims".into(), Quantity::count(1));
+    let class = claim_class(claim);
+    if !class.is_empty() {
+        out.insert(format!("{class}{CLASS_CLAIMS}"), Quantity::count(1));
+    }
+    let requested = whole_bytes(claim.pointer("/spec/resources/requests/storage"));
+    let allocated = whole_bytes(claim.pointer("/status/allocatedResources/storage"));
+    let storage = match (requested, allocated) {
+        (Some(r), Some(a)) if a.milli() > r.milli() => Some(a),
+        (Some(r), _) => Some(r),
+        (None, a) => a,
+    };
+    if let Some(q) = storage {
+        out.insert("requests.storage".into(), q);
+        if !class.is_empty() {
+            out.insert(format!("{class}{CLASS_STORAGE}"), q);
+        }
     }
 }
 
@@ -117,6 +169,7 @@ pub fn of(group: &str, plural: &str, obj: &Value, now: i64) -> ResourceList {
         ("", "configmaps" | "secrets" | "replicationcontrollers" | "resourcequotas") => {
             out.insert(plural.to_string(), Quantity::count(1));
         }
+        ("", "persistentvolumeclaims") => claim_usage(obj, &mut out),
         _ => {}
     }
     out
@@ -288,6 +341,17 @@ mod tests {
             pretty(&of("apps", "deployments", &json!({}), 0)),
             "count/deployments.apps=1"
         );
+        let claim = json!({"spec": {"storageClassName": "fast", "resources": {"requests": {"storage": "1Gi"}}},
+            "status": {"allocatedResources": {"storage": "2Gi"}}});
+        assert_eq!(
+            pretty(&of("", "persistentvolumeclaims", &claim, 0)),
+            "count/persistentvolumeclaims=1,fast.storageclass.storage.k8s.io/persistentvolumeclaims=1,fast.storageclass.storage.k8s.io/requests.storage=2Gi,persistentvolumeclaims=1,requests.storage=2Gi"
+        );
+        assert!(tracks(
+            "",
+            "persistentvolumeclaims",
+            "gold.storageclass.storage.k8s.io/requests.storage"
+        ));
         assert!(tracks("", "pods", "requests.example.com/gpu"));
         assert!(tracks("apps", "deployments", "count/deployments.apps"));
         assert!(!tracks("", "secrets", "configmaps"));

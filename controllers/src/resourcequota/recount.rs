@@ -28,6 +28,7 @@ fn kind_of(name: &str) -> Option<(String, String)> {
         "secrets",
         "replicationcontrollers",
         "resourcequotas",
+        "persistentvolumeclaims",
     ] {
         if quota::usage::tracks("", plural, name) {
             return Some((String::new(), plural.to_string()));

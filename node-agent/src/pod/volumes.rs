@@ -591,6 +591,15 @@ fn mounts_under(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// Unmounts what the agent mounted under every pod directory of `root` (a node's teardown, when pods
+/// were removed without the agent); returns how many mounts went.
+pub fn unmount_pods(root: &Path) -> usize {
+    let dir = root.join("pods");
+    let n = mounts_under(&dir).len();
+    unmount_all(&dir);
+    n
+}
+
 /// Unmounts what the agent mounted under a pod's directory (memory-backed emptyDirs).
 fn unmount_all(dir: &Path) {
     use std::ffi::CString;

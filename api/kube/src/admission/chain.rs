@@ -205,6 +205,8 @@ pub enum Validating {
     RbacEscalation,
     /// PodSecurity: the namespace's enforce level refuses, its warn level warns.
     PodSecurity,
+    /// PersistentVolumeClaimResize: a claim grows only when Bound and its class allows expansion.
+    PersistentVolumeClaimResize,
     /// ResourceQuota: the namespace's quotas are charged, or the write refused.
     ResourceQuota,
 }
@@ -218,6 +220,7 @@ pub const VALIDATING: &[Validating] = &[
     Validating::NodeRestriction,
     Validating::PodSecurity,
     Validating::PriorityClass,
+    Validating::PersistentVolumeClaimResize,
     Validating::ResourceQuota,
 ];
 
@@ -230,6 +233,7 @@ impl Validating {
             Validating::NodeRestriction => "NodeRestriction",
             Validating::RbacEscalation => "RBACEscalation",
             Validating::PodSecurity => "PodSecurity",
+            Validating::PersistentVolumeClaimResize => "PersistentVolumeClaimResize",
             Validating::ResourceQuota => "ResourceQuota",
         }
     }
@@ -244,6 +248,7 @@ impl Validating {
                 "roles, clusterroles and their bindings: create, update that changes them"
             }
             Validating::PodSecurity => "pods and templates: create, update that changes them",
+            Validating::PersistentVolumeClaimResize => "persistentvolumeclaims: update",
             Validating::ResourceQuota => "namespaced objects: create, update that changes them",
         }
     }
@@ -253,6 +258,9 @@ impl Validating {
             Validating::NamespaceLifecycle => a.is_create() && a.namespace.is_some(),
             Validating::PriorityClass => a.is_create() || a.subresource.is_none(),
             Validating::NodeRestriction => true,
+            Validating::PersistentVolumeClaimResize => {
+                !a.is_create() && a.subresource.is_none() && a.is_kind("", "PersistentVolumeClaim")
+            }
             Validating::RbacEscalation | Validating::PodSecurity | Validating::ResourceQuota => {
                 a.changes_object()
             }
@@ -286,6 +294,11 @@ impl Validating {
             }
             Validating::PodSecurity => {
                 return pod_security::admit(a.storage, a.def, a.subresource, old, obj).await
+            }
+            Validating::PersistentVolumeClaimResize => {
+                if let Some(old) = old {
+                    default_storage_class::admit_resize(a.storage, a.name, old, obj).await?;
+                }
             }
             Validating::ResourceQuota => {
                 let op = match old {

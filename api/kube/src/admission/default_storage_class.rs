@@ -54,6 +54,64 @@ pub async fn admit_create(storage: &Storage, claim: &mut Value) -> Result<(), Ap
     Ok(())
 }
 
+/// PersistentVolumeClaimResize: a larger storage request is refused unless the claim is Bound and
+/// its class (the same before and after) sets `allowVolumeExpansion`.
+pub async fn admit_resize(
+    storage: &Storage,
+    name: &str,
+    old: &Value,
+    new: &Value,
+) -> Result<(), ApiError> {
+    let request = |o: &Value| {
+        object::path(o, "spec.resources.requests.storage")
+            .and_then(Value::as_str)
+            .and_then(keel_client_kit::quantity::Quantity::parse)
+            .map(|q| q.milli())
+    };
+    let (Some(before), Some(after)) = (request(old), request(new)) else {
+        return Ok(());
+    };
+    if after <= before {
+        return Ok(());
+    }
+    let refuse = |why: &str| {
+        let target = crate::status::Target::new("", "persistentvolumeclaims", name);
+        ApiError::Forbidden {
+            message: format!("{} {name:?} is forbidden: {why}", target.qualified()),
+            target,
+        }
+    };
+    if object::path(old, "status.phase").and_then(Value::as_str) != Some("Bound") {
+        return Err(refuse(
+            "Only bound persistent volume claims can be expanded",
+        ));
+    }
+    let class_of = |o: &Value| {
+        object::path(o, "metadata.annotations")
+            .and_then(|a| a.get(BETA_CLASS))
+            .or_else(|| object::path(o, "spec.storageClassName"))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let (a, b) = (class_of(old), class_of(new));
+    let class = if a.is_empty() || a != b {
+        None
+    } else {
+        storage
+            .get(&format!("/registry/storageclasses/{a}"), false)
+            .await?
+    };
+    let allows = class
+        .is_some_and(|sc| object::path(&sc.object, "allowVolumeExpansion") == Some(&json!(true)));
+    if !allows {
+        return Err(refuse(
+            "only dynamically provisioned pvc can be resized and the storageclass that provisions the pvc must support resize",
+        ));
+    }
+    Ok(())
+}
+
 /// StorageObjectInUseProtection: a new claim or volume carries the finalizer its protection controller
 /// removes once nothing uses it.
 pub fn protect(claim_or_volume: &mut Value, finalizer: &str) {

@@ -31,6 +31,8 @@ fn handles(def: &ResourceDef, op: &Operation<'_>, obj: &Value) -> bool {
             // A pod's usage changes on update only when its terminating scope does.
             ("", "pods") => quota::scope::terminating(old) != quota::scope::terminating(obj),
             ("", "services") => true,
+            // A claim grows (a resize), or its allocation changes.
+            ("", "persistentvolumeclaims") => true,
             _ => false,
         },
     }
