@@ -2,7 +2,9 @@
 //! claims and volumes: upstream's annotations, a claim's class, and which volume satisfies a claim (the
 //! rules of upstream's `FindMatchingVolume`).
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, Volume};
+use k8s_openapi::api::core::v1::{
+    Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod, Volume,
+};
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use crate::placement::term_matches;
@@ -234,6 +236,28 @@ pub fn best_match<'a>(
     best.map(|(pv, _)| pv)
 }
 
+/// A reference to `claim` as a volume's `claimRef` holds it (its uid and resourceVersion included).
+pub fn claim_ref(claim: &PersistentVolumeClaim) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("PersistentVolumeClaim".into()),
+        namespace: claim.metadata.namespace.clone(),
+        name: claim.metadata.name.clone(),
+        uid: claim.metadata.uid.clone(),
+        resource_version: claim.metadata.resource_version.clone(),
+        field_path: None,
+    }
+}
+
+/// The pod's volumes.
+pub fn pod_volumes(pod: &Pod) -> impl Iterator<Item = &Volume> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .into_iter()
+        .flatten()
+}
+
 /// The claim a pod volume uses: its `persistentVolumeClaim`, or the `<pod>-<volume>` claim of a
 /// generic ephemeral volume.
 pub fn claim_name(pod: &Pod, v: &Volume) -> Option<String> {
@@ -250,11 +274,7 @@ pub fn claim_name(pod: &Pod, v: &Volume) -> Option<String> {
 
 /// The names of the claims a pod uses.
 pub fn pod_claims(pod: &Pod) -> Vec<String> {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_ref())
-        .into_iter()
-        .flatten()
+    pod_volumes(pod)
         .filter_map(|v| claim_name(pod, v))
         .collect()
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::api::Api;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Client, Resource};
@@ -150,6 +150,35 @@ impl Context {
                 .or_insert_with(|| self.recorder(controller))
                 .clone(),
             Err(_) => self.recorder(controller),
+        }
+    }
+
+    /// Records an Event about `obj` as `controller`. With `lasting`, repeats count up in one Event's
+    /// series ([`Context::lasting_recorder`]); without, each Event stands alone (for Events whose message
+    /// names what they are about, which a series would merge). A failure is logged, not returned.
+    pub async fn publish<K: Resource<DynamicType = ()>>(
+        &self,
+        controller: &str,
+        obj: &K,
+        kind: EventType,
+        reason: &str,
+        note: String,
+        lasting: bool,
+    ) {
+        let ev = Event {
+            type_: kind,
+            reason: reason.into(),
+            note: Some(note),
+            action: reason.into(),
+            secondary: None,
+        };
+        let recorder = if lasting {
+            self.lasting_recorder(controller)
+        } else {
+            self.recorder(controller)
+        };
+        if let Err(e) = recorder.publish(&ev, &obj.object_ref(&())).await {
+            tracing::debug!(error = %e, "event not recorded");
         }
     }
 

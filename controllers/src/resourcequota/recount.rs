@@ -120,6 +120,10 @@ mod tests {
         );
         assert_eq!(k("count/secrets").as_deref(), Some("/secrets"));
         assert_eq!(k("configmaps").as_deref(), Some("/configmaps"));
-        assert_eq!(k("requests.storage"), None);
+        assert_eq!(
+            k("requests.storage").as_deref(),
+            Some("/persistentvolumeclaims")
+        );
+        assert_eq!(k("requests.nothing"), None);
     }
 }

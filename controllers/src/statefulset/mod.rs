@@ -14,7 +14,7 @@ use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodTemplateSpec};
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use tracing::debug;
@@ -79,20 +79,7 @@ fn finished(p: &Pod) -> bool {
 }
 
 async fn event(ctx: &Context, set: &StatefulSet, kind: EventType, reason: &str, note: String) {
-    let ev = Event {
-        type_: kind,
-        reason: reason.into(),
-        note: Some(note),
-        action: reason.into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx
-        .recorder(REPORTER)
-        .publish(&ev, &set.object_ref(&()))
-        .await
-    {
-        debug!(error = %e, "event not recorded");
-    }
+    ctx.publish(REPORTER, set, kind, reason, note, false).await
 }
 
 async fn delete_pod(ctx: &Context, pod: &Pod) -> Result<()> {

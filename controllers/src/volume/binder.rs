@@ -396,19 +396,6 @@ async fn provision(
     Ok(())
 }
 
-/// A reference to the claim, as a volume's `claimRef` holds it.
-fn claim_ref(claim: &PersistentVolumeClaim) -> ObjectReference {
-    ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("PersistentVolumeClaim".into()),
-        namespace: claim.namespace(),
-        name: Some(claim.name_any()),
-        uid: claim.metadata.uid.clone(),
-        resource_version: claim.metadata.resource_version.clone(),
-        field_path: None,
-    }
-}
-
 /// Binds `pv` and `claim`, each step skipped when already done: the volume's claimRef, its phase, the
 /// claim's volumeName and annotations, its phase with the volume's modes and capacity.
 async fn bind(ctx: &Context, pv: &PersistentVolume, claim: &PersistentVolumeClaim) -> Result<()> {
@@ -422,7 +409,7 @@ async fn bind(ctx: &Context, pv: &PersistentVolume, claim: &PersistentVolumeClai
     let mut pv = pv.clone();
     if current_uid != claim.metadata.uid.as_deref() || !rules::is_bound_to(&pv, claim) {
         let by_user = rules::is_bound_to(&pv, claim);
-        pv.spec.get_or_insert_with(Default::default).claim_ref = Some(claim_ref(claim));
+        pv.spec.get_or_insert_with(Default::default).claim_ref = Some(rules::claim_ref(claim));
         if !by_user {
             pv.annotations_mut()
                 .insert(BOUND_BY_CONTROLLER.into(), "yes".into());

@@ -29,10 +29,7 @@ pub fn def() -> ControllerDef {
 }
 
 fn has_ephemeral(p: &Pod) -> bool {
-    p.spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_ref())
-        .is_some_and(|v| v.iter().any(|v| v.ephemeral.is_some()))
+    keel_client_kit::volume::pod_volumes(p).any(|v| v.ephemeral.is_some())
 }
 
 fn start(ctx: &Arc<Context>) -> BoxFuture<'static, ()> {
@@ -60,30 +57,31 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     let ns = pod.namespace().unwrap_or_default();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let store = ctx.store::<PersistentVolumeClaim>();
-    for v in pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_ref())
-        .into_iter()
-        .flatten()
-    {
+    let failed = |note: String| {
+        let ctx = ctx.clone();
+        let pod = pod.clone();
+        async move {
+            event(
+                &ctx,
+                REPORTER,
+                pod.as_ref(),
+                EventType::Warning,
+                "FailedBinding",
+                note,
+            )
+            .await
+        }
+    };
+    for v in keel_client_kit::volume::pod_volumes(&pod) {
         let Some(e) = &v.ephemeral else { continue };
         let name = format!("{}-{}", pod.name_any(), v.name);
         if let Some(existing) = store.get(&ObjectRef::new(&name).within(&ns)) {
             if !controlled_by(&existing.metadata, &uid) {
-                let note = format!(
+                failed(format!(
                     "ephemeral volume {}: PVC {ns}/{name} was not created for pod {ns}/{} (pod is not owner)",
                     v.name,
                     pod.name_any()
-                );
-                event(
-                    &ctx,
-                    REPORTER,
-                    pod.as_ref(),
-                    EventType::Warning,
-                    "FailedBinding",
-                    note,
-                )
+                ))
                 .await;
             }
             continue;
@@ -110,14 +108,10 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
             // Made meanwhile (the cache is behind): the claim's event brings it back here to check.
             Err(e) if is_conflict(&e) => {}
             Err(e) => {
-                event(
-                    &ctx,
-                    REPORTER,
-                    pod.as_ref(),
-                    EventType::Warning,
-                    "FailedBinding",
-                    format!("ephemeral volume {}: create PVC {name}: {e}", v.name),
-                )
+                failed(format!(
+                    "ephemeral volume {}: create PVC {name}: {e}",
+                    v.name
+                ))
                 .await;
                 return Err(e.into());
             }

@@ -6,9 +6,8 @@ pub mod binder;
 pub mod ephemeral;
 pub mod protection;
 
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::Resource;
-use tracing::debug;
 
 use crate::context::Context;
 
@@ -23,18 +22,5 @@ async fn event<K>(
 ) where
     K: Resource<DynamicType = ()>,
 {
-    let ev = Event {
-        type_: kind,
-        reason: reason.into(),
-        note: Some(note),
-        action: reason.into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx
-        .lasting_recorder(reporter)
-        .publish(&ev, &obj.object_ref(&()))
-        .await
-    {
-        debug!(error = %e, "event not recorded");
-    }
+    ctx.publish(reporter, obj, kind, reason, note, true).await
 }

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    LocalVolumeSource, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectReference,
-    PersistentVolume, PersistentVolumeClaim, PersistentVolumeSpec, VolumeNodeAffinity,
+    LocalVolumeSource, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolume,
+    PersistentVolumeClaim, PersistentVolumeSpec, VolumeNodeAffinity,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -263,15 +263,7 @@ impl Provisioner {
             spec: Some(PersistentVolumeSpec {
                 access_modes: spec.access_modes.clone(),
                 capacity: Some(capacity),
-                claim_ref: Some(ObjectReference {
-                    api_version: Some("v1".into()),
-                    kind: Some("PersistentVolumeClaim".into()),
-                    namespace: claim.namespace(),
-                    name: Some(claim.name_any()),
-                    uid: claim.metadata.uid.clone(),
-                    resource_version: claim.metadata.resource_version.clone(),
-                    field_path: None,
-                }),
+                claim_ref: Some(rules::claim_ref(claim)),
                 local: Some(LocalVolumeSource {
                     path: dir.to_string_lossy().into_owned(),
                     fs_type: None,

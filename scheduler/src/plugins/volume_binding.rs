@@ -10,9 +10,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{
-    Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod,
-};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use keel_client_kit::volume::{self as rules, BIND_COMPLETED, BOUND_BY_CONTROLLER, SELECTED_NODE};
 use kube::api::{Api, PostParams};
@@ -105,13 +103,7 @@ fn provisionable(class: &StorageClass, node: &Node) -> bool {
 fn claims_of(pod: &Pod, snap: &Snapshot) -> Result<Vec<Arc<PersistentVolumeClaim>>, String> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("");
     let mut out = Vec::new();
-    for v in pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_ref())
-        .into_iter()
-        .flatten()
-    {
+    for v in rules::pod_volumes(pod) {
         let Some(name) = rules::claim_name(pod, v) else {
             continue;
         };
@@ -284,13 +276,7 @@ pub fn plan(state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<Volume
         None => return None,
     };
     let ns = pod.namespace().to_string();
-    plan.claims = pod
-        .pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_ref())
-        .into_iter()
-        .flatten()
+    plan.claims = rules::pod_volumes(&pod.pod)
         .filter_map(|v| rules::claim_name(&pod.pod, v))
         .map(|c| (ns.clone(), c))
         .collect();
@@ -345,15 +331,7 @@ pub async fn pre_bind(
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
     for (pv, claim) in &plan.bind {
         let mut next = (**pv).clone();
-        next.spec.get_or_insert_with(Default::default).claim_ref = Some(ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("PersistentVolumeClaim".into()),
-            namespace: claim.namespace(),
-            name: Some(claim.name_any()),
-            uid: claim.metadata.uid.clone(),
-            resource_version: claim.metadata.resource_version.clone(),
-            field_path: None,
-        });
+        next.spec.get_or_insert_with(Default::default).claim_ref = Some(rules::claim_ref(claim));
         next.annotations_mut()
             .insert(BOUND_BY_CONTROLLER.into(), "yes".into());
         pvs.replace(&pv.name_any(), &PostParams::default(), &next)

@@ -437,6 +437,18 @@ pub fn of(def: &ResourceDef) -> &'static dyn Strategy {
         .map_or(&Plain as &dyn Strategy, |(_, s)| *s)
 }
 
+/// The string at dotted path `p` of `v`, if it is one.
+pub(super) fn str_at<'a>(v: &'a Value, p: &str) -> Option<&'a str> {
+    object::path(v, p).and_then(Value::as_str)
+}
+
+/// The array at dotted path `p` of `v` (empty when absent or not an array).
+pub(super) fn list_at<'a>(v: &'a Value, p: &str) -> &'a [Value] {
+    object::path(v, p)
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
 /// Generation 1 on create, for kinds that count generations.
 pub fn start_generation(def: &ResourceDef, obj: &mut Value) {
     if def.tracks_generation {

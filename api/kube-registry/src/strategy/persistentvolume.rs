@@ -82,15 +82,7 @@ const BETA_CLASS_WARNING: &str =
     "deprecated since v1.8; use \"storageClassName\" attribute instead";
 const CLAIM_SPEC_IMMUTABLE: &str = "spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims";
 
-fn s<'a>(v: &'a Value, p: &str) -> Option<&'a str> {
-    path(v, p).and_then(Value::as_str)
-}
-
-fn list<'a>(v: &'a Value, p: &str) -> &'a [Value] {
-    path(v, p)
-        .and_then(Value::as_array)
-        .map_or(&[], Vec::as_slice)
-}
+use super::{list_at as list, str_at as s};
 
 fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a Value> {
     path(obj, "metadata.annotations").and_then(|a| a.get(key))
@@ -150,6 +142,33 @@ fn check_positive_quantity(field: &str, v: &Value, causes: &mut Vec<Cause>) {
     }
 }
 
+/// One selector requirement's operator and values at `f`; `Gt` and `Lt` only in node selectors.
+fn check_requirement(r: &Value, f: &str, node: bool, causes: &mut Vec<Cause>) {
+    let values = list(r, "values");
+    let op = s(r, "operator").unwrap_or("");
+    match op {
+        "In" | "NotIn" if values.is_empty() => causes.push(Cause::required_because(
+            &format!("{f}.values"),
+            "must be specified when `operator` is 'In' or 'NotIn'",
+        )),
+        "Exists" | "DoesNotExist" if !values.is_empty() => causes.push(Cause::forbidden(
+            &format!("{f}.values"),
+            "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+        )),
+        "Gt" | "Lt" if node && values.len() != 1 => causes.push(Cause::required_because(
+            &format!("{f}.values"),
+            "must be specified single value when `operator` is 'Lt' or 'Gt'",
+        )),
+        "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+        "Gt" | "Lt" if node => {}
+        _ => causes.push(Cause::invalid(
+            &format!("{f}.operator"),
+            &json!(op),
+            "not a valid selector operator",
+        )),
+    }
+}
+
 /// A node selector's terms (a volume's node affinity): operators, values and keys as upstream checks.
 fn check_node_selector(sel: &Value, at: &str, causes: &mut Vec<Cause>) {
     let terms_at = format!("{at}.nodeSelectorTerms");
@@ -163,28 +182,7 @@ fn check_node_selector(sel: &Value, at: &str, causes: &mut Vec<Cause>) {
     for (i, t) in terms.iter().enumerate() {
         for (j, r) in list(t, "matchExpressions").iter().enumerate() {
             let f = format!("{terms_at}[{i}].matchExpressions[{j}]");
-            let values = list(r, "values");
-            let op = s(r, "operator").unwrap_or("");
-            match op {
-                "In" | "NotIn" if values.is_empty() => causes.push(Cause::required_because(
-                    &format!("{f}.values"),
-                    "must be specified when `operator` is 'In' or 'NotIn'",
-                )),
-                "Exists" | "DoesNotExist" if !values.is_empty() => causes.push(Cause::forbidden(
-                    &format!("{f}.values"),
-                    "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
-                )),
-                "Gt" | "Lt" if values.len() != 1 => causes.push(Cause::required_because(
-                    &format!("{f}.values"),
-                    "must be specified single value when `operator` is 'Lt' or 'Gt'",
-                )),
-                "In" | "NotIn" | "Exists" | "DoesNotExist" | "Gt" | "Lt" => {}
-                _ => causes.push(Cause::invalid(
-                    &format!("{f}.operator"),
-                    &json!(op),
-                    "not a valid selector operator",
-                )),
-            }
+            check_requirement(r, &f, true, causes);
             let key = s(r, "key").unwrap_or("");
             if let Err(e) = names::check_qualified_name(key) {
                 causes.push(Cause::invalid(&format!("{f}.key"), &json!(key), &e));
@@ -639,25 +637,8 @@ pub(super) fn check_claim_spec(spec: &Value, at: &str, causes: &mut Vec<Cause>) 
     check_access_modes(spec, at, Some("at least 1 access mode is required"), causes);
     if let Some(sel) = spec.get("selector").filter(|v| !v.is_null()) {
         for (i, e) in list(sel, "matchExpressions").iter().enumerate() {
-            let op = s(e, "operator").unwrap_or("");
             let f = format!("{at}.selector.matchExpressions[{i}]");
-            let values = list(e, "values");
-            match op {
-                "In" | "NotIn" if values.is_empty() => causes.push(Cause::required_because(
-                    &format!("{f}.values"),
-                    "must be specified when `operator` is 'In' or 'NotIn'",
-                )),
-                "Exists" | "DoesNotExist" if !values.is_empty() => causes.push(Cause::forbidden(
-                    &format!("{f}.values"),
-                    "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
-                )),
-                "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
-                _ => causes.push(Cause::invalid(
-                    &format!("{f}.operator"),
-                    &json!(op),
-                    "not a valid selector operator",
-                )),
-            }
+            check_requirement(e, &f, false, causes);
         }
     }
     let storage_at = format!("{at}.resources[storage]");

@@ -26,15 +26,7 @@ const LIFECYCLE_MODES: &[&str] = &["Persistent", "Ephemeral"];
 const MAX_PARAMETERS: usize = 512;
 const MAX_PARAMETER_BYTES: usize = 262_144;
 
-fn s<'a>(v: &'a Value, p: &str) -> Option<&'a str> {
-    path(v, p).and_then(Value::as_str)
-}
-
-fn list<'a>(v: &'a Value, p: &str) -> &'a [Value] {
-    path(v, p)
-        .and_then(Value::as_array)
-        .map_or(&[], Vec::as_slice)
-}
+use super::{list_at as list, str_at as s};
 
 /// A CSI driver's name: given, at most 63 bytes, a DNS subdomain once lowercased.
 fn check_driver_name(field: &str, name: &str, causes: &mut Vec<Cause>) {

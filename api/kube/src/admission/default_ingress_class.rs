@@ -15,16 +15,25 @@ pub const DEFAULT_CLASS: &str = "ingressclass.kubernetes.io/is-default-class";
 /// The annotation older Ingresses name their class with.
 const LEGACY_CLASS: &str = "kubernetes.io/ingress.class";
 
+/// Whether an IngressClass is marked as the default.
+fn marked(c: &Value) -> bool {
+    object::path(c, "metadata.annotations")
+        .and_then(|a| a.get(DEFAULT_CLASS))
+        .and_then(Value::as_str)
+        == Some("true")
+}
+
 /// The default IngressClass's name among `classes`, if one is marked.
 fn default_of(classes: &[Value]) -> Option<&str> {
+    newest_marked(classes, marked)
+}
+
+/// Among `classes`, the name of the newest one `marked` accepts (then the first by name), as upstream
+/// picks a default class (IngressClass and StorageClass alike).
+pub(crate) fn newest_marked(classes: &[Value], marked: impl Fn(&Value) -> bool) -> Option<&str> {
     classes
         .iter()
-        .filter(|c| {
-            object::path(c, "metadata.annotations")
-                .and_then(|a| a.get(DEFAULT_CLASS))
-                .and_then(Value::as_str)
-                == Some("true")
-        })
+        .filter(|c| marked(c))
         .max_by(|a, b| {
             let created = |c: &Value| {
                 object::path(c, "metadata.creationTimestamp")
@@ -39,6 +48,28 @@ fn default_of(classes: &[Value]) -> Option<&str> {
         .map(object::name)
 }
 
+/// Sets `spec.<field>` to `value`, when there is one.
+pub(crate) fn set_spec_field(obj: &mut Value, field: &str, value: Option<&str>) {
+    let Some(v) = value else {
+        return;
+    };
+    if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.insert(field.into(), json!(v));
+    } else if let Some(o) = obj.as_object_mut() {
+        o.insert("spec".into(), json!({ field: v }));
+    }
+}
+
+/// Every stored object of a built-in resource (the classes a default is picked from).
+pub(crate) fn all_of(storage: &Storage, group: &str, plural: &str) -> Result<Vec<Value>, ApiError> {
+    let Some(def) = resource::find(group, "v1", plural) else {
+        return Ok(Vec::new());
+    };
+    let prefix = def.prefix();
+    let page = storage.range(prefix.as_bytes(), &prefix_end(prefix.as_bytes()), 0, 0)?;
+    Ok(page.items.into_iter().map(|(_, s)| s.object).collect())
+}
+
 /// Sets the default class on a new Ingress that names none.
 pub async fn admit_create(storage: &Storage, ingress: &mut Value) -> Result<(), ApiError> {
     let named = object::path(ingress, "spec.ingressClassName").is_some_and(|v| !v.is_null());
@@ -48,19 +79,8 @@ pub async fn admit_create(storage: &Storage, ingress: &mut Value) -> Result<(), 
     if named || legacy {
         return Ok(());
     }
-    let Some(def) = resource::find("networking.k8s.io", "v1", "ingressclasses") else {
-        return Ok(());
-    };
-    let prefix = def.prefix();
-    let page = storage.range(prefix.as_bytes(), &prefix_end(prefix.as_bytes()), 0, 0)?;
-    let classes: Vec<Value> = page.items.into_iter().map(|(_, s)| s.object).collect();
-    if let Some(name) = default_of(&classes) {
-        if let Some(spec) = ingress.get_mut("spec").and_then(Value::as_object_mut) {
-            spec.insert("ingressClassName".into(), json!(name));
-        } else if let Some(o) = ingress.as_object_mut() {
-            o.insert("spec".into(), json!({"ingressClassName": name}));
-        }
-    }
+    let classes = all_of(storage, "networking.k8s.io", "ingressclasses")?;
+    set_spec_field(ingress, "ingressClassName", default_of(&classes));
     Ok(())
 }
 

@@ -5,28 +5,15 @@
 
 use serde_json::{json, Value};
 
+use super::default_ingress_class::{all_of, newest_marked, set_spec_field};
 use crate::object;
-use crate::resource;
 use crate::status::ApiError;
-use crate::storage::{prefix_end, Storage};
+use crate::storage::Storage;
 use crate::table::storage::{is_default_class, BETA_CLASS};
 
 /// The default StorageClass's name among `classes`, if one is marked.
 fn default_of(classes: &[Value]) -> Option<&str> {
-    classes
-        .iter()
-        .filter(|c| is_default_class(c))
-        .max_by(|a, b| {
-            let created = |c: &Value| {
-                object::path(c, "metadata.creationTimestamp")
-                    .and_then(Value::as_str)
-                    .and_then(object::parse_time)
-            };
-            created(a)
-                .cmp(&created(b))
-                .then_with(|| object::name(b).cmp(object::name(a)))
-        })
-        .map(object::name)
+    newest_marked(classes, is_default_class)
 }
 
 /// Sets the default class on a new claim that names none.
@@ -38,19 +25,8 @@ pub async fn admit_create(storage: &Storage, claim: &mut Value) -> Result<(), Ap
     if named || legacy {
         return Ok(());
     }
-    let Some(def) = resource::find("storage.k8s.io", "v1", "storageclasses") else {
-        return Ok(());
-    };
-    let prefix = def.prefix();
-    let page = storage.range(prefix.as_bytes(), &prefix_end(prefix.as_bytes()), 0, 0)?;
-    let classes: Vec<Value> = page.items.into_iter().map(|(_, s)| s.object).collect();
-    if let Some(name) = default_of(&classes) {
-        if let Some(spec) = claim.get_mut("spec").and_then(Value::as_object_mut) {
-            spec.insert("storageClassName".into(), json!(name));
-        } else if let Some(o) = claim.as_object_mut() {
-            o.insert("spec".into(), json!({"storageClassName": name}));
-        }
-    }
+    let classes = all_of(storage, "storage.k8s.io", "storageclasses")?;
+    set_spec_field(claim, "storageClassName", default_of(&classes));
     Ok(())
 }
 
