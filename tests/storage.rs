@@ -304,6 +304,7 @@ fn storage_walk() {
         "{classes}"
     );
 
+    csi_kinds(&env);
     stateful_set_keeps_its_data(&env);
     static_volumes_bind_by_label_and_are_protected(&env);
     unsatisfiable_and_bad_claims(&env);
@@ -322,6 +323,41 @@ fn storage_walk() {
         }) && env.dirs("_burst_").is_empty()
             && env.dirs("_crash_").is_empty()
     });
+}
+
+/// The `storage.k8s.io` kinds a CSI driver registers are served with upstream's defaults and rules.
+fn csi_kinds(env: &Env) {
+    let yaml = r#"apiVersion: storage.k8s.io/v1
+kind: CSIDriver
+metadata: {name: hostpath.csi.example.com}
+spec: {}
+---
+apiVersion: storage.k8s.io/v1
+kind: CSINode
+metadata: {name: keel-storage-0}
+spec:
+  drivers: [{name: hostpath.csi.example.com, nodeID: keel-storage-0, topologyKeys: [kubernetes.io/hostname]}]
+"#;
+    env.ok_stdin(&["apply", "-f", "-"], Some(yaml));
+    let driver = env.ok(&["get", "csidriver", "hostpath.csi.example.com"]);
+    assert!(
+        driver.contains("ATTACHREQUIRED")
+            && driver.contains("true")
+            && driver.contains("Persistent"),
+        "{driver}"
+    );
+    assert_eq!(
+        env.get(&["csinode", NODE], "{.spec.drivers[0].nodeID}"),
+        NODE
+    );
+    let bad = "apiVersion: storage.k8s.io/v1\nkind: VolumeAttachment\nmetadata: {name: va}\nspec: {attacher: hostpath.csi.example.com, nodeName: keel-storage-0, source: {}}\n";
+    let e = env.err(&["apply", "-f", "-"], Some(bad));
+    assert!(
+        e.contains("spec.source: Required value: must specify exactly one of inlineVolumeSpec and persistentVolumeName"),
+        "{e}"
+    );
+    env.ok(&["delete", "csidriver", "hostpath.csi.example.com"]);
+    env.ok(&["delete", "csinode", NODE]);
 }
 
 fn stateful_set_keeps_its_data(env: &Env) {
@@ -503,6 +539,13 @@ spec:
     env.wait("the pod's file on the volume", || {
         std::fs::read_to_string(path.join("file")).is_ok_and(|s| s == "kept\n")
     });
+    let described = env.ok(&["describe", "pvc", "-n", ns, "gold"]);
+    assert!(
+        described.contains("site-static")
+            && described.contains("Used By:")
+            && described.contains("user"),
+        "{described}"
+    );
     env.ok(&["delete", "pvc", "-n", ns, "gold", "--wait=false"]);
     // pvc-protection: the claim is only marked while the pod uses it.
     for _ in 0..3 {

@@ -53,8 +53,17 @@ pub fn volume_name(claim: &PersistentVolumeClaim) -> String {
     format!("pvc-{}", claim.metadata.uid.as_deref().unwrap_or(""))
 }
 
-/// Runs the provisioner until the watches end.
-pub async fn run(client: Client, opts: ProvisionerOptions) {
+/// Runs the provisioner until the watches end. The storage directory is made and resolved first (a
+/// volume's path is an absolute one without `..`, as the API requires); without it the node provisions
+/// nothing.
+pub async fn run(client: Client, mut opts: ProvisionerOptions) {
+    match std::fs::create_dir_all(&opts.dir).and_then(|()| opts.dir.canonicalize()) {
+        Ok(dir) => opts.dir = dir,
+        Err(e) => {
+            warn!(dir = %opts.dir.display(), error = %e, "no storage directory: local-path volumes are not provisioned on this node");
+            return std::future::pending().await;
+        }
+    }
     let wake = Arc::new(Notify::new());
     let (claims, claims_driver) = reflect_all::<PersistentVolumeClaim>(&client, &wake);
     let (volumes, volumes_driver) = reflect_all::<PersistentVolume>(&client, &wake);

@@ -7,35 +7,9 @@ use crate::object::{self, path};
 use crate::resource::Printer;
 use crate::selector::LabelSelector;
 
-/// One column: name, type, priority (1 = only with `-o wide`).
-pub struct Column {
-    pub name: &'static str,
-    pub kind: &'static str,
-    pub priority: u8,
-    pub description: &'static str,
-}
+pub use super::column::Column;
+use super::column::{col, AGE, NAME};
 
-pub(super) const fn col(
-    name: &'static str,
-    kind: &'static str,
-    priority: u8,
-    description: &'static str,
-) -> Column {
-    Column {
-        name,
-        kind,
-        priority,
-        description,
-    }
-}
-
-pub(super) const NAME: Column = col(
-    "Name",
-    "string",
-    0,
-    "Name must be unique within a namespace.",
-);
-pub(super) const AGE: Column = col("Age", "string", 0, "Time since the object was created.");
 const CONTAINERS: Column = col(
     "Containers",
     "string",

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::printers::{col, Column, AGE, NAME};
+use super::column::{col, Column, AGE, NAME};
 use crate::age::since;
 use crate::object::path;
 use crate::resource::Printer;
