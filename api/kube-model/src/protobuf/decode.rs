@@ -387,6 +387,29 @@ mod tests {
     }
 
     #[test]
+    fn storage_kinds_decode() {
+        // PersistentVolumeClaim{metadata{name:"data"}, spec{accessModes:["ReadWriteOnce"], storageClassName:"local-path"}}
+        let mut spec = field(1, 2, b"ReadWriteOnce");
+        spec.extend(field(5, 2, b"local-path"));
+        let mut pvc = field(1, 2, &field(1, 2, b"data"));
+        pvc.extend(field(2, 2, &spec));
+        assert_eq!(
+            decode("api.core.v1.PersistentVolumeClaim", &pvc).expect("decode"),
+            json!({"metadata": {"name": "data"},
+                   "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local-path"}})
+        );
+        // StorageClass{metadata{name:"fast"}, provisioner:"keel.io/local-path", allowVolumeExpansion:true}
+        let mut sc = field(1, 2, &field(1, 2, b"fast"));
+        sc.extend(field(2, 2, b"keel.io/local-path"));
+        sc.extend(field(6, 0, &[1]));
+        assert_eq!(
+            decode("api.storage.v1.StorageClass", &sc).expect("decode"),
+            json!({"metadata": {"name": "fast"}, "provisioner": "keel.io/local-path",
+                   "allowVolumeExpansion": true})
+        );
+    }
+
+    #[test]
     fn garbage_is_an_error_not_a_panic() {
         assert!(decode("api.core.v1.Pod", &[0x0a, 0x05, 0x01]).is_err());
         assert!(decode("api.core.v1.Pod", &[0xff; 12]).is_err());
