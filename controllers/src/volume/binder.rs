@@ -53,17 +53,18 @@ fn start(ctx: &Arc<Context>) -> BoxFuture<'static, ()> {
     let volume_store = volumes.store();
     let volume_loop = Controller::for_shared_stream(volumes.subscribe(), volumes.store())
         .watches_shared_stream(claims.subscribe(), move |c: Arc<PersistentVolumeClaim>| {
-            // The claim's volume, and any volume pre-bound to it.
-            let mut out: Vec<ObjectRef<PersistentVolume>> = Vec::new();
-            if let Some(v) = c.spec.as_ref().and_then(|s| s.volume_name.as_deref()) {
-                out.push(ObjectRef::new(v));
+            // The claim's volume; a claim that names none yet, any volume pre-bound to it (the
+            // scan is skipped for bound claims, whose changes are most of them; unsettled volumes
+            // are looked at again every RESYNC anyway).
+            match c.spec.as_ref().and_then(|s| s.volume_name.as_deref()) {
+                Some(v) if !v.is_empty() => vec![ObjectRef::new(v)],
+                _ => volume_store
+                    .state()
+                    .iter()
+                    .filter(|pv| rules::is_bound_to(pv, &c))
+                    .map(|pv| ObjectRef::from_obj(pv.as_ref()))
+                    .collect(),
             }
-            for pv in volume_store.state() {
-                if rules::is_bound_to(&pv, &c) {
-                    out.push(ObjectRef::from_obj(pv.as_ref()));
-                }
-            }
-            out
         });
     let a = runner::run(NAME, claim_loop, ctx, sync_claim);
     let b = runner::run(
