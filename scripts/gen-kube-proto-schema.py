@@ -20,7 +20,7 @@ OA = next(g for r in REG for g in glob.glob(r + "k8s-openapi-0.28.*/src/v1_32"))
 ROOTS = [
     "api.core.v1." + k
     for k in ["Namespace", "Pod", "Binding", "Node", "Service", "Endpoints", "ConfigMap", "Secret", "ServiceAccount",
-              "Event", "ReplicationController", "ResourceQuota", "LimitRange", "PersistentVolume", "PersistentVolumeClaim"]
+              "Event", "ReplicationController", "ResourceQuota", "LimitRange", "PersistentVolume", "PersistentVolumeClaim", "PodTemplate"]
 ] + [
     "api.apps.v1.Deployment", "api.apps.v1.ReplicaSet", "api.apps.v1.StatefulSet", "api.apps.v1.DaemonSet",
     "api.batch.v1.Job", "api.batch.v1.CronJob", "api.events.v1.Event", "api.rbac.v1.Role",
@@ -34,6 +34,8 @@ ROOTS = [
     "api.authentication.v1.TokenReview", "api.networking.v1.Ingress", "api.networking.v1.IngressClass",
     "api.storage.v1.StorageClass", "api.storage.v1.VolumeAttachment", "api.storage.v1.CSIDriver",
     "api.storage.v1.CSINode", "api.storage.v1.CSIStorageCapacity",
+    "api.admissionregistration.v1.MutatingWebhookConfiguration",
+    "api.admissionregistration.v1.ValidatingWebhookConfiguration", "api.node.v1.RuntimeClass",
 ]
 
 def parse_fields(body):

@@ -63,6 +63,12 @@ pub enum Printer {
     PriorityClass,
     /// ResourceQuotas: Age, then `Request` and `Limit` as `used/hard` per resource.
     ResourceQuota,
+    /// PodTemplates: Containers, Images, Pod Labels.
+    PodTemplate,
+    /// `admissionregistration.k8s.io` webhook configurations: Webhooks, Age.
+    WebhookConfiguration,
+    /// `node.k8s.io` RuntimeClasses: Handler, Age.
+    RuntimeClass,
     /// Upstream's fallback: Name and Created At.
     Default,
     /// A custom resource: Name, then its CRD's additionalPrinterColumns (Age when it declares none).
@@ -374,6 +380,22 @@ pub static BUILTIN: LazyLock<Vec<Arc<ResourceDef>>> = LazyLock::new(|| {
             scale = false,
             storage = "limitranges",
             printer = Default,
+            fields = NONE,
+            cou = false,
+            gen = false
+        ),
+        res!(
+            "",
+            "PodTemplate",
+            "podtemplates",
+            "podtemplate",
+            ns = true,
+            short = NONE,
+            cat = NONE,
+            status = false,
+            scale = false,
+            storage = "podtemplates",
+            printer = PodTemplate,
             fields = NONE,
             cou = false,
             gen = false
@@ -844,6 +866,38 @@ pub static BUILTIN: LazyLock<Vec<Arc<ResourceDef>>> = LazyLock::new(|| {
             gen = false
         ),
         res!(
+            "admissionregistration.k8s.io",
+            "MutatingWebhookConfiguration",
+            "mutatingwebhookconfigurations",
+            "mutatingwebhookconfiguration",
+            ns = false,
+            short = NONE,
+            cat = NONE,
+            status = false,
+            scale = false,
+            storage = "mutatingwebhookconfigurations",
+            printer = WebhookConfiguration,
+            fields = NONE,
+            cou = false,
+            gen = true
+        ),
+        res!(
+            "admissionregistration.k8s.io",
+            "ValidatingWebhookConfiguration",
+            "validatingwebhookconfigurations",
+            "validatingwebhookconfiguration",
+            ns = false,
+            short = NONE,
+            cat = NONE,
+            status = false,
+            scale = false,
+            storage = "validatingwebhookconfigurations",
+            printer = WebhookConfiguration,
+            fields = NONE,
+            cou = false,
+            gen = true
+        ),
+        res!(
             "apiextensions.k8s.io",
             "CustomResourceDefinition",
             "customresourcedefinitions",
@@ -871,6 +925,22 @@ pub static BUILTIN: LazyLock<Vec<Arc<ResourceDef>>> = LazyLock::new(|| {
             scale = false,
             storage = "apiregistration.k8s.io/apiservices",
             printer = APIService,
+            fields = NONE,
+            cou = false,
+            gen = false
+        ),
+        res!(
+            "node.k8s.io",
+            "RuntimeClass",
+            "runtimeclasses",
+            "runtimeclass",
+            ns = false,
+            short = NONE,
+            cat = NONE,
+            status = false,
+            scale = false,
+            storage = "runtimeclasses",
+            printer = RuntimeClass,
             fields = NONE,
             cou = false,
             gen = false

@@ -7,7 +7,7 @@ macro_rules! with_builtin_type {
     ($group:expr, $kind:expr, $T:ident => $body:expr, _ => $default:expr) => {{
         #[allow(unused_imports)]
         use k8s_openapi::api::{
-            apps::v1 as apps, batch::v1 as batch, certificates::v1 as certs, coordination::v1 as coord, core::v1 as core,
+            admissionregistration::v1 as admission, apps::v1 as apps, batch::v1 as batch, certificates::v1 as certs, coordination::v1 as coord, core::v1 as core, node::v1 as node,
             discovery::v1 as disc, events::v1 as events, networking::v1 as net, policy::v1 as policy,
             rbac::v1 as rbac, scheduling::v1 as scheduling, storage::v1 as storage,
         };
@@ -32,6 +32,7 @@ macro_rules! with_builtin_type {
             ("", "ReplicationController") => arm!(core::ReplicationController),
             ("", "ResourceQuota") => arm!(core::ResourceQuota),
             ("", "LimitRange") => arm!(core::LimitRange),
+            ("", "PodTemplate") => arm!(core::PodTemplate),
             ("apps", "Deployment") => arm!(apps::Deployment),
             ("apps", "ReplicaSet") => arm!(apps::ReplicaSet),
             ("apps", "StatefulSet") => arm!(apps::StatefulSet),
@@ -59,6 +60,13 @@ macro_rules! with_builtin_type {
             ("storage.k8s.io", "CSIDriver") => arm!(storage::CSIDriver),
             ("storage.k8s.io", "CSINode") => arm!(storage::CSINode),
             ("storage.k8s.io", "CSIStorageCapacity") => arm!(storage::CSIStorageCapacity),
+            ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
+                arm!(admission::MutatingWebhookConfiguration)
+            }
+            ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => {
+                arm!(admission::ValidatingWebhookConfiguration)
+            }
+            ("node.k8s.io", "RuntimeClass") => arm!(node::RuntimeClass),
             ("apiextensions.k8s.io", "CustomResourceDefinition") => arm!(
                 k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition
             ),

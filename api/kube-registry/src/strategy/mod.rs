@@ -46,6 +46,7 @@ mod limitrange;
 mod namespace;
 mod networkpolicy;
 mod node;
+mod node_runtime;
 mod persistentvolume;
 mod pod;
 pub mod priorityclass;
@@ -57,6 +58,7 @@ mod secret;
 mod service;
 mod statefulset;
 mod storage;
+mod webhook;
 mod workload;
 
 pub use apiservice::ca_bundle_len;
@@ -423,6 +425,22 @@ static BUILTIN: &[((&str, &str), &dyn Strategy)] = &[
     (
         ("scheduling.k8s.io", "PriorityClass"),
         &priorityclass::PriorityClass,
+    ),
+    (("", "PodTemplate"), &node_runtime::PodTemplate),
+    (("node.k8s.io", "RuntimeClass"), &node_runtime::RuntimeClass),
+    (
+        (
+            "admissionregistration.k8s.io",
+            "MutatingWebhookConfiguration",
+        ),
+        &webhook::WebhookConfiguration,
+    ),
+    (
+        (
+            "admissionregistration.k8s.io",
+            "ValidatingWebhookConfiguration",
+        ),
+        &webhook::WebhookConfiguration,
     ),
 ];
 

@@ -143,7 +143,7 @@ fn check_positive_quantity(field: &str, v: &Value, causes: &mut Vec<Cause>) {
 }
 
 /// One selector requirement's operator and values at `f`; `Gt` and `Lt` only in node selectors.
-fn check_requirement(r: &Value, f: &str, node: bool, causes: &mut Vec<Cause>) {
+pub(super) fn check_requirement(r: &Value, f: &str, node: bool, causes: &mut Vec<Cause>) {
     let values = list(r, "values");
     let op = s(r, "operator").unwrap_or("");
     match op {

@@ -3,6 +3,7 @@
 
 mod column;
 pub mod printers;
+pub mod runtime;
 pub mod storage;
 
 use serde_json::{json, Map, Value};
