@@ -8,7 +8,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
 
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,6 +15,7 @@ use base64::Engine;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Request, Response};
+use keel_testkit::https::{self, HttpsServer, TestCa};
 use keel_testkit::keel_bin;
 use keel_testkit::kube::KubeCluster;
 use serde_json::{json, Value};
@@ -253,98 +253,43 @@ fn backend_answer(req: &Request<hyper::body::Incoming>) -> Value {
 
 /// Starts the aggregated server on 127.0.0.1 (a free port): HTTPS with a certificate for
 /// `metrics-sample.agg-test.svc` from its own CA, requiring a client certificate from the cluster CA.
-/// Returns its port, its CA (PEM) and a handle that stops it.
-async fn start_backend(
-    cluster_ca: &str,
-    seen: Arc<Mutex<Seen>>,
-) -> (u16, String, tokio::task::JoinHandle<()>) {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(rcgen::DnType::CommonName, "agg-test-ca");
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let ca_pem = ca_cert.pem();
-    let issuer = rcgen::Issuer::new(ca, ca_key);
-    let key = rcgen::KeyPair::generate().unwrap();
-    let leaf = rcgen::CertificateParams::new(vec!["metrics-sample.agg-test.svc".to_string()])
-        .unwrap()
-        .signed_by(&key, &issuer)
-        .unwrap();
-
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(cluster_ca.as_bytes()) {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-        Arc::new(roots),
-        provider.clone(),
-    )
-    .build()
-    .unwrap();
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(
-            vec![leaf.der().clone()],
-            PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes()).unwrap(),
-        )
-        .unwrap();
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let task = tokio::spawn(async move {
-        let mut conns = tokio::task::JoinSet::new();
-        loop {
-            let Ok((tcp, _)) = listener.accept().await else {
-                return;
-            };
-            let acceptor = acceptor.clone();
-            let seen = seen.clone();
-            conns.spawn(async move {
-                let Ok(tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                    let seen = seen.clone();
-                    async move {
-                        let h = req.headers();
-                        let user = h
-                            .get("x-remote-user")
-                            .and_then(|v| v.to_str().ok())
-                            .unwrap_or("")
-                            .to_string();
-                        let groups: Vec<String> = h
-                            .get_all("x-remote-group")
-                            .iter()
-                            .filter_map(|v| v.to_str().ok().map(str::to_string))
-                            .collect();
-                        {
-                            let mut s = seen.lock().unwrap();
-                            s.users.push(user);
-                            s.groups.push(groups);
-                        }
-                        let body = serde_json::to_vec(&backend_answer(&req)).unwrap();
-                        Ok::<_, Infallible>(
-                            Response::builder()
-                                .header("content-type", "application/json")
-                                .body(Full::new(Bytes::from(body)))
-                                .unwrap(),
-                        )
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
-                    .await;
-            });
+/// Returns the server (stopped when dropped) and its CA (PEM).
+async fn start_backend(cluster_ca: &str, seen: Arc<Mutex<Seen>>) -> (HttpsServer, String) {
+    let ca = TestCa::new("agg-test-ca");
+    let handler = move |req: Request<hyper::body::Incoming>| {
+        let seen = seen.clone();
+        async move {
+            let h = req.headers();
+            let user = h
+                .get("x-remote-user")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
+            let groups: Vec<String> = h
+                .get_all("x-remote-group")
+                .iter()
+                .filter_map(|v| v.to_str().ok().map(str::to_string))
+                .collect();
+            {
+                let mut s = seen.lock().unwrap();
+                s.users.push(user);
+                s.groups.push(groups);
+            }
+            let body = serde_json::to_vec(&backend_answer(&req)).unwrap();
+            Response::builder()
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(body)))
+                .unwrap()
         }
-    });
-    (port, ca_pem, task)
+    };
+    let server = https::serve(
+        &ca,
+        &["metrics-sample.agg-test.svc"],
+        Some(cluster_ca),
+        handler,
+    )
+    .await;
+    (server, ca.pem.clone())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -358,7 +303,8 @@ async fn aggregated_api_through_kubectl() {
         .join("pki/ca.crt");
     let cluster_ca = std::fs::read_to_string(&ca_path).unwrap();
     let seen = Arc::new(Mutex::new(Seen::default()));
-    let (port, backend_ca, task) = start_backend(&cluster_ca, seen.clone()).await;
+    let (server, backend_ca) = start_backend(&cluster_ca, seen.clone()).await;
+    let port = server.port;
     let ca_b64 = base64::engine::general_purpose::STANDARD.encode(backend_ca.as_bytes());
     let manifests = format!(
         r#"
@@ -486,8 +432,7 @@ spec:
     }
 
     // The backend stops: the APIService goes unavailable with the discovery check's reason.
-    task.abort();
-    let _ = task.await;
+    drop(server);
     let run = {
         let name = name.clone();
         move || {

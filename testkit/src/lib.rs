@@ -54,6 +54,7 @@ pub mod cluster;
 pub mod containerd;
 pub mod etcdctl;
 pub mod heartbeat;
+pub mod https;
 pub mod kube;
 pub mod kubectl;
 pub mod netns;

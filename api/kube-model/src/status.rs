@@ -220,6 +220,15 @@ pub enum ApiError {
     /// 504: the store did not answer in time.
     #[error("{0}")]
     Timeout(String),
+    /// A refusal answered with a Status another party chose (an admission webhook's): its code (at
+    /// least 400), reason and details pass through as sent.
+    #[error("{message}")]
+    Refused {
+        code: u16,
+        reason: String,
+        message: String,
+        details: Option<Value>,
+    },
 }
 
 fn qualified_kind(t: &Target) -> String {
@@ -268,6 +277,10 @@ impl ApiError {
             ApiError::Unknown(_) => (StatusCode::INTERNAL_SERVER_ERROR, ""),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable"),
             ApiError::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "Timeout"),
+            ApiError::Refused { code, .. } => (
+                StatusCode::from_u16(*code).unwrap_or(StatusCode::BAD_REQUEST),
+                "",
+            ),
         }
     }
 
@@ -313,7 +326,16 @@ impl ApiError {
         if let Some(d) = details {
             s["details"] = d;
         }
-        if reason.is_empty() {
+        if let ApiError::Refused {
+            reason, details, ..
+        } = self
+        {
+            s["reason"] = json!(reason);
+            if let Some(d) = details {
+                s["details"] = d.clone();
+            }
+        }
+        if s["reason"] == "" {
             // StatusReasonUnknown is "", which upstream's JSON leaves out.
             s.as_object_mut().map(|o| o.remove("reason"));
         }

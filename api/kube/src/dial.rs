@@ -79,6 +79,27 @@ pub(crate) fn join_host_port(host: &str, port: u16) -> String {
     }
 }
 
+/// A connect error as Go's net package words it (`connect: connection refused`), not Rust's
+/// (`Connection refused (os error 111)`).
+fn go_dial_error(e: &std::io::Error) -> String {
+    use std::io::ErrorKind;
+    match e.kind() {
+        ErrorKind::ConnectionRefused => "connect: connection refused".into(),
+        ErrorKind::TimedOut => "i/o timeout".into(),
+        ErrorKind::HostUnreachable => "connect: no route to host".into(),
+        ErrorKind::NetworkUnreachable => "connect: network is unreachable".into(),
+        _ => {
+            let text = e.to_string();
+            let text = text.split(" (os error").next().unwrap_or_default();
+            let mut chars = text.chars();
+            match chars.next() {
+                Some(c) => c.to_lowercase().chain(chars).collect(),
+                None => String::new(),
+            }
+        }
+    }
+}
+
 /// A TLS connection to `addr` whose certificate must name `server_name`; the dial and the handshake
 /// are each bounded by `timeout`. Errors read as Go's net/http writes them.
 pub(crate) async fn dial_tls(
@@ -90,7 +111,7 @@ pub(crate) async fn dial_tls(
     let tcp = tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr))
         .await
         .map_err(|_| format!("dial tcp {addr}: i/o timeout"))?
-        .map_err(|e| format!("dial tcp {addr}: {e}"))?;
+        .map_err(|e| format!("dial tcp {addr}: {}", go_dial_error(&e)))?;
     let name = ServerName::try_from(server_name.to_string()).map_err(|e| e.to_string())?;
     tokio::time::timeout(
         timeout,

@@ -223,6 +223,9 @@ pub fn message_for(api_version: &str, kind: &str) -> Option<String> {
         "scheduling.k8s.io" => "scheduling",
         "authorization.k8s.io" => "authorization",
         "authentication.k8s.io" => "authentication",
+        "storage.k8s.io" => "storage",
+        "admissionregistration.k8s.io" => "admissionregistration",
+        "node.k8s.io" => "node",
         "meta.k8s.io" => return Some(format!("apimachinery.pkg.apis.meta.{version}.{kind}")),
         _ => return None,
     };

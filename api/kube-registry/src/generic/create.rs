@@ -83,6 +83,7 @@ pub async fn create(
     }
     let admitted = Admitted {
         def: sdef,
+        requested: def,
         namespace: w.namespace,
         subresource: w.subresource,
         op: Operation::Create,

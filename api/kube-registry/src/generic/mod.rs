@@ -59,6 +59,8 @@ pub enum Operation<'a> {
 pub struct Admitted<'a> {
     /// The kind as stored.
     pub def: &'a ResourceDef,
+    /// The resource as the request named it (its version may differ from the stored one).
+    pub requested: &'a ResourceDef,
     /// The namespace from the URL (namespaced kinds).
     pub namespace: Option<&'a str>,
     /// The subresource written, if any.

@@ -124,6 +124,7 @@ where
         // Mutating plugins run before the change is known; none of them looks at `changed`.
         let admitted = Admitted {
             def,
+            requested: w.def,
             namespace: w.namespace,
             subresource: sub,
             op: Operation::Update {

@@ -6,6 +6,7 @@
 
 use serde_json::Value;
 
+use super::webhook::{self, Webhooks};
 use super::{
     default_ingress_class, default_storage_class, limit_ranger, node_restriction, node_taint,
     pod_security, resource_quota,
@@ -33,6 +34,10 @@ pub struct Attributes<'a> {
     pub sa_key: &'a SigningKey,
     /// The cluster CA in PEM (legacy token Secrets carry it).
     pub ca_pem: &'a str,
+    /// The admission webhook dispatcher.
+    pub webhooks: &'a Webhooks,
+    /// Where mutating steps leave warnings for the answer (the validating phase returns them).
+    pub warnings: &'a std::sync::Mutex<Vec<String>>,
 }
 
 impl<'a> std::ops::Deref for Attributes<'a> {
@@ -50,6 +55,25 @@ impl Attributes<'_> {
 
     fn is_kind(&self, group: &str, kind: &str) -> bool {
         self.def.group == group && self.def.kind == kind
+    }
+
+    /// The request as webhooks see it.
+    fn webhook_request(&self) -> webhook::Request<'_> {
+        let (operation, old) = match self.op {
+            Operation::Create => (webhook::Operation::Create, None),
+            Operation::Update { old, .. } => (webhook::Operation::Update, Some(old)),
+        };
+        webhook::Request {
+            operation,
+            requested: self.requested,
+            stored: self.def,
+            namespace: self.namespace,
+            name: self.name,
+            subresource: self.subresource,
+            dry_run: self.dry_run,
+            identity: self.identity,
+            old,
+        }
     }
 
     /// Any create, or an update of the object itself that changes it.
@@ -80,11 +104,13 @@ pub enum Mutating {
     StorageObjectInUseProtection,
     /// DefaultIngressClass: a new Ingress without a class gets the default IngressClass.
     DefaultIngressClass,
+    /// MutatingAdmissionWebhook: the registered mutating webhooks the request reaches.
+    MutatingAdmissionWebhook,
 }
 
 /// The mutating plugins, in kube-apiserver 1.32's plugin order (LimitRanger, ServiceAccount,
 /// TaintNodesByCondition, Priority, DefaultStorageClass, StorageObjectInUseProtection,
-/// DefaultIngressClass); keel's token step follows ServiceAccount.
+/// DefaultIngressClass, MutatingAdmissionWebhook); keel's token step follows ServiceAccount.
 pub const MUTATING: &[Mutating] = &[
     Mutating::LimitRanger,
     Mutating::ServiceAccount,
@@ -94,6 +120,7 @@ pub const MUTATING: &[Mutating] = &[
     Mutating::DefaultStorageClass,
     Mutating::StorageObjectInUseProtection,
     Mutating::DefaultIngressClass,
+    Mutating::MutatingAdmissionWebhook,
 ];
 
 impl Mutating {
@@ -108,6 +135,7 @@ impl Mutating {
             Mutating::DefaultStorageClass => "DefaultStorageClass",
             Mutating::StorageObjectInUseProtection => "StorageObjectInUseProtection",
             Mutating::DefaultIngressClass => "DefaultIngressClass",
+            Mutating::MutatingAdmissionWebhook => "MutatingAdmissionWebhook",
         }
     }
 
@@ -124,6 +152,9 @@ impl Mutating {
                 "persistentvolumeclaims, persistentvolumes: create"
             }
             Mutating::DefaultIngressClass => "ingresses: create",
+            Mutating::MutatingAdmissionWebhook => {
+                "what registered webhooks match: create, update (subresources too)"
+            }
         }
     }
 
@@ -146,6 +177,7 @@ impl Mutating {
             Mutating::DefaultIngressClass => {
                 a.is_create() && a.is_kind("networking.k8s.io", "Ingress")
             }
+            Mutating::MutatingAdmissionWebhook => true,
         }
     }
 
@@ -188,6 +220,17 @@ impl Mutating {
             (Mutating::DefaultIngressClass, _) => {
                 default_ingress_class::admit_create(a.storage, obj).await
             }
+            (Mutating::MutatingAdmissionWebhook, _) => {
+                let warnings = a
+                    .webhooks
+                    .mutate(a.storage, &a.webhook_request(), obj)
+                    .await?;
+                if !warnings.is_empty() {
+                    let mut sink = a.warnings.lock().unwrap_or_else(|e| e.into_inner());
+                    sink.extend(warnings);
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -207,6 +250,8 @@ pub enum Validating {
     PodSecurity,
     /// PersistentVolumeClaimResize: a claim grows only when Bound and its class allows expansion.
     PersistentVolumeClaimResize,
+    /// ValidatingAdmissionWebhook: the registered validating webhooks the request reaches, together.
+    ValidatingAdmissionWebhook,
     /// ResourceQuota: the namespace's quotas are charged, or the write refused.
     ResourceQuota,
 }
@@ -221,6 +266,7 @@ pub const VALIDATING: &[Validating] = &[
     Validating::PodSecurity,
     Validating::PriorityClass,
     Validating::PersistentVolumeClaimResize,
+    Validating::ValidatingAdmissionWebhook,
     Validating::ResourceQuota,
 ];
 
@@ -234,6 +280,7 @@ impl Validating {
             Validating::RbacEscalation => "RBACEscalation",
             Validating::PodSecurity => "PodSecurity",
             Validating::PersistentVolumeClaimResize => "PersistentVolumeClaimResize",
+            Validating::ValidatingAdmissionWebhook => "ValidatingAdmissionWebhook",
             Validating::ResourceQuota => "ResourceQuota",
         }
     }
@@ -249,6 +296,9 @@ impl Validating {
             }
             Validating::PodSecurity => "pods and templates: create, update that changes them",
             Validating::PersistentVolumeClaimResize => "persistentvolumeclaims: update",
+            Validating::ValidatingAdmissionWebhook => {
+                "what registered webhooks match: create, update (subresources too), delete"
+            }
             Validating::ResourceQuota => "namespaced objects: create, update that changes them",
         }
     }
@@ -257,7 +307,7 @@ impl Validating {
         match self {
             Validating::NamespaceLifecycle => a.is_create() && a.namespace.is_some(),
             Validating::PriorityClass => a.is_create() || a.subresource.is_none(),
-            Validating::NodeRestriction => true,
+            Validating::NodeRestriction | Validating::ValidatingAdmissionWebhook => true,
             Validating::PersistentVolumeClaimResize => {
                 !a.is_create() && a.subresource.is_none() && a.is_kind("", "PersistentVolumeClaim")
             }
@@ -299,6 +349,12 @@ impl Validating {
                 if let Some(old) = old {
                     default_storage_class::admit_resize(a.storage, a.name, old, obj).await?;
                 }
+            }
+            Validating::ValidatingAdmissionWebhook => {
+                return a
+                    .webhooks
+                    .validate(a.storage, &a.webhook_request(), Some(obj))
+                    .await;
             }
             Validating::ResourceQuota => {
                 let op = match old {

@@ -9,3 +9,4 @@ pub mod node_restriction;
 pub mod node_taint;
 pub mod pod_security;
 pub mod resource_quota;
+pub mod webhook;

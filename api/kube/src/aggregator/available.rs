@@ -60,9 +60,18 @@ fn s<'a>(v: &'a Value, p: &str) -> &'a str {
 /// upstream's reasons when it cannot.
 pub(crate) fn resolve(storage: &Storage, apiservice: &Value) -> Result<Endpoint, Unavailable> {
     let svc_ref = service_of(apiservice).cloned().unwrap_or(Value::Null);
-    let ns = s(&svc_ref, "namespace");
-    let name = s(&svc_ref, "name");
     let port = svc_ref.get("port").and_then(Value::as_i64).unwrap_or(443);
+    resolve_service(storage, s(&svc_ref, "namespace"), s(&svc_ref, "name"), port)
+}
+
+/// Resolves Service `ns/name`'s `port` to one ready endpoint (picked at random among the ready ones),
+/// with upstream's reasons when it cannot; an ExternalName Service resolves to its name.
+pub(crate) fn resolve_service(
+    storage: &Storage,
+    ns: &str,
+    name: &str,
+    port: i64,
+) -> Result<Endpoint, Unavailable> {
     let server_name = format!("{name}.{ns}.svc");
     let key = format!("/registry/services/specs/{ns}/{name}");
     let not_present = || {

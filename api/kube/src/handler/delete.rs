@@ -137,6 +137,31 @@ pub(crate) enum Deleted {
     Pending(Value),
 }
 
+/// A delete passes the admission webhooks that match it (mutating ones first, then the validating
+/// ones), with the stored object as `oldObject`.
+async fn admit_delete(call: &Call, name: &str, old: &Value, dry_run: bool) -> Result<(), ApiError> {
+    let requested = &call.route.def;
+    let stored = keel_kube_registry::convert::storage_def(requested);
+    let req = crate::admission::webhook::Request {
+        operation: crate::admission::webhook::Operation::Delete,
+        requested,
+        stored: &stored,
+        namespace: call.ns(),
+        name,
+        subresource: None,
+        dry_run,
+        identity: &call.identity,
+        old: Some(old),
+    };
+    let hooks = &call.state.webhooks;
+    let mut scratch = old.clone();
+    hooks
+        .mutate(&call.state.storage, &req, &mut scratch)
+        .await?;
+    hooks.validate(&call.state.storage, &req, None).await?;
+    Ok(())
+}
+
 pub(crate) async fn delete_one(
     call: &Call,
     key: &str,
@@ -161,6 +186,7 @@ pub(crate) async fn delete_one(
             Some(&cur.object),
             None,
         )?;
+        admit_delete(call, name, &cur.object, dry_run).await?;
         if let Some(p) = &opts.preconditions {
             let uid = object::uid(&cur.object);
             if let Some(want) = p.uid.as_deref().filter(|u| *u != uid) {

@@ -60,6 +60,8 @@ pub struct KubeState {
     pub rbac_ready: Arc<std::sync::atomic::AtomicBool>,
     /// Held while this member adds a server: two joins at once would each see the other half-joined.
     pub joining: tokio::sync::Mutex<()>,
+    /// The admission webhook dispatcher.
+    pub webhooks: Arc<crate::admission::webhook::Webhooks>,
 }
 
 impl KubeState {

@@ -218,9 +218,18 @@ pub async fn create(call: Call) -> Result<Response, ApiError> {
 /// admission chain, and the CSR signer's completion step.
 struct Admitting<'a> {
     call: &'a Call,
+    /// Warnings of the mutating phase (webhooks), returned with the validating phase's.
+    warnings: std::sync::Mutex<Vec<String>>,
 }
 
-impl Admitting<'_> {
+impl<'c> Admitting<'c> {
+    fn new(call: &'c Call) -> Self {
+        Admitting {
+            call,
+            warnings: std::sync::Mutex::default(),
+        }
+    }
+
     /// The admission chain's view of the request at one step.
     fn attributes<'a>(&'a self, a: &'a Admitted<'a>) -> chain::Attributes<'a> {
         let state = &self.call.state;
@@ -231,6 +240,8 @@ impl Admitting<'_> {
             identity: &self.call.identity,
             sa_key: &state.sa_key,
             ca_pem: &state.ca_pem,
+            webhooks: &state.webhooks,
+            warnings: &self.warnings,
         }
     }
 }
@@ -253,7 +264,12 @@ impl Admission for Admitting<'_> {
     }
 
     fn validate<'a>(&'a self, a: &'a Admitted<'a>, obj: &'a Value) -> Step<'a, Vec<String>> {
-        Box::pin(async move { chain::validate(&self.attributes(a), obj).await })
+        Box::pin(async move {
+            let mut warnings =
+                std::mem::take(&mut *self.warnings.lock().unwrap_or_else(|e| e.into_inner()));
+            warnings.extend(chain::validate(&self.attributes(a), obj).await?);
+            Ok(warnings)
+        })
     }
 }
 
@@ -279,7 +295,7 @@ pub async fn create_object(
     tracking: Tracking,
 ) -> Result<Response, ApiError> {
     let dry_run = call.params.dry_run()?;
-    let admission = Admitting { call };
+    let admission = Admitting::new(call);
     let (stored, raised) =
         generic::create(&write(call, dry_run, &admission), obj, tracking).await?;
     let mut warnings = warnings.to_vec();
@@ -326,7 +342,7 @@ pub async fn guaranteed_update_tracked<F>(
 where
     F: FnMut(&Stored) -> Result<(Value, Option<String>), ApiError>,
 {
-    let admission = Admitting { call };
+    let admission = Admitting::new(call);
     let (updated, raised) =
         generic::update(&write(call, dry_run, &admission), tracking, change).await?;
     if !raised.is_empty() {

@@ -167,6 +167,8 @@ impl ApiServer {
         ));
         let registry = Arc::new(Registry::default());
         let metrics = Arc::new(Metrics::new(&storage, registry.clone()));
+        let webhooks = Arc::new(crate::admission::webhook::Webhooks::default());
+        metrics.register_more(|r| webhooks.metrics.register(r));
         let authz = Arc::new(crate::authz::Authorizer::new(storage.clone()));
         let state = Arc::new(KubeState {
             storage: storage.clone(),
@@ -196,6 +198,7 @@ impl ApiServer {
             ca_key_pem: pki.ca_key.clone(),
             rbac_ready: Arc::default(),
             joining: tokio::sync::Mutex::new(()),
+            webhooks: webhooks.clone(),
         });
         let audit = match &opts.audit_log {
             Some(path) => {

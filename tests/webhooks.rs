@@ -1,0 +1,620 @@
+//! Admission webhooks with the real kubectl (1.32) against 3 members: webhook servers in this test
+//! process (HTTPS from a CA the test makes), reached through a selector-less Service and a hand-made
+//! EndpointSlice on 127.0.0.1, or by URL. A validating webhook refuses labelled pods with upstream's text
+//! and warns about the others; two mutating webhooks label pods and the first, reinvoked, sees the
+//! second's label; namespaceSelector and objectSelector skip what they should; failurePolicy Fail
+//! refuses writes while a webhook is down and Ignore lets them through; a webhook slower than its
+//! timeoutSeconds is cut off; a DELETE reaches webhooks with the old object; the metrics count it all;
+//! and creates checked by a webhook survive kill -9 of the Raft leader.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, Response};
+use keel_testkit::https::{self, TestCa};
+use keel_testkit::keel_bin;
+use keel_testkit::kube::KubeCluster;
+use serde_json::{json, Value};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// What the webhook servers saw: (path, AdmissionReview request) per call.
+type Seen = Arc<Mutex<Vec<(String, Value)>>>;
+
+fn labels(obj: &Value) -> serde_json::Map<String, Value> {
+    obj.pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// A JSON Patch adding `key=value` to the object's labels.
+fn add_label(obj: &Value, key: &str, value: &str) -> Value {
+    if obj.pointer("/metadata/labels").is_some() {
+        json!([{"op": "add", "path": format!("/metadata/labels/{key}"), "value": value}])
+    } else {
+        json!([{"op": "add", "path": "/metadata/labels", "value": {key: value}}])
+    }
+}
+
+/// The webhooks, by path: `/deny` refuses pods labelled `deny=yes` (403) and warns about the others;
+/// `/first` and `/second` label pods; `/slow` answers after 5 s; `/protect` refuses deleting objects
+/// labelled `protected=yes`; `/allow` lets everything through.
+async fn answer(path: &str, review: &Value) -> Value {
+    let req = &review["request"];
+    let uid = req["uid"].clone();
+    let obj = &req["object"];
+    let mut resp = json!({"uid": uid, "allowed": true});
+    match path {
+        "/deny" => {
+            if labels(obj).get("deny") == Some(&json!("yes")) {
+                resp = json!({"uid": uid, "allowed": false,
+                    "status": {"code": 403, "message": "pods labelled deny=yes are refused"}});
+            } else {
+                resp["warnings"] = json!(["checked by deny.keel.test"]);
+            }
+        }
+        "/first" => {
+            let p = add_label(obj, "first", "yes");
+            resp["patchType"] = json!("JSONPatch");
+            resp["patch"] =
+                json!(base64::engine::general_purpose::STANDARD
+                    .encode(serde_json::to_vec(&p).unwrap()));
+        }
+        "/second" => {
+            let p = add_label(obj, "second", "yes");
+            resp["patchType"] = json!("JSONPatch");
+            resp["patch"] =
+                json!(base64::engine::general_purpose::STANDARD
+                    .encode(serde_json::to_vec(&p).unwrap()));
+        }
+        "/slow" => tokio::time::sleep(Duration::from_secs(5)).await,
+        "/protect" => {
+            let old = &req["oldObject"];
+            if labels(old).get("protected") == Some(&json!("yes")) {
+                resp = json!({"uid": uid, "allowed": false,
+                    "status": {"message": "protected objects stay"}});
+            }
+        }
+        _ => {}
+    }
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp})
+}
+
+async fn start_webhooks(ca: &TestCa, seen: Seen) -> https::HttpsServer {
+    let handler = move |req: Request<hyper::body::Incoming>| {
+        let seen = seen.clone();
+        async move {
+            let path = req.uri().path().to_string();
+            let body = req.into_body().collect().await.unwrap().to_bytes();
+            let review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            seen.lock()
+                .unwrap()
+                .push((path.clone(), review["request"].clone()));
+            let out = answer(&path, &review).await;
+            Response::builder()
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(serde_json::to_vec(&out).unwrap())))
+                .unwrap()
+        }
+    };
+    https::serve(ca, &["webhook.hooks.svc", "127.0.0.1"], None, handler).await
+}
+
+struct Env {
+    c: KubeCluster,
+    seen: Seen,
+    ca_b64: String,
+    via: usize,
+}
+
+impl Env {
+    fn ok(&self, args: &[&str]) -> String {
+        self.ok_stdin(args, None)
+    }
+
+    /// A request that fails between leaders wrote nothing: tried again for a while.
+    fn ok_stdin(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let r = self.c.kubectl_stdin(self.via, args, stdin);
+            if r.ok {
+                return r.stdout;
+            }
+            let transient = [
+                "no leader",
+                "not leader",
+                "connection refused",
+                "EOF",
+                "timeout",
+            ]
+            .iter()
+            .any(|t| r.stderr.contains(t));
+            if !transient || Instant::now() > deadline {
+                self.c.fail(format!("kubectl {args:?}: {}", r.stderr));
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    /// What kubectl wrote to stderr on success (its warnings).
+    fn warned(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let r = self.c.kubectl_stdin(self.via, args, stdin);
+        if !r.ok {
+            self.c.fail(format!("kubectl {args:?}: {}", r.stderr));
+        }
+        r.stderr
+    }
+
+    fn err(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let r = self.c.kubectl_stdin(self.via, args, stdin);
+        if r.ok {
+            self.c
+                .fail(format!("kubectl {args:?} succeeded: {}", r.stdout));
+        }
+        r.stderr
+    }
+
+    fn calls(&self, path: &str) -> Vec<Value> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(p, _)| p == path)
+            .map(|(_, r)| r.clone())
+            .collect()
+    }
+
+    fn client_config(&self, path: &str) -> String {
+        format!(
+            "{{service: {{namespace: hooks, name: webhook, path: {path}}}, caBundle: {}}}",
+            self.ca_b64
+        )
+    }
+
+    fn pod_labels(&self, ns: &str, name: &str) -> serde_json::Map<String, Value> {
+        let out = self.ok(&["get", "pod", "-n", ns, name, "-o", "json"]);
+        labels(&serde_json::from_str(&out).unwrap())
+    }
+}
+
+fn pod(ns: &str, name: &str, labels: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {ns}, labels: {{{labels}}}}}\n\
+         spec: {{containers: [{{name: c, image: busybox}}]}}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_webhooks_through_kubectl() {
+    let ca = TestCa::new("webhook-test-ca");
+    let seen: Seen = Arc::default();
+    let server = start_webhooks(&ca, seen.clone()).await;
+    let port = server.port;
+    let ca_b64 = base64::engine::general_purpose::STANDARD.encode(ca.pem.as_bytes());
+    let run = move || {
+        let c = KubeCluster::start(keel_bin!(), 3);
+        let mut env = Env {
+            c,
+            seen,
+            ca_b64,
+            via: 0,
+        };
+        setup(&env, port);
+        validating_refuses_and_warns(&env);
+        mutating_and_reinvoked(&env);
+        failure_policy(&env);
+        timeout_cuts_off(&env);
+        delete_reaches_webhooks(&env);
+        metrics_count_calls(&env);
+        leader_killed_while_webhooks_run(&mut env);
+    };
+    tokio::task::spawn_blocking(run).await.unwrap();
+    drop(server);
+}
+
+fn setup(env: &Env, port: u16) {
+    let manifests = format!(
+        r#"
+apiVersion: v1
+kind: Namespace
+metadata: {{name: hooks, labels: {{webhooks: "on"}}}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {{name: plain}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: webhook, namespace: hooks}}
+spec:
+  ports: [{{name: https, port: 443, targetPort: {port}}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: webhook-1
+  namespace: hooks
+  labels: {{kubernetes.io/service-name: webhook}}
+addressType: IPv4
+endpoints: [{{addresses: [127.0.0.1], conditions: {{ready: true}}}}]
+ports: [{{name: https, port: {port}, protocol: TCP}}]
+"#
+    );
+    env.ok_stdin(&["apply", "-f", "-"], Some(&manifests));
+}
+
+fn validating_refuses_and_warns(env: &Env) {
+    let config = format!(
+        r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {{name: deny}}
+webhooks:
+- name: deny.keel.test
+  clientConfig: {}
+  rules: [{{operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}}]
+  namespaceSelector: {{matchLabels: {{webhooks: "on"}}}}
+  sideEffects: None
+  admissionReviewVersions: [v1]
+"#,
+        env.client_config("/deny")
+    );
+    env.ok_stdin(&["apply", "-f", "-"], Some(&config));
+    // Defaults as upstream's; the table counts the webhooks.
+    let stored: Value = serde_json::from_str(&env.ok(&[
+        "get",
+        "validatingwebhookconfiguration",
+        "deny",
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    let h = &stored["webhooks"][0];
+    assert_eq!(h["failurePolicy"], "Fail", "{h}");
+    assert_eq!(h["timeoutSeconds"], 10, "{h}");
+    assert_eq!(h["matchPolicy"], "Equivalent", "{h}");
+    assert_eq!(h["clientConfig"]["service"]["port"], 443, "{h}");
+    let table = env.ok(&["get", "validatingwebhookconfigurations"]);
+    assert!(
+        table
+            .lines()
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .eq(["NAME", "WEBHOOKS", "AGE"]),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.split_whitespace().take(2).eq(["deny", "1"])),
+        "{table}"
+    );
+
+    let e = env.err(
+        &["apply", "-f", "-"],
+        Some(&pod("hooks", "evil", "deny: \"yes\"")),
+    );
+    assert!(
+        e.contains("admission webhook \"deny.keel.test\" denied the request: pods labelled deny=yes are refused"),
+        "{e}"
+    );
+    let out = env.warned(
+        &["apply", "-f", "-"],
+        Some(&pod("hooks", "good", "app: good")),
+    );
+    assert!(out.contains("Warning: checked by deny.keel.test"), "{out}");
+    // namespaceSelector: a namespace without the label is not sent to the webhook.
+    let before = env.calls("/deny").len();
+    env.ok_stdin(
+        &["apply", "-f", "-"],
+        Some(&pod("plain", "evil", "deny: \"yes\"")),
+    );
+    assert_eq!(
+        env.calls("/deny").len(),
+        before,
+        "the plain namespace reached the webhook"
+    );
+    // What the webhook was sent.
+    let last = env.calls("/deny").last().cloned().unwrap();
+    assert_eq!(last["operation"], "CREATE");
+    assert_eq!(
+        last["resource"],
+        json!({"group": "", "version": "v1", "resource": "pods"})
+    );
+    assert_eq!(last["namespace"], "hooks");
+    assert_eq!(last["name"], "good");
+    assert_eq!(last["userInfo"]["username"], "kubernetes-admin");
+    assert_eq!(last["options"]["kind"], "CreateOptions");
+    assert_eq!(last["object"]["kind"], "Pod");
+}
+
+fn mutating_and_reinvoked(env: &Env) {
+    let config = format!(
+        r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {{name: a-first}}
+webhooks:
+- name: first.keel.test
+  clientConfig: {}
+  rules: [{{operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}}]
+  objectSelector: {{matchExpressions: [{{key: skip-first, operator: DoesNotExist}}]}}
+  reinvocationPolicy: IfNeeded
+  sideEffects: None
+  admissionReviewVersions: [v1]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {{name: b-second}}
+webhooks:
+- name: second.keel.test
+  clientConfig: {}
+  rules: [{{operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}}]
+  sideEffects: None
+  admissionReviewVersions: [v1]
+"#,
+        env.client_config("/first"),
+        env.client_config("/second")
+    );
+    env.ok_stdin(&["apply", "-f", "-"], Some(&config));
+    let before = env.calls("/first").len();
+    env.ok_stdin(
+        &["apply", "-f", "-"],
+        Some(&pod("hooks", "mutated", "app: m")),
+    );
+    let l = env.pod_labels("hooks", "mutated");
+    assert_eq!(
+        (l.get("first"), l.get("second")),
+        (Some(&json!("yes")), Some(&json!("yes"))),
+        "{l:?}"
+    );
+    // The first webhook ran, the second changed the object after it, so it ran once more and saw that.
+    let first: Vec<Value> = env.calls("/first")[before..].to_vec();
+    assert_eq!(first.len(), 2, "{first:?}");
+    assert!(labels(&first[0]["object"]).get("second").is_none());
+    assert_eq!(
+        labels(&first[1]["object"]).get("second"),
+        Some(&json!("yes"))
+    );
+    // objectSelector: the first webhook skips pods labelled skip-first; the second still labels them.
+    let before = env.calls("/first").len();
+    env.ok_stdin(
+        &["apply", "-f", "-"],
+        Some(&pod("hooks", "skipped", "skip-first: \"1\"")),
+    );
+    assert_eq!(env.calls("/first").len(), before);
+    let l = env.pod_labels("hooks", "skipped");
+    assert_eq!(
+        (l.get("first"), l.get("second")),
+        (None, Some(&json!("yes"))),
+        "{l:?}"
+    );
+    env.ok(&[
+        "delete",
+        "mutatingwebhookconfiguration",
+        "a-first",
+        "b-second",
+    ]);
+}
+
+fn failure_policy(env: &Env) {
+    // A port nothing listens on.
+    let down = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = down.local_addr().unwrap().port();
+    drop(down);
+    let config = |policy: &str| {
+        format!(
+            r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {{name: down}}
+webhooks:
+- name: down.keel.test
+  clientConfig: {{url: "https://127.0.0.1:{port}/check", caBundle: {}}}
+  rules: [{{operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [configmaps]}}]
+  namespaceSelector: {{matchLabels: {{webhooks: "on"}}}}
+  failurePolicy: {policy}
+  sideEffects: None
+  admissionReviewVersions: [v1]
+"#,
+            env.ca_b64
+        )
+    };
+    env.ok_stdin(&["apply", "-f", "-"], Some(&config("Fail")));
+    let e = env.err(&["create", "configmap", "-n", "hooks", "refused"], None);
+    let want = format!(
+        "Internal error occurred: failed calling webhook \"down.keel.test\": failed to call webhook: Post \"https://127.0.0.1:{port}/check?timeout=10s\": dial tcp 127.0.0.1:{port}: "
+    );
+    assert!(e.contains(&want) && e.contains("connection refused"), "{e}");
+    assert!(env
+        .c
+        .kubectl(env.via, &["get", "configmap", "-n", "hooks", "refused"])
+        .stderr
+        .contains("NotFound"));
+    env.ok_stdin(&["apply", "-f", "-"], Some(&config("Ignore")));
+    env.ok(&["create", "configmap", "-n", "hooks", "let-through"]);
+    env.ok(&["delete", "validatingwebhookconfiguration", "down"]);
+}
+
+fn timeout_cuts_off(env: &Env) {
+    let config = format!(
+        r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {{name: slow}}
+webhooks:
+- name: slow.keel.test
+  clientConfig: {}
+  rules: [{{operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [secrets]}}]
+  namespaceSelector: {{matchLabels: {{webhooks: "on"}}}}
+  timeoutSeconds: 1
+  sideEffects: None
+  admissionReviewVersions: [v1]
+"#,
+        env.client_config("/slow")
+    );
+    env.ok_stdin(&["apply", "-f", "-"], Some(&config));
+    let e = env.err(
+        &[
+            "create",
+            "secret",
+            "generic",
+            "-n",
+            "hooks",
+            "late",
+            "--from-literal=a=b",
+        ],
+        None,
+    );
+    assert!(
+        e.contains("failed calling webhook \"slow.keel.test\": failed to call webhook: Post \"https://webhook.hooks.svc:443/slow?timeout=1s\": context deadline exceeded"),
+        "{e}"
+    );
+    env.ok(&["delete", "validatingwebhookconfiguration", "slow"]);
+}
+
+fn delete_reaches_webhooks(env: &Env) {
+    let config = format!(
+        r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {{name: protect}}
+webhooks:
+- name: protect.keel.test
+  clientConfig: {}
+  rules: [{{operations: [DELETE], apiGroups: [""], apiVersions: [v1], resources: [configmaps]}}]
+  objectSelector: {{matchLabels: {{protected: "yes"}}}}
+  sideEffects: None
+  admissionReviewVersions: [v1]
+"#,
+        env.client_config("/protect")
+    );
+    env.ok_stdin(&["apply", "-f", "-"], Some(&config));
+    env.ok(&["create", "configmap", "-n", "plain", "keep"]);
+    env.ok(&["label", "configmap", "-n", "plain", "keep", "protected=yes"]);
+    let e = env.err(&["delete", "configmap", "-n", "plain", "keep"], None);
+    assert!(
+        e.contains(
+            "admission webhook \"protect.keel.test\" denied the request: protected objects stay"
+        ),
+        "{e}"
+    );
+    let last = env.calls("/protect").last().cloned().unwrap();
+    assert_eq!(last["operation"], "DELETE");
+    assert_eq!(last["options"]["kind"], "DeleteOptions");
+    assert!(last["object"].is_null());
+    assert_eq!(last["oldObject"]["metadata"]["name"], "keep");
+    env.ok(&["label", "configmap", "-n", "plain", "keep", "protected-"]);
+    env.ok(&["delete", "configmap", "-n", "plain", "keep"]);
+}
+
+fn metrics_count_calls(env: &Env) {
+    // The member that answered the refusals counted them; any member may have, so read them all.
+    let mut text = String::new();
+    for i in 0..3 {
+        text.push_str(&env.ok_i(i, &["get", "--raw", "/metrics"]));
+    }
+    for want in [
+        "apiserver_admission_webhook_rejection_count{name=\"deny.keel.test\",type=\"validating\",operation=\"CREATE\",error_type=\"no_error\",rejection_code=\"403\"}",
+        "apiserver_admission_webhook_rejection_count{name=\"down.keel.test\",type=\"validating\",operation=\"CREATE\",error_type=\"calling_webhook_error\",rejection_code=\"0\"}",
+        "apiserver_admission_webhook_fail_open_count{name=\"down.keel.test\",type=\"validating\"}",
+        "apiserver_admission_webhook_request_total{name=\"second.keel.test\",type=\"admit\",operation=\"CREATE\",code=\"200\",rejected=\"false\"}",
+        "apiserver_admission_webhook_admission_duration_seconds_bucket{le=\"25\",name=\"deny.keel.test\",type=\"validating\",operation=\"CREATE\",rejected=\"false\"}",
+    ] {
+        let near: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("admission_webhook"))
+            .collect();
+        assert!(text.contains(want), "{want} missing from:\n{}", near.join("\n"));
+    }
+}
+
+impl Env {
+    fn ok_i(&self, i: usize, args: &[&str]) -> String {
+        let r = self.c.kubectl(i, args);
+        if !r.ok {
+            self.c
+                .fail(format!("kubectl {args:?} on member {i}: {}", r.stderr));
+        }
+        r.stdout
+    }
+}
+
+/// Pods checked by the validating webhook, created while the Raft leader is killed: every create
+/// kubectl acknowledged is there afterwards.
+fn leader_killed_while_webhooks_run(env: &mut Env) {
+    let leader = env.c.cluster_mut().wait_leader(WAIT);
+    env.via = (leader + 1) % 3;
+    let mut acknowledged = BTreeSet::new();
+    for i in 0..30 {
+        if i == 10 {
+            env.c.cluster_mut().kill9(leader);
+        }
+        let name = format!("burst-{i}");
+        // A create refused while the members elect a leader is sent again; AlreadyExists means an
+        // earlier try went through.
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let r = env.c.kubectl_stdin(
+                env.via,
+                &["create", "-f", "-"],
+                Some(&pod("hooks", &name, "app: burst")),
+            );
+            if r.ok || r.stderr.contains("AlreadyExists") {
+                acknowledged.insert(name);
+                break;
+            }
+            if Instant::now() > deadline {
+                env.c.fail(format!("{name} never created: {}", r.stderr));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    env.c.cluster_mut().restart(leader);
+    env.c.cluster_mut().wait_leader(WAIT);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let r = env.c.kubectl(
+            env.via,
+            &[
+                "get",
+                "pods",
+                "-n",
+                "hooks",
+                "-l",
+                "app=burst",
+                "-o",
+                "jsonpath={.items[*].metadata.name}",
+            ],
+        );
+        let have: BTreeSet<String> = r.stdout.split_whitespace().map(str::to_string).collect();
+        if r.ok && acknowledged.is_subset(&have) {
+            break;
+        }
+        if Instant::now() > deadline {
+            env.c.fail(format!(
+                "acknowledged creates lost: {:?}",
+                acknowledged.difference(&have).collect::<Vec<_>>()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // Every acknowledged pod was seen by the webhook.
+    let checked: BTreeSet<String> = env
+        .calls("/deny")
+        .iter()
+        .filter_map(|r| r["name"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        acknowledged.is_subset(&checked),
+        "a create skipped the webhook"
+    );
+}
