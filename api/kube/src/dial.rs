@@ -1,5 +1,6 @@
 //! Connections out of the API server: to node agents (logs, exec, attach, port-forward, metrics, the node
-//! proxy) with this member's kubelet-client certificate, and to aggregated API servers. Errors read as Go's
+//! proxy) with this member's kubelet-client certificate, and to Services (aggregated API servers,
+//! admission webhooks) resolved to a ready endpoint. Errors read as Go's
 //! net/http writes them, as kubectl users know them.
 
 use std::sync::Arc;
@@ -9,7 +10,9 @@ use hyper_util::rt::TokioIo;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::Value;
 
+use crate::object::{self, path};
 use crate::status::ApiError;
+use crate::storage::{prefix_end, Storage};
 
 /// How long connecting to an agent may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -159,6 +162,146 @@ pub(crate) async fn get_from_agent(
         .body(http_body_util::Empty::<bytes::Bytes>::new())
         .map_err(|e| unreachable(&e))?;
     sender.send_request(req).await.map_err(|e| unreachable(&e))
+}
+
+/// Why a Service has no endpoint to dial: upstream's reason (an APIService condition's) and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Unavailable {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+pub(crate) fn unavailable(reason: &'static str, message: String) -> Unavailable {
+    Unavailable { reason, message }
+}
+
+/// A ready endpoint of a Service: where to connect and the TLS server name to check.
+#[derive(Debug, Clone)]
+pub(crate) struct Endpoint {
+    pub host: String,
+    pub port: u16,
+    /// `<service>.<namespace>.svc`, the name upstream verifies the backend's certificate for.
+    pub server_name: String,
+}
+
+impl Endpoint {
+    pub(crate) fn authority(&self) -> String {
+        join_host_port(&self.host, self.port)
+    }
+}
+
+fn s<'a>(v: &'a Value, p: &str) -> &'a str {
+    path(v, p).and_then(Value::as_str).unwrap_or("")
+}
+
+/// Resolves Service `ns/name`'s `port` to one ready endpoint (picked at random among the ready ones),
+/// with upstream's reasons when it cannot; an ExternalName Service resolves to its name.
+pub(crate) fn resolve_service(
+    storage: &Storage,
+    ns: &str,
+    name: &str,
+    port: i64,
+) -> Result<Endpoint, Unavailable> {
+    let server_name = format!("{name}.{ns}.svc");
+    let key = format!("/registry/services/specs/{ns}/{name}");
+    let not_present = || {
+        unavailable(
+            "ServiceNotFound",
+            format!("service/{name} in {ns:?} is not present"),
+        )
+    };
+    let svc = match storage.range(key.as_bytes(), &prefix_end(key.as_bytes()), 0, 1) {
+        Ok(page) => page
+            .items
+            .into_iter()
+            .find(|(k, _)| k == key.as_bytes())
+            .map(|(_, st)| st.object)
+            .ok_or_else(not_present)?,
+        Err(e) => return Err(unavailable("ServiceNotFound", e.to_string())),
+    };
+    if s(&svc, "spec.type") == "ExternalName" {
+        let host = s(&svc, "spec.externalName").to_string();
+        return Ok(Endpoint {
+            host,
+            port: u16::try_from(port).unwrap_or(443),
+            server_name,
+        });
+    }
+    let ports = path(&svc, "spec.ports")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let Some(svc_port) = ports
+        .iter()
+        .find(|p| p.get("port").and_then(Value::as_i64) == Some(port))
+    else {
+        return Err(unavailable(
+            "ServicePortError",
+            format!("service/{name} in {ns:?} is not listening on port {port}"),
+        ));
+    };
+    let port_name = s(svc_port, "name").to_string();
+    let prefix = format!("/registry/endpointslices/{ns}/");
+    let slices: Vec<Value> = storage
+        .range(prefix.as_bytes(), &prefix_end(prefix.as_bytes()), 0, 0)
+        .map(|p| p.items.into_iter().map(|(_, st)| st.object).collect())
+        .unwrap_or_default();
+    let slices: Vec<&Value> = slices
+        .iter()
+        .filter(|sl| {
+            object::labels(sl)
+                .and_then(|l| l.get("kubernetes.io/service-name"))
+                .and_then(Value::as_str)
+                == Some(name)
+        })
+        .collect();
+    if slices.is_empty() {
+        return Err(unavailable(
+            "EndpointsNotFound",
+            format!("cannot find endpoints for service/{name} in {ns:?}"),
+        ));
+    }
+    let mut ready = Vec::new();
+    for slice in slices {
+        let Some(p) = path(slice, "ports")
+            .and_then(Value::as_array)
+            .and_then(|ps| ps.iter().find(|p| s(p, "name") == port_name))
+            .and_then(|p| p.get("port").and_then(Value::as_u64))
+            .and_then(|p| u16::try_from(p).ok())
+        else {
+            continue;
+        };
+        for ep in path(slice, "endpoints")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            // An absent `ready` means ready (EndpointSlice's rule for unknown readiness).
+            if path(ep, "conditions.ready").and_then(Value::as_bool) == Some(false) {
+                continue;
+            }
+            if let Some(addr) = path(ep, "addresses")
+                .and_then(Value::as_array)
+                .and_then(|a| a.first())
+                .and_then(Value::as_str)
+            {
+                ready.push((addr.to_string(), p));
+            }
+        }
+    }
+    if ready.is_empty() {
+        return Err(unavailable(
+            "MissingEndpoints",
+            format!("endpoints for service/{name} in {ns:?} have no addresses with port name {port_name:?}"),
+        ));
+    }
+    let pick = rand::Rng::gen_range(&mut rand::thread_rng(), 0..ready.len());
+    let (host, port) = ready.swap_remove(pick);
+    Ok(Endpoint {
+        host,
+        port,
+        server_name,
+    })
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use tracing::{debug, info};
 
 use super::{group_version, service_of, Aggregator, Remote, PREFIX};
+use crate::dial::{resolve_service, unavailable, Endpoint, Unavailable};
 use crate::object::{self, path};
 use crate::status::ApiError;
 use crate::storage::{prefix_end, Storage};
@@ -25,32 +26,6 @@ use crate::storage::{prefix_end, Storage};
 pub(crate) const PERIOD: Duration = Duration::from_secs(2);
 /// How long one discovery check may take.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Why a remote APIService is not available: upstream's condition reason and message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Unavailable {
-    pub reason: &'static str,
-    pub message: String,
-}
-
-fn unavailable(reason: &'static str, message: String) -> Unavailable {
-    Unavailable { reason, message }
-}
-
-/// A ready endpoint of an APIService's Service: where to connect and the TLS server name to check.
-#[derive(Debug, Clone)]
-pub(crate) struct Endpoint {
-    pub host: String,
-    pub port: u16,
-    /// `<service>.<namespace>.svc`, the name upstream verifies the backend's certificate for.
-    pub server_name: String,
-}
-
-impl Endpoint {
-    pub(crate) fn authority(&self) -> String {
-        crate::dial::join_host_port(&self.host, self.port)
-    }
-}
 
 fn s<'a>(v: &'a Value, p: &str) -> &'a str {
     path(v, p).and_then(Value::as_str).unwrap_or("")
@@ -62,116 +37,6 @@ pub(crate) fn resolve(storage: &Storage, apiservice: &Value) -> Result<Endpoint,
     let svc_ref = service_of(apiservice).cloned().unwrap_or(Value::Null);
     let port = svc_ref.get("port").and_then(Value::as_i64).unwrap_or(443);
     resolve_service(storage, s(&svc_ref, "namespace"), s(&svc_ref, "name"), port)
-}
-
-/// Resolves Service `ns/name`'s `port` to one ready endpoint (picked at random among the ready ones),
-/// with upstream's reasons when it cannot; an ExternalName Service resolves to its name.
-pub(crate) fn resolve_service(
-    storage: &Storage,
-    ns: &str,
-    name: &str,
-    port: i64,
-) -> Result<Endpoint, Unavailable> {
-    let server_name = format!("{name}.{ns}.svc");
-    let key = format!("/registry/services/specs/{ns}/{name}");
-    let not_present = || {
-        unavailable(
-            "ServiceNotFound",
-            format!("service/{name} in {ns:?} is not present"),
-        )
-    };
-    let svc = match storage.range(key.as_bytes(), &prefix_end(key.as_bytes()), 0, 1) {
-        Ok(page) => page
-            .items
-            .into_iter()
-            .find(|(k, _)| k == key.as_bytes())
-            .map(|(_, st)| st.object)
-            .ok_or_else(not_present)?,
-        Err(e) => return Err(unavailable("ServiceNotFound", e.to_string())),
-    };
-    if s(&svc, "spec.type") == "ExternalName" {
-        let host = s(&svc, "spec.externalName").to_string();
-        return Ok(Endpoint {
-            host,
-            port: u16::try_from(port).unwrap_or(443),
-            server_name,
-        });
-    }
-    let ports = path(&svc, "spec.ports")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let Some(svc_port) = ports
-        .iter()
-        .find(|p| p.get("port").and_then(Value::as_i64) == Some(port))
-    else {
-        return Err(unavailable(
-            "ServicePortError",
-            format!("service/{name} in {ns:?} is not listening on port {port}"),
-        ));
-    };
-    let port_name = s(svc_port, "name").to_string();
-    let prefix = format!("/registry/endpointslices/{ns}/");
-    let slices: Vec<Value> = storage
-        .range(prefix.as_bytes(), &prefix_end(prefix.as_bytes()), 0, 0)
-        .map(|p| p.items.into_iter().map(|(_, st)| st.object).collect())
-        .unwrap_or_default();
-    let slices: Vec<&Value> = slices
-        .iter()
-        .filter(|sl| {
-            object::labels(sl)
-                .and_then(|l| l.get("kubernetes.io/service-name"))
-                .and_then(Value::as_str)
-                == Some(name)
-        })
-        .collect();
-    if slices.is_empty() {
-        return Err(unavailable(
-            "EndpointsNotFound",
-            format!("cannot find endpoints for service/{name} in {ns:?}"),
-        ));
-    }
-    let mut ready = Vec::new();
-    for slice in slices {
-        let Some(p) = path(slice, "ports")
-            .and_then(Value::as_array)
-            .and_then(|ps| ps.iter().find(|p| s(p, "name") == port_name))
-            .and_then(|p| p.get("port").and_then(Value::as_u64))
-            .and_then(|p| u16::try_from(p).ok())
-        else {
-            continue;
-        };
-        for ep in path(slice, "endpoints")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            // An absent `ready` means ready (EndpointSlice's rule for unknown readiness).
-            if path(ep, "conditions.ready").and_then(Value::as_bool) == Some(false) {
-                continue;
-            }
-            if let Some(addr) = path(ep, "addresses")
-                .and_then(Value::as_array)
-                .and_then(|a| a.first())
-                .and_then(Value::as_str)
-            {
-                ready.push((addr.to_string(), p));
-            }
-        }
-    }
-    if ready.is_empty() {
-        return Err(unavailable(
-            "MissingEndpoints",
-            format!("endpoints for service/{name} in {ns:?} have no addresses with port name {port_name:?}"),
-        ));
-    }
-    let pick = rand::Rng::gen_range(&mut rand::thread_rng(), 0..ready.len());
-    let (host, port) = ready.swap_remove(pick);
-    Ok(Endpoint {
-        host,
-        port,
-        server_name,
-    })
 }
 
 /// Opens an HTTP/1.1 connection to `ep` over TLS.

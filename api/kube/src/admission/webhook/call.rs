@@ -88,14 +88,12 @@ fn target(
             p => p.to_string(),
         };
         let shown = format!("https://{name}.{ns}.svc:{port}{path}?{query}");
-        let ep = crate::aggregator::available::resolve_service(storage, ns, name, port).map_err(
-            |u| {
-                format!(
-                    "Post \"{shown}\": {}",
-                    no_endpoint_text(u.reason, name, &u.message)
-                )
-            },
-        )?;
+        let ep = crate::dial::resolve_service(storage, ns, name, port).map_err(|u| {
+            format!(
+                "Post \"{shown}\": {}",
+                no_endpoint_text(u.reason, name, &u.message)
+            )
+        })?;
         return Ok(Target {
             authority: ep.authority(),
             server_name: ep.server_name,
