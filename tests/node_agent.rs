@@ -2757,3 +2757,70 @@ fn deleted_pod_shows_its_final_status() {
     }
     kubectl(&["delete", "namespace", &ns, "--wait=false"]);
 }
+
+/// RuntimeClasses: a pod of a class runs with the class's handler (containerd's `runc`) and takes its
+/// overhead; a class whose handler containerd lacks fails the sandbox with containerd's reason; a pod
+/// naming a class that does not exist is refused with the RuntimeClass plugin's 403.
+#[test]
+fn runtime_classes_pick_the_handler() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("rtclass");
+    let classes = r#"
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: plain-runc}
+handler: runc
+overhead: {podFixed: {cpu: 10m}}
+---
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: no-such-runtime}
+handler: nope
+"#;
+    apply(&ns, classes);
+    let table = kubectl(&["get", "runtimeclasses"]);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.split_whitespace().take(2).eq(["plain-runc", "runc"])),
+        "{table}"
+    );
+    let pod_of = |name: &str, class: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  runtimeClassName: {class}\n  \
+             containers: [{{name: c, image: {BUSYBOX}, imagePullPolicy: Never, command: [sleep, \"3600\"]}}]\n"
+        )
+    };
+    apply(&ns, &pod_of("runs", "plain-runc"));
+    apply(&ns, &pod_of("stuck", "no-such-runtime"));
+    let refused = cluster().kubectl_stdin(
+        0,
+        &["-n", &ns, "apply", "-f", "-"],
+        Some(&pod_of("absent", "not-there")),
+    );
+    assert!(
+        !refused.ok
+            && refused.stderr.contains(
+                "pods \"absent\" is forbidden: pod rejected: RuntimeClass \"not-there\" not found"
+            ),
+        "{}",
+        refused.stderr
+    );
+    wait_for(n, "the runc-class pod running", || {
+        running_ready(&pod(&ns, "runs"))
+    });
+    assert_eq!(
+        pod(&ns, "runs")["spec"]["overhead"],
+        serde_json::json!({"cpu": "10m"})
+    );
+    wait_for(n, "the sandbox of the unknown handler to fail", || {
+        events(&ns).iter().any(|e| {
+            e.starts_with("FailedCreatePodSandBox stuck Failed to create pod sandbox:")
+                && e.contains("no runtime for \"nope\" is configured")
+        })
+    });
+    assert_eq!(pod(&ns, "stuck")["status"]["phase"], "Pending");
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+    kubectl(&["delete", "runtimeclass", "plain-runc", "no-such-runtime"]);
+}

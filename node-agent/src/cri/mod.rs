@@ -151,15 +151,15 @@ impl Cri {
         Ok(r.into_inner().containers)
     }
 
-    /// `RunPodSandbox`: the sandbox's id.
-    pub async fn run_sandbox(&self, config: PodSandboxConfig) -> Result<String> {
+    /// `RunPodSandbox` with the runtime `handler` ("" for the runtime's default): the sandbox's id.
+    pub async fn run_sandbox(&self, config: PodSandboxConfig, handler: &str) -> Result<String> {
         let r = self
             .runtime
             .clone()
             .run_pod_sandbox(req(
                 RunPodSandboxRequest {
                     config: Some(config),
-                    runtime_handler: String::new(),
+                    runtime_handler: handler.to_string(),
                 },
                 CALL_TIMEOUT * 4,
             ))

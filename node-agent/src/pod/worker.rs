@@ -13,6 +13,7 @@ use k8s_cri::v1::{
     Container as CriContainer, ContainerState as CriState, PodSandbox, PodSandboxState,
 };
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus};
+use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::events::{Event, EventType};
 use kube::{Client, Resource};
@@ -193,6 +194,25 @@ impl Worker {
             secondary: None,
         };
         self.sh.events.send(pod.object_ref(&()), ev);
+    }
+
+    /// The CRI runtime handler of the pod's RuntimeClass ("" without one, the runtime's default), or
+    /// why it cannot be known.
+    async fn runtime_handler(&self, pod: &Pod) -> std::result::Result<String, String> {
+        let Some(name) = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.runtime_class_name.as_deref())
+            .filter(|n| !n.is_empty())
+        else {
+            return Ok(String::new());
+        };
+        let api: Api<RuntimeClass> = Api::all(self.sh.client.clone());
+        match api.get_opt(name).await {
+            Ok(Some(rc)) => Ok(rc.handler),
+            Ok(None) => Err(format!("runtimeclasses.node.k8s.io {name:?} not found")),
+            Err(e) => Err(format!("getting RuntimeClass {name:?}: {e}")),
+        }
     }
 
     /// One sync of the pod.
@@ -733,7 +753,24 @@ impl Worker {
                     return Ok(Next::After(rem));
                 }
                 let cfg = sandbox_config(attempt);
-                match self.sh.cri.run_sandbox(cfg.clone()).await {
+                let handler = match self.runtime_handler(pod).await {
+                    Ok(h) => h,
+                    Err(why) => {
+                        self.backoff
+                            .failed("sandbox", Instant::now(), Duration::ZERO);
+                        self.event(
+                            pod,
+                            true,
+                            "FailedCreatePodSandBox",
+                            format!("Failed to create pod sandbox: {why}"),
+                        )
+                        .await;
+                        self.write_status(pod, input, None, false, "Pending", None)
+                            .await;
+                        return Ok(Next::After(self.backoff.delay("sandbox")));
+                    }
+                };
+                match self.sh.cri.run_sandbox(cfg.clone(), &handler).await {
                     Ok(id) => {
                         info!(pod = %pod_key(pod), sandbox = %id, "sandbox started");
                         self.backoff.reset("sandbox");

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::webhook::{self, Webhooks};
 use super::{
     default_ingress_class, default_storage_class, limit_ranger, node_restriction, node_taint,
-    pod_security, resource_quota,
+    pod_security, resource_quota, runtime_class,
 };
 use crate::authn::Identity;
 use crate::authz::Authorizer;
@@ -102,6 +102,8 @@ pub enum Mutating {
     DefaultStorageClass,
     /// StorageObjectInUseProtection: a new claim or volume gets its protection finalizer.
     StorageObjectInUseProtection,
+    /// RuntimeClass: a new pod takes its RuntimeClass's overhead and scheduling constraints.
+    RuntimeClass,
     /// DefaultIngressClass: a new Ingress without a class gets the default IngressClass.
     DefaultIngressClass,
     /// MutatingAdmissionWebhook: the registered mutating webhooks the request reaches.
@@ -109,7 +111,7 @@ pub enum Mutating {
 }
 
 /// The mutating plugins, in kube-apiserver 1.32's plugin order (LimitRanger, ServiceAccount,
-/// TaintNodesByCondition, Priority, DefaultStorageClass, StorageObjectInUseProtection,
+/// TaintNodesByCondition, Priority, DefaultStorageClass, StorageObjectInUseProtection, RuntimeClass,
 /// DefaultIngressClass, MutatingAdmissionWebhook); keel's token step follows ServiceAccount.
 pub const MUTATING: &[Mutating] = &[
     Mutating::LimitRanger,
@@ -119,6 +121,7 @@ pub const MUTATING: &[Mutating] = &[
     Mutating::Priority,
     Mutating::DefaultStorageClass,
     Mutating::StorageObjectInUseProtection,
+    Mutating::RuntimeClass,
     Mutating::DefaultIngressClass,
     Mutating::MutatingAdmissionWebhook,
 ];
@@ -134,6 +137,7 @@ impl Mutating {
             Mutating::LimitRanger => "LimitRanger",
             Mutating::DefaultStorageClass => "DefaultStorageClass",
             Mutating::StorageObjectInUseProtection => "StorageObjectInUseProtection",
+            Mutating::RuntimeClass => "RuntimeClass",
             Mutating::DefaultIngressClass => "DefaultIngressClass",
             Mutating::MutatingAdmissionWebhook => "MutatingAdmissionWebhook",
         }
@@ -151,6 +155,7 @@ impl Mutating {
             Mutating::StorageObjectInUseProtection => {
                 "persistentvolumeclaims, persistentvolumes: create"
             }
+            Mutating::RuntimeClass => "pods: create",
             Mutating::DefaultIngressClass => "ingresses: create",
             Mutating::MutatingAdmissionWebhook => {
                 "what registered webhooks match: create, update (subresources too)"
@@ -177,6 +182,7 @@ impl Mutating {
             Mutating::DefaultIngressClass => {
                 a.is_create() && a.is_kind("networking.k8s.io", "Ingress")
             }
+            Mutating::RuntimeClass => a.is_create() && a.is_kind("", "Pod"),
             Mutating::MutatingAdmissionWebhook => true,
         }
     }
@@ -220,6 +226,9 @@ impl Mutating {
             (Mutating::DefaultIngressClass, _) => {
                 default_ingress_class::admit_create(a.storage, obj).await
             }
+            (Mutating::RuntimeClass, _) => {
+                runtime_class::admit_create(a.storage, a.name, obj).await
+            }
             (Mutating::MutatingAdmissionWebhook, _) => {
                 let warnings = a
                     .webhooks
@@ -250,6 +259,8 @@ pub enum Validating {
     PodSecurity,
     /// PersistentVolumeClaimResize: a claim grows only when Bound and its class allows expansion.
     PersistentVolumeClaimResize,
+    /// RuntimeClass: a new pod's declared overhead is its RuntimeClass's.
+    RuntimeClass,
     /// ValidatingAdmissionWebhook: the registered validating webhooks the request reaches, together.
     ValidatingAdmissionWebhook,
     /// ResourceQuota: the namespace's quotas are charged, or the write refused.
@@ -266,6 +277,7 @@ pub const VALIDATING: &[Validating] = &[
     Validating::PodSecurity,
     Validating::PriorityClass,
     Validating::PersistentVolumeClaimResize,
+    Validating::RuntimeClass,
     Validating::ValidatingAdmissionWebhook,
     Validating::ResourceQuota,
 ];
@@ -280,6 +292,7 @@ impl Validating {
             Validating::RbacEscalation => "RBACEscalation",
             Validating::PodSecurity => "PodSecurity",
             Validating::PersistentVolumeClaimResize => "PersistentVolumeClaimResize",
+            Validating::RuntimeClass => "RuntimeClass",
             Validating::ValidatingAdmissionWebhook => "ValidatingAdmissionWebhook",
             Validating::ResourceQuota => "ResourceQuota",
         }
@@ -296,6 +309,7 @@ impl Validating {
             }
             Validating::PodSecurity => "pods and templates: create, update that changes them",
             Validating::PersistentVolumeClaimResize => "persistentvolumeclaims: update",
+            Validating::RuntimeClass => "pods: create",
             Validating::ValidatingAdmissionWebhook => {
                 "what registered webhooks match: create, update (subresources too), delete"
             }
@@ -308,6 +322,7 @@ impl Validating {
             Validating::NamespaceLifecycle => a.is_create() && a.namespace.is_some(),
             Validating::PriorityClass => a.is_create() || a.subresource.is_none(),
             Validating::NodeRestriction | Validating::ValidatingAdmissionWebhook => true,
+            Validating::RuntimeClass => a.is_create() && a.is_kind("", "Pod"),
             Validating::PersistentVolumeClaimResize => {
                 !a.is_create() && a.subresource.is_none() && a.is_kind("", "PersistentVolumeClaim")
             }
@@ -349,6 +364,9 @@ impl Validating {
                 if let Some(old) = old {
                     default_storage_class::admit_resize(a.storage, a.name, old, obj).await?;
                 }
+            }
+            Validating::RuntimeClass => {
+                runtime_class::validate_create(a.storage, a.name, obj).await?
             }
             Validating::ValidatingAdmissionWebhook => {
                 return a

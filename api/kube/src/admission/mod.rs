@@ -9,4 +9,5 @@ pub mod node_restriction;
 pub mod node_taint;
 pub mod pod_security;
 pub mod resource_quota;
+pub mod runtime_class;
 pub mod webhook;
