@@ -34,7 +34,7 @@ async fn class(storage: &Storage, pod_name: &str, name: &str) -> Result<Value, A
     }
 }
 
-fn non_empty<'a>(v: Option<&'a Value>) -> Option<&'a Map<String, Value>> {
+fn non_empty(v: Option<&Value>) -> Option<&Map<String, Value>> {
     v.and_then(Value::as_object).filter(|m| !m.is_empty())
 }
 
