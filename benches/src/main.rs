@@ -135,6 +135,16 @@ struct Args {
     /// Skip the Kubernetes write step of a full or quick run.
     #[arg(long)]
     no_kube_writes: bool,
+    /// Run only the admission webhook step: ConfigMap creates with and without a no-op validating
+    /// webhook (HTTPS, in this process), latency and server CPU per create.
+    #[arg(long)]
+    webhooks: bool,
+    /// Creates per phase in the admission webhook step [--quick: 200; else 3000].
+    #[arg(long)]
+    webhook_ops: Option<usize>,
+    /// Skip the admission webhook step of a full or quick run.
+    #[arg(long)]
+    no_webhooks: bool,
     /// Run only the pod startup step (a node agent on a private containerd; needs root).
     #[arg(long)]
     pods: bool,
@@ -330,6 +340,15 @@ async fn run(args: Args) -> Result<()> {
         let root = run_dir(&args)?;
         return scheduling_step(&args, root.path(), &bins).await;
     }
+    if args.webhooks {
+        let bins = Binaries {
+            keel: args.keel.clone().unwrap_or_else(|| own_dir().join("keel")),
+            etcd: args.etcd.clone(),
+        };
+        bins.check()?;
+        let root = run_dir(&args)?;
+        return webhook_step(&args, root.path(), &bins).await;
+    }
     if args.kube_writes {
         let bins = Binaries {
             keel: args.keel.clone().unwrap_or_else(|| own_dir().join("keel")),
@@ -433,6 +452,10 @@ async fn run(args: Args) -> Result<()> {
     if !args.no_kube_writes && args.only.is_none() {
         let root_path = root.path().to_path_buf();
         kube_write_step(&args, &root_path, &bins).await?;
+    }
+    if !args.no_webhooks && args.only.is_none() {
+        let root_path = root.path().to_path_buf();
+        webhook_step(&args, &root_path, &bins).await?;
     }
     if !args.no_controllers && args.only.is_none() {
         let root_path = root.path().to_path_buf();
@@ -750,6 +773,34 @@ async fn controller_step(args: &Args, root: &Path, bins: &Binaries) -> Result<()
             )));
         }
     }
+    Ok(())
+}
+
+/// The admission webhook step on 3 members (or the first of --members).
+async fn webhook_step(args: &Args, root: &Path, bins: &Binaries) -> Result<()> {
+    let members = args.members.first().copied().unwrap_or(3);
+    let clients: Vec<usize> = if args.kube_clients.is_empty() {
+        vec![1, 16]
+    } else {
+        args.kube_clients.iter().map(|&c| c.max(1)).collect()
+    };
+    let ops = args
+        .webhook_ops
+        .unwrap_or(if args.quick { 200 } else { 3000 })
+        .max(1);
+    eprintln!("admission webhook: {members} members, clients {clients:?}, {ops} creates per phase");
+    let bar = ProgressBar::new_spinner();
+    let f =
+        workload::webhook_cost::run(&root.join("webhooks"), bins, members, &clients, ops, &|m| {
+            if bar.is_hidden() {
+                eprintln!("admission webhook: {m}");
+            } else {
+                bar.set_message(m);
+            }
+        })
+        .await?;
+    bar.finish_and_clear();
+    println!("{}", workload::webhook_cost::text(&f));
     Ok(())
 }
 

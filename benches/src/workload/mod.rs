@@ -15,6 +15,7 @@ pub(crate) mod range;
 pub(crate) mod scheduling;
 pub(crate) mod update;
 pub(crate) mod watch;
+pub(crate) mod webhook_cost;
 
 use std::future::Future;
 use std::time::Duration;

@@ -31,13 +31,49 @@ struct Target {
     path_and_query: String,
 }
 
-/// TLS client configurations by caBundle, built once each.
+/// Idle connections kept per webhook endpoint.
+const IDLE_PER_ENDPOINT: usize = 16;
+
+/// A connection's sending half.
+type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+
+/// TLS client configurations by caBundle (built once each), and idle keep-alive connections by
+/// endpoint, so a call does not pay a TCP and TLS handshake each time.
 #[derive(Default)]
 pub struct TlsCache {
     configs: Mutex<HashMap<Vec<u8>, Arc<rustls::ClientConfig>>>,
+    idle: Mutex<HashMap<(String, String, Vec<u8>), Vec<Sender>>>,
 }
 
 impl TlsCache {
+    /// An idle connection to the endpoint that is still open.
+    fn take(&self, key: &(String, String, Vec<u8>)) -> Option<Sender> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let list = idle.get_mut(key)?;
+        while let Some(s) = list.pop() {
+            if !s.is_closed() {
+                return Some(s);
+            }
+        }
+        None
+    }
+
+    /// Keeps a connection whose exchange finished, for the next call.
+    fn put(&self, key: (String, String, Vec<u8>), sender: Sender) {
+        if sender.is_closed() {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        // Endpoints come and go with Services; a map that somehow grows large starts again.
+        if idle.len() > 256 {
+            idle.clear();
+        }
+        let list = idle.entry(key).or_default();
+        if list.len() < IDLE_PER_ENDPOINT {
+            list.push(sender);
+        }
+    }
+
     /// The configuration trusting `ca` (PEM), or the system's roots when `ca` is empty (as upstream).
     fn config(&self, ca: &[u8]) -> Result<Arc<rustls::ClientConfig>, String> {
         let mut cache = self.configs.lock().unwrap_or_else(|e| e.into_inner());
@@ -161,38 +197,63 @@ pub async fn post(
         _ => Vec::new(),
     };
     let cfg = tls.config(&ca).map_err(|e| fail(&e))?;
+    let key = (t.authority.clone(), t.server_name.clone(), ca);
+    let body = Bytes::from(body);
     let exchange = async {
-        let stream = crate::dial::dial_tls(cfg, &t.authority, &t.server_name, timeout)
-            .await
-            .map_err(|e| fail(&e))?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| fail(&e))?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        let req = hyper::Request::post(t.path_and_query.as_str())
-            .header(hyper::header::HOST, t.server_name.as_str())
-            .header(hyper::header::CONTENT_TYPE, "application/json")
-            .header(hyper::header::ACCEPT, "application/json, */*")
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| fail(&e))?;
-        let resp = sender.send_request(req).await.map_err(|e| fail(&e))?;
-        let code = resp.status().as_u16();
-        let limited = http_body_util::Limited::new(resp.into_body(), MAX_RESPONSE);
-        let bytes = limited
-            .collect()
-            .await
-            .map_err(|e| fail(&e))?
-            .to_bytes()
-            .to_vec();
-        if !(200..300).contains(&code) {
-            return Err(CallError::Status {
-                code,
-                text: status_text(code, &bytes),
-            });
+        // A kept connection the webhook closed meanwhile fails before any answer; the request then
+        // goes once more on a new connection.
+        let mut pooled = tls.take(&key);
+        loop {
+            let reused = pooled.is_some();
+            let mut sender = match pooled.take() {
+                Some(s) => s,
+                None => {
+                    let stream =
+                        crate::dial::dial_tls(cfg.clone(), &t.authority, &t.server_name, timeout)
+                            .await
+                            .map_err(|e| fail(&e))?;
+                    let (sender, conn) =
+                        hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                            .await
+                            .map_err(|e| fail(&e))?;
+                    tokio::spawn(async move {
+                        let _ = conn.await;
+                    });
+                    sender
+                }
+            };
+            let req = hyper::Request::post(t.path_and_query.as_str())
+                .header(hyper::header::HOST, t.server_name.as_str())
+                .header(hyper::header::CONTENT_TYPE, "application/json")
+                .header(hyper::header::ACCEPT, "application/json, */*")
+                .body(Full::new(body.clone()))
+                .map_err(|e| fail(&e))?;
+            let sent = match sender.ready().await {
+                Ok(()) => sender.send_request(req).await,
+                Err(e) => Err(e),
+            };
+            let resp = match sent {
+                Ok(r) => r,
+                Err(_) if reused => continue,
+                Err(e) => return Err(fail(&e)),
+            };
+            let code = resp.status().as_u16();
+            let limited = http_body_util::Limited::new(resp.into_body(), MAX_RESPONSE);
+            let bytes = limited
+                .collect()
+                .await
+                .map_err(|e| fail(&e))?
+                .to_bytes()
+                .to_vec();
+            tls.put(key.clone(), sender);
+            if !(200..300).contains(&code) {
+                return Err(CallError::Status {
+                    code,
+                    text: status_text(code, &bytes),
+                });
+            }
+            return Ok(bytes);
         }
-        Ok(bytes)
     };
     match tokio::time::timeout(timeout, exchange).await {
         Ok(r) => r,
