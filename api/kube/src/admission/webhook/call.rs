@@ -37,17 +37,20 @@ const IDLE_PER_ENDPOINT: usize = 16;
 /// A connection's sending half.
 type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 
+/// Where kept connections go: the address dialled, the certificate name checked, the CA trusted.
+type EndpointKey = (String, String, Vec<u8>);
+
 /// TLS client configurations by caBundle (built once each), and idle keep-alive connections by
 /// endpoint, so a call does not pay a TCP and TLS handshake each time.
 #[derive(Default)]
 pub struct TlsCache {
     configs: Mutex<HashMap<Vec<u8>, Arc<rustls::ClientConfig>>>,
-    idle: Mutex<HashMap<(String, String, Vec<u8>), Vec<Sender>>>,
+    idle: Mutex<HashMap<EndpointKey, Vec<Sender>>>,
 }
 
 impl TlsCache {
     /// An idle connection to the endpoint that is still open.
-    fn take(&self, key: &(String, String, Vec<u8>)) -> Option<Sender> {
+    fn take(&self, key: &EndpointKey) -> Option<Sender> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = idle.get_mut(key)?;
         while let Some(s) = list.pop() {
@@ -59,7 +62,7 @@ impl TlsCache {
     }
 
     /// Keeps a connection whose exchange finished, for the next call.
-    fn put(&self, key: (String, String, Vec<u8>), sender: Sender) {
+    fn put(&self, key: EndpointKey, sender: Sender) {
         if sender.is_closed() {
             return;
         }
