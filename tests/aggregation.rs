@@ -471,3 +471,128 @@ spec:
     };
     tokio::task::spawn_blocking(run).await.unwrap();
 }
+
+/// One row of `kubectl api-resources -o wide`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ApiResource {
+    short: String,
+    namespaced: String,
+    kind: String,
+    verbs: String,
+    categories: String,
+}
+
+/// The rows of `kubectl api-resources -o wide`, by `name apiVersion`: columns cut at the header's offsets
+/// (empty cells are blanks in kubectl's table).
+fn api_resources(table: &str) -> std::collections::BTreeMap<String, ApiResource> {
+    let mut lines = table.lines();
+    let header = lines.next().unwrap();
+    let cols = [
+        "NAME",
+        "SHORTNAMES",
+        "APIVERSION",
+        "NAMESPACED",
+        "KIND",
+        "VERBS",
+        "CATEGORIES",
+    ];
+    let at: Vec<usize> = cols.iter().map(|c| header.find(c).unwrap()).collect();
+    let mut out = std::collections::BTreeMap::new();
+    for line in lines.filter(|l| !l.trim().is_empty()) {
+        let cell = |i: usize| -> String {
+            let start = at[i].min(line.len());
+            let end = at.get(i + 1).copied().unwrap_or(line.len()).min(line.len());
+            line[start..end].trim().to_string()
+        };
+        out.insert(
+            format!("{} {}", cell(0), cell(2)),
+            ApiResource {
+                short: cell(1),
+                namespaced: cell(3),
+                kind: cell(4),
+                verbs: cell(5),
+                categories: cell(6),
+            },
+        );
+    }
+    out
+}
+
+/// Discovery against kube-apiserver 1.32's (`tests/data/api-resources-1.32.txt`, a default server's
+/// `kubectl api-resources -o wide`): every difference, a resource missing, one keel adds or a column that
+/// differs, is listed in docs/kubernetes-api.md with its reason, and nothing else is.
+#[test]
+fn discovery_matches_kube_apiserver_1_32_but_for_documented_differences() {
+    let c = cluster();
+    let theirs: std::collections::BTreeMap<String, ApiResource> =
+        include_str!("data/api-resources-1.32.txt")
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let f: Vec<&str> = l.split('|').collect();
+                (
+                    format!("{} {}", f[0], f[2]),
+                    ApiResource {
+                        short: f[1].to_string(),
+                        namespaced: f[3].to_string(),
+                        kind: f[4].to_string(),
+                        verbs: f[5].to_string(),
+                        categories: f[6].to_string(),
+                    },
+                )
+            })
+            .collect();
+    // The other tests of this binary add APIs of their own, all in groups under example.com.
+    let mut ours = api_resources(&c.ok(0, &["api-resources", "-o", "wide"]));
+    ours.retain(|k, _| !k.contains(".example.com/"));
+    let mut found = std::collections::BTreeSet::new();
+    for (key, want) in &theirs {
+        match ours.get(key) {
+            None => {
+                found.insert(format!("{key} missing"));
+            }
+            Some(have) => {
+                for (field, a, b) in [
+                    ("shortnames", &want.short, &have.short),
+                    ("namespaced", &want.namespaced, &have.namespaced),
+                    ("kind", &want.kind, &have.kind),
+                    ("verbs", &want.verbs, &have.verbs),
+                    ("categories", &want.categories, &have.categories),
+                ] {
+                    if a != b {
+                        found.insert(format!("{key} {field}"));
+                    }
+                }
+            }
+        }
+    }
+    for key in ours.keys().filter(|k| !theirs.contains_key(*k)) {
+        found.insert(format!("{key} extra"));
+    }
+    // The documented differences: `| name | apiVersion | difference | why |` rows between the markers.
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/kubernetes-api.md"
+    ))
+    .unwrap();
+    let (begin, end) = (
+        "<!-- api-resources-differences:begin -->",
+        "<!-- api-resources-differences:end -->",
+    );
+    let table = &doc[doc.find(begin).unwrap() + begin.len()..doc.find(end).unwrap()];
+    let documented: std::collections::BTreeSet<String> = table
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(|c| c.trim().trim_matches('`')).collect();
+            format!("{} {} {}", cells[1], cells[2], cells[3])
+        })
+        .collect();
+    let undocumented: Vec<&String> = found.difference(&documented).collect();
+    let stale: Vec<&String> = documented.difference(&found).collect();
+    assert!(
+        undocumented.is_empty() && stale.is_empty(),
+        "discovery differs from kube-apiserver 1.32 where docs/kubernetes-api.md does not say so: {undocumented:#?}\n\
+         documented differences that no longer hold: {stale:#?}\nkeel's api-resources: {ours:#?}"
+    );
+}

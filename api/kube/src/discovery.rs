@@ -28,6 +28,18 @@ pub(crate) const VERBS: &[&str] = &[
     "watch",
 ];
 
+/// The verbs of `r`'s collection: all of [`VERBS`], but Namespaces are not deleted as a collection
+/// (upstream's namespace storage has no collection delete).
+pub(crate) fn verbs(r: &ResourceDef) -> &'static [&'static str] {
+    if r.group.is_empty() && r.plural == "namespaces" {
+        &[
+            "create", "delete", "get", "list", "patch", "update", "watch",
+        ]
+    } else {
+        VERBS
+    }
+}
+
 /// The `/version` document.
 pub(crate) fn version() -> Value {
     json!({
@@ -127,7 +139,7 @@ fn aggregated_resource(r: &ResourceDef) -> Value {
         "singularResource": r.singular,
         "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
         "scope": scope(r),
-        "verbs": VERBS,
+        "verbs": verbs(r),
     });
     if !r.short_names.is_empty() {
         v["shortNames"] = json!(r.short_names);
@@ -288,7 +300,7 @@ pub(crate) fn api_resource_list(reg: &Registry, group: &str, version: &str) -> O
             "singularName": r.singular,
             "namespaced": r.namespaced,
             "kind": r.kind,
-            "verbs": VERBS,
+            "verbs": verbs(r),
         });
         if !r.short_names.is_empty() {
             v["shortNames"] = json!(r.short_names);

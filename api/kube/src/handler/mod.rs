@@ -192,7 +192,11 @@ async fn dispatch(
         }
         (&Method::PATCH, true, None | Some("status")) => write::patch(call).await,
         (&Method::DELETE, true, None) => delete::delete(call).await,
-        (&Method::DELETE, false, None) => delete::delete_collection(call).await,
+        (&Method::DELETE, false, None)
+            if crate::discovery::verbs(&call.route.def).contains(&"deletecollection") =>
+        {
+            delete::delete_collection(call).await
+        }
         _ => Err(ApiError::MethodNotAllowed(call.target())),
     }
 }
