@@ -5,7 +5,9 @@
 //! second's label; namespaceSelector and objectSelector skip what they should; failurePolicy Fail
 //! refuses writes while a webhook is down and Ignore lets them through; a webhook slower than its
 //! timeoutSeconds is cut off; a DELETE reaches webhooks with the old object; the metrics count it all;
-//! and creates checked by a webhook survive kill -9 of the Raft leader.
+//! and creates checked by a webhook survive kill -9 of the Raft leader. A CRD served as v1alpha1 and v1
+//! (stored as v1) with a conversion webhook: objects written in one version are read, listed, patched and
+//! watched in the other, and reads fail with upstream's text while the webhook is down.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test stops loudly at the first failed step
 
@@ -46,7 +48,37 @@ fn add_label(obj: &Value, key: &str, value: &str) -> Value {
 /// The webhooks, by path: `/deny` refuses pods labelled `deny=yes` (403) and warns about the others;
 /// `/first` and `/second` label pods; `/slow` answers after 5 s; `/protect` refuses deleting objects
 /// labelled `protected=yes`; `/allow` lets everything through.
+/// The conversion webhook: v1alpha1's `spec.size` (a string) is v1's `spec.replicas` (a number).
+fn convert(review: &Value) -> Value {
+    let req = &review["request"];
+    let desired = req["desiredAPIVersion"].as_str().unwrap_or("").to_string();
+    let objects: Vec<Value> = req["objects"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|mut o| {
+            let spec = o["spec"].as_object_mut().unwrap();
+            if desired.ends_with("/v1") {
+                if let Some(size) = spec.remove("size") {
+                    let n: i64 = size.as_str().unwrap_or("0").parse().unwrap_or(0);
+                    spec.insert("replicas".into(), json!(n));
+                }
+            } else if let Some(n) = spec.remove("replicas") {
+                spec.insert("size".into(), json!(n.to_string()));
+            }
+            o["apiVersion"] = json!(desired);
+            o
+        })
+        .collect();
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+        "response": {"uid": req["uid"], "convertedObjects": objects, "result": {"status": "Success"}}})
+}
+
 async fn answer(path: &str, review: &Value) -> Value {
+    if path == "/convert" {
+        return convert(review);
+    }
     let req = &review["request"];
     let uid = req["uid"].clone();
     let obj = &req["object"];
@@ -213,6 +245,7 @@ async fn admission_webhooks_through_kubectl() {
         timeout_cuts_off(&env);
         delete_reaches_webhooks(&env);
         metrics_count_calls(&env);
+        crd_conversion_webhook(&env);
         leader_killed_while_webhooks_run(&mut env);
     };
     tokio::task::spawn_blocking(run).await.unwrap();
@@ -617,4 +650,165 @@ fn leader_killed_while_webhooks_run(env: &mut Env) {
         acknowledged.is_subset(&checked),
         "a create skipped the webhook"
     );
+}
+
+/// A CRD served as v1alpha1 (`spec.size`, a string) and v1 (`spec.replicas`, stored), converted by the
+/// test's webhook: what is written in one version reads in the other, lists, patches and watches convert,
+/// and a bad conversion config is refused.
+fn crd_conversion_webhook(env: &Env) {
+    let crd = |strategy: &str| {
+        format!(
+            r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {{name: gizmos.conv.example.com}}
+spec:
+  group: conv.example.com
+  scope: Namespaced
+  names: {{plural: gizmos, singular: gizmo, kind: Gizmo}}
+  conversion: {strategy}
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: false
+    schema: {{openAPIV3Schema: {{type: object, properties: {{spec: {{type: object, properties: {{size: {{type: string}}}}}}}}}}}}
+  - name: v1
+    served: true
+    storage: true
+    schema: {{openAPIV3Schema: {{type: object, properties: {{spec: {{type: object, properties: {{replicas: {{type: integer}}}}}}}}}}}}
+"#
+        )
+    };
+    let e = env.err(
+        &["apply", "-f", "-"],
+        Some(&crd(
+            "{strategy: Webhook, webhook: {clientConfig: {url: \"https://127.0.0.1/convert\"}}}",
+        )),
+    );
+    assert!(
+        e.contains("spec.conversion.webhook.conversionReviewVersions: Required value: must specify one of v1, v1beta1"),
+        "{e}"
+    );
+    let hooked = format!(
+        "{{strategy: Webhook, webhook: {{conversionReviewVersions: [v1], clientConfig: {}}}}}",
+        env.client_config("/convert")
+    );
+    env.ok_stdin(&["apply", "-f", "-"], Some(&crd(&hooked)));
+    env.ok(&[
+        "wait",
+        "--for",
+        "condition=established",
+        "--timeout=30s",
+        "crd/gizmos.conv.example.com",
+    ]);
+    let get = |version: &str, name: &str| -> Value {
+        serde_json::from_str(&env.ok(&[
+            "get",
+            &format!("gizmos.{version}.conv.example.com"),
+            "-n",
+            "plain",
+            name,
+            "-o",
+            "json",
+        ]))
+        .unwrap()
+    };
+    // Written as v1alpha1, stored and read as v1; written as v1, read as v1alpha1.
+    let old = "apiVersion: conv.example.com/v1alpha1\nkind: Gizmo\nmetadata: {name: a, namespace: plain}\nspec: {size: \"3\"}\n";
+    env.ok_stdin(&["create", "-f", "-"], Some(old));
+    let new = "apiVersion: conv.example.com/v1\nkind: Gizmo\nmetadata: {name: b, namespace: plain}\nspec: {replicas: 5}\n";
+    env.ok_stdin(&["create", "-f", "-"], Some(new));
+    let a = get("v1", "a");
+    assert_eq!(
+        (a["apiVersion"].as_str(), &a["spec"]),
+        (Some("conv.example.com/v1"), &json!({"replicas": 3})),
+        "{a}"
+    );
+    let b = get("v1alpha1", "b");
+    assert_eq!(
+        (b["apiVersion"].as_str(), &b["spec"]),
+        (Some("conv.example.com/v1alpha1"), &json!({"size": "5"})),
+        "{b}"
+    );
+    // A list in v1alpha1 converts every item; a merge patch in v1alpha1 lands in v1.
+    let list: Value = serde_json::from_str(&env.ok(&[
+        "get",
+        "gizmos.v1alpha1.conv.example.com",
+        "-n",
+        "plain",
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    let sizes: Vec<&Value> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| &i["spec"]["size"])
+        .collect();
+    assert_eq!(sizes, [&json!("3"), &json!("5")], "{list}");
+    env.ok(&[
+        "patch",
+        "gizmos.v1alpha1.conv.example.com",
+        "-n",
+        "plain",
+        "a",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"size":"4"}}"#,
+    ]);
+    assert_eq!(get("v1", "a")["spec"], json!({"replicas": 4}));
+    // A watch in v1alpha1 sees a change written in v1, converted.
+    let mut watch = keel_testkit::kube::Background::start(
+        &env.c,
+        env.via,
+        &[
+            "get",
+            "gizmos.v1alpha1.conv.example.com",
+            "-n",
+            "plain",
+            "b",
+            "--watch",
+            "-o",
+            "jsonpath={.spec.size}{\"\\n\"}",
+        ],
+        "watch-gizmo",
+    );
+    env.c.wait_until("the watch's first event", WAIT, || {
+        watch.output().contains('5')
+    });
+    env.ok(&[
+        "patch",
+        "gizmos.v1.conv.example.com",
+        "-n",
+        "plain",
+        "b",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"replicas":6}}"#,
+    ]);
+    env.c
+        .wait_until("the watch to see the change in v1alpha1", WAIT, || {
+            watch.output().contains('6')
+        });
+    assert!(watch.exited().is_none() || watch.output().lines().all(|l| l.parse::<i64>().is_ok()));
+    drop(watch);
+    // With the webhook unreachable, a read in the other version fails as upstream's does.
+    let down = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let down_port = down.local_addr().unwrap().port();
+    drop(down);
+    let unreachable = format!(
+        "{{strategy: Webhook, webhook: {{conversionReviewVersions: [v1], clientConfig: {{url: \"https://127.0.0.1:{down_port}/convert\", caBundle: {}}}}}}}",
+        env.ca_b64
+    );
+    env.ok_stdin(&["apply", "-f", "-"], Some(&crd(&unreachable)));
+    env.c.wait_until("reads in v1alpha1 to fail", WAIT, || {
+        let r = env.c.kubectl(env.via, &["get", "gizmos.v1alpha1.conv.example.com", "-n", "plain", "a"]);
+        !r.ok && r.stderr.contains(&format!(
+            "conversion webhook for conv.example.com/v1, Kind=Gizmo failed: Post \"https://127.0.0.1:{down_port}/convert?timeout=30s\": dial tcp 127.0.0.1:{down_port}: connect: connection refused"
+        ))
+    });
+    // The storage version needs no webhook.
+    assert_eq!(get("v1", "a")["spec"], json!({"replicas": 4}));
+    env.ok(&["delete", "crd", "gizmos.conv.example.com"]);
 }

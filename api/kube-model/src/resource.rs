@@ -1010,6 +1010,9 @@ pub struct Custom {
     pub terminating: bool,
     /// `selectableFields` as field-selector names (`spec.color`).
     pub selectable: Vec<String>,
+    /// The conversion webhook, when the CRD's conversion strategy is `Webhook`.
+    pub conversion_webhook:
+        Option<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::WebhookConversion>,
 }
 
 impl Custom {

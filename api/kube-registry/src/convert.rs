@@ -48,6 +48,10 @@ pub fn storage_def(def: &Arc<ResourceDef>) -> Arc<ResourceDef> {
 /// Turns an object as the client sent it into its stored form.
 pub fn to_storage(def: &ResourceDef, mut obj: Value) -> Value {
     if let Some(c) = &def.custom {
+        // Another version of a CRD converted by webhook stays as sent: the API layer calls the webhook.
+        if c.conversion_webhook.is_some() && c.storage_version != def.version {
+            return obj;
+        }
         if let Some(m) = obj.as_object_mut() {
             let av = format!("{}/{}", def.group, c.storage_version);
             m.insert("apiVersion".into(), Value::String(av));
@@ -67,8 +71,16 @@ pub fn to_storage(def: &ResourceDef, mut obj: Value) -> Value {
 /// Turns a stored object into the version `def` serves.
 pub fn from_storage(def: &ResourceDef, mut obj: Value) -> Value {
     if let Some(c) = &def.custom {
+        let served = def.api_version();
+        // An object of another version of a CRD converted by webhook keeps its version until the API
+        // layer's webhook call; defaults apply to the served version only.
+        if c.conversion_webhook.is_some()
+            && obj.get("apiVersion").and_then(Value::as_str) != Some(served.as_str())
+        {
+            return obj;
+        }
         if let Some(m) = obj.as_object_mut() {
-            m.insert("apiVersion".into(), Value::String(def.api_version()));
+            m.insert("apiVersion".into(), Value::String(served));
         }
         if let Some(s) = &c.schema {
             super::crd::default::apply(s, &mut obj);

@@ -242,6 +242,68 @@ fn check_scale(v: &Value, at: &str, causes: &mut Vec<Cause>) {
     }
 }
 
+/// The conversion strategies: `None`, or `Webhook` with a client config and review versions (upstream's
+/// rules and messages).
+fn check_conversion(obj: &Value, causes: &mut Vec<Cause>) {
+    const KNOWN: &[&str] = &["v1", "v1beta1"];
+    let strategy = str_at(obj, "spec.conversion.strategy");
+    let webhook = path(obj, "spec.conversion.webhook").filter(|w| !w.is_null());
+    match strategy {
+        "" | "None" => {
+            if webhook.is_some() {
+                causes.push(Cause::forbidden(
+                    "spec.conversion.webhook",
+                    "should not be set when strategy is not set to Webhook",
+                ));
+            }
+        }
+        "Webhook" => {
+            let Some(w) = webhook else {
+                causes.push(Cause::required_because(
+                    "spec.conversion.webhook",
+                    "required when strategy is set to Webhook",
+                ));
+                return;
+            };
+            match w.get("clientConfig").filter(|c| !c.is_null()) {
+                None => causes.push(Cause::required_because(
+                    "spec.conversion.webhook.clientConfig",
+                    "required when strategy is set to Webhook",
+                )),
+                Some(cc) => crate::validation::webhook_client::check_client_config(
+                    Some(cc),
+                    "spec.conversion.webhook.clientConfig",
+                    causes,
+                ),
+            }
+            let at = "spec.conversion.webhook.conversionReviewVersions";
+            let versions: Vec<&str> = w
+                .get("conversionReviewVersions")
+                .and_then(Value::as_array)
+                .map(|v| v.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            if versions.is_empty() {
+                causes.push(Cause::required_because(
+                    at,
+                    &format!("must specify one of {}", KNOWN.join(", ")),
+                ));
+            } else if !versions.iter().any(|v| KNOWN.contains(v)) {
+                let printed: Vec<String> = versions.iter().map(|v| format!("{v:?}")).collect();
+                causes.push(Cause::invalid_printed(
+                    at,
+                    &format!("[]string{{{}}}", printed.join(", ")),
+                    &format!("must include at least one of {}", KNOWN.join(", ")),
+                ));
+            }
+        }
+        other => causes.push(Cause::not_supported(
+            "spec.conversion.strategy",
+            &json!(other),
+            &["None", "Webhook"],
+        )),
+    }
+}
+
 fn check_versions(obj: &Value, causes: &mut Vec<Cause>) {
     let versions = path(obj, "spec.versions")
         .and_then(Value::as_array)
@@ -340,14 +402,7 @@ pub fn validate(obj: &Value) -> Vec<Cause> {
     }
     check_names(obj, &mut causes);
     check_versions(obj, &mut causes);
-    let strategy = str_at(obj, "spec.conversion.strategy");
-    if !strategy.is_empty() && strategy != "None" {
-        causes.push(Cause::not_supported(
-            "spec.conversion.strategy",
-            &json!(strategy),
-            &["None"],
-        ));
-    }
+    check_conversion(obj, &mut causes);
     if path(obj, "spec.preserveUnknownFields") == Some(&json!(true)) {
         causes.push(Cause::invalid(
             "spec.preserveUnknownFields",

@@ -149,6 +149,7 @@ mod tests {
             list_kind: "WidgetList".into(),
             terminating: false,
             selectable: vec![],
+            conversion_webhook: None,
         }
     }
 

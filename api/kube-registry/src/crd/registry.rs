@@ -104,6 +104,11 @@ pub fn defs_of(crd: &CustomResourceDefinition) -> Vec<Arc<ResourceDef>> {
                 .flatten()
                 .map(|f| f.json_path.trim_start_matches('.').to_string())
                 .collect(),
+            conversion_webhook: spec
+                .conversion
+                .as_ref()
+                .filter(|c| c.strategy == "Webhook")
+                .and_then(|c| c.webhook.clone()),
         };
         let status = subs.is_some_and(|s| s.status.is_some());
         out.push(Arc::new(ResourceDef {

@@ -8,3 +8,4 @@ pub mod names;
 pub mod prune;
 pub mod times;
 pub mod validate;
+pub mod webhook_client;

@@ -181,6 +181,19 @@ pub async fn apply_to_parent(
 
 /// PATCH `application/apply-patch+yaml`.
 pub async fn apply(call: Call) -> Result<Response, ApiError> {
+    if super::versions::written_through_webhook(&call.route.def) {
+        let def = &call.route.def;
+        let storage_version = def
+            .custom
+            .as_ref()
+            .map(|c| c.storage_version.clone())
+            .unwrap_or_default();
+        return Err(ApiError::BadRequest(format!(
+            "server-side apply of {} in {} is not supported yet: its objects are stored in {storage_version} through a conversion webhook; apply in {storage_version}, or use a client-side apply or patch",
+            def.qualified(),
+            def.version
+        )));
+    }
     let (manager, force) = options(&call)?;
     let manager = manager.as_str();
     let dry_run = call.params.dry_run()?;
@@ -215,7 +228,9 @@ pub async fn apply(call: Call) -> Result<Response, ApiError> {
     })
     .await;
     match updated {
-        Ok(u) => respond_updated(&call, u).map(|r| with_warnings(r, &warnings)),
+        Ok(u) => respond_updated(&call, u)
+            .await
+            .map(|r| with_warnings(r, &warnings)),
         Err(ApiError::NotFound(_)) if call.route.subresource.is_none() && client_rv.is_none() => {
             let opts = ApplyOptions {
                 force,

@@ -10,7 +10,6 @@ use serde_json::{json, Value};
 use super::read::{list_objects, respond_object};
 use super::{list_item, Call};
 use crate::body::respond;
-use crate::convert;
 use crate::object;
 use crate::status::{delete_success, ApiError};
 use crate::storage::WriteOutcome;
@@ -304,7 +303,8 @@ pub async fn delete(call: Call) -> Result<Response, ApiError> {
     }
     match delete_one(&call, &call.key(), call.name(), &opts, dry_run).await? {
         Deleted::Pending(obj) => {
-            let mut r = respond_object(&call, convert::from_storage(def, obj))?;
+            let obj = super::versions::served_one(&call.state, def, obj).await?;
+            let mut r = respond_object(&call, obj)?;
             // Upstream answers 202 for a delete that waits on its dependents only when asked with the
             // legacy orphanDependents=false (older clients expect 200 otherwise).
             if opts.orphan_dependents == Some(false) {
@@ -314,7 +314,8 @@ pub async fn delete(call: Call) -> Result<Response, ApiError> {
         }
         Deleted::Gone(obj) => {
             if strategy::of(def).returns_deleted_object() {
-                return respond_object(&call, convert::from_storage(def, obj));
+                let obj = super::versions::served_one(&call.state, def, obj).await?;
+                return respond_object(&call, obj);
             }
             Ok(respond(
                 StatusCode::OK,
@@ -337,7 +338,9 @@ pub async fn delete_collection(call: Call) -> Result<Response, ApiError> {
         let key = def.key((!ns.is_empty()).then_some(ns.as_str()), &name);
         match delete_one(&call, &key, &name, &opts, dry_run).await {
             Ok(Deleted::Gone(o)) | Ok(Deleted::Pending(o)) => {
-                items.push(list_item(convert::from_storage(def, o)));
+                items.push(list_item(
+                    super::versions::served_one(&call.state, def, o).await?,
+                ));
             }
             Err(ApiError::NotFound(_)) => {}
             Err(e) => return Err(e),

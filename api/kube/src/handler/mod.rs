@@ -11,6 +11,7 @@ pub mod pod_log;
 pub mod pod_stream;
 pub mod read;
 pub mod scale;
+pub mod versions;
 pub mod watch;
 pub mod write;
 

@@ -9,7 +9,6 @@ use serde_json::{json, Value};
 
 use super::{list_item, Call};
 use crate::body::{accepts_json, respond, respond_as};
-use crate::convert;
 use crate::object;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
@@ -102,7 +101,7 @@ pub async fn get(call: Call) -> Result<Response, ApiError> {
         .get(&call.key(), consistent)
         .await?
         .ok_or_else(|| ApiError::NotFound(call.target()))?;
-    let obj = convert::from_storage(&call.route.def, stored.object);
+    let obj = super::versions::served_one(&call.state, &call.route.def, stored.object).await?;
     respond_object(&call, obj)
 }
 
@@ -254,11 +253,12 @@ pub async fn list(call: Call) -> Result<Response, ApiError> {
     if let Some(r) = listed.remaining {
         meta["remainingItemCount"] = json!(r);
     }
-    let objects: Vec<Value> = listed
-        .items
-        .into_iter()
-        .map(|s| convert::from_storage(def, s.object))
-        .collect();
+    let objects: Vec<Value> = super::versions::served(
+        &call.state,
+        def,
+        listed.items.into_iter().map(|s| s.object).collect(),
+    )
+    .await?;
     let accept = header_str(&call, header::ACCEPT);
     if table::wants_table(&accept) {
         let include =

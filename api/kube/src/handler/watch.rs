@@ -205,11 +205,12 @@ pub async fn watch(call: Call) -> Result<Response, ApiError> {
             if call.route.name.is_some() {
                 listed.items.retain(|s| filter.matches(&s.object));
             }
-            initial = listed
-                .items
-                .into_iter()
-                .map(|s| convert::from_storage(&def, s.object))
-                .collect();
+            initial = super::versions::served(
+                &call.state,
+                &def,
+                listed.items.into_iter().map(|s| s.object).collect(),
+            )
+            .await?;
             listed.revision
         }
     };
@@ -234,6 +235,7 @@ pub async fn watch(call: Call) -> Result<Response, ApiError> {
     let compacted = storage.compact_revision();
     let mut shutdown = call.state.shutdown.clone();
     let registry = call.state.registry.clone();
+    let state = call.state.clone();
     tokio::spawn(async move {
         if start_after + 1 < compacted {
             let _ = tx
@@ -301,7 +303,17 @@ pub async fn watch(call: Call) -> Result<Response, ApiError> {
                         WatchBatch::Ended => break,
                     };
                     for ev in &events {
-                        match translate(&def, &filter, storage.encryption(), ev) {
+                        let translated = match translate(&def, &filter, storage.encryption(), ev) {
+                            // A CRD converted by webhook: an object stored in another version is
+                            // converted before it is sent.
+                            Ok(Some((kind, obj))) if super::versions::by_webhook(&def).is_some() => {
+                                super::versions::served_one(&state, &def, obj)
+                                    .await
+                                    .map(|o| Some((kind, o)))
+                            }
+                            other => other,
+                        };
+                        match translated {
                             Ok(Some((kind, obj))) => {
                                 if tx.send(Ok(enc.line(kind, obj))).await.is_err() {
                                     return;

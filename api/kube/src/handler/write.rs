@@ -211,6 +211,7 @@ pub fn check_field_manager(m: &str, options: &str) -> Result<(), ApiError> {
 pub async fn create(call: Call) -> Result<Response, ApiError> {
     let tracking = Tracking::Update(owner(&call, "CreateOptions")?);
     let (obj, warnings) = incoming(&call)?;
+    let obj = super::versions::stored(&call.state, &call.route.def, obj).await?;
     create_object(&call, obj, &warnings, tracking).await
 }
 
@@ -300,7 +301,7 @@ pub async fn create_object(
         generic::create(&write(call, dry_run, &admission), obj, tracking).await?;
     let mut warnings = warnings.to_vec();
     warnings.extend(raised);
-    let out = convert::from_storage(&call.route.def, stored);
+    let out = super::versions::served_one(&call.state, &call.route.def, stored).await?;
     respond_created(call, out).map(|r| with_warnings(r, &warnings))
 }
 
@@ -356,13 +357,13 @@ where
     Ok(updated)
 }
 
-pub fn respond_updated(call: &Call, u: Updated) -> Result<Response, ApiError> {
+pub async fn respond_updated(call: &Call, u: Updated) -> Result<Response, ApiError> {
     let obj = match u {
         Updated::Object(o) | Updated::Deleted(o) => o,
     };
+    let obj = super::versions::served_one(&call.state, &call.route.def, obj).await?;
     let warnings = std::mem::take(&mut *call.warnings.lock().unwrap_or_else(|e| e.into_inner()));
-    respond_object(call, convert::from_storage(&call.route.def, obj))
-        .map(|r| with_warnings(r, &warnings))
+    respond_object(call, obj).map(|r| with_warnings(r, &warnings))
 }
 
 /// PUT: replace an object (or its status, or a namespace's finalizers).
@@ -370,6 +371,7 @@ pub async fn update(call: Call) -> Result<Response, ApiError> {
     let tracking = Tracking::Update(owner(&call, "UpdateOptions")?);
     let dry_run = call.params.dry_run()?;
     let (new, warnings) = incoming(&call)?;
+    let new = super::versions::stored(&call.state, &call.route.def, new).await?;
     let body_name = object::name(&new).to_string();
     if body_name != call.name() {
         return Err(ApiError::BadRequest(format!(
@@ -383,7 +385,9 @@ pub async fn update(call: Call) -> Result<Response, ApiError> {
     })
     .await;
     match updated {
-        Ok(u) => respond_updated(&call, u).map(|r| with_warnings(r, &warnings)),
+        Ok(u) => respond_updated(&call, u)
+            .await
+            .map(|r| with_warnings(r, &warnings)),
         Err(ApiError::NotFound(_))
             if call.route.def.create_on_update && call.route.subresource.is_none() =>
         {
@@ -392,6 +396,79 @@ pub async fn update(call: Call) -> Result<Response, ApiError> {
         }
         Err(e) => Err(e),
     }
+}
+
+/// The patched object in the request's version, the resourceVersion the client pinned (if it differs
+/// from the stored one) and the field validation warnings.
+fn patched(
+    call: &Call,
+    ct: &str,
+    patch_body: &[u8],
+    current: Value,
+    stored: &Value,
+) -> Result<(Value, Option<String>, Vec<String>), ApiError> {
+    let def = &call.route.def;
+    let mut patched = apply_patch(ct, current, patch_body, def)?;
+    let client_rv = object::resource_version(&patched)
+        .filter(|rv| *rv != object::meta_str(stored, "resourceVersion"))
+        .map(str::to_string);
+    check_type(def, &mut patched)?;
+    let warnings = field_validation(call, def, &mut patched)?;
+    validate::shape(def, &mut patched)?;
+    if object::name(&patched) != object::name(stored) {
+        return Err(ApiError::BadRequest(
+            "metadata.name: the name of the object cannot be changed by a patch".into(),
+        ));
+    }
+    // A patch that carries a stale resourceVersion is a conflict; otherwise the current one is kept.
+    Ok((patched, client_rv, warnings))
+}
+
+/// What a PATCH of a CRD converted by webhook returns when the object changed between its conversion
+/// and its write: the patch starts again from the new state.
+const CONVERTED_STALE: &str = "the object changed while its conversion webhook ran";
+
+/// PATCH of a CRD whose conversion is a webhook: the stored object is converted to the request's
+/// version, patched, and converted back before the write, which only goes ahead if nothing changed
+/// meanwhile (the webhook is not called inside the store's retry loop).
+async fn patch_through_webhook(call: &Call, ct: &str, dry_run: bool) -> Result<Response, ApiError> {
+    let def = &call.route.def;
+    for _ in 0..8 {
+        let cur = call
+            .state
+            .storage
+            .get(&call.key(), true)
+            .await?
+            .ok_or_else(|| ApiError::NotFound(call.target()))?;
+        let current = super::versions::served_one(&call.state, def, cur.object.clone()).await?;
+        let (patched, client_rv, warnings) = patched(call, ct, &call.body, current, &cur.object)?;
+        let stored = super::versions::stored(&call.state, def, patched).await?;
+        let tracking = Tracking::Update(owner(call, "PatchOptions")?);
+        let seen = cur.mod_revision;
+        let written = guaranteed_update_tracked(call, dry_run, tracking, |now| {
+            if now.mod_revision != seen {
+                return Err(ApiError::Conflict {
+                    target: call.target(),
+                    detail: CONVERTED_STALE.into(),
+                });
+            }
+            Ok((stored.clone(), client_rv.clone()))
+        })
+        .await;
+        match written {
+            Ok(u) => {
+                return respond_updated(call, u)
+                    .await
+                    .map(|r| with_warnings(r, &warnings))
+            }
+            Err(ApiError::Conflict { detail, .. }) if detail == CONVERTED_STALE => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(ApiError::Conflict {
+        target: call.target(),
+        detail: CONVERTED_STALE.into(),
+    })
 }
 
 /// PATCH with `application/json-patch+json`, `application/merge-patch+json` or
@@ -407,31 +484,24 @@ pub async fn patch(call: Call) -> Result<Response, ApiError> {
             )],
         });
     }
-    let tracking = Tracking::Update(owner(&call, "PatchOptions")?);
     let dry_run = call.params.dry_run()?;
     let def = &call.route.def;
+    if super::versions::by_webhook(def).is_some() {
+        return patch_through_webhook(&call, &ct, dry_run).await;
+    }
+    let tracking = Tracking::Update(owner(&call, "PatchOptions")?);
     let patch_body = call.body.clone();
     let mut warnings = Vec::new();
     let u = guaranteed_update_tracked(&call, dry_run, tracking, |cur| {
         let current = convert::from_storage(def, cur.object.clone());
-        let patched = apply_patch(&ct, current, &patch_body, def)?;
-        let client_rv = object::resource_version(&patched)
-            .filter(|rv| *rv != object::meta_str(&cur.object, "resourceVersion"))
-            .map(str::to_string);
-        let mut patched = patched;
-        check_type(def, &mut patched)?;
-        warnings = field_validation(&call, def, &mut patched)?;
-        validate::shape(def, &mut patched)?;
-        if object::name(&patched) != object::name(&cur.object) {
-            return Err(ApiError::BadRequest(
-                "metadata.name: the name of the object cannot be changed by a patch".into(),
-            ));
-        }
-        // A patch that carries a stale resourceVersion is a conflict; otherwise the current one is kept.
+        let (patched, client_rv, w) = patched(&call, &ct, &patch_body, current, &cur.object)?;
+        warnings = w;
         Ok((convert::to_storage(def, patched), client_rv))
     })
     .await?;
-    respond_updated(&call, u).map(|r| with_warnings(r, &warnings))
+    respond_updated(&call, u)
+        .await
+        .map(|r| with_warnings(r, &warnings))
 }
 
 /// Applies one patch document of a given media type.

@@ -8,6 +8,7 @@
 //! upstream's.
 
 pub mod call;
+pub mod conversion;
 pub mod hook;
 pub mod matching;
 pub mod metrics;
