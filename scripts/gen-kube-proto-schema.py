@@ -36,6 +36,8 @@ ROOTS = [
     "api.storage.v1.CSINode", "api.storage.v1.CSIStorageCapacity",
     "api.admissionregistration.v1.MutatingWebhookConfiguration",
     "api.admissionregistration.v1.ValidatingWebhookConfiguration", "api.node.v1.RuntimeClass",
+    "api.admissionregistration.v1.ValidatingAdmissionPolicy",
+    "api.admissionregistration.v1.ValidatingAdmissionPolicyBinding",
 ]
 
 def parse_fields(body):

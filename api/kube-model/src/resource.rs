@@ -69,6 +69,10 @@ pub enum Printer {
     WebhookConfiguration,
     /// `node.k8s.io` RuntimeClasses: Handler, Age.
     RuntimeClass,
+    /// ValidatingAdmissionPolicies: Validations, ParamKind, Age.
+    ValidatingAdmissionPolicy,
+    /// ValidatingAdmissionPolicyBindings: PolicyName, ParamRef, Age.
+    ValidatingAdmissionPolicyBinding,
     /// Upstream's fallback: Name and Created At.
     Default,
     /// A custom resource: Name, then its CRD's additionalPrinterColumns (Age when it declares none).
@@ -877,6 +881,38 @@ pub static BUILTIN: LazyLock<Vec<Arc<ResourceDef>>> = LazyLock::new(|| {
             scale = false,
             storage = "mutatingwebhookconfigurations",
             printer = WebhookConfiguration,
+            fields = NONE,
+            cou = false,
+            gen = true
+        ),
+        res!(
+            "admissionregistration.k8s.io",
+            "ValidatingAdmissionPolicy",
+            "validatingadmissionpolicies",
+            "validatingadmissionpolicy",
+            ns = false,
+            short = NONE,
+            cat = &["api-extensions"],
+            status = true,
+            scale = false,
+            storage = "validatingadmissionpolicies",
+            printer = ValidatingAdmissionPolicy,
+            fields = NONE,
+            cou = false,
+            gen = true
+        ),
+        res!(
+            "admissionregistration.k8s.io",
+            "ValidatingAdmissionPolicyBinding",
+            "validatingadmissionpolicybindings",
+            "validatingadmissionpolicybinding",
+            ns = false,
+            short = NONE,
+            cat = &["api-extensions"],
+            status = false,
+            scale = false,
+            storage = "validatingadmissionpolicybindings",
+            printer = ValidatingAdmissionPolicyBinding,
             fields = NONE,
             cou = false,
             gen = true

@@ -67,6 +67,12 @@ macro_rules! with_builtin_type {
                 arm!(admission::ValidatingWebhookConfiguration)
             }
             ("node.k8s.io", "RuntimeClass") => arm!(node::RuntimeClass),
+            ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
+                arm!(admission::ValidatingAdmissionPolicy)
+            }
+            ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+                arm!(admission::ValidatingAdmissionPolicyBinding)
+            }
             ("apiextensions.k8s.io", "CustomResourceDefinition") => arm!(
                 k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition
             ),

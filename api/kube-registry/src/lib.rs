@@ -21,6 +21,7 @@
 pub mod alloc;
 pub mod apply;
 pub mod body;
+pub mod cel;
 pub mod convert;
 pub mod crd;
 pub mod generic;

@@ -30,6 +30,7 @@
 //! what its kind changes. Shared building blocks (pod spec defaults and checks, selector/template checks,
 //! name rules) stay in `admission`, which also runs defaulting and validation through this table.
 
+mod admission_policy;
 mod apiservice;
 mod configmap;
 mod crd;
@@ -441,6 +442,17 @@ static BUILTIN: &[((&str, &str), &dyn Strategy)] = &[
             "ValidatingWebhookConfiguration",
         ),
         &webhook::WebhookConfiguration,
+    ),
+    (
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"),
+        &admission_policy::ValidatingAdmissionPolicy,
+    ),
+    (
+        (
+            "admissionregistration.k8s.io",
+            "ValidatingAdmissionPolicyBinding",
+        ),
+        &admission_policy::ValidatingAdmissionPolicyBinding,
     ),
 ];
 

@@ -109,7 +109,12 @@ fn check_fully_qualified(field: &str, name: &str, causes: &mut Vec<Cause>) {
     }
 }
 
-fn check_one_of(field: &str, v: Option<&str>, allowed: &[&str], causes: &mut Vec<Cause>) {
+pub(super) fn check_one_of(
+    field: &str,
+    v: Option<&str>,
+    allowed: &[&str],
+    causes: &mut Vec<Cause>,
+) {
     match v {
         None => causes.push(Cause::required(field)),
         Some(v) if !allowed.contains(&v) => {
@@ -214,7 +219,7 @@ fn check_review_versions(h: &Value, at: &str, causes: &mut Vec<Cause>) {
 }
 
 /// Upstream's rule checks: operations, groups, versions, resources (with the `*` and `/` forms) and scope.
-fn check_rule(r: &Value, at: &str, causes: &mut Vec<Cause>) {
+pub(super) fn check_rule(r: &Value, at: &str, causes: &mut Vec<Cause>) {
     let strings = |k: &str| -> Vec<&str> { list(r, k).iter().filter_map(Value::as_str).collect() };
     let ops = strings("operations");
     if ops.is_empty() {
@@ -331,7 +336,7 @@ fn check_resources(res: &[&str], at: &str, causes: &mut Vec<Cause>) {
     }
 }
 
-fn check_label_selector(sel: &Value, at: &str, causes: &mut Vec<Cause>) {
+pub(super) fn check_label_selector(sel: &Value, at: &str, causes: &mut Vec<Cause>) {
     if let Some(labels) = sel.get("matchLabels").and_then(Value::as_object) {
         for (k, v) in labels {
             if let Err(e) = names::check_qualified_name(k) {
@@ -352,7 +357,7 @@ fn check_label_selector(sel: &Value, at: &str, causes: &mut Vec<Cause>) {
     }
 }
 
-fn check_match_conditions(conds: &[Value], at: &str, causes: &mut Vec<Cause>) {
+pub(super) fn check_match_conditions(conds: &[Value], at: &str, causes: &mut Vec<Cause>) {
     if conds.len() > MAX_MATCH_CONDITIONS {
         causes.push(Cause {
             reason: "FieldValueTooMany",
@@ -374,9 +379,21 @@ fn check_match_conditions(conds: &[Value], at: &str, causes: &mut Vec<Cause>) {
         } else if !seen.insert(name) {
             causes.push(Cause::duplicate(&format!("{f}.name"), &json!(name)));
         }
-        if s(c, "expression").unwrap_or("").trim().is_empty() {
-            causes.push(Cause::required(&format!("{f}.expression")));
-        }
+        check_expression(c, &format!("{f}.expression"), causes);
+    }
+}
+
+/// A CEL expression at `at` (`expression` of `v`): given, and compiling (`compilation failed: …`).
+pub(super) fn check_expression(v: &Value, at: &str, causes: &mut Vec<Cause>) {
+    let expr = v.get("expression").and_then(Value::as_str).unwrap_or("");
+    if expr.trim().is_empty() {
+        causes.push(Cause::required(at));
+    } else if let Err(e) = crate::cel::compile(expr) {
+        causes.push(Cause::invalid(
+            at,
+            &json!(expr),
+            &format!("compilation failed: {e}"),
+        ));
     }
 }
 

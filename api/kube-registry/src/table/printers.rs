@@ -34,7 +34,11 @@ pub fn columns(p: Printer) -> Vec<Column> {
         | Printer::CSIDriver
         | Printer::CSINode
         | Printer::CSIStorageCapacity => super::storage::columns(p),
-        Printer::PodTemplate | Printer::RuntimeClass | Printer::WebhookConfiguration => {
+        Printer::PodTemplate
+        | Printer::RuntimeClass
+        | Printer::WebhookConfiguration
+        | Printer::ValidatingAdmissionPolicy
+        | Printer::ValidatingAdmissionPolicyBinding => {
             super::runtime::columns(p)
         }
         Printer::Pod => vec![
@@ -792,9 +796,11 @@ pub fn cells(p: Printer, o: &Value) -> Vec<Value> {
         | Printer::CSIDriver
         | Printer::CSINode
         | Printer::CSIStorageCapacity => super::storage::cells(p, o),
-        Printer::PodTemplate | Printer::RuntimeClass | Printer::WebhookConfiguration => {
-            super::runtime::cells(p, o)
-        }
+        Printer::PodTemplate
+        | Printer::RuntimeClass
+        | Printer::WebhookConfiguration
+        | Printer::ValidatingAdmissionPolicy
+        | Printer::ValidatingAdmissionPolicyBinding => super::runtime::cells(p, o),
         Printer::Pod => {
             let total = arr(o, "spec.containers").len();
             let statuses = arr(o, "status.containerStatuses");

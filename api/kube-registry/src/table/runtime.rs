@@ -1,5 +1,5 @@
-//! Columns and cells of PodTemplates, RuntimeClasses and the admission webhook configurations, as
-//! upstream's printers compute them.
+//! Columns and cells of PodTemplates, RuntimeClasses, the admission webhook configurations and the
+//! admission policies, as upstream's printers compute them.
 
 use serde_json::{json, Value};
 
@@ -75,8 +75,68 @@ pub fn columns(p: Printer) -> Vec<Column> {
             ),
             AGE,
         ],
+        Printer::ValidatingAdmissionPolicy => vec![
+            NAME,
+            col(
+                "Validations",
+                "integer",
+                0,
+                "Validations indicates the number of validation rules defined in this configuration",
+            ),
+            col(
+                "ParamKind",
+                "string",
+                0,
+                "ParamKind specifies the kind of resources used to parameterize this policy",
+            ),
+            AGE,
+        ],
+        Printer::ValidatingAdmissionPolicyBinding => vec![
+            NAME,
+            col(
+                "PolicyName",
+                "string",
+                0,
+                "PolicyName indicates the policy definition which the policy binding binded to",
+            ),
+            col(
+                "ParamRef",
+                "string",
+                0,
+                "ParamRef indicates the param resource which sets the configration param",
+            ),
+            AGE,
+        ],
         _ => Vec::new(),
     }
+}
+
+/// A policy's paramKind as `apiVersion/Kind`, `<unset>` without one.
+fn param_kind(o: &Value) -> String {
+    match path(o, "spec.paramKind") {
+        Some(k) if k.is_object() => format!(
+            "{}/{}",
+            k.get("apiVersion").and_then(Value::as_str).unwrap_or(""),
+            k.get("kind").and_then(Value::as_str).unwrap_or("")
+        ),
+        _ => "<unset>".into(),
+    }
+}
+
+/// A binding's paramRef as `namespace/name` (`*` for any namespace, `*` for a selector), `<unset>`
+/// without one.
+fn param_ref(o: &Value) -> String {
+    let Some(r) = path(o, "spec.paramRef").filter(|r| r.is_object()) else {
+        return "<unset>".into();
+    };
+    let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("");
+    let ns = if s("namespace").is_empty() {
+        "*"
+    } else {
+        s("namespace")
+    };
+    let name = if s("name").is_empty() { "*" } else { s("name") };
+    format!("{ns}/{name}")
 }
 
 /// The cells of one object for these printers.
@@ -107,6 +167,20 @@ pub fn cells(p: Printer, o: &Value) -> Vec<Value> {
             age(o),
         ],
         Printer::WebhookConfiguration => vec![name, json!(arr(o, "webhooks").len()), age(o)],
+        Printer::ValidatingAdmissionPolicy => vec![
+            name,
+            json!(arr(o, "spec.validations").len()),
+            json!(param_kind(o)),
+            age(o),
+        ],
+        Printer::ValidatingAdmissionPolicyBinding => vec![
+            name,
+            json!(path(o, "spec.policyName")
+                .and_then(Value::as_str)
+                .unwrap_or("")),
+            json!(param_ref(o)),
+            age(o),
+        ],
         _ => Vec::new(),
     }
 }
