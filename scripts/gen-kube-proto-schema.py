@@ -112,6 +112,24 @@ def camel(snake):
     return parts[0] + "".join(p[:1].upper() + p[1:] for p in parts[1:])
 
 
+def flat_names(msgs, target, parent, depth=0):
+    """The JSON-visible field names of message `target`, a field itself inlined (its name unknown to
+    `parent`, its own names all known) counted by its fields: RuleWithOperations inlines Rule, and
+    NamedRuleWithOperations inlines RuleWithOperations."""
+    if target not in msgs or depth > 3:
+        return set()
+    out = set()
+    for attrs, fname, rtype, _ in msgs[target][1]:
+        norm = fname.replace("_", "").lower()
+        if norm not in parent and attrs.split(",")[0].strip() == "message":
+            sub = flat_names(msgs, resolve(msgs[target][0], rtype), parent, depth + 1)
+            if sub and sub <= parent:
+                out |= sub
+                continue
+        out.add(norm)
+    return out
+
+
 def main():
     msgs = parse_pb()
     keys = openapi_keys()
@@ -153,7 +171,7 @@ def main():
                 # (A key missing because the field is newer than k8s-openapi's types is not that:
                 # then the message's own fields are missing too.)
                 parent = {k.replace("_", "").replace("-", "").lower() for k in json_keys}
-                inner = {f[1].replace("_", "").lower() for f in msgs[target][1]} if target in msgs else set()
+                inner = flat_names(msgs, target, parent)
                 if json_keys and jname not in json_keys and inner and inner <= parent:
                     extra += " in"
                 out.append(f"F {tag} {jname} {target}{rep}{extra}")

@@ -246,6 +246,7 @@ async fn admission_webhooks_through_kubectl() {
         delete_reaches_webhooks(&env);
         metrics_count_calls(&env);
         crd_conversion_webhook(&env);
+        validating_admission_policy(&env);
         leader_killed_while_webhooks_run(&mut env);
     };
     tokio::task::spawn_blocking(run).await.unwrap();
@@ -811,4 +812,174 @@ spec:
     // The storage version needs no webhook.
     assert_eq!(get("v1", "a")["spec"], json!({"replicas": 4}));
     env.ok(&["delete", "crd", "gizmos.conv.example.com"]);
+}
+
+/// A ValidatingAdmissionPolicy limiting Deployments' replicas to a ConfigMap's `maxReplicas`, bound twice:
+/// with Deny in one namespace (the create is refused with the message) and with Warn in another (the
+/// create passes with kubectl's warning). A policy whose CEL does not compile is refused, and a binding
+/// to a parameter that does not exist denies with upstream's text.
+fn validating_admission_policy(env: &Env) {
+    let setup = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: vap-deny, labels: {policy: deny}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: vap-warn, labels: {policy: warn}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: replica-limit, namespace: plain}
+data: {maxReplicas: "3"}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: replica-limit}
+spec:
+  paramKind: {apiVersion: v1, kind: ConfigMap}
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [deployments]}
+  validations:
+  - expression: object.spec.replicas <= int(params.data.maxReplicas)
+    messageExpression: "'replicas must be at most ' + params.data.maxReplicas"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: replica-limit-deny}
+spec:
+  policyName: replica-limit
+  validationActions: [Deny]
+  paramRef: {name: replica-limit, namespace: plain, parameterNotFoundAction: Deny}
+  matchResources: {namespaceSelector: {matchLabels: {policy: deny}}}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: replica-limit-warn}
+spec:
+  policyName: replica-limit
+  validationActions: [Warn]
+  paramRef: {name: replica-limit, namespace: plain, parameterNotFoundAction: Deny}
+  matchResources: {namespaceSelector: {matchLabels: {policy: warn}}}
+"#;
+    env.ok_stdin(&["apply", "-f", "-"], Some(setup));
+    let table = env.ok(&["get", "validatingadmissionpolicies"]);
+    assert!(
+        table.lines().any(|l| l.split_whitespace().take(3).eq([
+            "replica-limit",
+            "1",
+            "v1/ConfigMap"
+        ])),
+        "{table}"
+    );
+    let table = env.ok(&["get", "validatingadmissionpolicybindings"]);
+    assert!(
+        table.lines().any(|l| l.split_whitespace().take(3).eq([
+            "replica-limit-deny",
+            "replica-limit",
+            "plain/replica-limit"
+        ])),
+        "{table}"
+    );
+    let e = env.err(
+        &[
+            "create",
+            "deployment",
+            "web",
+            "-n",
+            "vap-deny",
+            "--image=busybox",
+            "--replicas=5",
+        ],
+        None,
+    );
+    assert!(
+        e.contains("deployments.apps \"web\" is forbidden: ValidatingAdmissionPolicy 'replica-limit' with binding 'replica-limit-deny' denied request: replicas must be at most 3"),
+        "{e}"
+    );
+    env.ok(&[
+        "create",
+        "deployment",
+        "small",
+        "-n",
+        "vap-deny",
+        "--image=busybox",
+        "--replicas=2",
+    ]);
+    let warned = env.warned(
+        &[
+            "create",
+            "deployment",
+            "web",
+            "-n",
+            "vap-warn",
+            "--image=busybox",
+            "--replicas=5",
+        ],
+        None,
+    );
+    assert!(
+        warned.contains("Warning: Validation failed for ValidatingAdmissionPolicy 'replica-limit' with binding 'replica-limit-warn': replicas must be at most 3"),
+        "{warned}"
+    );
+    // Raising replicas past the limit is an UPDATE the policy also refuses (`kubectl scale` writes the
+    // `deployments/scale` subresource, which this policy's rules, as upstream's, do not name).
+    let e = env.err(
+        &[
+            "patch",
+            "deployment",
+            "small",
+            "-n",
+            "vap-deny",
+            "-p",
+            r#"{"spec":{"replicas":4}}"#,
+        ],
+        None,
+    );
+    assert!(
+        e.contains("denied request: replicas must be at most 3"),
+        "{e}"
+    );
+    // A parameter that is not there denies, as parameterNotFoundAction says.
+    env.ok(&["delete", "configmap", "-n", "plain", "replica-limit"]);
+    let e = env.err(
+        &[
+            "create",
+            "deployment",
+            "late",
+            "-n",
+            "vap-deny",
+            "--image=busybox",
+        ],
+        None,
+    );
+    assert!(
+        e.contains("ValidatingAdmissionPolicy 'replica-limit' with binding 'replica-limit-deny' denied request: failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction"),
+        "{e}"
+    );
+    // CEL that does not compile is refused when the policy is written.
+    let bad = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: broken}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE], resources: [deployments]}
+  validations:
+  - expression: "object.spec.replicas <="
+"#;
+    let e = env.err(&["apply", "-f", "-"], Some(bad));
+    assert!(
+        e.contains("spec.validations[0].expression: Invalid value: \"object.spec.replicas <=\": compilation failed: "),
+        "{e}"
+    );
+    env.ok(&[
+        "delete",
+        "validatingadmissionpolicybinding",
+        "replica-limit-deny",
+        "replica-limit-warn",
+    ]);
+    env.ok(&["delete", "validatingadmissionpolicy", "replica-limit"]);
 }

@@ -153,6 +153,14 @@ const INLINE_NUMBERS: u32 = 1 << 29;
 /// (`by_json`) find `emptyDir` in a Volume and `httpGet` in a Probe. The protobuf decoder keeps
 /// using the inline field's own number and merges the decoded object (see `decode.rs`).
 fn flatten_inline(out: &mut HashMap<String, Message>) {
+    // An inlined message may inline another (NamedRuleWithOperations > RuleWithOperations > Rule): a
+    // few passes copy the copies too (names already present are skipped).
+    for _ in 0..3 {
+        flatten_inline_once(out);
+    }
+}
+
+fn flatten_inline_once(out: &mut HashMap<String, Message>) {
     let plan: Vec<(String, String)> = out
         .iter()
         .flat_map(|(name, m)| {

@@ -6,7 +6,7 @@ mod library;
 
 use std::sync::Arc;
 
-pub use cel::{Context, Program, Value};
+pub use cel::{objects, Context, Program, Value};
 
 /// The longest expression accepted (upstream's bound on a CEL expression's length).
 pub const MAX_EXPRESSION_LEN: usize = 5 * 1024;

@@ -19,14 +19,33 @@ use crate::status::Cause;
 pub(super) struct ValidatingAdmissionPolicy;
 pub(super) struct ValidatingAdmissionPolicyBinding;
 
-const REASONS: &[&str] = &[
-    "Forbidden",
-    "Invalid",
-    "RequestEntityTooLarge",
-    "Unauthorized",
-];
+const REASONS: &[&str] = &["Forbidden", "Invalid", "RequestEntityTooLarge"];
 const ACTIONS: &[&str] = &["Audit", "Deny", "Warn"];
-const NOT_FOUND_ACTIONS: &[&str] = &["Allow", "Deny"];
+const NOT_FOUND_ACTIONS: &[&str] = &["Deny", "Allow"];
+/// Names CEL reserves, which no variable may take.
+const RESERVED: &[&str] = &[
+    "true",
+    "false",
+    "null",
+    "in",
+    "as",
+    "break",
+    "const",
+    "continue",
+    "else",
+    "for",
+    "function",
+    "if",
+    "import",
+    "let",
+    "loop",
+    "package",
+    "namespace",
+    "return",
+    "var",
+    "void",
+    "while",
+];
 
 fn default_in(m: &mut Map<String, Value>, key: &str, v: Value) {
     if m.get(key).is_none_or(Value::is_null) {
@@ -79,6 +98,19 @@ fn is_identifier(name: &str) -> bool {
         .next()
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !RESERVED.contains(&name)
+}
+
+/// An expression field at `at`: given (`expression is not specified`) and compiling.
+fn check_required_expression(expr: &str, at: &str, what: &str, causes: &mut Vec<Cause>) {
+    if expr.trim().is_empty() {
+        causes.push(Cause::required_because(
+            at,
+            &format!("{what} is not specified"),
+        ));
+    } else {
+        check_expression(&json!({"expression": expr}), at, causes);
+    }
 }
 
 impl Strategy for ValidatingAdmissionPolicy {
@@ -117,16 +149,29 @@ impl Strategy for ValidatingAdmissionPolicy {
         let validations = list(obj, "spec.validations");
         let audits = list(obj, "spec.auditAnnotations");
         if validations.is_empty() && audits.is_empty() {
-            causes.push(Cause::required_because(
-                "spec.validations",
-                "validations or auditAnnotations must contain at least one item",
-            ));
+            for f in ["spec.validations", "spec.auditAnnotations"] {
+                causes.push(Cause::required_because(
+                    f,
+                    "validations or auditAnnotations must contain at least one item",
+                ));
+            }
         }
         for (i, v) in validations.iter().enumerate() {
             let at = format!("spec.validations[{i}]");
-            check_expression(v, &format!("{at}.expression"), &mut causes);
-            if let Some(m) = s(v, "message") {
-                if m.contains('\n') {
+            check_required_expression(
+                s(v, "expression").unwrap_or(""),
+                &format!("{at}.expression"),
+                "expression",
+                &mut causes,
+            );
+            if let Some(m) = s(v, "message").filter(|m| !m.is_empty()) {
+                if m.trim().is_empty() {
+                    causes.push(Cause::invalid(
+                        &format!("{at}.message"),
+                        &json!(m),
+                        "message must be non-empty if specified",
+                    ));
+                } else if m.trim().contains(['\n', '\r']) {
                     causes.push(Cause::invalid(
                         &format!("{at}.message"),
                         &json!(m),
@@ -134,12 +179,20 @@ impl Strategy for ValidatingAdmissionPolicy {
                     ));
                 }
             }
-            if let Some(me) = s(v, "messageExpression").filter(|e| !e.trim().is_empty()) {
-                check_expression(
-                    &json!({"expression": me}),
-                    &format!("{at}.messageExpression"),
-                    &mut causes,
-                );
+            if let Some(me) = s(v, "messageExpression").filter(|e| !e.is_empty()) {
+                if me.trim().is_empty() {
+                    causes.push(Cause::invalid(
+                        &format!("{at}.messageExpression"),
+                        &json!(me),
+                        "must be non-empty if specified",
+                    ));
+                } else {
+                    check_expression(
+                        &json!({"expression": me}),
+                        &format!("{at}.messageExpression"),
+                        &mut causes,
+                    );
+                }
             }
             if let Some(r) = s(v, "reason") {
                 if !REASONS.contains(&r) {
@@ -156,29 +209,35 @@ impl Strategy for ValidatingAdmissionPolicy {
             if s(a, "key").unwrap_or("").is_empty() {
                 causes.push(Cause::required(&format!("{at}.key")));
             }
-            let expr = s(a, "valueExpression").unwrap_or("");
-            check_expression(
-                &json!({"expression": expr}),
+            check_required_expression(
+                s(a, "valueExpression").unwrap_or(""),
                 &format!("{at}.valueExpression"),
+                "valueExpression",
                 &mut causes,
             );
         }
-        let mut names = HashSet::new();
+        // As upstream, variable names need not be unique (a later one overrides).
         for (i, v) in list(obj, "spec.variables").iter().enumerate() {
             let at = format!("spec.variables[{i}]");
             let name = s(v, "name").unwrap_or("");
-            if name.is_empty() {
-                causes.push(Cause::required(&format!("{at}.name")));
+            if name.trim().is_empty() {
+                causes.push(Cause::required_because(
+                    &format!("{at}.name"),
+                    "name is not specified",
+                ));
             } else if !is_identifier(name) {
                 causes.push(Cause::invalid(
                     &format!("{at}.name"),
                     &json!(name),
                     "name is not a valid CEL identifier",
                 ));
-            } else if !names.insert(name) {
-                causes.push(Cause::duplicate(&format!("{at}.name"), &json!(name)));
             }
-            check_expression(v, &format!("{at}.expression"), &mut causes);
+            check_required_expression(
+                s(v, "expression").unwrap_or(""),
+                &format!("{at}.expression"),
+                "expression",
+                &mut causes,
+            );
         }
         check_match_conditions(
             list(obj, "spec.matchConditions"),
@@ -214,7 +273,10 @@ impl Strategy for ValidatingAdmissionPolicyBinding {
             .filter_map(Value::as_str)
             .collect();
         if actions.is_empty() {
-            causes.push(Cause::required("spec.validationActions"));
+            causes.push(Cause::required_because(
+                "spec.validationActions",
+                "at least one validation action is required",
+            ));
         }
         let mut seen = HashSet::new();
         for (i, a) in actions.iter().enumerate() {
@@ -237,10 +299,14 @@ impl Strategy for ValidatingAdmissionPolicyBinding {
             let name = s(r, "name").unwrap_or("");
             let selector = r.get("selector").filter(|v| !v.is_null());
             match (name.is_empty(), selector) {
-                (false, Some(_)) => causes.push(Cause::forbidden(
-                    "spec.paramRef.name",
-                    "name and selector are mutually exclusive",
-                )),
+                (false, Some(_)) => {
+                    for f in ["spec.paramRef.name", "spec.paramRef.selector"] {
+                        causes.push(Cause::forbidden(
+                            f,
+                            "name and selector are mutually exclusive",
+                        ));
+                    }
+                }
                 (true, None) => causes.push(Cause::required_because(
                     "spec.paramRef",
                     "one of name or selector must be specified",

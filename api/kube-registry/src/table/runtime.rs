@@ -123,20 +123,55 @@ fn param_kind(o: &Value) -> String {
     }
 }
 
-/// A binding's paramRef as `namespace/name` (`*` for any namespace, `*` for a selector), `<unset>`
-/// without one.
+/// A binding's paramRef as upstream prints it: `namespace/name` (`*/name` without a namespace), the
+/// selector as Go prints a LabelSelector, or `<unset>`.
 fn param_ref(o: &Value) -> String {
     let Some(r) = path(o, "spec.paramRef").filter(|r| r.is_object()) else {
         return "<unset>".into();
     };
     let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("");
-    let ns = if s("namespace").is_empty() {
-        "*"
-    } else {
-        s("namespace")
-    };
-    let name = if s("name").is_empty() { "*" } else { s("name") };
-    format!("{ns}/{name}")
+    if !s("name").is_empty() {
+        let ns = if s("namespace").is_empty() {
+            "*"
+        } else {
+            s("namespace")
+        };
+        return format!("{ns}/{}", s("name"));
+    }
+    match r.get("selector").filter(|v| v.is_object()) {
+        Some(sel) => go_selector(sel),
+        None => "<unset>".into(),
+    }
+}
+
+/// A LabelSelector as Go's generated `String()` writes it.
+fn go_selector(sel: &Value) -> String {
+    let mut labels: Vec<(String, String)> = sel
+        .get("matchLabels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    labels.sort();
+    let labels: String = labels.iter().map(|(k, v)| format!("{k}: {v},")).collect();
+    let exprs: String = arr(sel, "matchExpressions")
+        .iter()
+        .map(|e| {
+            let vals: Vec<&str> = arr(e, "values").iter().filter_map(Value::as_str).collect();
+            format!(
+                "LabelSelectorRequirement{{Key:{},Operator:{},Values:[{}],}},",
+                e.get("key").and_then(Value::as_str).unwrap_or(""),
+                e.get("operator").and_then(Value::as_str).unwrap_or(""),
+                vals.join(" ")
+            )
+        })
+        .collect();
+    format!(
+        "&LabelSelector{{MatchLabels:map[string]string{{{labels}}},MatchExpressions:[]LabelSelectorRequirement{{{exprs}}},}}"
+    )
 }
 
 /// The cells of one object for these printers.

@@ -36,6 +36,8 @@ pub struct Attributes<'a> {
     pub ca_pem: &'a str,
     /// The admission webhook dispatcher.
     pub webhooks: &'a Webhooks,
+    /// The served resources (a policy's parameter kind).
+    pub registry: &'a crate::crd::registry::Registry,
     /// Where mutating steps leave warnings for the answer (the validating phase returns them).
     pub warnings: &'a std::sync::Mutex<Vec<String>>,
 }
@@ -261,6 +263,8 @@ pub enum Validating {
     PersistentVolumeClaimResize,
     /// RuntimeClass: a new pod's declared overhead is its RuntimeClass's.
     RuntimeClass,
+    /// ValidatingAdmissionPolicy: the CEL policies bound to what the request writes.
+    ValidatingAdmissionPolicy,
     /// ValidatingAdmissionWebhook: the registered validating webhooks the request reaches, together.
     ValidatingAdmissionWebhook,
     /// ResourceQuota: the namespace's quotas are charged, or the write refused.
@@ -278,6 +282,7 @@ pub const VALIDATING: &[Validating] = &[
     Validating::PriorityClass,
     Validating::PersistentVolumeClaimResize,
     Validating::RuntimeClass,
+    Validating::ValidatingAdmissionPolicy,
     Validating::ValidatingAdmissionWebhook,
     Validating::ResourceQuota,
 ];
@@ -293,6 +298,7 @@ impl Validating {
             Validating::PodSecurity => "PodSecurity",
             Validating::PersistentVolumeClaimResize => "PersistentVolumeClaimResize",
             Validating::RuntimeClass => "RuntimeClass",
+            Validating::ValidatingAdmissionPolicy => "ValidatingAdmissionPolicy",
             Validating::ValidatingAdmissionWebhook => "ValidatingAdmissionWebhook",
             Validating::ResourceQuota => "ResourceQuota",
         }
@@ -310,6 +316,9 @@ impl Validating {
             Validating::PodSecurity => "pods and templates: create, update that changes them",
             Validating::PersistentVolumeClaimResize => "persistentvolumeclaims: update",
             Validating::RuntimeClass => "pods: create",
+            Validating::ValidatingAdmissionPolicy => {
+                "what bound policies match: create, update (subresources too), delete"
+            }
             Validating::ValidatingAdmissionWebhook => {
                 "what registered webhooks match: create, update (subresources too), delete"
             }
@@ -321,7 +330,9 @@ impl Validating {
         match self {
             Validating::NamespaceLifecycle => a.is_create() && a.namespace.is_some(),
             Validating::PriorityClass => a.is_create() || a.subresource.is_none(),
-            Validating::NodeRestriction | Validating::ValidatingAdmissionWebhook => true,
+            Validating::NodeRestriction
+            | Validating::ValidatingAdmissionPolicy
+            | Validating::ValidatingAdmissionWebhook => true,
             Validating::RuntimeClass => a.is_create() && a.is_kind("", "Pod"),
             Validating::PersistentVolumeClaimResize => {
                 !a.is_create() && a.subresource.is_none() && a.is_kind("", "PersistentVolumeClaim")
@@ -367,6 +378,15 @@ impl Validating {
             }
             Validating::RuntimeClass => {
                 runtime_class::validate_create(a.storage, a.name, obj).await?
+            }
+            Validating::ValidatingAdmissionPolicy => {
+                return super::policy::validate(
+                    a.storage,
+                    a.registry,
+                    &a.webhook_request(),
+                    Some(obj),
+                )
+                .await;
             }
             Validating::ValidatingAdmissionWebhook => {
                 return a

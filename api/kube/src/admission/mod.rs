@@ -8,6 +8,7 @@ pub mod limit_ranger;
 pub mod node_restriction;
 pub mod node_taint;
 pub mod pod_security;
+pub mod policy;
 pub mod resource_quota;
 pub mod runtime_class;
 pub mod webhook;

@@ -157,6 +157,8 @@ async fn admit_delete(call: &Call, name: &str, old: &Value, dry_run: bool) -> Re
     hooks
         .mutate(&call.state.storage, &req, &mut scratch)
         .await?;
+    crate::admission::policy::validate(&call.state.storage, &call.state.registry, &req, None)
+        .await?;
     hooks.validate(&call.state.storage, &req, None).await?;
     Ok(())
 }

@@ -242,6 +242,7 @@ impl<'c> Admitting<'c> {
             sa_key: &state.sa_key,
             ca_pem: &state.ca_pem,
             webhooks: &state.webhooks,
+            registry: &state.registry,
             warnings: &self.warnings,
         }
     }

@@ -57,7 +57,8 @@ fn scope_ok(scope: Option<&str>, req: &Request<'_>) -> bool {
     }
 }
 
-fn rule_matches(rule: &RuleWithOperations, req: &Request<'_>, def: &ResourceDef) -> bool {
+/// Whether one rule covers the request in `def`'s group, version and resource.
+pub fn rule_matches(rule: &RuleWithOperations, req: &Request<'_>, def: &ResourceDef) -> bool {
     one_of(&rule.operations, req.operation.as_str())
         && one_of(&rule.api_groups, &def.group)
         && one_of(&rule.api_versions, &def.version)
@@ -73,16 +74,28 @@ fn rule_matches(rule: &RuleWithOperations, req: &Request<'_>, def: &ResourceDef)
 /// the stored one; None when the hook does not apply.
 pub fn matched_def<'a>(hook: &Hook, req: &Request<'a>) -> Option<&'a ResourceDef> {
     let rules = hook.spec.rules.as_deref().unwrap_or(&[]);
-    if rules.iter().any(|r| rule_matches(r, req, req.requested)) {
-        return Some(req.requested);
-    }
-    let equivalent = hook.spec.match_policy.as_deref() != Some("Exact");
-    let stored = req.stored;
-    let differs = stored.group != req.requested.group || stored.version != req.requested.version;
-    (equivalent && differs && rules.iter().any(|r| rule_matches(r, req, stored))).then_some(stored)
+    matched_by(req, hook.spec.match_policy.as_deref(), |r, def| {
+        rules.iter().any(|rule| rule_matches(rule, r, def))
+    })
 }
 
-fn labels_of(obj: Option<&Value>) -> Option<BTreeMap<String, String>> {
+/// The version `covers` accepts the request in: the requested one, or (unless `match_policy` is
+/// `Exact`) the stored one.
+pub fn matched_by<'a>(
+    req: &Request<'a>,
+    match_policy: Option<&str>,
+    covers: impl Fn(&Request<'a>, &ResourceDef) -> bool,
+) -> Option<&'a ResourceDef> {
+    if covers(req, req.requested) {
+        return Some(req.requested);
+    }
+    let equivalent = match_policy != Some("Exact");
+    let stored = req.stored;
+    let differs = stored.group != req.requested.group || stored.version != req.requested.version;
+    (equivalent && differs && covers(req, stored)).then_some(stored)
+}
+
+pub(crate) fn labels_of(obj: Option<&Value>) -> Option<BTreeMap<String, String>> {
     let m = obj?.pointer("/metadata/labels")?.as_object()?;
     Some(
         m.iter()
@@ -91,7 +104,7 @@ fn labels_of(obj: Option<&Value>) -> Option<BTreeMap<String, String>> {
     )
 }
 
-fn is_empty(sel: &Option<LabelSelector>) -> bool {
+pub(crate) fn is_empty(sel: &Option<LabelSelector>) -> bool {
     sel.as_ref().is_none_or(|s| {
         s.match_labels.as_ref().is_none_or(|m| m.is_empty())
             && s.match_expressions.as_ref().is_none_or(|e| e.is_empty())
@@ -100,7 +113,15 @@ fn is_empty(sel: &Option<LabelSelector>) -> bool {
 
 /// objectSelector: the new object's labels or the old one's.
 pub fn object_selected(hook: &Hook, obj: Option<&Value>, old: Option<&Value>) -> bool {
-    let sel = &hook.spec.object_selector;
+    object_selector_matches(&hook.spec.object_selector, obj, old)
+}
+
+/// Whether `sel` selects the new object or the old one (an empty selector selects everything).
+pub fn object_selector_matches(
+    sel: &Option<LabelSelector>,
+    obj: Option<&Value>,
+    old: Option<&Value>,
+) -> bool {
     if is_empty(sel) {
         return true;
     }
@@ -116,7 +137,14 @@ pub fn object_selected(hook: &Hook, obj: Option<&Value>, old: Option<&Value>) ->
 /// namespaceSelector, given the labels of the request's namespace (None: a cluster-scoped object that
 /// is not a Namespace, which every selector matches).
 pub fn namespace_selected(hook: &Hook, ns_labels: Option<&BTreeMap<String, String>>) -> bool {
-    let sel = &hook.spec.namespace_selector;
+    namespace_selector_matches(&hook.spec.namespace_selector, ns_labels)
+}
+
+/// Whether `sel` selects a namespace with `ns_labels` (None: a cluster-scoped object, always selected).
+pub fn namespace_selector_matches(
+    sel: &Option<LabelSelector>,
+    ns_labels: Option<&BTreeMap<String, String>>,
+) -> bool {
     match (sel.as_ref(), ns_labels) {
         _ if is_empty(sel) => true,
         (Some(sel), Some(labels)) => keel_client_kit::labels::matches(sel, Some(labels)),
