@@ -392,6 +392,9 @@ webhooks:
 - name: second.keel.test
   clientConfig: {}
   rules: [{{operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}}]
+  matchConditions:
+  - name: not-opted-out
+    expression: "!has(object.metadata.labels) || !('no-second' in object.metadata.labels)"
   sideEffects: None
   admissionReviewVersions: [v1]
 "#,
@@ -429,6 +432,19 @@ webhooks:
     assert_eq!(
         (l.get("first"), l.get("second")),
         (None, Some(&json!("yes"))),
+        "{l:?}"
+    );
+    // matchConditions (CEL): a pod that opts out never reaches the second webhook.
+    let before = env.calls("/second").len();
+    env.ok_stdin(
+        &["apply", "-f", "-"],
+        Some(&pod("hooks", "opted-out", "no-second: \"1\"")),
+    );
+    assert_eq!(env.calls("/second").len(), before);
+    let l = env.pod_labels("hooks", "opted-out");
+    assert_eq!(
+        (l.get("first"), l.get("second")),
+        (Some(&json!("yes")), None),
         "{l:?}"
     );
     env.ok(&[

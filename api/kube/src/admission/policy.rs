@@ -354,6 +354,38 @@ async fn params(
     Ok(found.into_iter().map(Some).collect())
 }
 
+/// A webhook's match conditions: whether all hold (upstream's rule: any false one skips the webhook),
+/// or why one could not be evaluated.
+pub fn match_conditions(
+    conditions: &[k8s_openapi::api::admissionregistration::v1::MatchCondition],
+    req: &Request<'_>,
+    def: &ResourceDef,
+    obj: Option<&Value>,
+    old: Option<&Value>,
+) -> Result<bool, String> {
+    let mut ctx = cel::context();
+    ctx.add_variable_from_value("object", cel::value(obj.unwrap_or(&Value::Null)));
+    ctx.add_variable_from_value("oldObject", cel::value(old.unwrap_or(&Value::Null)));
+    ctx.add_variable_from_value("request", cel::value(&request_value(req, def)));
+    let mut errors = Vec::new();
+    for c in conditions {
+        match run(&c.expression, &ctx) {
+            Ok(Cel::Bool(true)) => {}
+            Ok(Cel::Bool(false)) => return Ok(false),
+            Ok(_) => errors.push(format!("matchCondition '{}' must evaluate to bool", c.name)),
+            Err(e) => errors.push(format!(
+                "matchCondition '{}' resulted in error: {e}",
+                c.name
+            )),
+        }
+    }
+    match errors.len() {
+        0 => Ok(true),
+        1 => Err(errors.remove(0)),
+        _ => Err(format!("[{}]", errors.join(", "))),
+    }
+}
+
 /// Evaluates one policy for one parameter: match conditions, variables, then each validation.
 fn evaluate(
     spec: &k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicySpec,

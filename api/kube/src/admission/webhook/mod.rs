@@ -87,6 +87,8 @@ enum Outcome {
     Refused(ApiError),
     /// Could not be called, and failurePolicy is Ignore.
     FailedOpen,
+    /// Not called: a match condition is false (or failed under failurePolicy Ignore).
+    NotCalled,
 }
 
 impl Webhooks {
@@ -155,7 +157,7 @@ impl Webhooks {
             .await
         {
             Outcome::Refused(e) => Err(e),
-            Outcome::FailedOpen => Ok(()),
+            Outcome::FailedOpen | Outcome::NotCalled => Ok(()),
             Outcome::Allowed(answer) => {
                 warnings.extend(answer.warnings);
                 let Some(patch) = answer.patch.filter(|p| !p.0.is_empty()) else {
@@ -205,7 +207,7 @@ impl Webhooks {
         while let Some(outcome) = pending.next().await {
             match outcome {
                 Outcome::Refused(e) => return Err(e),
-                Outcome::FailedOpen => {}
+                Outcome::FailedOpen | Outcome::NotCalled => {}
                 Outcome::Allowed(a) => warnings.extend(a.warnings),
             }
         }
@@ -259,32 +261,28 @@ impl Webhooks {
                 }
             }
         }
-        if h.spec
-            .match_conditions
-            .as_ref()
-            .is_some_and(|c| !c.is_empty())
-        {
-            // Match conditions are CEL; until this server evaluates CEL, a webhook that has them is
-            // treated as a failed evaluation, which its failurePolicy decides (upstream's rule).
-            let msg = format!(
-                "webhook {:?}: matchConditions are not evaluated by this server yet",
-                h.name()
-            );
-            if h.fails_open() {
-                debug!(
-                    webhook = h.name(),
-                    "match conditions not evaluated; webhook skipped"
-                );
-                return Outcome::FailedOpen;
+        let conditions = h.spec.match_conditions.as_deref().unwrap_or(&[]);
+        if !conditions.is_empty() {
+            let old = req.old;
+            match super::policy::match_conditions(conditions, req, matched, object, old) {
+                Ok(true) => {}
+                // A condition that is false: the webhook is not called at all.
+                Ok(false) => return Outcome::NotCalled,
+                Err(why) if h.fails_open() => {
+                    debug!(webhook = h.name(), error = %why, "match condition failed; webhook skipped");
+                    return Outcome::NotCalled;
+                }
+                Err(why) => {
+                    return Outcome::Refused(ApiError::Forbidden {
+                        target: crate::status::Target::new(
+                            &req.requested.group,
+                            &req.requested.plural,
+                            req.name,
+                        ),
+                        message: format!("{} {why}", forbidden_prefix(req)),
+                    })
+                }
             }
-            return Outcome::Refused(ApiError::Forbidden {
-                target: crate::status::Target::new(
-                    &req.requested.group,
-                    &req.requested.plural,
-                    req.name,
-                ),
-                message: format!("{} {msg}", forbidden_prefix(req)),
-            });
         }
         let Some(version) = review::version(h) else {
             return self.failed(
