@@ -1,8 +1,10 @@
-//! What an admission webhook costs a write: ConfigMap creates through the API of a keel cluster, in a
-//! namespace no webhook watches and in one a no-op validating webhook (an HTTPS server in this process,
-//! answering `allowed: true`) checks, in alternating phases at each client count, so both halves see the
-//! same machine. For each: latency p50/p99 and server CPU per create over all members; the difference is
-//! the webhook's cost (the dial, TLS handshake, AdmissionReview and the call), measured, not asserted.
+//! What admission costs a write: ConfigMap creates through the API of a keel cluster, in a namespace
+//! nothing watches, in one a no-op validating webhook (an HTTPS server in this process, answering
+//! `allowed: true`) checks, and in one a ValidatingAdmissionPolicy (one CEL validation on the object)
+//! checks, in rotating phases at each client count, so all see the same machine. For each: latency
+//! p50/p99 and server CPU per create over all members; the differences are the webhook's cost (the
+//! AdmissionReview over a kept-alive HTTPS connection) and the policy's (matching, CEL compile and
+//! evaluation), measured, not asserted.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,6 +28,7 @@ use crate::workload::controllers::client;
 /// The namespace no webhook sees, and the one the webhook checks.
 const PLAIN: &str = "bench-plain";
 const HOOKED: &str = "bench-hooked";
+const POLICED: &str = "bench-policy";
 
 /// One phase's figures.
 #[derive(Clone, Debug)]
@@ -47,6 +50,8 @@ pub(crate) struct Row {
     pub plain: Phase,
     /// Creates the webhook checks.
     pub hooked: Phase,
+    /// Creates the policy checks.
+    pub policed: Phase,
 }
 
 /// Everything the step measured.
@@ -105,7 +110,11 @@ async fn register(c: &Client, port: u16, ca_pem: &str) -> Result<()> {
         c.clone(),
         &kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&()),
     );
-    for (name, labels) in [(PLAIN, json!({})), (HOOKED, json!({"bench-webhook": "on"}))] {
+    for (name, labels) in [
+        (PLAIN, json!({})),
+        (HOOKED, json!({"bench-webhook": "on"})),
+        (POLICED, json!({"bench-policy": "on"})),
+    ] {
         let ns: DynamicObject =
             serde_json::from_value(json!({"apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": name, "labels": labels}}))
@@ -136,6 +145,36 @@ async fn register(c: &Client, port: u16, ca_pem: &str) -> Result<()> {
     api.create(&PostParams::default(), &cfg)
         .await
         .map_err(|e| kube_error("create webhook configuration", e))?;
+    let policy: k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy =
+        serde_json::from_value(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": "bench-size"},
+            "spec": {
+                "matchConstraints": {"resourceRules": [{"operations": ["CREATE"], "apiGroups": [""],
+                    "apiVersions": ["v1"], "resources": ["configmaps"]}]},
+                "validations": [{"expression": "!has(object.data) || object.data.all(k, size(object.data[k]) <= 1024)",
+                    "message": "values of at most 1 KiB"}],
+            },
+        }))
+        .map_err(|e| kube_error("policy", e))?;
+    Api::<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy>::all(c.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .map_err(|e| kube_error("create policy", e))?;
+    let binding: k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding =
+        serde_json::from_value(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": "bench-size"},
+            "spec": {"policyName": "bench-size", "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {"bench-policy": "on"}}}},
+        }))
+        .map_err(|e| kube_error("binding", e))?;
+    Api::<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding>::all(
+        c.clone(),
+    )
+    .create(&PostParams::default(), &binding)
+    .await
+    .map_err(|e| kube_error("create binding", e))?;
     Ok(())
 }
 
@@ -190,8 +229,8 @@ async fn phase(
     })
 }
 
-/// Runs the step: a cluster of `members` and the webhook, then per client count a short warm-up of each
-/// kind and the measured pair, the hooked phase going first at every other client count.
+/// Runs the step: a cluster of `members`, the webhook and the policy, then per client count a short
+/// warm-up of each kind and the measured phases in a rotating order.
 pub(crate) async fn run(
     root: &Path,
     bins: &Binaries,
@@ -213,31 +252,33 @@ pub(crate) async fn run(
     let mut rows = Vec::new();
     for (k, &n) in client_counts.iter().enumerate() {
         progress(format!("{n} clients: warm-up"));
-        // A warm-up pair, then the measured pair, the hooked phase first on every other count.
-        phase(&cluster, &clients, PLAIN, &format!("w{k}p"), n, ops / 4 + 1).await?;
-        phase(
-            &cluster,
-            &clients,
-            HOOKED,
-            &format!("w{k}h"),
-            n,
-            ops / 4 + 1,
-        )
-        .await?;
+        for (ns, tag) in [(PLAIN, "p"), (HOOKED, "h"), (POLICED, "c")] {
+            phase(
+                &cluster,
+                &clients,
+                ns,
+                &format!("w{k}{tag}"),
+                n,
+                ops / 4 + 1,
+            )
+            .await?;
+        }
         progress(format!("{n} clients: measuring"));
-        let (plain, hooked) = if k % 2 == 0 {
-            let p = phase(&cluster, &clients, PLAIN, &format!("m{k}p"), n, ops).await?;
-            let h = phase(&cluster, &clients, HOOKED, &format!("m{k}h"), n, ops).await?;
-            (p, h)
-        } else {
-            let h = phase(&cluster, &clients, HOOKED, &format!("m{k}h"), n, ops).await?;
-            let p = phase(&cluster, &clients, PLAIN, &format!("m{k}p"), n, ops).await?;
-            (p, h)
+        // The three phases in a rotating order: each client count starts with another.
+        let mut got: [Option<Phase>; 3] = [None, None, None];
+        for j in 0..3 {
+            let which = (j + k) % 3;
+            let (ns, tag) = [(PLAIN, "p"), (HOOKED, "h"), (POLICED, "c")][which];
+            got[which] = Some(phase(&cluster, &clients, ns, &format!("m{k}{tag}"), n, ops).await?);
+        }
+        let [Some(plain), Some(hooked), Some(policed)] = got else {
+            return Err(kube_error("admission phases", "a phase did not run"));
         };
         rows.push(Row {
             clients: n,
             plain,
             hooked,
+            policed,
         });
     }
     drop(server);
@@ -253,22 +294,23 @@ pub(crate) async fn run(
 pub(crate) fn text(f: &Figures) -> String {
     let ms = |us: u64| format!("{:.2}", us as f64 / 1000.0);
     let mut out = format!(
-        "admission webhook cost: {} members, {} ConfigMap creates per phase, a no-op validating webhook over HTTPS ({} reviews answered)\n",
+        "admission cost: {} members, {} ConfigMap creates per phase; a no-op validating webhook over HTTPS ({} reviews answered); a ValidatingAdmissionPolicy with one CEL validation\n",
         f.members, f.ops, f.reviews
     );
-    out.push_str("| clients | p50 plain / with webhook (ms) | p99 plain / with webhook (ms) | added p50 / p99 (ms) | server CPU per create plain / with (µs) |\n|---|---|---|---|---|\n");
+    out.push_str("| clients | p50 plain / webhook / policy (ms) | p99 plain / webhook / policy (ms) | server CPU per create plain / webhook / policy (µs) |\n|---|---|---|---|\n");
     for r in &f.rows {
         out.push_str(&format!(
-            "| {} | {} / {} | {} / {} | {} / {} | {:.0} / {:.0} |\n",
+            "| {} | {} / {} / {} | {} / {} / {} | {:.0} / {:.0} / {:.0} |\n",
             r.clients,
             ms(r.plain.p50_us),
             ms(r.hooked.p50_us),
+            ms(r.policed.p50_us),
             ms(r.plain.p99_us),
             ms(r.hooked.p99_us),
-            ms(r.hooked.p50_us.saturating_sub(r.plain.p50_us)),
-            ms(r.hooked.p99_us.saturating_sub(r.plain.p99_us)),
+            ms(r.policed.p99_us),
             r.plain.cpu_us,
             r.hooked.cpu_us,
+            r.policed.cpu_us,
         ));
     }
     out

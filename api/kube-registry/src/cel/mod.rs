@@ -23,6 +23,26 @@ pub fn compile(expr: &str) -> Result<Program, String> {
     Program::compile(expr).map_err(|e| e.to_string().trim().replace('\n', " "))
 }
 
+/// `expr` compiled, from a cache of what this process compiled before (parsing costs far more than a
+/// typical evaluation, and policies evaluate the same expressions on every request).
+pub fn compiled(expr: &str) -> Result<Arc<Program>, String> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<HashMap<String, Arc<Program>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Mutex::default);
+    if let Some(p) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(expr) {
+        return Ok(p.clone());
+    }
+    let p = Arc::new(compile(expr)?);
+    let mut c = cache.lock().unwrap_or_else(|e| e.into_inner());
+    // Expressions come from stored policies; a cache that somehow grows large starts again.
+    if c.len() >= 4096 {
+        c.clear();
+    }
+    c.insert(expr.to_string(), p.clone());
+    Ok(p)
+}
+
 /// A context with the standard functions and Kubernetes' libraries, and no variables.
 pub fn context() -> Context<'static> {
     let mut ctx = Context::default();

@@ -418,7 +418,7 @@ fn evaluate(
         }),
     );
     for v in spec.variables.iter().flatten() {
-        if let Ok(Ok(value)) = cel::compile(&v.expression).map(|p| cel::eval(&p, &ctx)) {
+        if let Ok(value) = run(&v.expression, &ctx) {
             vars.insert(cel::objects::Key::String(Arc::new(v.name.clone())), value);
             ctx.add_variable_from_value(
                 "variables",
@@ -469,7 +469,7 @@ fn evaluate(
 }
 
 fn run(expr: &str, ctx: &cel::Context<'_>) -> Result<Cel, String> {
-    let program = cel::compile(expr)?;
+    let program = cel::compiled(expr)?;
     cel::eval(&program, ctx)
 }
 
