@@ -991,6 +991,40 @@ spec:
         e.contains("spec.validations[0].expression: Invalid value: \"object.spec.replicas <=\": compilation failed: "),
         "{e}"
     );
+    // An expression that compiles but reads a field Deployments do not have is reported in the policy's
+    // status.typeChecking by the leader.
+    let typo = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: typo}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE], resources: [deployments]}
+  validations:
+  - expression: "object.spec.replicaz <= 3"
+"#;
+    env.ok_stdin(&["apply", "-f", "-"], Some(typo));
+    let mut status = Value::Null;
+    env.c.wait_until("the typo's type checking", WAIT, || {
+        status = serde_json::from_str::<Value>(&env.ok(&[
+            "get",
+            "validatingadmissionpolicy",
+            "typo",
+            "-o",
+            "json",
+        ]))
+        .map(|v| v["status"].clone())
+        .unwrap_or(Value::Null);
+        status["observedGeneration"] == 1
+    });
+    assert_eq!(
+        status["typeChecking"]["expressionWarnings"],
+        json!([{"fieldRef": "spec.validations[0].expression",
+                "warning": "apps/v1, Kind=Deployment: ERROR: <input>: undefined field 'replicaz'\n"}]),
+        "{status}"
+    );
+    env.ok(&["delete", "validatingadmissionpolicy", "typo"]);
     env.ok(&[
         "delete",
         "validatingadmissionpolicybinding",

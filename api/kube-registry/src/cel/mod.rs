@@ -6,6 +6,7 @@ mod library;
 
 use std::sync::Arc;
 
+pub use cel::common::ast;
 pub use cel::{objects, Context, Program, Value};
 
 /// The longest expression accepted (upstream's bound on a CEL expression's length).

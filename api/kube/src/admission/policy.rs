@@ -17,8 +17,9 @@ use keel_kube_registry::cel::{self, Value as Cel};
 use serde_json::{json, Value};
 use tracing::debug;
 
+use super::cel_env::{request_value, run};
+use super::request::{Operation, Request};
 use super::webhook::matching;
-use super::webhook::{Operation, Request};
 use crate::crd::registry::Registry;
 use crate::resource::ResourceDef;
 use crate::status::ApiError;
@@ -47,22 +48,6 @@ enum Verdict {
     Pass,
     /// A validation failed: its message and reason.
     Failed { message: String, reason: String },
-}
-
-/// The request as CEL's `request` variable sees it.
-fn request_value(req: &Request<'_>, def: &ResourceDef) -> Value {
-    json!({
-        "kind": {"group": def.group, "version": def.version, "kind": def.kind},
-        "resource": {"group": def.group, "version": def.version, "resource": def.plural},
-        "requestKind": {"group": req.requested.group, "version": req.requested.version, "kind": req.requested.kind},
-        "requestResource": {"group": req.requested.group, "version": req.requested.version, "resource": req.requested.plural},
-        "subResource": req.subresource.unwrap_or(""),
-        "name": req.name,
-        "namespace": req.namespace.unwrap_or(""),
-        "operation": req.operation.as_str(),
-        "userInfo": {"username": req.identity.user, "groups": req.identity.groups},
-        "dryRun": req.dry_run,
-    })
 }
 
 fn named_rule_covers(rule: &NamedRuleWithOperations, req: &Request<'_>, def: &ResourceDef) -> bool {
@@ -354,38 +339,6 @@ async fn params(
     Ok(found.into_iter().map(Some).collect())
 }
 
-/// A webhook's match conditions: whether all hold (upstream's rule: any false one skips the webhook),
-/// or why one could not be evaluated.
-pub fn match_conditions(
-    conditions: &[k8s_openapi::api::admissionregistration::v1::MatchCondition],
-    req: &Request<'_>,
-    def: &ResourceDef,
-    obj: Option<&Value>,
-    old: Option<&Value>,
-) -> Result<bool, String> {
-    let mut ctx = cel::context();
-    ctx.add_variable_from_value("object", cel::value(obj.unwrap_or(&Value::Null)));
-    ctx.add_variable_from_value("oldObject", cel::value(old.unwrap_or(&Value::Null)));
-    ctx.add_variable_from_value("request", cel::value(&request_value(req, def)));
-    let mut errors = Vec::new();
-    for c in conditions {
-        match run(&c.expression, &ctx) {
-            Ok(Cel::Bool(true)) => {}
-            Ok(Cel::Bool(false)) => return Ok(false),
-            Ok(_) => errors.push(format!("matchCondition '{}' must evaluate to bool", c.name)),
-            Err(e) => errors.push(format!(
-                "matchCondition '{}' resulted in error: {e}",
-                c.name
-            )),
-        }
-    }
-    match errors.len() {
-        0 => Ok(true),
-        1 => Err(errors.remove(0)),
-        _ => Err(format!("[{}]", errors.join(", "))),
-    }
-}
-
 /// Evaluates one policy for one parameter: match conditions, variables, then each validation.
 fn evaluate(
     spec: &k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicySpec,
@@ -466,11 +419,6 @@ fn evaluate(
         out.push(verdict);
     }
     out
-}
-
-fn run(expr: &str, ctx: &cel::Context<'_>) -> Result<Cel, String> {
-    let program = cel::compiled(expr)?;
-    cel::eval(&program, ctx)
 }
 
 /// A failed validation's message: its messageExpression's string when that gives a non-empty one on one

@@ -229,6 +229,11 @@ impl ApiServer {
                 registry.clone(),
                 stop_rx.clone(),
             )),
+            tokio::spawn(crate::admission::type_check::run(
+                storage.clone(),
+                registry.clone(),
+                stop_rx.clone(),
+            )),
             tokio::spawn(kubernetes_service::run(storage.clone(), stop_rx.clone())),
             tokio::spawn(crate::aggregator::available::run(
                 storage.clone(),

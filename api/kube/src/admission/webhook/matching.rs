@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
 use super::hook::Hook;
-use super::Request;
+use crate::admission::request::Request;
 use crate::resource::ResourceDef;
 
 /// The kinds no webhook ever sees, so a broken webhook cannot lock its own configuration.

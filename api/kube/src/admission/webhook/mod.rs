@@ -22,54 +22,10 @@ use tracing::{debug, warn};
 
 use self::call::{CallError, TlsCache};
 use self::hook::{Hook, Phase};
-use crate::authn::Identity;
+pub use super::request::{Operation, Request};
 use crate::resource::ResourceDef;
 use crate::status::ApiError;
 use crate::storage::Storage;
-
-/// What a webhook is asked about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Operation {
-    /// A new object.
-    Create,
-    /// A changed object.
-    Update,
-    /// A deleted object (the old object only).
-    Delete,
-}
-
-impl Operation {
-    /// As AdmissionReview spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Operation::Create => "CREATE",
-            Operation::Update => "UPDATE",
-            Operation::Delete => "DELETE",
-        }
-    }
-}
-
-/// One request as webhooks see it.
-pub struct Request<'a> {
-    /// Create, update or delete.
-    pub operation: Operation,
-    /// The resource as the client named it.
-    pub requested: &'a ResourceDef,
-    /// The resource in its stored version (the objects here are in it).
-    pub stored: &'a ResourceDef,
-    /// The namespace from the URL.
-    pub namespace: Option<&'a str>,
-    /// The object's name (empty for a server-named create, as upstream's mutating webhooks see it).
-    pub name: &'a str,
-    /// The subresource written, if any.
-    pub subresource: Option<&'a str>,
-    /// Whether it is a dry run.
-    pub dry_run: bool,
-    /// Who asks.
-    pub identity: &'a Identity,
-    /// The object before the write (update, delete).
-    pub old: Option<&'a Value>,
-}
 
 /// The webhook dispatcher: TLS configurations by caBundle and the webhook metrics.
 #[derive(Default)]
@@ -264,7 +220,7 @@ impl Webhooks {
         let conditions = h.spec.match_conditions.as_deref().unwrap_or(&[]);
         if !conditions.is_empty() {
             let old = req.old;
-            match super::policy::match_conditions(conditions, req, matched, object, old) {
+            match super::cel_env::match_conditions(conditions, req, matched, object, old) {
                 Ok(true) => {}
                 // A condition that is false: the webhook is not called at all.
                 Ok(false) => return Outcome::NotCalled,

@@ -5,7 +5,7 @@ use base64::Engine;
 use serde_json::{json, Value};
 
 use super::hook::{Hook, Phase};
-use super::Request;
+use crate::admission::request::Request;
 use crate::resource::ResourceDef;
 
 /// The AdmissionReview versions this server speaks, in the order it prefers them.
@@ -38,9 +38,9 @@ pub fn request(
     old: Option<&Value>,
 ) -> Vec<u8> {
     let options = match req.operation {
-        super::Operation::Create => "CreateOptions",
-        super::Operation::Update => "UpdateOptions",
-        super::Operation::Delete => "DeleteOptions",
+        crate::admission::request::Operation::Create => "CreateOptions",
+        crate::admission::request::Operation::Update => "UpdateOptions",
+        crate::admission::request::Operation::Delete => "DeleteOptions",
     };
     let mut r = json!({
         "uid": uid,
