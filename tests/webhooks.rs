@@ -991,6 +991,46 @@ spec:
         e.contains("spec.validations[0].expression: Invalid value: \"object.spec.replicas <=\": compilation failed: "),
         "{e}"
     );
+    // An expression whose nested loops could run long on a large object is stopped before it runs, and
+    // the policy's failurePolicy (Fail) refuses the write; on a small object it runs.
+    let costly = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: costly}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}
+  validations:
+  - expression: "object.data.all(a, object.data.all(b, object.data.all(c, a != '')))"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: costly}
+spec:
+  policyName: costly
+  validationActions: [Deny]
+  matchResources: {namespaceSelector: {matchLabels: {policy: deny}}}
+"#;
+    env.ok_stdin(&["apply", "-f", "-"], Some(costly));
+    env.ok(&[
+        "create",
+        "configmap",
+        "small",
+        "-n",
+        "vap-deny",
+        "--from-literal=a=1",
+    ]);
+    let big: Vec<String> = (0..300).map(|i| format!("--from-literal=k{i}=v")).collect();
+    let mut args = vec!["create", "configmap", "big", "-n", "vap-deny"];
+    args.extend(big.iter().map(String::as_str));
+    let e = env.err(&args, None);
+    assert!(
+        e.contains("resulted in error: operation cancelled: cost limit exceeded"),
+        "{e}"
+    );
+    env.ok(&["delete", "validatingadmissionpolicybinding", "costly"]);
+    env.ok(&["delete", "validatingadmissionpolicy", "costly"]);
     // An expression that compiles but reads a field Deployments do not have is reported in the policy's
     // status.typeChecking by the leader.
     let typo = r#"

@@ -134,3 +134,117 @@ mod tests {
         assert!(compile("object.spec.replicas <").is_err());
     }
 }
+
+/// The most evaluation steps an expression may take on one request (upstream's per-expression limit,
+/// counted here as an upper bound before evaluating rather than as the steps taken).
+pub const PER_CALL_LIMIT: u64 = 1_000_000;
+
+/// An upper bound of the steps `program` takes on inputs whose largest list or map has `collection`
+/// items and whose longest string has `text` characters: its nodes, times that many iterations for
+/// each level of nested comprehension (`all`, `exists`, `map`, `filter`), strings counting as
+/// collections only when the expression splits or scans them into lists.
+pub fn cost_bound(program: &Program, collection: u64, text: u64) -> u64 {
+    fn walk(e: &ast::IdedExpr, depth: u32, nodes: &mut u64, deepest: &mut u32, splits: &mut bool) {
+        use ast::{EntryExpr, Expr};
+        *nodes += 1;
+        *deepest = (*deepest).max(depth);
+        match &e.expr {
+            Expr::Call(c) => {
+                if matches!(c.func_name.as_str(), "split" | "findAll") {
+                    *splits = true;
+                }
+                if let Some(t) = &c.target {
+                    walk(t, depth, nodes, deepest, splits);
+                }
+                for a in &c.args {
+                    walk(a, depth, nodes, deepest, splits);
+                }
+            }
+            Expr::Comprehension(c) => {
+                walk(&c.iter_range, depth, nodes, deepest, splits);
+                walk(&c.accu_init, depth, nodes, deepest, splits);
+                for x in [&c.loop_cond, &c.loop_step, &c.result] {
+                    walk(x, depth + 1, nodes, deepest, splits);
+                }
+            }
+            Expr::Select(s) => walk(&s.operand, depth, nodes, deepest, splits),
+            Expr::List(l) => l
+                .elements
+                .iter()
+                .for_each(|x| walk(x, depth, nodes, deepest, splits)),
+            Expr::Map(m) => {
+                for entry in &m.entries {
+                    if let EntryExpr::MapEntry(me) = &entry.expr {
+                        walk(&me.key, depth, nodes, deepest, splits);
+                        walk(&me.value, depth, nodes, deepest, splits);
+                    }
+                }
+            }
+            Expr::Struct(s) => {
+                for entry in &s.entries {
+                    if let EntryExpr::StructField(f) = &entry.expr {
+                        walk(&f.value, depth, nodes, deepest, splits);
+                    }
+                }
+            }
+            Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
+        }
+    }
+    let (mut nodes, mut deepest, mut splits) = (0u64, 0u32, false);
+    walk(
+        program.expression(),
+        0,
+        &mut nodes,
+        &mut deepest,
+        &mut splits,
+    );
+    let per_level = if splits {
+        collection.max(text)
+    } else {
+        collection
+    }
+    .saturating_add(1);
+    nodes.saturating_mul(per_level.saturating_pow(deepest))
+}
+
+/// The largest list or map size and the longest string in `v`.
+pub fn input_sizes(v: &serde_json::Value) -> (u64, u64) {
+    match v {
+        serde_json::Value::String(s) => (0, s.chars().count() as u64),
+        serde_json::Value::Array(a) => a
+            .iter()
+            .map(input_sizes)
+            .fold((a.len() as u64, 0), |(c, t), (c2, t2)| {
+                (c.max(c2), t.max(t2))
+            }),
+        serde_json::Value::Object(m) => m
+            .values()
+            .map(input_sizes)
+            .fold((m.len() as u64, 0), |(c, t), (c2, t2)| {
+                (c.max(c2), t.max(t2))
+            }),
+        _ => (0, 0),
+    }
+}
+
+#[cfg(test)]
+mod cost_tests {
+    use super::*;
+
+    #[test]
+    fn nested_comprehensions_over_large_inputs_are_bounded() {
+        let flat = compile("object.spec.replicas <= 5").unwrap_or_else(|e| panic!("{e}"));
+        assert!(cost_bound(&flat, 1_000_000, 1_000_000) < 100);
+        let nested = compile("object.items.all(a, object.items.all(b, a != b || a == b))")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(cost_bound(&nested, 10, 0) < PER_CALL_LIMIT);
+        assert!(cost_bound(&nested, 10_000, 0) > PER_CALL_LIMIT);
+        let split =
+            compile("object.data.v.split(',').all(x, x != '')").unwrap_or_else(|e| panic!("{e}"));
+        assert!(cost_bound(&split, 3, 5_000_000) > PER_CALL_LIMIT);
+        assert_eq!(
+            input_sizes(&serde_json::json!({"a": [1, 2, 3], "b": "xyz1"})),
+            (3, 4)
+        );
+    }
+}

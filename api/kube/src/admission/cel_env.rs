@@ -36,9 +36,10 @@ pub fn match_conditions(
     ctx.add_variable_from_value("object", cel::value(obj.unwrap_or(&Value::Null)));
     ctx.add_variable_from_value("oldObject", cel::value(old.unwrap_or(&Value::Null)));
     ctx.add_variable_from_value("request", cel::value(&request_value(req, def)));
+    let sizes = sizes(&[obj, old]);
     let mut errors = Vec::new();
     for c in conditions {
-        match run(&c.expression, &ctx) {
+        match run(&c.expression, &ctx, sizes) {
             Ok(Cel::Bool(true)) => {}
             Ok(Cel::Bool(false)) => return Ok(false),
             Ok(_) => errors.push(format!("matchCondition '{}' must evaluate to bool", c.name)),
@@ -55,8 +56,25 @@ pub fn match_conditions(
     }
 }
 
-/// Evaluates `expr` (compiled once per process) in `ctx`.
-pub(crate) fn run(expr: &str, ctx: &cel::Context<'_>) -> Result<Cel, String> {
+/// The largest collection and longest string among an evaluation's inputs.
+pub(crate) fn sizes(inputs: &[Option<&Value>]) -> (u64, u64) {
+    inputs
+        .iter()
+        .flatten()
+        .map(|v| cel::input_sizes(v))
+        .fold((0, 0), |(c, t), (c2, t2)| (c.max(c2), t.max(t2)))
+}
+
+/// Evaluates `expr` (compiled once per process) in `ctx`, unless it could take more steps on inputs of
+/// `sizes` than the per-expression limit (so no expression can hold a request, or a core, for long).
+pub(crate) fn run(expr: &str, ctx: &cel::Context<'_>, sizes: (u64, u64)) -> Result<Cel, String> {
     let program = cel::compiled(expr)?;
+    let bound = cel::cost_bound(&program, sizes.0, sizes.1);
+    if bound > cel::PER_CALL_LIMIT {
+        return Err(format!(
+            "operation cancelled: cost limit exceeded: up to {bound} steps on these inputs, more than the limit of {}",
+            cel::PER_CALL_LIMIT
+        ));
+    }
     cel::eval(&program, ctx)
 }

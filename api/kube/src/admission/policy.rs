@@ -17,7 +17,7 @@ use keel_kube_registry::cel::{self, Value as Cel};
 use serde_json::{json, Value};
 use tracing::debug;
 
-use super::cel_env::{request_value, run};
+use super::cel_env::{request_value, run, sizes};
 use super::request::{Operation, Request};
 use super::webhook::matching;
 use crate::crd::registry::Registry;
@@ -361,6 +361,7 @@ fn evaluate(
         "namespaceObject",
         cel::value(namespace.unwrap_or(&Value::Null)),
     );
+    let sizes = sizes(&[Some(&object), req.old, param, namespace]);
     // Variables may use the ones before them; one that fails is an error where it is used.
     let mut vars: std::collections::HashMap<cel::objects::Key, Cel> =
         std::collections::HashMap::new();
@@ -371,7 +372,7 @@ fn evaluate(
         }),
     );
     for v in spec.variables.iter().flatten() {
-        if let Ok(value) = run(&v.expression, &ctx) {
+        if let Ok(value) = run(&v.expression, &ctx, sizes) {
             vars.insert(cel::objects::Key::String(Arc::new(v.name.clone())), value);
             ctx.add_variable_from_value(
                 "variables",
@@ -382,7 +383,7 @@ fn evaluate(
         }
     }
     for c in spec.match_conditions.iter().flatten() {
-        match run(&c.expression, &ctx) {
+        match run(&c.expression, &ctx, sizes) {
             Ok(Cel::Bool(true)) => {}
             Ok(Cel::Bool(false)) => return vec![Ok(Verdict::Pass)],
             Ok(_) => {
@@ -401,10 +402,10 @@ fn evaluate(
     }
     let mut out = Vec::new();
     for v in spec.validations.iter().flatten() {
-        let verdict = match run(&v.expression, &ctx) {
+        let verdict = match run(&v.expression, &ctx, sizes) {
             Ok(Cel::Bool(true)) => Ok(Verdict::Pass),
             Ok(Cel::Bool(false)) => Ok(Verdict::Failed {
-                message: message_of(v, &ctx),
+                message: message_of(v, &ctx, sizes),
                 reason: v.reason.clone().unwrap_or_else(|| "Invalid".into()),
             }),
             Ok(_) => Err(format!(
@@ -426,13 +427,14 @@ fn evaluate(
 fn message_of(
     v: &k8s_openapi::api::admissionregistration::v1::Validation,
     ctx: &cel::Context<'_>,
+    sizes: (u64, u64),
 ) -> String {
     if let Some(me) = v
         .message_expression
         .as_deref()
         .filter(|m| !m.trim().is_empty())
     {
-        if let Ok(value) = run(me, ctx) {
+        if let Ok(value) = run(me, ctx, sizes) {
             if let Some(text) = cel::text(&value) {
                 let text = text.trim().to_string();
                 if !text.is_empty() && !text.contains('\n') {
