@@ -95,27 +95,7 @@ impl Env {
     }
 
     fn ok_stdin(&self, args: &[&str], stdin: Option<&str>) -> String {
-        // A request refused between leaders wrote nothing: tried again for a while.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let r = self.run(args, stdin);
-            if r.ok {
-                return r.stdout;
-            }
-            let transient = [
-                "no leader",
-                "not leader",
-                "connection refused",
-                "EOF",
-                "timeout",
-            ]
-            .iter()
-            .any(|t| r.stderr.contains(t));
-            if !transient || Instant::now() > deadline {
-                self.fail(format!("kubectl {args:?}: {}", r.stderr));
-            }
-            std::thread::sleep(Duration::from_millis(500));
-        }
+        self.c.ok_stdin_retrying(self.via, args, stdin)
     }
 
     fn err(&self, args: &[&str], stdin: Option<&str>) -> String {

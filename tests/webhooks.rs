@@ -153,26 +153,7 @@ impl Env {
 
     /// A request that fails between leaders wrote nothing: tried again for a while.
     fn ok_stdin(&self, args: &[&str], stdin: Option<&str>) -> String {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let r = self.c.kubectl_stdin(self.via, args, stdin);
-            if r.ok {
-                return r.stdout;
-            }
-            let transient = [
-                "no leader",
-                "not leader",
-                "connection refused",
-                "EOF",
-                "timeout",
-            ]
-            .iter()
-            .any(|t| r.stderr.contains(t));
-            if !transient || Instant::now() > deadline {
-                self.c.fail(format!("kubectl {args:?}: {}", r.stderr));
-            }
-            std::thread::sleep(Duration::from_millis(300));
-        }
+        self.c.ok_stdin_retrying(self.via, args, stdin)
     }
 
     /// What kubectl wrote to stderr on success (its warnings).
@@ -214,6 +195,25 @@ impl Env {
         let out = self.ok(&["get", "pod", "-n", ns, name, "-o", "json"]);
         labels(&serde_json::from_str(&out).unwrap())
     }
+}
+
+/// A webhook configuration of `kind` named `name` with one webhook, `<hook>.keel.test`, reached through
+/// `client` (a clientConfig in flow YAML), for `ops` on core `resource`; `extra` adds lines to the webhook.
+fn one_hook(
+    kind: &str,
+    name: &str,
+    hook: &str,
+    client: &str,
+    ops: &str,
+    resource: &str,
+    extra: &str,
+) -> String {
+    format!(
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: {kind}\nmetadata: {{name: {name}}}\nwebhooks:\n\
+         - name: {hook}.keel.test\n  clientConfig: {client}\n  \
+         rules: [{{operations: [{ops}], apiGroups: [\"\"], apiVersions: [v1], resources: [{resource}]}}]\n\
+         {extra}  sideEffects: None\n  admissionReviewVersions: [v1]\n"
+    )
 }
 
 fn pod(ns: &str, name: &str, labels: &str) -> String {
@@ -285,20 +285,14 @@ ports: [{{name: https, port: {port}, protocol: TCP}}]
 }
 
 fn validating_refuses_and_warns(env: &Env) {
-    let config = format!(
-        r#"
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingWebhookConfiguration
-metadata: {{name: deny}}
-webhooks:
-- name: deny.keel.test
-  clientConfig: {}
-  rules: [{{operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}}]
-  namespaceSelector: {{matchLabels: {{webhooks: "on"}}}}
-  sideEffects: None
-  admissionReviewVersions: [v1]
-"#,
-        env.client_config("/deny")
+    let config = one_hook(
+        "ValidatingWebhookConfiguration",
+        "deny",
+        "deny",
+        &env.client_config("/deny"),
+        "CREATE",
+        "pods",
+        "  namespaceSelector: {matchLabels: {webhooks: \"on\"}}\n",
     );
     env.ok_stdin(&["apply", "-f", "-"], Some(&config));
     // Defaults as upstream's; the table counts the webhooks.
@@ -371,36 +365,25 @@ webhooks:
 }
 
 fn mutating_and_reinvoked(env: &Env) {
-    let config = format!(
-        r#"
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingWebhookConfiguration
-metadata: {{name: a-first}}
-webhooks:
-- name: first.keel.test
-  clientConfig: {}
-  rules: [{{operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}}]
-  objectSelector: {{matchExpressions: [{{key: skip-first, operator: DoesNotExist}}]}}
-  reinvocationPolicy: IfNeeded
-  sideEffects: None
-  admissionReviewVersions: [v1]
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingWebhookConfiguration
-metadata: {{name: b-second}}
-webhooks:
-- name: second.keel.test
-  clientConfig: {}
-  rules: [{{operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}}]
-  matchConditions:
-  - name: not-opted-out
-    expression: "!has(object.metadata.labels) || !('no-second' in object.metadata.labels)"
-  sideEffects: None
-  admissionReviewVersions: [v1]
-"#,
-        env.client_config("/first"),
-        env.client_config("/second")
+    let first = one_hook(
+        "MutatingWebhookConfiguration",
+        "a-first",
+        "first",
+        &env.client_config("/first"),
+        "CREATE",
+        "pods",
+        "  objectSelector: {matchExpressions: [{key: skip-first, operator: DoesNotExist}]}\n  reinvocationPolicy: IfNeeded\n",
     );
+    let second = one_hook(
+        "MutatingWebhookConfiguration",
+        "b-second",
+        "second",
+        &env.client_config("/second"),
+        "CREATE",
+        "pods",
+        "  matchConditions:\n  - name: not-opted-out\n    expression: \"!has(object.metadata.labels) || !('no-second' in object.metadata.labels)\"\n",
+    );
+    let config = format!("{first}---\n{second}");
     env.ok_stdin(&["apply", "-f", "-"], Some(&config));
     let before = env.calls("/first").len();
     env.ok_stdin(
@@ -461,21 +444,17 @@ fn failure_policy(env: &Env) {
     let port = down.local_addr().unwrap().port();
     drop(down);
     let config = |policy: &str| {
-        format!(
-            r#"
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingWebhookConfiguration
-metadata: {{name: down}}
-webhooks:
-- name: down.keel.test
-  clientConfig: {{url: "https://127.0.0.1:{port}/check", caBundle: {}}}
-  rules: [{{operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [configmaps]}}]
-  namespaceSelector: {{matchLabels: {{webhooks: "on"}}}}
-  failurePolicy: {policy}
-  sideEffects: None
-  admissionReviewVersions: [v1]
-"#,
-            env.ca_b64
+        one_hook(
+            "ValidatingWebhookConfiguration",
+            "down",
+            "down",
+            &format!(
+                "{{url: \"https://127.0.0.1:{port}/check\", caBundle: {}}}",
+                env.ca_b64
+            ),
+            "CREATE",
+            "configmaps",
+            &format!("  namespaceSelector: {{matchLabels: {{webhooks: \"on\"}}}}\n  failurePolicy: {policy}\n"),
         )
     };
     env.ok_stdin(&["apply", "-f", "-"], Some(&config("Fail")));
@@ -495,21 +474,14 @@ webhooks:
 }
 
 fn timeout_cuts_off(env: &Env) {
-    let config = format!(
-        r#"
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingWebhookConfiguration
-metadata: {{name: slow}}
-webhooks:
-- name: slow.keel.test
-  clientConfig: {}
-  rules: [{{operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [secrets]}}]
-  namespaceSelector: {{matchLabels: {{webhooks: "on"}}}}
-  timeoutSeconds: 1
-  sideEffects: None
-  admissionReviewVersions: [v1]
-"#,
-        env.client_config("/slow")
+    let config = one_hook(
+        "ValidatingWebhookConfiguration",
+        "slow",
+        "slow",
+        &env.client_config("/slow"),
+        "CREATE",
+        "secrets",
+        "  namespaceSelector: {matchLabels: {webhooks: \"on\"}}\n  timeoutSeconds: 1\n",
     );
     env.ok_stdin(&["apply", "-f", "-"], Some(&config));
     let e = env.err(
@@ -532,20 +504,14 @@ webhooks:
 }
 
 fn delete_reaches_webhooks(env: &Env) {
-    let config = format!(
-        r#"
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingWebhookConfiguration
-metadata: {{name: protect}}
-webhooks:
-- name: protect.keel.test
-  clientConfig: {}
-  rules: [{{operations: [DELETE], apiGroups: [""], apiVersions: [v1], resources: [configmaps]}}]
-  objectSelector: {{matchLabels: {{protected: "yes"}}}}
-  sideEffects: None
-  admissionReviewVersions: [v1]
-"#,
-        env.client_config("/protect")
+    let config = one_hook(
+        "ValidatingWebhookConfiguration",
+        "protect",
+        "protect",
+        &env.client_config("/protect"),
+        "DELETE",
+        "configmaps",
+        "  objectSelector: {matchLabels: {protected: \"yes\"}}\n",
     );
     env.ok_stdin(&["apply", "-f", "-"], Some(&config));
     env.ok(&["create", "configmap", "-n", "plain", "keep"]);

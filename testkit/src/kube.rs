@@ -96,6 +96,30 @@ impl KubeCluster {
         r.stdout
     }
 
+    /// [`KubeCluster::ok_stdin`] through a leader change: a request refused while the members elect a
+    /// leader (or a member restarts) wrote nothing, so it is sent again for up to 30 s.
+    pub fn ok_stdin_retrying(&self, i: usize, args: &[&str], stdin: Option<&str>) -> String {
+        const TRANSIENT: [&str; 5] = [
+            "no leader",
+            "not leader",
+            "connection refused",
+            "EOF",
+            "timeout",
+        ];
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let r = self.kubectl_stdin(i, args, stdin);
+            if r.ok {
+                return r.stdout;
+            }
+            let transient = TRANSIENT.iter().any(|t| r.stderr.contains(t));
+            if !transient || Instant::now() > deadline {
+                self.fail(format!("kubectl {args:?}: {}", r.stderr));
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
     /// The messages of the Events with `reason` about the object `name` in `ns`, read through member `i`.
     pub fn event_messages(&self, i: usize, ns: &str, name: &str, reason: &str) -> Vec<String> {
         let text = self.ok(i, &["get", "events", "-n", ns, "-o", "json"]);

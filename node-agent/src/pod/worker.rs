@@ -753,8 +753,22 @@ impl Worker {
                     return Ok(Next::After(rem));
                 }
                 let cfg = sandbox_config(attempt);
-                let handler = match self.runtime_handler(pod).await {
-                    Ok(h) => h,
+                let started = match self.runtime_handler(pod).await {
+                    Ok(handler) => self
+                        .sh
+                        .cri
+                        .run_sandbox(cfg.clone(), &handler)
+                        .await
+                        .map_err(|e| e.runtime_message()),
+                    Err(why) => Err(why),
+                };
+                match started {
+                    Ok(id) => {
+                        info!(pod = %pod_key(pod), sandbox = %id, "sandbox started");
+                        self.backoff.reset("sandbox");
+                        self.new_sandbox = Some((id.clone(), attempt));
+                        (id, cfg)
+                    }
                     Err(why) => {
                         self.backoff
                             .failed("sandbox", Instant::now(), Duration::ZERO);
@@ -763,28 +777,6 @@ impl Worker {
                             true,
                             "FailedCreatePodSandBox",
                             format!("Failed to create pod sandbox: {why}"),
-                        )
-                        .await;
-                        self.write_status(pod, input, None, false, "Pending", None)
-                            .await;
-                        return Ok(Next::After(self.backoff.delay("sandbox")));
-                    }
-                };
-                match self.sh.cri.run_sandbox(cfg.clone(), &handler).await {
-                    Ok(id) => {
-                        info!(pod = %pod_key(pod), sandbox = %id, "sandbox started");
-                        self.backoff.reset("sandbox");
-                        self.new_sandbox = Some((id.clone(), attempt));
-                        (id, cfg)
-                    }
-                    Err(e) => {
-                        self.backoff
-                            .failed("sandbox", Instant::now(), Duration::ZERO);
-                        self.event(
-                            pod,
-                            true,
-                            "FailedCreatePodSandBox",
-                            format!("Failed to create pod sandbox: {}", e.runtime_message()),
                         )
                         .await;
                         self.write_status(pod, input, None, false, "Pending", None)
