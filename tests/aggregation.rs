@@ -306,28 +306,14 @@ async fn aggregated_api_through_kubectl() {
     let (server, backend_ca) = start_backend(&cluster_ca, seen.clone()).await;
     let port = server.port;
     let ca_b64 = base64::engine::general_purpose::STANDARD.encode(backend_ca.as_bytes());
+    let service = https::loopback_service("agg-test", "metrics-sample", port);
     let manifests = format!(
         r#"
 apiVersion: v1
 kind: Namespace
 metadata: {{name: agg-test}}
 ---
-apiVersion: v1
-kind: Service
-metadata: {{name: metrics-sample, namespace: agg-test}}
-spec:
-  ports: [{{name: https, port: 443, targetPort: {port}}}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: metrics-sample-1
-  namespace: agg-test
-  labels: {{kubernetes.io/service-name: metrics-sample}}
-addressType: IPv4
-endpoints: [{{addresses: [127.0.0.1], conditions: {{ready: true}}}}]
-ports: [{{name: https, port: {port}, protocol: TCP}}]
----
+{service}---
 apiVersion: apiregistration.k8s.io/v1
 kind: APIService
 metadata: {{name: v1alpha1.{GROUP}}}

@@ -255,31 +255,9 @@ async fn admission_webhooks_through_kubectl() {
 
 fn setup(env: &Env, port: u16) {
     let manifests = format!(
-        r#"
-apiVersion: v1
-kind: Namespace
-metadata: {{name: hooks, labels: {{webhooks: "on"}}}}
----
-apiVersion: v1
-kind: Namespace
-metadata: {{name: plain}}
----
-apiVersion: v1
-kind: Service
-metadata: {{name: webhook, namespace: hooks}}
-spec:
-  ports: [{{name: https, port: 443, targetPort: {port}}}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: webhook-1
-  namespace: hooks
-  labels: {{kubernetes.io/service-name: webhook}}
-addressType: IPv4
-endpoints: [{{addresses: [127.0.0.1], conditions: {{ready: true}}}}]
-ports: [{{name: https, port: {port}, protocol: TCP}}]
-"#
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: hooks, labels: {{webhooks: \"on\"}}}}\n---\n\
+         apiVersion: v1\nkind: Namespace\nmetadata: {{name: plain}}\n---\n{}",
+        https::loopback_service("hooks", "webhook", port)
     );
     env.ok_stdin(&["apply", "-f", "-"], Some(&manifests));
 }

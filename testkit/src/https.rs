@@ -134,3 +134,17 @@ where
     });
     HttpsServer { port, task }
 }
+
+/// Manifests (YAML) of a selector-less Service `ns/name` on port 443 and a hand-made EndpointSlice
+/// sending it to `127.0.0.1:port`, so the API server reaches a server of the test's own process as it
+/// would reach a Service's pods.
+pub fn loopback_service(ns: &str, name: &str, port: u16) -> String {
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: {ns}}}\n\
+         spec:\n  ports: [{{name: https, port: 443, targetPort: {port}}}]\n---\n\
+         apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {name}-1\n  namespace: {ns}\n  \
+         labels: {{kubernetes.io/service-name: {name}}}\naddressType: IPv4\n\
+         endpoints: [{{addresses: [127.0.0.1], conditions: {{ready: true}}}}]\n\
+         ports: [{{name: https, port: {port}, protocol: TCP}}]\n"
+    )
+}
