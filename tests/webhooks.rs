@@ -107,6 +107,10 @@ async fn answer(path: &str, review: &Value) -> Value {
                     .encode(serde_json::to_vec(&p).unwrap()));
         }
         "/slow" => tokio::time::sleep(Duration::from_secs(5)).await,
+        "/noexec" => {
+            resp = json!({"uid": uid, "allowed": false,
+                "status": {"code": 403, "message": "exec is not allowed here"}});
+        }
         "/protect" => {
             let old = &req["oldObject"];
             if labels(old).get("protected") == Some(&json!("yes")) {
@@ -244,6 +248,7 @@ async fn admission_webhooks_through_kubectl() {
         failure_policy(&env);
         timeout_cuts_off(&env);
         delete_reaches_webhooks(&env);
+        connect_reaches_webhooks(&env);
         metrics_count_calls(&env);
         crd_conversion_webhook(&env);
         validating_admission_policy(&env);
@@ -1016,4 +1021,33 @@ spec:
         "replica-limit-warn",
     ]);
     env.ok(&["delete", "validatingadmissionpolicy", "replica-limit"]);
+}
+
+/// `kubectl exec` is a CONNECT of `pods/exec`: a validating webhook for it sees the PodExecOptions and
+/// its refusal reaches kubectl before anything is relayed to a node.
+fn connect_reaches_webhooks(env: &Env) {
+    let config = one_hook(
+        "ValidatingWebhookConfiguration",
+        "noexec",
+        "noexec",
+        &env.client_config("/noexec"),
+        "CONNECT",
+        "pods/exec",
+        "  namespaceSelector: {matchLabels: {webhooks: \"on\"}}\n",
+    );
+    env.ok_stdin(&["apply", "-f", "-"], Some(&config));
+    let e = env.err(&["exec", "-n", "hooks", "good", "--", "ls", "/"], None);
+    assert!(
+        e.contains(
+            "admission webhook \"noexec.keel.test\" denied the request: exec is not allowed here"
+        ),
+        "{e}"
+    );
+    let last = env.calls("/noexec").last().cloned().unwrap();
+    assert_eq!(last["operation"], "CONNECT");
+    assert_eq!(last["subResource"], "exec");
+    assert_eq!(last["object"]["kind"], "PodExecOptions");
+    assert_eq!(last["object"]["command"], json!(["ls", "/"]));
+    assert!(last["options"].is_null());
+    env.ok(&["delete", "validatingwebhookconfiguration", "noexec"]);
 }

@@ -15,6 +15,8 @@ pub enum Operation {
     Update,
     /// A deleted object (the old object only).
     Delete,
+    /// A connection to a pod (exec, attach, portforward): the object is its options.
+    Connect,
 }
 
 impl Operation {
@@ -24,6 +26,7 @@ impl Operation {
             Operation::Create => "CREATE",
             Operation::Update => "UPDATE",
             Operation::Delete => "DELETE",
+            Operation::Connect => "CONNECT",
         }
     }
 }

@@ -42,6 +42,7 @@ const RENAMED: [(&str, &str); 4] = [
 /// Serves one exec, attach or portforward request for pod `ns/name`.
 pub async fn serve(
     state: Arc<KubeState>,
+    identity: Option<crate::authn::Identity>,
     ns: &str,
     name: &str,
     sub: &str,
@@ -59,6 +60,7 @@ pub async fn serve(
         .map(|(k, v)| (k.into_owned(), v.into_owned()))
         .collect();
     let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    admit_connect(&state, identity, ns, name, sub, &params).await?;
     let phase = pod
         .pointer("/status/phase")
         .and_then(Value::as_str)
@@ -120,6 +122,73 @@ pub async fn serve(
         .to_string();
     let (host, port, tls) = agent_of(&state, name, &node_name).await?;
     relay(req, tls, &host, port, &path).await
+}
+
+/// The connection's options as upstream's CONNECT admission sees them (`PodExecOptions`,
+/// `PodAttachOptions`, `PodPortForwardOptions`), offered to the validating policies and webhooks that
+/// match `pods/<sub>` with CONNECT before anything is relayed.
+async fn admit_connect(
+    state: &KubeState,
+    identity: Option<crate::authn::Identity>,
+    ns: &str,
+    name: &str,
+    sub: &str,
+    params: &[(String, String)],
+) -> Result<(), ApiError> {
+    let flag = |k: &str| {
+        params
+            .iter()
+            .any(|(n, v)| n == k && matches!(v.as_str(), "1" | "true"))
+    };
+    let all = |k: &str| -> Vec<&str> {
+        params
+            .iter()
+            .filter(|(n, _)| n == k)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    };
+    let container = all("container").first().copied().unwrap_or("");
+    let options = match sub {
+        "exec" => serde_json::json!({"kind": "PodExecOptions", "apiVersion": "v1",
+            "stdin": flag("stdin"), "stdout": flag("stdout"), "stderr": flag("stderr"),
+            "tty": flag("tty"), "container": container, "command": all("command")}),
+        "attach" => serde_json::json!({"kind": "PodAttachOptions", "apiVersion": "v1",
+            "stdin": flag("stdin"), "stdout": flag("stdout"), "stderr": flag("stderr"),
+            "tty": flag("tty"), "container": container}),
+        _ => {
+            let ports: Vec<i64> = params
+                .iter()
+                .filter(|(k, _)| k == "ports" || k == "port")
+                .filter_map(|(_, v)| v.parse().ok())
+                .collect();
+            serde_json::json!({"kind": "PodPortForwardOptions", "apiVersion": "v1", "ports": ports})
+        }
+    };
+    let Some(pods) = crate::resource::find("", "v1", "pods") else {
+        return Ok(());
+    };
+    let identity = identity.unwrap_or_else(|| crate::authn::Identity {
+        user: String::new(),
+        groups: Vec::new(),
+    });
+    let req = crate::admission::request::Request {
+        operation: crate::admission::request::Operation::Connect,
+        requested: &pods,
+        stored: &pods,
+        namespace: Some(ns),
+        name,
+        subresource: Some(sub),
+        dry_run: false,
+        identity: &identity,
+        old: None,
+    };
+    crate::admission::policy::validate(&state.storage, &state.registry, &req, Some(&options))
+        .await?;
+    state
+        .webhooks
+        .validate(&state.storage, &req, Some(&options))
+        .await?;
+    Ok(())
 }
 
 async fn relay(

@@ -241,7 +241,8 @@ pub(super) async fn dispatch(
     }
     // exec, attach and portforward keep the request whole: its connection is upgraded and relayed.
     if let Some((ns, name, sub)) = pod_stream_target(&info.segments) {
-        return handler::pod_stream::serve(app.state.clone(), &ns, &name, &sub, req).await;
+        return handler::pod_stream::serve(app.state.clone(), identity, &ns, &name, &sub, req)
+            .await;
     }
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();

@@ -128,9 +128,11 @@ pub fn object_selector_matches(
     let Some(sel) = sel.as_ref() else {
         return true;
     };
+    // An object without metadata (a connection's options) matches no selector but the empty one.
     [obj, old]
         .into_iter()
         .flatten()
+        .filter(|o| o.get("metadata").is_some_and(Value::is_object))
         .any(|o| keel_client_kit::labels::matches(sel, labels_of(Some(o)).as_ref()))
 }
 

@@ -252,7 +252,11 @@ impl Webhooks {
             );
         };
         let uid = uuid_v4();
-        let versioned = object.map(|o| in_version(o.clone(), matched, req.stored));
+        // A connection's options are their own kind, not the resource's.
+        let versioned = object.map(|o| match req.operation {
+            Operation::Connect => o.clone(),
+            _ => in_version(o.clone(), matched, req.stored),
+        });
         let old = req.old.map(|o| in_version(o.clone(), matched, req.stored));
         let body = review::request(
             &uid,

@@ -38,9 +38,11 @@ pub fn request(
     old: Option<&Value>,
 ) -> Vec<u8> {
     let options = match req.operation {
-        crate::admission::request::Operation::Create => "CreateOptions",
-        crate::admission::request::Operation::Update => "UpdateOptions",
-        crate::admission::request::Operation::Delete => "DeleteOptions",
+        crate::admission::request::Operation::Create => Some("CreateOptions"),
+        crate::admission::request::Operation::Update => Some("UpdateOptions"),
+        crate::admission::request::Operation::Delete => Some("DeleteOptions"),
+        // As upstream: a connection's options travel as its object, and `options` is null.
+        crate::admission::request::Operation::Connect => None,
     };
     let mut r = json!({
         "uid": uid,
@@ -54,7 +56,7 @@ pub fn request(
         "object": object,
         "oldObject": old,
         "dryRun": req.dry_run,
-        "options": {"kind": options, "apiVersion": "meta.k8s.io/v1"},
+        "options": options.map(|o| json!({"kind": o, "apiVersion": "meta.k8s.io/v1"})),
     });
     if let Some(ns) = req.namespace {
         r["namespace"] = json!(ns);
