@@ -126,7 +126,7 @@ pub async fn validate(
             .into_iter()
             .map(|p| (p.metadata.name.clone().unwrap_or_default(), p))
             .collect();
-    let namespace = namespace_object(storage, req, obj).await?;
+    let namespace = namespace_object(storage, req).await?;
     let ns_labels: Option<BTreeMap<String, String>> = namespace
         .as_ref()
         .map(|n| matching::labels_of(Some(n)).unwrap_or_default());
@@ -246,13 +246,8 @@ fn denial(req: &Request<'_>, obj: Option<&Value>, msg: String, reason: &str) -> 
 
 /// The namespace object of a namespaced request (null for cluster-scoped ones and for Namespaces
 /// themselves); a Namespace's labels are its own.
-async fn namespace_object(
-    storage: &Storage,
-    req: &Request<'_>,
-    obj: Option<&Value>,
-) -> Result<Option<Value>, ApiError> {
+async fn namespace_object(storage: &Storage, req: &Request<'_>) -> Result<Option<Value>, ApiError> {
     if req.stored.group.is_empty() && req.stored.plural == "namespaces" {
-        let _ = obj;
         return Ok(None);
     }
     let Some(ns) = req.namespace.filter(|n| !n.is_empty()) else {

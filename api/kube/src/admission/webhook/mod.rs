@@ -251,7 +251,7 @@ impl Webhooks {
                 0,
             );
         };
-        let uid = uuid_v4();
+        let uid = crate::object::new_uid();
         // A connection's options are their own kind, not the resource's.
         let versioned = object.map(|o| match req.operation {
             Operation::Connect => o.clone(),
@@ -450,10 +450,6 @@ fn back_to_stored(obj: Value, matched: &ResourceDef, stored: &ResourceDef) -> Va
     } else {
         keel_kube_registry::convert::to_storage(matched, obj)
     }
-}
-
-fn uuid_v4() -> String {
-    crate::object::new_uid()
 }
 
 #[cfg(test)]
