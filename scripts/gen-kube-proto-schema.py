@@ -35,7 +35,8 @@ ROOTS = [
     "api.storage.v1.StorageClass", "api.storage.v1.VolumeAttachment", "api.storage.v1.CSIDriver",
     "api.storage.v1.CSINode", "api.storage.v1.CSIStorageCapacity",
     "api.admissionregistration.v1.MutatingWebhookConfiguration",
-    "api.admissionregistration.v1.ValidatingWebhookConfiguration", "api.node.v1.RuntimeClass",
+    "api.admissionregistration.v1.ValidatingWebhookConfiguration", "api.node.v1.RuntimeClass", "api.autoscaling.v2.HorizontalPodAutoscaler",
+    "api.autoscaling.v1.HorizontalPodAutoscaler",
     "api.admissionregistration.v1.ValidatingAdmissionPolicy",
     "api.admissionregistration.v1.ValidatingAdmissionPolicyBinding",
 ]

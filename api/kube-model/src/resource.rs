@@ -73,6 +73,8 @@ pub enum Printer {
     ValidatingAdmissionPolicy,
     /// ValidatingAdmissionPolicyBindings: PolicyName, ParamRef, Age.
     ValidatingAdmissionPolicyBinding,
+    /// `autoscaling` HorizontalPodAutoscalers: Reference, Targets, MinPods, MaxPods, Replicas, Age.
+    HorizontalPodAutoscaler,
     /// Upstream's fallback: Name and Created At.
     Default,
     /// A custom resource: Name, then its CRD's additionalPrinterColumns (Age when it declares none).
@@ -219,6 +221,13 @@ macro_rules! res {
             custom: None,
         })
     };
+}
+
+/// `def` served in another version than the macro's `v1`.
+fn in_version(def: Arc<ResourceDef>, version: &'static str) -> Arc<ResourceDef> {
+    let mut d = Arc::unwrap_or_clone(def);
+    d.version = Cow::Borrowed(version);
+    Arc::new(d)
 }
 
 fn names(list: &'static [&'static str]) -> Names {
@@ -562,6 +571,42 @@ pub static BUILTIN: LazyLock<Vec<Arc<ResourceDef>>> = LazyLock::new(|| {
             printer = EventsV1,
             fields = EVENT_FIELDS,
             cou = true,
+            gen = false
+        ),
+        // autoscaling/v2 is stored and preferred; v1 is the same objects seen through upstream's conversion.
+        in_version(
+            res!(
+                "autoscaling",
+                "HorizontalPodAutoscaler",
+                "horizontalpodautoscalers",
+                "horizontalpodautoscaler",
+                ns = true,
+                short = &["hpa"],
+                cat = ALL,
+                status = true,
+                scale = false,
+                storage = "horizontalpodautoscalers",
+                printer = HorizontalPodAutoscaler,
+                fields = NONE,
+                cou = false,
+                gen = false
+            ),
+            "v2",
+        ),
+        res!(
+            "autoscaling",
+            "HorizontalPodAutoscaler",
+            "horizontalpodautoscalers",
+            "horizontalpodautoscaler",
+            ns = true,
+            short = &["hpa"],
+            cat = ALL,
+            status = true,
+            scale = false,
+            storage = "horizontalpodautoscalers",
+            printer = HorizontalPodAutoscaler,
+            fields = NONE,
+            cou = false,
             gen = false
         ),
         res!(
@@ -991,6 +1036,19 @@ pub fn groups() -> Vec<&'static str> {
         if let Cow::Borrowed(g) = r.group {
             if !g.is_empty() && !out.contains(&g) {
                 out.push(g);
+            }
+        }
+    }
+    out
+}
+
+/// The versions a built-in group serves, preferred first (the order of [`BUILTIN`]).
+pub fn versions(group: &str) -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for r in BUILTIN.iter().filter(|r| r.group == group) {
+        if let Cow::Borrowed(v) = r.version {
+            if !out.contains(&v) {
+                out.push(v);
             }
         }
     }

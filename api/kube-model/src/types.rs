@@ -1,13 +1,17 @@
 //! The `k8s-openapi` type of each built-in kind, for code that needs the Rust type (shape checks, schemas).
 
-/// Evaluates `$body` with `$T` naming the `k8s-openapi` type of the built-in `($group, $kind)`, or `$default`
-/// for kinds without one. The caller depends on `k8s-openapi` (the expansion names its types).
+/// Evaluates `$body` with `$T` naming the `k8s-openapi` type of the built-in `($group, $kind)` (in
+/// `$version` when given, else the stored version), or `$default` for kinds without one. The caller depends on `k8s-openapi` (the expansion names its types).
 #[macro_export]
 macro_rules! with_builtin_type {
-    ($group:expr, $kind:expr, $T:ident => $body:expr, _ => $default:expr) => {{
+    ($group:expr, $kind:expr, $T:ident => $body:expr, _ => $default:expr) => {
+        $crate::with_builtin_type!($group, "", $kind, $T => $body, _ => $default)
+    };
+    ($group:expr, $version:expr, $kind:expr, $T:ident => $body:expr, _ => $default:expr) => {{
+        let version: &str = &*$version;
         #[allow(unused_imports)]
         use k8s_openapi::api::{
-            admissionregistration::v1 as admission, apps::v1 as apps, batch::v1 as batch, certificates::v1 as certs, coordination::v1 as coord, core::v1 as core, node::v1 as node,
+            admissionregistration::v1 as admission, apps::v1 as apps, autoscaling::v1 as autoscaling_v1, autoscaling::v2 as autoscaling, batch::v1 as batch, certificates::v1 as certs, coordination::v1 as coord, core::v1 as core, node::v1 as node,
             discovery::v1 as disc, events::v1 as events, networking::v1 as net, policy::v1 as policy,
             rbac::v1 as rbac, scheduling::v1 as scheduling, storage::v1 as storage,
         };
@@ -33,6 +37,10 @@ macro_rules! with_builtin_type {
             ("", "ResourceQuota") => arm!(core::ResourceQuota),
             ("", "LimitRange") => arm!(core::LimitRange),
             ("", "PodTemplate") => arm!(core::PodTemplate),
+            ("autoscaling", "HorizontalPodAutoscaler") if version == "v1" => {
+                arm!(autoscaling_v1::HorizontalPodAutoscaler)
+            }
+            ("autoscaling", "HorizontalPodAutoscaler") => arm!(autoscaling::HorizontalPodAutoscaler),
             ("apps", "Deployment") => arm!(apps::Deployment),
             ("apps", "ReplicaSet") => arm!(apps::ReplicaSet),
             ("apps", "StatefulSet") => arm!(apps::StatefulSet),

@@ -29,7 +29,7 @@ fn add_schema(gen: &mut SchemaGenerator, def: &ResourceDef) -> Option<String> {
         let group: Vec<&str> = def.group.split('.').rev().collect();
         return Some(format!("{}.{}.{}", group.join("."), def.version, def.kind));
     }
-    super::types::with_builtin_type!(def.group, def.kind, T => {
+    super::types::with_builtin_type!(def.group, def.version, def.kind, T => {
         gen.subschema_for::<T>();
         Some(<T as schemars::JsonSchema>::schema_name().to_string())
     }, _ => None)

@@ -4,6 +4,7 @@
 //! is stored; a node whose agent does not answer is left out, as metrics-server leaves out what it could
 //! not scrape.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use http_body_util::BodyExt;
 use serde_json::{json, Value};
 
 use crate::dial::{agent_address, get_from_agent};
+use crate::selector::LabelSelector;
 use crate::status::{ApiError, Target};
 use crate::storage::Storage;
 
@@ -157,7 +159,7 @@ fn node_metrics(name: &str, labels: Option<&Value>, summary: &Value) -> Value {
     })
 }
 
-fn pod_metrics(p: &Value) -> Value {
+fn pod_metrics(p: &Value, labels: &Value) -> Value {
     let containers: Vec<Value> = p
         .get("containers")
         .and_then(Value::as_array)
@@ -172,6 +174,7 @@ fn pod_metrics(p: &Value) -> Value {
             "name": p.pointer("/podRef/name").cloned().unwrap_or_default(),
             "namespace": p.pointer("/podRef/namespace").cloned().unwrap_or_default(),
             "creationTimestamp": jiff::Timestamp::now().to_string(),
+            "labels": labels,
         },
         "timestamp": stamp(p),
         "window": WINDOW,
@@ -183,12 +186,51 @@ fn respond(v: &Value) -> Response {
     crate::body::respond(StatusCode::OK, v)
 }
 
-/// Serves `rest` (the path after `/apis/metrics.k8s.io/v1beta1/`).
+/// The pods' labels by (namespace, name), for PodMetrics' labels and label selectors.
+fn pod_labels(
+    storage: &Storage,
+    ns: Option<&str>,
+) -> Result<HashMap<(String, String), Value>, ApiError> {
+    let prefix = match ns {
+        Some(ns) => format!("/registry/pods/{ns}/"),
+        None => "/registry/pods/".to_string(),
+    };
+    Ok(objects(storage, &prefix)?
+        .into_iter()
+        .map(|p| {
+            let key = (
+                p.pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+                name_of(&p).to_string(),
+            );
+            let labels = p
+                .pointer("/metadata/labels")
+                .cloned()
+                .unwrap_or_else(|| json!({}));
+            (key, labels)
+        })
+        .collect())
+}
+
+/// Serves `rest` (the path after `/apis/metrics.k8s.io/v1beta1/`); a list takes `labelSelector`, matched
+/// against the pods' (or nodes') labels, as metrics-server does.
 pub(crate) async fn serve(
     storage: &Storage,
     kubelet_tls: Option<Arc<rustls::ClientConfig>>,
     rest: &[&str],
+    query: Option<&str>,
 ) -> Result<Response, ApiError> {
+    let selector = query
+        .and_then(|q| {
+            form_urlencoded::parse(q.as_bytes())
+                .find(|(k, _)| k == "labelSelector")
+                .map(|(_, v)| v.into_owned())
+        })
+        .unwrap_or_default();
+    let selector =
+        LabelSelector::parse(&selector).map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let list = |kind: &str, items: Vec<Value>| json!({"kind": format!("{kind}List"), "apiVersion": format!("{GROUP}/{VERSION}"), "metadata": {}, "items": items});
     let with_kind = |kind: &str, mut v: Value| {
         if let Some(m) = v.as_object_mut() {
@@ -210,6 +252,9 @@ pub(crate) async fn serve(
             let sums = summaries(kubelet_tls.clone(), &nodes).await;
             let items: Vec<Value> = nodes
                 .iter()
+                .filter(|n| {
+                    selector.matches(n.pointer("/metadata/labels").and_then(Value::as_object))
+                })
                 .filter_map(|n| {
                     let (_, s) = sums.iter().find(|(name, _)| name == name_of(n))?;
                     Some(node_metrics(name_of(n), n.pointer("/metadata/labels"), s))
@@ -233,6 +278,7 @@ pub(crate) async fn serve(
                 ["namespaces", _, "pods", name] => Some(*name),
                 _ => None,
             };
+            let labels = pod_labels(storage, ns)?;
             let nodes = objects(storage, "/registry/minions/")?;
             let sums = summaries(kubelet_tls.clone(), &nodes).await;
             let items: Vec<Value> = sums
@@ -251,7 +297,23 @@ pub(crate) async fn serve(
                 .filter(|p| {
                     one.is_none_or(|n| p.pointer("/podRef/name").and_then(Value::as_str) == Some(n))
                 })
-                .map(|p| pod_metrics(&p))
+                .filter_map(|p| {
+                    let key = (
+                        p.pointer("/podRef/namespace")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_string(),
+                        p.pointer("/podRef/name")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_string(),
+                    );
+                    // A pod the agent still reports but the API no longer has is left out.
+                    let labels = labels.get(&key)?;
+                    selector
+                        .matches(labels.as_object())
+                        .then(|| pod_metrics(&p, labels))
+                })
                 .collect();
             match one {
                 Some(name) => items

@@ -218,7 +218,10 @@ impl Registry {
     pub fn groups(&self) -> Vec<(String, Vec<String>)> {
         let mut out: Vec<(String, Vec<String>)> = resource::groups()
             .into_iter()
-            .map(|g| (g.to_string(), vec!["v1".to_string()]))
+            .map(|g| {
+                let vs = resource::versions(g).into_iter().map(String::from);
+                (g.to_string(), vs.collect())
+            })
             .collect();
         for d in self.served().defs.iter() {
             match out.iter_mut().find(|(g, _)| *g == d.group) {

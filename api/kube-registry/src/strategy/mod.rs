@@ -32,6 +32,7 @@
 
 mod admission_policy;
 mod apiservice;
+mod autoscaling;
 mod configmap;
 mod crd;
 mod cronjob;
@@ -428,6 +429,10 @@ static BUILTIN: &[((&str, &str), &dyn Strategy)] = &[
         &priorityclass::PriorityClass,
     ),
     (("", "PodTemplate"), &node_runtime::PodTemplate),
+    (
+        ("autoscaling", "HorizontalPodAutoscaler"),
+        &autoscaling::HorizontalPodAutoscaler,
+    ),
     (("node.k8s.io", "RuntimeClass"), &node_runtime::RuntimeClass),
     (
         (

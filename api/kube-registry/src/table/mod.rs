@@ -1,6 +1,7 @@
 //! `meta.k8s.io/v1` Table answers for `kubectl get`: columns per kind, one row per object, and the row's
 //! object as `PartialObjectMetadata`, the full object, or nothing (`includeObject`).
 
+pub mod autoscaling;
 mod column;
 pub mod printers;
 pub mod runtime;

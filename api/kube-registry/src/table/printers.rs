@@ -41,6 +41,7 @@ pub fn columns(p: Printer) -> Vec<Column> {
         | Printer::ValidatingAdmissionPolicyBinding => {
             super::runtime::columns(p)
         }
+        Printer::HorizontalPodAutoscaler => super::autoscaling::columns(),
         Printer::Pod => vec![
             NAME,
             col(
@@ -801,6 +802,7 @@ pub fn cells(p: Printer, o: &Value) -> Vec<Value> {
         | Printer::WebhookConfiguration
         | Printer::ValidatingAdmissionPolicy
         | Printer::ValidatingAdmissionPolicyBinding => super::runtime::cells(p, o),
+        Printer::HorizontalPodAutoscaler => super::autoscaling::cells(o),
         Printer::Pod => {
             let total = arr(o, "spec.containers").len();
             let statuses = arr(o, "status.containerStatuses");

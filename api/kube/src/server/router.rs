@@ -314,7 +314,13 @@ pub(super) async fn dispatch(
                 .ok_or(ApiError::NoRoute)
         }
         ["apis", "metrics.k8s.io", "v1beta1", rest @ ..] if read_only => {
-            crate::metrics_api::serve(&app.state.storage, app.state.kubelet_tls(), rest).await
+            crate::metrics_api::serve(
+                &app.state.storage,
+                app.state.kubelet_tls(),
+                rest,
+                query.as_deref(),
+            )
+            .await
         }
         ["apis", group, version] if read_only => discovery::api_resource_list(reg, group, version)
             .map(|v| respond(StatusCode::OK, &v))

@@ -1,5 +1,6 @@
 //! Conversion between served versions and the stored form: `events.k8s.io/v1` Events are stored as core
-//! `v1` Events (one storage, as upstream), with their fields renamed both ways; custom objects are stored
+//! `v1` Events (one storage, as upstream), with their fields renamed both ways; autoscaling/v1
+//! HorizontalPodAutoscalers are views of the stored autoscaling/v2 ones ([`hpa_v1`]); custom objects are stored
 //! in their CRD's storage version and served in any served version (conversion strategy `None`: only
 //! `apiVersion` changes), with schema defaults applied on read as upstream does.
 
@@ -8,6 +9,8 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::resource::{self, ResourceDef};
+
+pub mod hpa_v1;
 
 /// (events.k8s.io/v1 field, core/v1 field)
 const EVENT_FIELDS: &[(&str, &str)] = &[
@@ -22,6 +25,10 @@ const EVENT_FIELDS: &[(&str, &str)] = &[
 
 fn is_events_v1(def: &ResourceDef) -> bool {
     def.group == "events.k8s.io"
+}
+
+fn is_hpa_v1(def: &ResourceDef) -> bool {
+    def.group == "autoscaling" && def.version == "v1" && def.kind == "HorizontalPodAutoscaler"
 }
 
 fn rename(obj: &mut Value, forward: bool) {
@@ -40,6 +47,9 @@ fn rename(obj: &mut Value, forward: bool) {
 pub fn storage_def(def: &Arc<ResourceDef>) -> Arc<ResourceDef> {
     if is_events_v1(def) {
         resource::find("", "v1", "events").unwrap_or_else(|| def.clone())
+    } else if is_hpa_v1(def) {
+        resource::find("autoscaling", "v2", "horizontalpodautoscalers")
+            .unwrap_or_else(|| def.clone())
     } else {
         def.clone()
     }
@@ -57,6 +67,9 @@ pub fn to_storage(def: &ResourceDef, mut obj: Value) -> Value {
             m.insert("apiVersion".into(), Value::String(av));
         }
         return obj;
+    }
+    if is_hpa_v1(def) {
+        return hpa_v1::from_v1(obj);
     }
     if is_events_v1(def) {
         rename(&mut obj, true);
@@ -86,6 +99,9 @@ pub fn from_storage(def: &ResourceDef, mut obj: Value) -> Value {
             super::crd::default::apply(s, &mut obj);
         }
         return obj;
+    }
+    if is_hpa_v1(def) {
+        return hpa_v1::to_v1(obj);
     }
     if is_events_v1(def) {
         rename(&mut obj, false);
