@@ -2824,3 +2824,153 @@ handler: nope
     kubectl(&["delete", "namespace", &ns, "--wait=false"]);
     kubectl(&["delete", "runtimeclass", "plain-runc", "no-such-runtime"]);
 }
+
+/// The HorizontalPodAutoscaler, end to end: `kubectl autoscale` (autoscaling/v1) on a Deployment whose
+/// pods burn CPU, measured through keel's metrics API from this agent's stats; the controller on the Raft
+/// leader scales it 1 → 3 (the max), then back to 1 once the load stops and the (shortened) scale-down
+/// window has passed. kubectl shows the targets as upstream prints them, in both API versions.
+#[test]
+fn hpa_scales_a_cpu_burning_deployment_up_and_back_down() {
+    let _turn = shared_turn();
+    let n = node();
+    let ns = namespace("hpa");
+    // Each pod burns up to its 200m limit against a 50m request (400 % of it) until /tmp/stop exists.
+    apply(
+        &ns,
+        &format!(
+            r#"{{"apiVersion":"apps/v1","kind":"Deployment","metadata":{{"name":"burn"}},"spec":{{"replicas":1,
+              "selector":{{"matchLabels":{{"app":"burn"}}}},"template":{{"metadata":{{"labels":{{"app":"burn"}}}},
+              "spec":{{"terminationGracePeriodSeconds":0,"containers":[{{"name":"burn","image":"{BUSYBOX}","imagePullPolicy":"Never",
+              "command":["sh","-c","while [ ! -f /tmp/stop ]; do :; done; exec sleep 3600"],
+              "resources":{{"requests":{{"cpu":"50m"}},"limits":{{"cpu":"200m"}}}}}}]}}}}}}}}"#
+        ),
+    );
+    let out = kubectl(&[
+        "-n",
+        &ns,
+        "autoscale",
+        "deployment",
+        "burn",
+        "--cpu-percent=50",
+        "--min=1",
+        "--max=3",
+    ]);
+    assert_eq!(
+        out.trim(),
+        "horizontalpodautoscaler.autoscaling/burn autoscaled"
+    );
+    // A shorter scale-down window than the default five minutes, through v2.
+    kubectl(&[
+        "-n",
+        &ns,
+        "patch",
+        "hpa",
+        "burn",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"behavior":{"scaleDown":{"stabilizationWindowSeconds":15}}}}"#,
+    ]);
+    let v2 = json(&["-n", &ns, "get", "hpa", "burn"]);
+    assert_eq!(v2["apiVersion"], "autoscaling/v2");
+    assert_eq!(
+        v2["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"],
+        50
+    );
+    assert_eq!(
+        v2["spec"]["behavior"]["scaleUp"]["policies"][0],
+        serde_json::json!({"type": "Pods", "value": 4, "periodSeconds": 15})
+    );
+    let replicas = || {
+        json(&["-n", &ns, "get", "deployment", "burn"])["spec"]["replicas"]
+            .as_i64()
+            .unwrap_or(0)
+    };
+    let wait_long = |what: &str, check: &mut dyn FnMut() -> bool| {
+        // Up to three syncs (15 s each), the metrics' window and the scale-down window, with room for
+        // a loaded machine.
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(240) {
+            if check() {
+                return;
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        fail(n, format!("timed out waiting for {what}"))
+    };
+    wait_long("the HPA to scale burn to 3", &mut || replicas() == 3);
+    let mut row = String::new();
+    wait_long("kubectl get hpa to show the CPU above target", &mut || {
+        row = kubectl(&["-n", &ns, "get", "hpa", "burn", "--no-headers"]);
+        // NAME REFERENCE TARGETS ("cpu: N%/50%", two words) MINPODS MAXPODS REPLICAS AGE
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        cols.get(3)
+            .and_then(|t| t.split_once("%/"))
+            .and_then(|(n, _)| n.parse::<u64>().ok())
+            .is_some_and(|u| u > 50)
+            && cols.get(4) == Some(&"1")
+            && cols.get(5) == Some(&"3")
+            && cols.get(6) == Some(&"3")
+    });
+    assert!(row.starts_with("burn "), "{row}");
+    assert!(row.contains("Deployment/burn"), "{row}");
+    assert!(row.contains("/50%"), "{row}");
+    wait_long("the SuccessfulRescale Event", &mut || {
+        events(&ns).iter().any(|e| {
+            e.starts_with("SuccessfulRescale burn New size: 3; reason: cpu resource utilization (percentage of request) above target")
+        })
+    });
+    let status = json(&["-n", &ns, "get", "hpa", "burn"])["status"].clone();
+    let condition = |t: &str| {
+        status["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == t).cloned())
+            .unwrap_or_default()
+    };
+    assert_eq!(condition("AbleToScale")["status"], "True", "{status}");
+    assert_eq!(
+        condition("ScalingActive")["reason"],
+        "ValidMetricFound",
+        "{status}"
+    );
+    assert!(status["lastScaleTime"].is_string(), "{status}");
+    // The same object through autoscaling/v1: the CPU target in its field, behavior in the annotation.
+    let v1 = json(&[
+        "-n",
+        &ns,
+        "get",
+        "horizontalpodautoscalers.v1.autoscaling",
+        "burn",
+    ]);
+    assert_eq!(v1["apiVersion"], "autoscaling/v1");
+    assert_eq!(v1["spec"]["targetCPUUtilizationPercentage"], 50);
+    assert!(
+        v1["status"]["currentCPUUtilizationPercentage"].is_i64(),
+        "{v1}"
+    );
+    assert!(
+        v1["metadata"]["annotations"]["autoscaling.alpha.kubernetes.io/behavior"]
+            .as_str()
+            .is_some_and(|b| b.contains("\"StabilizationWindowSeconds\":15")),
+        "{v1}"
+    );
+
+    // The load stops: every pod leaves its loop.
+    wait_for(n, "all three pods running", || {
+        let ps = pods(&ns, "app=burn");
+        ps.len() == 3 && ps.iter().all(running_ready)
+    });
+    for p in pods(&ns, "app=burn") {
+        let name = p["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        kubectl(&["-n", &ns, "exec", &name, "--", "touch", "/tmp/stop"]);
+    }
+    wait_long("the HPA to scale burn back to 1", &mut || replicas() == 1);
+    wait_long("the scale-down Event", &mut || {
+        events(&ns).iter().any(|e| {
+            e.starts_with("SuccessfulRescale burn New size: 1; reason: All metrics below target")
+        })
+    });
+    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+}

@@ -25,6 +25,7 @@ pub mod node_lifecycle;
 pub mod nodeipam;
 pub mod owner;
 pub mod pod_state;
+pub mod podautoscaler;
 pub mod podgc;
 pub mod replicaset;
 pub mod resourcequota;
@@ -69,6 +70,7 @@ fn registry() -> Vec<ControllerDef> {
         namespace::def(),
         clusterrole_aggregation::def(),
         resourcequota::def(),
+        podautoscaler::def(),
         volume::binder::def(),
         volume::protection::pvc_def(),
         volume::protection::pv_def(),

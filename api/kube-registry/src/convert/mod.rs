@@ -68,7 +68,9 @@ pub fn to_storage(def: &ResourceDef, mut obj: Value) -> Value {
         }
         return obj;
     }
-    if is_hpa_v1(def) {
+    // Conversion may be asked twice on one write (the handler and the version layer): once stored, an
+    // HPA stays as it is.
+    if is_hpa_v1(def) && obj.get("apiVersion").and_then(Value::as_str) != Some("autoscaling/v2") {
         return hpa_v1::from_v1(obj);
     }
     if is_events_v1(def) {
@@ -100,7 +102,7 @@ pub fn from_storage(def: &ResourceDef, mut obj: Value) -> Value {
         }
         return obj;
     }
-    if is_hpa_v1(def) {
+    if is_hpa_v1(def) && obj.get("apiVersion").and_then(Value::as_str) != Some("autoscaling/v1") {
         return hpa_v1::to_v1(obj);
     }
     if is_events_v1(def) {

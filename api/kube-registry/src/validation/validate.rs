@@ -17,7 +17,7 @@ use crate::status::{ApiError, Cause, Target};
 /// base64 it refuses in a `[]byte` field. Byte fields are left in their canonical encoding
 /// ([`super::bytes`]), as upstream stores the decoded bytes.
 pub fn shape(def: &ResourceDef, obj: &mut Value) -> Result<(), ApiError> {
-    let checked: Result<(), String> = crate::types::with_builtin_type!(def.group, def.kind,
+    let checked: Result<(), String> = crate::types::with_builtin_type!(def.group, def.version, def.kind,
         T => super::times::check(obj)
             .and_then(|()| super::bytes::canonicalize(&def.group, &def.kind, obj).map_err(|e| e.to_string()))
             .and_then(|()| {
