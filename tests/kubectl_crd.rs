@@ -419,6 +419,104 @@ fn custom_resources_with_kubectl() {
     );
     assert!(none.trim().is_empty(), "{none}");
 
+    // A HorizontalPodAutoscaler scales a custom resource through its /scale (found by discovery): above
+    // maxReplicas it is brought down to it; a target that does not exist is reported in the conditions.
+    c.ok_stdin(
+        0,
+        &["apply", "-f", "-"],
+        Some("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w9}\nspec: {color: red, replicas: 4}\n"),
+    );
+    c.ok(
+        0,
+        &[
+            "patch",
+            "widget",
+            "w9",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"replicas":4,"selector":"app=w9"}}"#,
+        ],
+    );
+    let hpas = r#"
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: w9}
+spec:
+  scaleTargetRef: {apiVersion: example.com/v1, kind: Widget, name: w9}
+  maxReplicas: 2
+---
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: ghost}
+spec:
+  scaleTargetRef: {apiVersion: example.com/v1, kind: Gadget, name: g}
+  minReplicas: 1
+  maxReplicas: 2
+  metrics:
+  - type: Resource
+    resource: {name: memory, target: {type: AverageValue, averageValue: 100Mi}}
+"#;
+    c.ok_stdin(0, &["apply", "-f", "-"], Some(hpas));
+    c.wait_until("the HPA to scale w9 to 2", Duration::from_secs(60), || {
+        c.kubectl(
+            0,
+            &["get", "widget", "w9", "-o", "jsonpath={.spec.replicas}"],
+        )
+        .stdout
+            == "2"
+    });
+    c.wait_until("the rescale Event", Duration::from_secs(30), || {
+        c.kubectl(
+            0,
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.name=w9,reason=SuccessfulRescale",
+                "-o",
+                "jsonpath={.items[*].message}",
+            ],
+        )
+        .stdout
+        .contains("New size: 2; reason: Current number of replicas above Spec.MaxReplicas")
+    });
+    c.wait_until("the missing target in the conditions", Duration::from_secs(30), || {
+        c.kubectl(
+            0,
+            &["get", "hpa", "ghost", "-o", r#"jsonpath={.status.conditions[?(@.type=="AbleToScale")].message}"#],
+        )
+        .stdout
+        .contains(r#"the HPA controller was unable to get the target's current scale: no matches for kind "Gadget" in group "example.com""#)
+    });
+    let table = c.ok(0, &["get", "hpa", "--no-headers"]);
+    let rows: Vec<&str> = table.lines().collect();
+    assert!(
+        rows.iter().any(|r| r.starts_with("ghost ")
+            && r.contains("Gadget/g")
+            && r.contains("memory: <unknown>/100Mi")),
+        "{table}"
+    );
+    assert!(
+        rows.iter().any(|r| r.starts_with("w9 ")
+            && r.contains("Widget/w9")
+            && r.contains("cpu: <unknown>/80%")),
+        "{table}"
+    );
+    let invalid = c.err_stdin(
+        0,
+        &["apply", "-f", "-"],
+        Some("apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: bad}\nspec: {scaleTargetRef: {kind: Widget, name: w9}, minReplicas: 3, maxReplicas: 2}\n"),
+    );
+    assert!(
+        invalid.contains(
+            "spec.maxReplicas: Invalid value: 2: must be greater than or equal to `minReplicas`"
+        ),
+        "{invalid}"
+    );
+    c.ok(0, &["delete", "hpa", "w9", "ghost"]);
+    c.ok(0, &["delete", "widget", "w9"]);
+
     // Deleting the CRD deletes its objects and the resource type.
     c.ok(0, &["create", "namespace", "other"]);
     c.ok_stdin(
