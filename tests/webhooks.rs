@@ -19,6 +19,8 @@ use base64::Engine;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, Response};
+use keel_testkit::binaries::Kind;
+use keel_testkit::cluster::Options;
 use keel_testkit::https::{self, TestCa};
 use keel_testkit::keel_bin;
 use keel_testkit::kube::KubeCluster;
@@ -90,6 +92,7 @@ async fn answer(path: &str, review: &Value) -> Value {
                     "status": {"code": 403, "message": "pods labelled deny=yes are refused"}});
             } else {
                 resp["warnings"] = json!(["checked by deny.keel.test"]);
+                resp["auditAnnotations"] = json!({"checked": "yes"});
             }
         }
         "/first" => {
@@ -141,6 +144,34 @@ async fn start_webhooks(ca: &TestCa, seen: Seen) -> https::HttpsServer {
         }
     };
     https::serve(ca, &["webhook.hooks.svc", "127.0.0.1"], None, handler).await
+}
+
+/// The audit log every member appends to.
+fn audit_log() -> std::path::PathBuf {
+    keel_testkit::scratch_dir("webhooks-test").join("audit.log")
+}
+
+/// The annotations of the audit event of `verb` on `resource` `ns/name`, once a member logged it.
+fn audit_annotations(env: &Env, verb: &str, resource: &str, ns: &str, name: &str) -> Value {
+    let mut found = Value::Null;
+    env.c
+        .wait_until("the audit event", Duration::from_secs(10), || {
+            let log = std::fs::read_to_string(audit_log()).unwrap_or_default();
+            found = log
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .filter(|e| {
+                    e["verb"] == verb
+                        && e["objectRef"]["resource"] == resource
+                        && e["objectRef"]["namespace"] == ns
+                        && e["objectRef"]["name"] == name
+                })
+                .last()
+                .map(|e| e["annotations"].clone())
+                .unwrap_or(Value::Null);
+            !found.is_null()
+        });
+    found
 }
 
 struct Env {
@@ -235,7 +266,11 @@ async fn admission_webhooks_through_kubectl() {
     let port = server.port;
     let ca_b64 = base64::engine::general_purpose::STANDARD.encode(ca.pem.as_bytes());
     let run = move || {
-        let c = KubeCluster::start(keel_bin!(), 3);
+        let c = KubeCluster::start_with(
+            Options::new(Kind::Keel, 3)
+                .keel_bin(keel_bin!())
+                .arg(&format!("--audit-log-path={}", audit_log().display())),
+        );
         let mut env = Env {
             c,
             seen,
@@ -322,6 +357,9 @@ fn validating_refuses_and_warns(env: &Env) {
         Some(&pod("hooks", "good", "app: good")),
     );
     assert!(out.contains("Warning: checked by deny.keel.test"), "{out}");
+    // The webhook's audit annotations reach the request's audit event under its name.
+    let notes = audit_annotations(env, "create", "pods", "hooks", "good");
+    assert_eq!(notes["deny.keel.test/checked"], "yes", "{notes}");
     // namespaceSelector: a namespace without the label is not sent to the webhook.
     let before = env.calls("/deny").len();
     env.ok_stdin(
@@ -379,6 +417,23 @@ fn mutating_and_reinvoked(env: &Env) {
         (Some(&json!("yes")), Some(&json!("yes"))),
         "{l:?}"
     );
+    // Each call is in the audit event: round, place among the webhooks, and whether it changed the object.
+    let notes = audit_annotations(env, "create", "pods", "hooks", "mutated");
+    let call = |k: &str| -> Value {
+        let key = format!("mutation.webhook.admission.k8s.io/{k}");
+        serde_json::from_str(notes[&key].as_str().unwrap_or("null")).unwrap()
+    };
+    assert_eq!(
+        call("round_0_index_0"),
+        json!({"configuration": "a-first", "webhook": "first.keel.test", "mutated": true}),
+        "{notes}"
+    );
+    assert_eq!(
+        call("round_0_index_1")["webhook"],
+        "second.keel.test",
+        "{notes}"
+    );
+    assert_eq!(call("round_1_index_0")["mutated"], false, "{notes}");
     // The first webhook ran, the second changed the object after it, so it ran once more and saw that.
     let first: Vec<Value> = env.calls("/first")[before..].to_vec();
     assert_eq!(first.len(), 2, "{first:?}");
@@ -809,6 +864,9 @@ spec:
   validations:
   - expression: object.spec.replicas <= int(params.data.maxReplicas)
     messageExpression: "'replicas must be at most ' + params.data.maxReplicas"
+  auditAnnotations:
+  - key: replicas
+    valueExpression: "string(object.spec.replicas)"
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicyBinding
@@ -824,7 +882,7 @@ kind: ValidatingAdmissionPolicyBinding
 metadata: {name: replica-limit-warn}
 spec:
   policyName: replica-limit
-  validationActions: [Warn]
+  validationActions: [Warn, Audit]
   paramRef: {name: replica-limit, namespace: plain, parameterNotFoundAction: Deny}
   matchResources: {namespaceSelector: {matchLabels: {policy: warn}}}
 "#;
@@ -887,6 +945,21 @@ spec:
     assert!(
         warned.contains("Warning: Validation failed for ValidatingAdmissionPolicy 'replica-limit' with binding 'replica-limit-warn': replicas must be at most 3"),
         "{warned}"
+    );
+    // Audit: the failure and the policy's audit annotation are in the request's audit event.
+    let notes = audit_annotations(env, "create", "deployments", "vap-warn", "web");
+    assert_eq!(notes["replica-limit/replicas"], "5", "{notes}");
+    let failures: Value = serde_json::from_str(
+        notes["validation.policy.admission.k8s.io/validation_failure"]
+            .as_str()
+            .unwrap_or("null"),
+    )
+    .unwrap();
+    assert_eq!(
+        failures,
+        json!([{"message": "replicas must be at most 3", "policy": "replica-limit",
+            "binding": "replica-limit-warn", "expressionIndex": 0, "validationActions": ["Warn", "Audit"]}]),
+        "{notes}"
     );
     // Raising replicas past the limit is an UPDATE the policy also refuses (`kubectl scale` writes the
     // `deployments/scale` subresource, which this policy's rules, as upstream's, do not name).

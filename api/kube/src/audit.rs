@@ -21,6 +21,38 @@ use crate::authz::attributes::Attributes;
 #[derive(Debug, Clone)]
 pub(crate) struct CreatedName(pub String);
 
+tokio::task_local! {
+    /// The audit annotations of the request this task serves (admission adds them).
+    static ANNOTATIONS: std::sync::Mutex<Vec<(String, String)>>;
+}
+
+/// Adds an annotation to the audit event of the request being served (a key already set keeps its
+/// first value, as upstream's AddAnnotation); nothing happens outside a logged request.
+pub(crate) fn annotate(key: String, value: String) {
+    let _ = ANNOTATIONS.try_with(|a| {
+        if let Ok(mut a) = a.lock() {
+            if !a.iter().any(|(k, _)| *k == key) {
+                a.push((key, value));
+            }
+        }
+    });
+}
+
+/// Runs `fut` collecting the annotations [`annotate`] adds meanwhile.
+pub(crate) async fn collecting<F: std::future::Future>(
+    fut: F,
+) -> (F::Output, Vec<(String, String)>) {
+    ANNOTATIONS
+        .scope(std::sync::Mutex::new(Vec::new()), async move {
+            let out = fut.await;
+            let notes = ANNOTATIONS
+                .try_with(|a| a.lock().map(|a| a.clone()).unwrap_or_default())
+                .unwrap_or_default();
+            (out, notes)
+        })
+        .await
+}
+
 /// Why a policy or log does not load.
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {
@@ -199,6 +231,8 @@ pub(crate) struct Entry<'a> {
     pub source: Option<std::net::SocketAddr>,
     pub code: u16,
     pub received: jiff::Timestamp,
+    /// What admission added (webhooks' and policies' audit annotations).
+    pub annotations: &'a [(String, String)],
 }
 
 fn user_json(u: &Identity) -> Value {
@@ -289,10 +323,12 @@ impl AuditLog {
             json!(stamp(jiff::Timestamp::now())),
         );
         let decision = if e.code == 403 { "forbid" } else { "allow" };
-        ev.insert(
-            "annotations".into(),
-            json!({"authorization.k8s.io/decision": decision}),
-        );
+        let mut notes = Map::new();
+        notes.insert("authorization.k8s.io/decision".into(), json!(decision));
+        for (k, v) in e.annotations {
+            notes.entry(k.clone()).or_insert_with(|| json!(v));
+        }
+        ev.insert("annotations".into(), Value::Object(notes));
         let mut line = Value::Object(ev).to_string();
         line.push('\n');
         if self.tx.try_send(line).is_err() {

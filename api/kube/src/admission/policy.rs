@@ -3,8 +3,9 @@
 //! CEL: match conditions, variables, then each validation, with `object`, `oldObject`, `request`,
 //! `params` (the binding's parameter objects of the policy's `paramKind`), `namespaceObject` and
 //! `variables`. A failed validation is answered by the binding's actions: `Deny` refuses the write with
-//! the validation's reason, `Warn` adds a warning. An expression that fails to evaluate, or parameters
-//! that cannot be read, follow the policy's `failurePolicy`. Texts are upstream's.
+//! the validation's reason, `Warn` adds a warning, `Audit` records it in the audit event, next to the
+//! policy's `auditAnnotations`. An expression that fails to evaluate, or parameters that cannot be
+//! read, follow the policy's `failurePolicy`. Texts are upstream's.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -131,6 +132,8 @@ pub async fn validate(
         .as_ref()
         .map(|n| matching::labels_of(Some(n)).unwrap_or_default());
     let mut warnings = Vec::new();
+    // Failed validations of bindings with the Audit action, for the audit event.
+    let mut audit_failures: Vec<Value> = Vec::new();
     for binding in &bindings {
         let bname = binding.metadata.name.clone().unwrap_or_default();
         let Some(spec) = &binding.spec else { continue };
@@ -177,13 +180,37 @@ pub async fn validate(
             }
         };
         let matched = req.requested;
+        let audit_failure = |failures: &mut Vec<Value>, index: usize, message: &str| {
+            if actions.contains(&"Audit") {
+                failures.push(
+                    json!({"message": message, "policy": pname, "binding": bname,
+                    "expressionIndex": index, "validationActions": actions}),
+                );
+            }
+        };
         for param in params {
-            let verdicts = evaluate(pspec, req, matched, obj, param.as_ref(), namespace.as_ref());
-            for v in verdicts {
+            let (verdicts, notes) =
+                evaluate(pspec, req, matched, obj, param.as_ref(), namespace.as_ref());
+            for (key, value) in notes {
+                match value {
+                    Ok(Some(v)) => crate::audit::annotate(format!("{pname}/{key}"), v),
+                    Ok(None) => {}
+                    Err(why) if fail_open => {
+                        debug!(policy = %pname, binding = %bname, error = %why, "audit annotation error ignored (failurePolicy Ignore)");
+                    }
+                    Err(why) => {
+                        publish_failures(&audit_failures);
+                        return Err(refuse(why, "Invalid"));
+                    }
+                }
+            }
+            for (index, v) in verdicts.into_iter().enumerate() {
                 match v {
                     Ok(Verdict::Pass) => {}
                     Ok(Verdict::Failed { message, reason }) => {
+                        audit_failure(&mut audit_failures, index, &message);
                         if actions.contains(&"Deny") {
+                            publish_failures(&audit_failures);
                             return Err(refuse(message, &reason));
                         }
                         if actions.contains(&"Warn") {
@@ -196,7 +223,9 @@ pub async fn validate(
                         debug!(policy = %pname, binding = %bname, error = %why, "evaluation error ignored (failurePolicy Ignore)");
                     }
                     Err(why) => {
+                        audit_failure(&mut audit_failures, index, &why);
                         if actions.contains(&"Deny") {
+                            publish_failures(&audit_failures);
                             return Err(refuse(why, "Invalid"));
                         }
                         if actions.contains(&"Warn") {
@@ -209,7 +238,18 @@ pub async fn validate(
             }
         }
     }
+    publish_failures(&audit_failures);
     Ok(warnings)
+}
+
+/// The Audit action's record: every failed validation of the request in one annotation.
+fn publish_failures(failures: &[Value]) {
+    if !failures.is_empty() {
+        crate::audit::annotate(
+            "validation.policy.admission.k8s.io/validation_failure".into(),
+            Value::Array(failures.to_vec()).to_string(),
+        );
+    }
 }
 
 /// upstream's refusal: a Forbidden-form message (`<resource> "<name>" is forbidden: …`) whose code and
@@ -342,7 +382,7 @@ fn evaluate(
     obj: Option<&Value>,
     param: Option<&Value>,
     namespace: Option<&Value>,
-) -> Vec<Result<Verdict, String>> {
+) -> (Vec<Result<Verdict, String>>, AuditNotes) {
     let mut ctx = cel::context();
     let object = match req.operation {
         Operation::Delete => Value::Null,
@@ -380,18 +420,24 @@ fn evaluate(
     for c in spec.match_conditions.iter().flatten() {
         match run(&c.expression, &ctx, sizes) {
             Ok(Cel::Bool(true)) => {}
-            Ok(Cel::Bool(false)) => return vec![Ok(Verdict::Pass)],
+            Ok(Cel::Bool(false)) => return (vec![Ok(Verdict::Pass)], Vec::new()),
             Ok(_) => {
-                return vec![Err(format!(
-                    "matchCondition '{}' must evaluate to bool",
-                    c.name
-                ))]
+                return (
+                    vec![Err(format!(
+                        "matchCondition '{}' must evaluate to bool",
+                        c.name
+                    ))],
+                    Vec::new(),
+                )
             }
             Err(e) => {
-                return vec![Err(format!(
-                    "matchCondition '{}' resulted in error: {e}",
-                    c.name
-                ))]
+                return (
+                    vec![Err(format!(
+                        "matchCondition '{}' resulted in error: {e}",
+                        c.name
+                    ))],
+                    Vec::new(),
+                )
             }
         }
     }
@@ -414,8 +460,34 @@ fn evaluate(
         };
         out.push(verdict);
     }
-    out
+    // Audit annotations: a string is published, null leaves the key out.
+    let notes = spec
+        .audit_annotations
+        .iter()
+        .flatten()
+        .map(|a| {
+            let value = match run(&a.value_expression, &ctx, sizes) {
+                Ok(Cel::Null) => Ok(None),
+                Ok(v) => cel::text(&v).map(|t| Some(t.to_string())).ok_or_else(|| {
+                    format!(
+                        "valueExpression '{}' resulted in unsupported return type: {}; must be a string or null",
+                        a.value_expression,
+                        v.type_of()
+                    )
+                }),
+                Err(e) => Err(format!(
+                    "valueExpression '{}' resulted in error: {e}",
+                    a.value_expression
+                )),
+            };
+            (a.key.clone(), value)
+        })
+        .collect();
+    (out, notes)
 }
+
+/// Each audit annotation's key and value (None: the expression gave null).
+type AuditNotes = Vec<(String, Result<Option<String>, String>)>;
 
 /// A failed validation's message: its messageExpression's string when that gives a non-empty one on one
 /// line, else its message, else `failed expression: <expression>`.

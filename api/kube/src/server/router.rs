@@ -76,7 +76,7 @@ async fn audit(State(app): State<Arc<App>>, req: Request, next: Next) -> Respons
         .unwrap_or("")
         .to_string();
     let source = req.extensions().get::<PeerIdentity>().and_then(|p| p.1);
-    let resp = next.run(req).await;
+    let (resp, annotations) = crate::audit::collecting(next.run(req)).await;
     let authenticated = resp.extensions().get::<Authenticated>().map(|a| &a.0);
     let acting = resp.extensions().get::<Acting>().map(|a| &a.0);
     let subject = acting.or(authenticated).cloned().unwrap_or(Identity {
@@ -105,6 +105,7 @@ async fn audit(State(app): State<Arc<App>>, req: Request, next: Next) -> Respons
         source,
         code: resp.status().as_u16(),
         received,
+        annotations: &annotations,
     });
     resp
 }

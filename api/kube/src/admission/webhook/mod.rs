@@ -73,7 +73,7 @@ impl Webhooks {
             {
                 continue;
             }
-            self.call_mutating(storage, h, req, obj, &mut warnings)
+            self.call_mutating(storage, (h, 0, i), req, obj, &mut warnings)
                 .await?;
             if h.reinvoked_if_needed() {
                 seen.push((i, obj.clone()));
@@ -89,21 +89,30 @@ impl Webhooks {
                 .reaches(h, req, Some(obj), ns_labels.as_ref())
                 .is_some()
             {
-                self.call_mutating(storage, h, req, obj, &mut warnings)
+                self.call_mutating(storage, (h, 1, i), req, obj, &mut warnings)
                     .await?;
             }
         }
         Ok(warnings)
     }
 
+    /// Calls one mutating webhook (`(hook, round, index)`: the round and its place among the
+    /// configurations' webhooks name its audit annotation) and applies its patch.
     async fn call_mutating(
         &self,
         storage: &Storage,
-        h: &Hook,
+        (h, round, index): (&Hook, usize, usize),
         req: &Request<'_>,
         obj: &mut Value,
         warnings: &mut Vec<String>,
     ) -> Result<(), ApiError> {
+        let annotate = |mutated: bool| {
+            crate::audit::annotate(
+                format!("mutation.webhook.admission.k8s.io/round_{round}_index_{index}"),
+                json!({"configuration": h.configuration, "webhook": h.name(), "mutated": mutated})
+                    .to_string(),
+            )
+        };
         let Some(matched) = matching::matched_def(h, req) else {
             return Ok(());
         };
@@ -117,6 +126,7 @@ impl Webhooks {
             Outcome::Allowed(answer) => {
                 warnings.extend(answer.warnings);
                 let Some(patch) = answer.patch.filter(|p| !p.0.is_empty()) else {
+                    annotate(false);
                     return Ok(());
                 };
                 if req.operation == Operation::Delete {
@@ -128,7 +138,9 @@ impl Webhooks {
                 let mut versioned = in_version(obj.clone(), matched, req.stored);
                 json_patch::patch(&mut versioned, &patch)
                     .map_err(|e| ApiError::Internal(e.to_string()))?;
+                let before = obj.clone();
                 *obj = back_to_stored(versioned, matched, req.stored);
+                annotate(*obj != before);
                 Ok(())
             }
         }
@@ -296,6 +308,14 @@ impl Webhooks {
             Ok(a) => a,
             Err(e) => return self.failed(h, phase, op, started, e, 0),
         };
+        // Upstream keys a webhook's audit annotations by its name; a key that is not a qualified name
+        // is dropped.
+        for (k, v) in &answer.audit_annotations {
+            let key = format!("{}/{k}", h.name());
+            if keel_kube_registry::validation::names::check_qualified_name(&key).is_ok() {
+                crate::audit::annotate(key, v.clone());
+            }
+        }
         if answer.allowed {
             record(false, 200);
             return Outcome::Allowed(answer);

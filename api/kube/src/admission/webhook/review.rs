@@ -84,6 +84,8 @@ pub struct Answer {
     pub patch: Option<json_patch::Patch>,
     /// Warnings for the client.
     pub warnings: Vec<String>,
+    /// Annotations for the request's audit event (the caller prefixes them with the webhook's name).
+    pub audit_annotations: Vec<(String, String)>,
 }
 
 /// Checks the answer against the request (`received invalid webhook response: …` texts) and decodes it.
@@ -167,7 +169,17 @@ pub fn answer(
                 .collect()
         })
         .unwrap_or_default();
+    let audit_annotations = resp
+        .get("auditAnnotations")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default();
     Ok(Answer {
+        audit_annotations,
         allowed: resp
             .get("allowed")
             .and_then(Value::as_bool)
