@@ -166,7 +166,7 @@ fn audit_annotations(env: &Env, verb: &str, resource: &str, ns: &str, name: &str
                         && e["objectRef"]["namespace"] == ns
                         && e["objectRef"]["name"] == name
                 })
-                .last()
+                .next_back()
                 .map(|e| e["annotations"].clone())
                 .unwrap_or(Value::Null);
             !found.is_null()
