@@ -160,13 +160,12 @@ fn audit_annotations(env: &Env, verb: &str, resource: &str, ns: &str, name: &str
             found = log
                 .lines()
                 .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-                .filter(|e| {
+                .rfind(|e| {
                     e["verb"] == verb
                         && e["objectRef"]["resource"] == resource
                         && e["objectRef"]["namespace"] == ns
                         && e["objectRef"]["name"] == name
                 })
-                .next_back()
                 .map(|e| e["annotations"].clone())
                 .unwrap_or(Value::Null);
             !found.is_null()
