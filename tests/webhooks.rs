@@ -1093,6 +1093,86 @@ spec:
         "replica-limit-warn",
     ]);
     env.ok(&["delete", "validatingadmissionpolicy", "replica-limit"]);
+    policy_libraries(env);
+}
+
+/// Kubernetes' CEL libraries in a policy: the authorizer (what the requesting user may do decides), and
+/// quantities and URLs read from the object.
+fn policy_libraries(env: &Env) {
+    let setup = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: guarded}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}
+  validations:
+  - expression: "!has(object.metadata.labels) || !('restricted' in object.metadata.labels) || authorizer.group('').resource('secrets').namespace(request.namespace).check('get').allowed()"
+    message: only users who may read secrets create restricted configmaps
+  - expression: "!has(object.data) || !has(object.data.size) || quantity(object.data.size).isLessThan(quantity('1Gi'))"
+    message: size must be under 1Gi
+  - expression: "!has(object.data) || !has(object.data.endpoint) || url(object.data.endpoint).getScheme() == 'https'"
+    message: endpoint must use https
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: guarded}
+spec:
+  policyName: guarded
+  validationActions: [Deny]
+  matchResources: {namespaceSelector: {matchLabels: {policy: deny}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: configmap-writer, namespace: vap-deny}
+rules:
+- {apiGroups: [""], resources: [configmaps], verbs: [create]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: alice-writes, namespace: vap-deny}
+subjects: [{kind: User, name: alice, apiGroup: rbac.authorization.k8s.io}]
+roleRef: {kind: Role, name: configmap-writer, apiGroup: rbac.authorization.k8s.io}
+"#;
+    env.ok_stdin(&["apply", "-f", "-"], Some(setup));
+    let cm = |name: &str, labels: &str, data: &str| {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: vap-deny, labels: {{{labels}}}}}\ndata: {{{data}}}\n")
+    };
+    let as_alice = ["--as=alice", "create", "-f", "-"];
+    // The admin may read secrets; alice may not, so only her restricted configmap is refused.
+    env.ok_stdin(
+        &["create", "-f", "-"],
+        Some(&cm("by-admin", "restricted: \"yes\"", "")),
+    );
+    let e = env.err(&as_alice, Some(&cm("by-alice", "restricted: \"yes\"", "")));
+    assert!(
+        e.contains("ValidatingAdmissionPolicy 'guarded' with binding 'guarded' denied request: only users who may read secrets create restricted configmaps"),
+        "{e}"
+    );
+    env.ok_stdin(&as_alice, Some(&cm("plain-by-alice", "", "")));
+    // Quantities compare by value, whatever their suffix.
+    let e = env.err(
+        &["create", "-f", "-"],
+        Some(&cm("oversized", "", "size: 2048Mi")),
+    );
+    assert!(e.contains("size must be under 1Gi"), "{e}");
+    env.ok_stdin(
+        &["create", "-f", "-"],
+        Some(&cm("sized", "", "size: 512Mi")),
+    );
+    // URLs split into their parts.
+    let e = env.err(
+        &["create", "-f", "-"],
+        Some(&cm("plain-http", "", "endpoint: \"http://example.com/x\"")),
+    );
+    assert!(e.contains("endpoint must use https"), "{e}");
+    env.ok_stdin(
+        &["create", "-f", "-"],
+        Some(&cm("tls", "", "endpoint: \"https://example.com:8443/x\"")),
+    );
+    env.ok(&["delete", "validatingadmissionpolicybinding", "guarded"]);
+    env.ok(&["delete", "validatingadmissionpolicy", "guarded"]);
 }
 
 /// `kubectl exec` is a CONNECT of `pods/exec`: a validating webhook for it sees the PodExecOptions and

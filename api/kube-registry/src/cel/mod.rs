@@ -1,8 +1,12 @@
 //! CEL as Kubernetes uses it (ValidatingAdmissionPolicies, webhook match conditions): the `cel` crate's
-//! language and standard functions, with Kubernetes' string, list, regex and IP libraries added, and
-//! upstream's bounds on what an expression may be.
+//! language and standard functions, with Kubernetes' string, list, regex, IP, quantity, URL and
+//! authorizer libraries added, and upstream's bounds on what an expression may be.
 
+pub mod authz;
 mod library;
+mod quantity;
+mod typed;
+mod url;
 
 use std::sync::Arc;
 
@@ -48,6 +52,9 @@ pub fn compiled(expr: &str) -> Result<Arc<Program>, String> {
 pub fn context() -> Context<'static> {
     let mut ctx = Context::default();
     library::register(&mut ctx);
+    quantity::register(&mut ctx);
+    url::register(&mut ctx);
+    authz::register(&mut ctx);
     ctx
 }
 
@@ -95,6 +102,104 @@ mod tests {
         let mut ctx = context();
         ctx.add_variable_from_value("object", value(&object));
         eval(&p, &ctx)
+    }
+
+    #[test]
+    fn quantities_compare_and_add_exactly() {
+        let o = serde_json::json!({"limits": {"memory": "1536Mi", "cpu": "500m"}});
+        for (expr, want) in [
+            (
+                "quantity(object.limits.memory).isGreaterThan(quantity('1Gi'))",
+                true,
+            ),
+            (
+                "quantity(object.limits.memory).isLessThan(quantity('1.5Gi'))",
+                false,
+            ),
+            (
+                "quantity(object.limits.memory).compareTo(quantity('1536Mi')) == 0",
+                true,
+            ),
+            (
+                "quantity(object.limits.cpu).add(quantity('500m')).asInteger() == 1",
+                true,
+            ),
+            ("quantity(object.limits.cpu).isInteger()", false),
+            ("quantity('2').sub(3).sign() == -1", true),
+            ("isQuantity('1.5Gi') && !isQuantity('1.5 Gi')", true),
+            (
+                "quantity(object.limits.cpu).asApproximateFloat() == 0.5",
+                true,
+            ),
+        ] {
+            assert_eq!(run(expr, o.clone()), Ok(Value::Bool(want)), "{expr}");
+        }
+        assert!(run("quantity('bad')", o.clone()).is_err());
+        assert!(run("'1Gi'.isGreaterThan(quantity('1'))", o).is_err());
+    }
+
+    #[test]
+    fn urls_split_as_go_does() {
+        let o = serde_json::json!({"u": "https://user@example.com:8443/a%20b/c?x=1&x=2&y=3"});
+        for (expr, want) in [
+            ("url(object.u).getScheme()", "https"),
+            ("url(object.u).getHost()", "example.com:8443"),
+            ("url(object.u).getHostname()", "example.com"),
+            ("url(object.u).getPort()", "8443"),
+            ("url(object.u).getEscapedPath()", "/a%20b/c"),
+            ("url('https://[::1]:80/').getHostname()", "::1"),
+            ("url('/healthz').getEscapedPath()", "/healthz"),
+        ] {
+            assert_eq!(
+                run(expr, o.clone()),
+                Ok(Value::String(Arc::new(want.into()))),
+                "{expr}"
+            );
+        }
+        assert_eq!(
+            run(
+                "url(object.u).getQuery()['x'] == ['1', '2'] && isURL('/p') && !isURL('not a url')",
+                o
+            ),
+            Ok(Value::Bool(true))
+        );
+    }
+
+    #[test]
+    fn the_authorizer_answers_through_the_callers_function() {
+        let request = authz::Ask {
+            group: "apps".into(),
+            resource: "deployments".into(),
+            namespace: "ns".into(),
+            name: "web".into(),
+            ..Default::default()
+        };
+        let p = compile(
+            "authorizer.group('apps').resource('deployments').namespace('ns').check('delete').allowed() \
+             && !authorizer.requestResource.check('escalate').allowed() \
+             && authorizer.path('/healthz').check('get').reason() == 'path ok' \
+             && authorizer.serviceAccount('kube-system', 'bot').group('').resource('pods').check('list').allowed()",
+        )
+        .unwrap();
+        let mut ctx = context();
+        ctx.add_variable_from_value("authorizer", authz::variable(&request));
+        let answer: authz::Authorize = Arc::new(move |a: &authz::Ask| {
+            let allowed = a.verb != "escalate";
+            authz::Answer {
+                allowed,
+                reason: if a.path.is_some() {
+                    "path ok".into()
+                } else {
+                    String::new()
+                },
+                error: None,
+            }
+        });
+        let got = authz::with_authorizer(answer, || eval(&p, &ctx));
+        assert_eq!(got, Ok(Value::Bool(true)));
+        // Without an authorizer, a check errors rather than allowing.
+        let p = compile("authorizer.path('/x').check('get').errored()").unwrap();
+        assert_eq!(eval(&p, &ctx), Ok(Value::Bool(true)));
     }
 
     #[test]

@@ -75,6 +75,7 @@ impl Attributes<'_> {
             dry_run: self.dry_run,
             identity: self.identity,
             old,
+            authz: Some(self.authz),
         }
     }
 

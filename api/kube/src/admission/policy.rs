@@ -18,7 +18,7 @@ use keel_kube_registry::cel::{self, Value as Cel};
 use serde_json::{json, Value};
 use tracing::debug;
 
-use super::cel_env::{request_value, run, sizes};
+use super::cel_env::{request_value, run, sizes, with_authorizer};
 use super::request::{Operation, Request};
 use super::webhook::matching;
 use crate::crd::registry::Registry;
@@ -397,93 +397,95 @@ fn evaluate(
         cel::value(namespace.unwrap_or(&Value::Null)),
     );
     let sizes = sizes(&[Some(&object), req.old, param, namespace]);
-    // Variables may use the ones before them; one that fails is an error where it is used.
-    let mut vars: std::collections::HashMap<cel::objects::Key, Cel> =
-        std::collections::HashMap::new();
-    ctx.add_variable_from_value(
-        "variables",
-        Cel::Map(cel::objects::Map {
-            map: Arc::new(vars.clone()),
-        }),
-    );
-    for v in spec.variables.iter().flatten() {
-        if let Ok(value) = run(&v.expression, &ctx, sizes) {
-            vars.insert(cel::objects::Key::String(Arc::new(v.name.clone())), value);
-            ctx.add_variable_from_value(
-                "variables",
-                Cel::Map(cel::objects::Map {
-                    map: Arc::new(vars.clone()),
-                }),
-            );
-        }
-    }
-    for c in spec.match_conditions.iter().flatten() {
-        match run(&c.expression, &ctx, sizes) {
-            Ok(Cel::Bool(true)) => {}
-            Ok(Cel::Bool(false)) => return (vec![Ok(Verdict::Pass)], Vec::new()),
-            Ok(_) => {
-                return (
-                    vec![Err(format!(
-                        "matchCondition '{}' must evaluate to bool",
-                        c.name
-                    ))],
-                    Vec::new(),
-                )
-            }
-            Err(e) => {
-                return (
-                    vec![Err(format!(
-                        "matchCondition '{}' resulted in error: {e}",
-                        c.name
-                    ))],
-                    Vec::new(),
-                )
-            }
-        }
-    }
-    let mut out = Vec::new();
-    for v in spec.validations.iter().flatten() {
-        let verdict = match run(&v.expression, &ctx, sizes) {
-            Ok(Cel::Bool(true)) => Ok(Verdict::Pass),
-            Ok(Cel::Bool(false)) => Ok(Verdict::Failed {
-                message: message_of(v, &ctx, sizes),
-                reason: v.reason.clone().unwrap_or_else(|| "Invalid".into()),
+    with_authorizer(&mut ctx, req, |ctx| {
+        // Variables may use the ones before them; one that fails is an error where it is used.
+        let mut vars: std::collections::HashMap<cel::objects::Key, Cel> =
+            std::collections::HashMap::new();
+        ctx.add_variable_from_value(
+            "variables",
+            Cel::Map(cel::objects::Map {
+                map: Arc::new(vars.clone()),
             }),
-            Ok(_) => Err(format!(
-                "validation failed due to: expression '{}' must evaluate to bool",
-                v.expression
-            )),
-            Err(e) => Err(format!(
-                "expression '{}' resulted in error: {e}",
-                v.expression
-            )),
-        };
-        out.push(verdict);
-    }
-    // Audit annotations: a string is published, null leaves the key out.
-    let notes = spec
-        .audit_annotations
-        .iter()
-        .flatten()
-        .map(|a| {
-            let value = match run(&a.value_expression, &ctx, sizes) {
-                Ok(Cel::Null) => Ok(None),
-                Ok(v) => cel::text(&v).map(|t| Some(t.to_string())).ok_or_else(|| {
-                    format!(
-                        "valueExpression '{}' resulted in unsupported return type: {}; must be a string or null",
-                        a.value_expression,
-                        v.type_of()
+        );
+        for v in spec.variables.iter().flatten() {
+            if let Ok(value) = run(&v.expression, ctx, sizes) {
+                vars.insert(cel::objects::Key::String(Arc::new(v.name.clone())), value);
+                ctx.add_variable_from_value(
+                    "variables",
+                    Cel::Map(cel::objects::Map {
+                        map: Arc::new(vars.clone()),
+                    }),
+                );
+            }
+        }
+        for c in spec.match_conditions.iter().flatten() {
+            match run(&c.expression, ctx, sizes) {
+                Ok(Cel::Bool(true)) => {}
+                Ok(Cel::Bool(false)) => return (vec![Ok(Verdict::Pass)], Vec::new()),
+                Ok(_) => {
+                    return (
+                        vec![Err(format!(
+                            "matchCondition '{}' must evaluate to bool",
+                            c.name
+                        ))],
+                        Vec::new(),
                     )
+                }
+                Err(e) => {
+                    return (
+                        vec![Err(format!(
+                            "matchCondition '{}' resulted in error: {e}",
+                            c.name
+                        ))],
+                        Vec::new(),
+                    )
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for v in spec.validations.iter().flatten() {
+            let verdict = match run(&v.expression, ctx, sizes) {
+                Ok(Cel::Bool(true)) => Ok(Verdict::Pass),
+                Ok(Cel::Bool(false)) => Ok(Verdict::Failed {
+                    message: message_of(v, ctx, sizes),
+                    reason: v.reason.clone().unwrap_or_else(|| "Invalid".into()),
                 }),
+                Ok(_) => Err(format!(
+                    "validation failed due to: expression '{}' must evaluate to bool",
+                    v.expression
+                )),
                 Err(e) => Err(format!(
-                    "valueExpression '{}' resulted in error: {e}",
-                    a.value_expression
+                    "expression '{}' resulted in error: {e}",
+                    v.expression
                 )),
             };
-            (a.key.clone(), value)
-        })
-        .collect();
-    (out, notes)
+            out.push(verdict);
+        }
+        // Audit annotations: a string is published, null leaves the key out.
+        let notes = spec
+            .audit_annotations
+            .iter()
+            .flatten()
+            .map(|a| {
+                let value = match run(&a.value_expression, ctx, sizes) {
+                    Ok(Cel::Null) => Ok(None),
+                    Ok(v) => cel::text(&v).map(|t| Some(t.to_string())).ok_or_else(|| {
+                        format!(
+                            "valueExpression '{}' resulted in unsupported return type: {}; must be a string or null",
+                            a.value_expression,
+                            v.type_of()
+                        )
+                    }),
+                    Err(e) => Err(format!(
+                        "valueExpression '{}' resulted in error: {e}",
+                        a.value_expression
+                    )),
+                };
+                (a.key.clone(), value)
+            })
+            .collect();
+        (out, notes)
+    })
 }
 
 /// Each audit annotation's key and value (None: the expression gave null).

@@ -51,4 +51,6 @@ pub struct Request<'a> {
     pub identity: &'a Identity,
     /// The object before the write (update, delete).
     pub old: Option<&'a Value>,
+    /// The authorizer CEL's `authorizer` variable asks (None: its checks error).
+    pub authz: Option<&'a crate::authz::Authorizer>,
 }

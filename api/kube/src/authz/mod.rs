@@ -40,6 +40,7 @@ pub struct Verdict {
 }
 
 /// The chain every member runs.
+#[derive(Clone)]
 pub struct Authorizer {
     pub rbac: Arc<rbac::Rbac>,
     node: node::NodeAuthorizer,

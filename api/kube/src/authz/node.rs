@@ -49,6 +49,7 @@ pub(crate) fn node_name(user: &crate::authn::Identity) -> Option<&str> {
 }
 
 /// The Node authorizer of one member.
+#[derive(Clone)]
 pub(crate) struct NodeAuthorizer {
     storage: Storage,
 }

@@ -151,6 +151,7 @@ async fn admit_delete(call: &Call, name: &str, old: &Value, dry_run: bool) -> Re
         dry_run,
         identity: &call.identity,
         old: Some(old),
+        authz: Some(&call.state.authz),
     };
     let hooks = &call.state.webhooks;
     let mut scratch = old.clone();

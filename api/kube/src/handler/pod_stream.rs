@@ -181,6 +181,7 @@ async fn admit_connect(
         dry_run: false,
         identity: &identity,
         old: None,
+        authz: Some(&state.authz),
     };
     crate::admission::policy::validate(&state.storage, &state.registry, &req, Some(&options))
         .await?;
