@@ -4,7 +4,9 @@
 
 pub mod authz;
 mod library;
+mod network;
 mod quantity;
+mod sets;
 mod typed;
 mod url;
 
@@ -53,6 +55,8 @@ pub fn context() -> Context<'static> {
     let mut ctx = Context::default();
     library::register(&mut ctx);
     quantity::register(&mut ctx);
+    network::register(&mut ctx);
+    sets::register(&mut ctx);
     url::register(&mut ctx);
     authz::register(&mut ctx);
     ctx
@@ -136,6 +140,29 @@ mod tests {
         }
         assert!(run("quantity('bad')", o.clone()).is_err());
         assert!(run("'1Gi'.isGreaterThan(quantity('1'))", o).is_err());
+    }
+
+    #[test]
+    fn ips_cidrs_and_sets() {
+        let o = serde_json::json!({"ip": "10.1.2.3", "net": "10.0.0.0/8", "tags": ["a", "b", "b"]});
+        for expr in [
+            "ip(object.ip).family() == 4 && ip('::1').isLoopback() && ip('::').isUnspecified()",
+            "ip('169.254.1.1').isLinkLocalUnicast() && ip('fe80::1').isLinkLocalUnicast()",
+            "ip('224.0.0.5').isLinkLocalMulticast() && ip('10.1.2.3').isGlobalUnicast()",
+            "!ip('255.255.255.255').isGlobalUnicast() && ip.isCanonical('2001:db8::1') && !ip.isCanonical('2001:DB8::1')",
+            "cidr(object.net).containsIP(object.ip) && cidr(object.net).containsIP(ip('10.9.9.9'))",
+            "!cidr(object.net).containsIP('11.0.0.1') && cidr(object.net).containsCIDR('10.1.0.0/16')",
+            "!cidr('10.1.0.0/16').containsCIDR(cidr(object.net)) && cidr('10.1.2.3/8').masked() == cidr('10.0.0.0/8')",
+            "cidr(object.net).prefixLength() == 8 && string(cidr('10.0.0.0/8').ip()) == '10.0.0.0'",
+            "string(ip('10.1.2.3')) == '10.1.2.3' && string(5) == '5'",
+            "sets.contains(object.tags, ['a']) && !sets.contains(object.tags, ['c'])",
+            "sets.equivalent(object.tags, ['b', 'a']) && sets.intersects(object.tags, ['c', 'b'])",
+            "'abc'.contains('b') && [1, 2].contains(2)",
+        ] {
+            assert_eq!(run(expr, o.clone()), Ok(Value::Bool(true)), "{expr}");
+        }
+        assert!(run("ip('::ffff:1.2.3.4')", o.clone()).is_err());
+        assert!(run("cidr('10.0.0.0/33')", o).is_err());
     }
 
     #[test]

@@ -214,6 +214,9 @@ fn check(expr: &str, kinds: &[Arc<ResourceDef>], has_params: bool) -> Option<Str
         "namespaceObject",
         "variables",
         "authorizer",
+        // The receivers of library functions (`ip.isCanonical`, `sets.contains`).
+        "ip",
+        "sets",
     ];
     if has_params {
         declared.push("params");
