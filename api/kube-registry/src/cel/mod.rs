@@ -1,8 +1,9 @@
 //! CEL as Kubernetes uses it (ValidatingAdmissionPolicies, webhook match conditions): the `cel` crate's
-//! language and standard functions, with Kubernetes' string, list, regex, IP, quantity, URL and
-//! authorizer libraries added, and upstream's bounds on what an expression may be.
+//! language and standard functions, with Kubernetes' string, list, sets, regex, IP and CIDR, quantity,
+//! URL, format and authorizer libraries added, and upstream's bounds on what an expression may be.
 
 pub mod authz;
+mod format;
 mod library;
 mod network;
 mod quantity;
@@ -57,6 +58,7 @@ pub fn context() -> Context<'static> {
     quantity::register(&mut ctx);
     network::register(&mut ctx);
     sets::register(&mut ctx);
+    format::register(&mut ctx);
     url::register(&mut ctx);
     authz::register(&mut ctx);
     ctx
@@ -158,6 +160,9 @@ mod tests {
             "sets.contains(object.tags, ['a']) && !sets.contains(object.tags, ['c'])",
             "sets.equivalent(object.tags, ['b', 'a']) && sets.intersects(object.tags, ['c', 'b'])",
             "'abc'.contains('b') && [1, 2].contains(2)",
+            "'%s has %d replicas (%.1f%%)'.format([object.ip, 3, 12.345]) == '10.1.2.3 has 3 replicas (12.3%)'",
+            "'%x %X %o %b %e'.format([255, 'hi', 8, 5, 1234.5]) == 'ff 6869 10 101 1.234500e+03'",
+            "'%s'.format([object.tags]) == '[\"a\", \"b\", \"b\"]'",
         ] {
             assert_eq!(run(expr, o.clone()), Ok(Value::Bool(true)), "{expr}");
         }
