@@ -103,7 +103,14 @@ async fn answer(path: &str, review: &Value) -> Value {
                     .encode(serde_json::to_vec(&p).unwrap()));
         }
         "/second" => {
-            let p = add_label(obj, "second", "yes");
+            let mut p = add_label(obj, "second", "yes");
+            // A sidecar as injectors add them: a bare container the API server must default.
+            if labels(obj).get("inject") == Some(&json!("sidecar")) {
+                if let Some(ops) = p.as_array_mut() {
+                    ops.push(json!({"op": "add", "path": "/spec/containers/-",
+                        "value": {"name": "sidecar", "image": "busybox"}}));
+                }
+            }
             resp["patchType"] = json!("JSONPatch");
             resp["patch"] =
                 json!(base64::engine::general_purpose::STANDARD
@@ -440,6 +447,21 @@ fn mutating_and_reinvoked(env: &Env) {
     assert_eq!(
         labels(&first[1]["object"]).get("second"),
         Some(&json!("yes"))
+    );
+    // A container a webhook adds is defaulted as one a client sends.
+    env.ok_stdin(
+        &["apply", "-f", "-"],
+        Some(&pod("hooks", "injected", "inject: sidecar")),
+    );
+    let injected: Value =
+        serde_json::from_str(&env.ok(&["get", "pod", "-n", "hooks", "injected", "-o", "json"]))
+            .unwrap();
+    let sidecar = &injected["spec"]["containers"][1];
+    assert_eq!(sidecar["name"], "sidecar", "{injected}");
+    assert_eq!(sidecar["imagePullPolicy"], "Always", "{sidecar}");
+    assert_eq!(
+        sidecar["terminationMessagePath"], "/dev/termination-log",
+        "{sidecar}"
     );
     // objectSelector: the first webhook skips pods labelled skip-first; the second still labels them.
     let before = env.calls("/first").len();

@@ -140,6 +140,9 @@ impl Webhooks {
                     .map_err(|e| ApiError::Internal(e.to_string()))?;
                 let before = obj.clone();
                 *obj = back_to_stored(versioned, matched, req.stored);
+                // What a webhook added is defaulted as a client's object is (a container it injects gets
+                // its pull policy and termination message path), as upstream defaults the patched object.
+                keel_kube_registry::strategy::of(req.stored).set_defaults(req.stored, obj);
                 annotate(*obj != before);
                 Ok(())
             }
