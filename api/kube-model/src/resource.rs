@@ -223,6 +223,26 @@ macro_rules! res {
     };
 }
 
+/// HorizontalPodAutoscalers, served in `autoscaling/v2` and `v1`.
+fn horizontal_pod_autoscalers() -> Arc<ResourceDef> {
+    res!(
+        "autoscaling",
+        "HorizontalPodAutoscaler",
+        "horizontalpodautoscalers",
+        "horizontalpodautoscaler",
+        ns = true,
+        short = &["hpa"],
+        cat = ALL,
+        status = true,
+        scale = false,
+        storage = "horizontalpodautoscalers",
+        printer = HorizontalPodAutoscaler,
+        fields = NONE,
+        cou = false,
+        gen = false
+    )
+}
+
 /// `def` served in another version than the macro's `v1`.
 fn in_version(def: Arc<ResourceDef>, version: &'static str) -> Arc<ResourceDef> {
     let mut d = Arc::unwrap_or_clone(def);
@@ -574,41 +594,8 @@ pub static BUILTIN: LazyLock<Vec<Arc<ResourceDef>>> = LazyLock::new(|| {
             gen = false
         ),
         // autoscaling/v2 is stored and preferred; v1 is the same objects seen through upstream's conversion.
-        in_version(
-            res!(
-                "autoscaling",
-                "HorizontalPodAutoscaler",
-                "horizontalpodautoscalers",
-                "horizontalpodautoscaler",
-                ns = true,
-                short = &["hpa"],
-                cat = ALL,
-                status = true,
-                scale = false,
-                storage = "horizontalpodautoscalers",
-                printer = HorizontalPodAutoscaler,
-                fields = NONE,
-                cou = false,
-                gen = false
-            ),
-            "v2",
-        ),
-        res!(
-            "autoscaling",
-            "HorizontalPodAutoscaler",
-            "horizontalpodautoscalers",
-            "horizontalpodautoscaler",
-            ns = true,
-            short = &["hpa"],
-            cat = ALL,
-            status = true,
-            scale = false,
-            storage = "horizontalpodautoscalers",
-            printer = HorizontalPodAutoscaler,
-            fields = NONE,
-            cou = false,
-            gen = false
-        ),
+        in_version(horizontal_pod_autoscalers(), "v2"),
+        horizontal_pod_autoscalers(),
         res!(
             "batch",
             "Job",

@@ -288,44 +288,71 @@ pub fn for_utilization(
         utilization: Some(utilization),
         average_milli: average,
     };
+    let replicas = settle(current, ratio, &g, tuning, |up_with_unready| {
+        let fill = |samples: &mut BTreeMap<String, Sample>,
+                    names: &BTreeSet<String>,
+                    milli: &dyn Fn(&str) -> i64| {
+            for n in names {
+                samples.insert(
+                    n.clone(),
+                    Sample {
+                        milli: milli(n),
+                        timestamp: now,
+                        window: Duration::ZERO,
+                    },
+                );
+            }
+        };
+        if ratio < 1.0 {
+            // A pod without a sample may be busy: assume it uses its request (or the target, if higher).
+            let fallback = i64::from(target.max(100));
+            fill(&mut samples, &g.missing, &|m| {
+                requests
+                    .get(m)
+                    .copied()
+                    .unwrap_or(0)
+                    .saturating_mul(fallback)
+                    / 100
+            });
+        } else if ratio > 1.0 {
+            fill(&mut samples, &g.missing, &|_| 0);
+        }
+        if up_with_unready {
+            fill(&mut samples, &g.unready, &|_| 0);
+        }
+        let (adjusted, _, _) = utilization_ratio(&samples, &requests, target)?;
+        Ok((adjusted, samples.len()))
+    })?;
+    Ok(proposal(replicas))
+}
+
+/// Upstream's last step, shared by every per-pod target: within tolerance the count stays; with every pod
+/// sampled and none unready on the way up, the ratio scales the ready pods; otherwise `adjusted` fills in
+/// the conservative guesses (told whether unready pods count as 0) and the count moves only if the
+/// adjusted ratio still points the same way.
+fn settle(
+    current: i32,
+    ratio: f64,
+    g: &Groups,
+    tuning: &Tuning,
+    adjusted: impl FnOnce(bool) -> Result<(f64, usize), CalcError>,
+) -> Result<i32, CalcError> {
     let up_with_unready = !g.unready.is_empty() && ratio > 1.0;
     if !up_with_unready && g.missing.is_empty() {
         if (1.0 - ratio).abs() <= tuning.tolerance {
-            return Ok(proposal(current));
+            return Ok(current);
         }
-        return Ok(proposal(ceil_replicas(ratio * g.ready as f64)));
+        return Ok(ceil_replicas(ratio * g.ready as f64));
     }
-    let now_sample = |milli| Sample {
-        milli,
-        timestamp: now,
-        window: Duration::ZERO,
-    };
-    if ratio < 1.0 {
-        // A pod without a sample may be busy: assume it uses its request (or the target, if higher).
-        let fallback = i64::from(target.max(100));
-        for m in &g.missing {
-            let r = requests.get(m).copied().unwrap_or(0);
-            samples.insert(m.clone(), now_sample(r.saturating_mul(fallback) / 100));
-        }
-    } else if ratio > 1.0 {
-        for m in &g.missing {
-            samples.insert(m.clone(), now_sample(0));
-        }
-    }
-    if up_with_unready {
-        for u in &g.unready {
-            samples.insert(u.clone(), now_sample(0));
-        }
-    }
-    let (adjusted, _, _) = utilization_ratio(&samples, &requests, target)?;
+    let (adjusted, counted) = adjusted(up_with_unready)?;
     if keeps(ratio, adjusted, tuning.tolerance) {
-        return Ok(proposal(current));
+        return Ok(current);
     }
-    let replicas = ceil_replicas(adjusted * samples.len() as f64);
+    let replicas = ceil_replicas(adjusted * counted as f64);
     if (adjusted < 1.0 && replicas > current) || (adjusted > 1.0 && replicas < current) {
-        return Ok(proposal(current));
+        return Ok(current);
     }
-    Ok(proposal(replicas))
+    Ok(replicas)
 }
 
 /// The replicas an average-value target (`target_milli` per pod) asks for; `cpu` turns on the doubt
@@ -358,35 +385,24 @@ pub fn for_average_value(
         utilization: None,
         average_milli: average,
     };
-    let up_with_unready = !g.unready.is_empty() && ratio > 1.0;
-    if !up_with_unready && g.missing.is_empty() {
-        if (1.0 - ratio).abs() <= tuning.tolerance {
-            return Ok(proposal(current));
-        }
-        return Ok(proposal(ceil_replicas(ratio * g.ready as f64)));
-    }
-    let now_sample = |milli| Sample {
-        milli,
-        timestamp: now,
-        window: Duration::ZERO,
-    };
-    for m in &g.missing {
+    let replicas = settle(current, ratio, &g, tuning, |up_with_unready| {
+        let sample = |milli| Sample {
+            milli,
+            timestamp: now,
+            window: Duration::ZERO,
+        };
+        // A pod without a sample counts as at the target on the way down, as idle on the way up.
         let guess = if ratio < 1.0 { target_milli } else { 0 };
-        samples.insert(m.clone(), now_sample(guess));
-    }
-    if up_with_unready {
-        for u in &g.unready {
-            samples.insert(u.clone(), now_sample(0));
+        for m in &g.missing {
+            samples.insert(m.clone(), sample(guess));
         }
-    }
-    let (adjusted, _) = ratio_of(&samples);
-    if keeps(ratio, adjusted, tuning.tolerance) {
-        return Ok(proposal(current));
-    }
-    let replicas = ceil_replicas(adjusted * samples.len() as f64);
-    if (adjusted < 1.0 && replicas > current) || (adjusted > 1.0 && replicas < current) {
-        return Ok(proposal(current));
-    }
+        if up_with_unready {
+            for u in &g.unready {
+                samples.insert(u.clone(), sample(0));
+            }
+        }
+        Ok((ratio_of(&samples).0, samples.len()))
+    })?;
     Ok(proposal(replicas))
 }
 
