@@ -69,346 +69,249 @@ fn parsed(taken: &Map<String, Value>, key: &str) -> Option<Value> {
     serde_json::from_str(taken.get(key)?.as_str()?).ok()
 }
 
-/// A v2 MetricSpec in v1's annotation shape.
-fn spec_to_v1(m: &Value) -> Value {
-    let ty = m.get("type").cloned().unwrap_or(json!(""));
-    let mut out = Map::new();
-    out.insert("type".into(), ty.clone());
-    let zero = json!("0");
-    match ty.as_str().unwrap_or("") {
-        "Object" => {
-            let mut o = Map::new();
-            put(&mut o, "target", m.pointer("/object/describedObject"));
-            put(&mut o, "metricName", m.pointer("/object/metric/name"));
-            put(
-                &mut o,
-                "targetValue",
-                Some(m.pointer("/object/target/value").unwrap_or(&zero)),
-            );
-            put(&mut o, "selector", m.pointer("/object/metric/selector"));
-            put(
-                &mut o,
-                "averageValue",
-                m.pointer("/object/target/averageValue"),
-            );
-            out.insert("object".into(), Value::Object(o));
-        }
-        "Pods" => {
-            let mut o = Map::new();
-            put(&mut o, "metricName", m.pointer("/pods/metric/name"));
-            put(
-                &mut o,
-                "targetAverageValue",
-                Some(m.pointer("/pods/target/averageValue").unwrap_or(&zero)),
-            );
-            put(&mut o, "selector", m.pointer("/pods/metric/selector"));
-            out.insert("pods".into(), Value::Object(o));
-        }
-        "Resource" | "ContainerResource" => {
-            let key = if ty == "Resource" {
-                "resource"
-            } else {
-                "containerResource"
-            };
-            let src = m.get(key).cloned().unwrap_or_default();
-            let mut o = Map::new();
-            put(&mut o, "name", src.get("name"));
-            put(
-                &mut o,
+/// One metric source's fields in v1's annotation shape: (v1 key, path in the v2 member, written as "0"
+/// when absent because v1's field is not optional).
+type Fields = &'static [(&'static str, &'static str, bool)];
+
+/// How each source of a MetricSpec maps between the versions (the member keeps its name).
+const SPEC_FIELDS: &[(&str, &str, Fields)] = &[
+    (
+        "Object",
+        "object",
+        &[
+            ("target", "describedObject", false),
+            ("metricName", "metric/name", false),
+            ("targetValue", "target/value", true),
+            ("selector", "metric/selector", false),
+            ("averageValue", "target/averageValue", false),
+        ],
+    ),
+    (
+        "Pods",
+        "pods",
+        &[
+            ("metricName", "metric/name", false),
+            ("targetAverageValue", "target/averageValue", true),
+            ("selector", "metric/selector", false),
+        ],
+    ),
+    (
+        "Resource",
+        "resource",
+        &[
+            ("name", "name", false),
+            (
                 "targetAverageUtilization",
-                src.pointer("/target/averageUtilization"),
-            );
-            put(
-                &mut o,
-                "targetAverageValue",
-                src.pointer("/target/averageValue"),
-            );
-            put(&mut o, "container", src.get("container"));
-            out.insert(key.into(), Value::Object(o));
+                "target/averageUtilization",
+                false,
+            ),
+            ("targetAverageValue", "target/averageValue", false),
+        ],
+    ),
+    (
+        "ContainerResource",
+        "containerResource",
+        &[
+            ("name", "name", false),
+            (
+                "targetAverageUtilization",
+                "target/averageUtilization",
+                false,
+            ),
+            ("targetAverageValue", "target/averageValue", false),
+            ("container", "container", false),
+        ],
+    ),
+    (
+        "External",
+        "external",
+        &[
+            ("metricName", "metric/name", false),
+            ("metricSelector", "metric/selector", false),
+            ("targetValue", "target/value", false),
+            ("targetAverageValue", "target/averageValue", false),
+        ],
+    ),
+];
+
+/// The same for a MetricStatus.
+const STATUS_FIELDS: &[(&str, &str, Fields)] = &[
+    (
+        "Object",
+        "object",
+        &[
+            ("target", "describedObject", false),
+            ("metricName", "metric/name", false),
+            ("currentValue", "current/value", true),
+            ("selector", "metric/selector", false),
+            ("averageValue", "current/averageValue", false),
+        ],
+    ),
+    (
+        "Pods",
+        "pods",
+        &[
+            ("metricName", "metric/name", false),
+            ("currentAverageValue", "current/averageValue", true),
+            ("selector", "metric/selector", false),
+        ],
+    ),
+    (
+        "Resource",
+        "resource",
+        &[
+            ("name", "name", false),
+            (
+                "currentAverageUtilization",
+                "current/averageUtilization",
+                false,
+            ),
+            ("currentAverageValue", "current/averageValue", true),
+        ],
+    ),
+    (
+        "ContainerResource",
+        "containerResource",
+        &[
+            ("name", "name", false),
+            (
+                "currentAverageUtilization",
+                "current/averageUtilization",
+                false,
+            ),
+            ("currentAverageValue", "current/averageValue", true),
+            ("container", "container", false),
+        ],
+    ),
+    (
+        "External",
+        "external",
+        &[
+            ("metricName", "metric/name", false),
+            ("metricSelector", "metric/selector", false),
+            ("currentValue", "current/value", true),
+            ("currentAverageValue", "current/averageValue", false),
+        ],
+    ),
+];
+
+/// The row of `table` for a metric's type, if it has one.
+fn row(
+    table: &'static [(&str, &str, Fields)],
+    m: &Value,
+) -> (Value, Option<(&'static str, Fields)>) {
+    let ty = m.get("type").cloned().unwrap_or(json!(""));
+    let found = table
+        .iter()
+        .find(|(t, _, _)| ty.as_str() == Some(*t))
+        .map(|(_, member, fields)| (*member, *fields));
+    (ty, found)
+}
+
+/// A v2 metric (spec or status) in v1's annotation shape.
+fn metric_to_v1(table: &'static [(&str, &str, Fields)], m: &Value) -> Value {
+    let (ty, found) = row(table, m);
+    let mut out = Map::new();
+    out.insert("type".into(), ty);
+    if let Some((member, fields)) = found {
+        let zero = json!("0");
+        let mut o = Map::new();
+        for (v1, v2, required) in fields {
+            let v = m.pointer(&format!("/{member}/{v2}"));
+            put(&mut o, v1, v.or(required.then_some(&zero)));
         }
-        "External" => {
-            let mut o = Map::new();
-            put(&mut o, "metricName", m.pointer("/external/metric/name"));
-            put(
-                &mut o,
-                "metricSelector",
-                m.pointer("/external/metric/selector"),
-            );
-            put(&mut o, "targetValue", m.pointer("/external/target/value"));
-            put(
-                &mut o,
-                "targetAverageValue",
-                m.pointer("/external/target/averageValue"),
-            );
-            out.insert("external".into(), Value::Object(o));
-        }
-        _ => {}
+        out.insert(member.into(), Value::Object(o));
     }
     Value::Object(out)
 }
 
-/// A v1 annotation MetricSpec as v2's.
-fn spec_from_v1(m: &Value) -> Value {
-    let ty = m.get("type").cloned().unwrap_or(json!(""));
+/// Sets `path` (`a/b`) in `m`, making the maps on the way.
+fn set_in(m: &mut Map<String, Value>, path: &str, v: Value) {
+    match path.split_once('/') {
+        Some((head, rest)) => {
+            if let Some(inner) = m
+                .entry(head.to_string())
+                .or_insert_with(|| json!({}))
+                .as_object_mut()
+            {
+                set_in(inner, rest, v);
+            }
+        }
+        None => {
+            m.insert(path.into(), v);
+        }
+    }
+}
+
+/// A v1 annotation metric (spec or status) as v2's; `always` names the parts v2 requires even empty.
+fn metric_from_v1(
+    table: &'static [(&str, &str, Fields)],
+    m: &Value,
+    always: &[&str],
+) -> (Map<String, Value>, Option<&'static str>) {
+    let (ty, found) = row(table, m);
     let mut out = Map::new();
-    out.insert("type".into(), ty.clone());
-    let metric = |name: Option<&Value>, sel: Option<&Value>| {
-        let mut id = Map::new();
-        put(&mut id, "name", name);
-        put(&mut id, "selector", sel);
-        Value::Object(id)
+    out.insert("type".into(), ty);
+    let Some((member, fields)) = found else {
+        return (out, None);
     };
-    let target = |kind: &str, value: Option<&Value>, avg: Option<&Value>, util: Option<&Value>| {
-        let mut t = Map::new();
-        t.insert("type".into(), json!(kind));
-        put(&mut t, "value", value);
-        put(&mut t, "averageValue", avg);
-        put(&mut t, "averageUtilization", util);
-        Value::Object(t)
-    };
-    let present = |v: Option<&Value>| v.is_some_and(|v| !v.is_null());
-    match ty.as_str().unwrap_or("") {
-        "Object" => {
-            let o = m.get("object").cloned().unwrap_or_default();
-            let avg = o.get("averageValue");
-            let kind = if present(avg) {
-                "AverageValue"
-            } else {
-                "Value"
-            };
-            let mut s = Map::new();
-            put(&mut s, "describedObject", o.get("target"));
-            s.insert(
-                "metric".into(),
-                metric(o.get("metricName"), o.get("selector")),
-            );
-            s.insert(
-                "target".into(),
-                target(kind, o.get("targetValue"), avg, None),
-            );
-            out.insert("object".into(), Value::Object(s));
+    let src = m.get(member).cloned().unwrap_or_default();
+    let mut s = Map::new();
+    for part in always {
+        s.insert((*part).into(), json!({}));
+    }
+    for (v1, v2, _) in fields {
+        if let Some(v) = src.get(*v1).filter(|v| !v.is_null()) {
+            set_in(&mut s, v2, v.clone());
         }
-        "Pods" => {
-            let o = m.get("pods").cloned().unwrap_or_default();
-            let mut s = Map::new();
-            s.insert(
-                "metric".into(),
-                metric(o.get("metricName"), o.get("selector")),
-            );
-            s.insert(
-                "target".into(),
-                target("AverageValue", None, o.get("targetAverageValue"), None),
-            );
-            out.insert("pods".into(), Value::Object(s));
+    }
+    out.insert(member.into(), Value::Object(s));
+    (out, Some(member))
+}
+
+/// A v2 MetricSpec in v1's annotation shape.
+fn spec_to_v1(m: &Value) -> Value {
+    metric_to_v1(SPEC_FIELDS, m)
+}
+
+/// A v1 annotation MetricSpec as v2's, its target's type inferred as upstream's conversion does.
+fn spec_from_v1(m: &Value) -> Value {
+    let (mut out, member) = metric_from_v1(SPEC_FIELDS, m, &["target"]);
+    if let Some(member) = member {
+        let has = |p: &str| {
+            out.get(member)
+                .and_then(|s| s.pointer(p))
+                .is_some_and(|v| !v.is_null())
+        };
+        let kind = match member {
+            "pods" => "AverageValue",
+            "resource" | "containerResource" if has("/target/averageUtilization") => "Utilization",
+            "resource" | "containerResource" => "AverageValue",
+            _ if has("/target/averageValue") => "AverageValue",
+            _ => "Value",
+        };
+        if !matches!(member, "resource" | "containerResource") && !has("/metric") {
+            set_in(&mut out, &format!("{member}/metric"), json!({}));
         }
-        "Resource" | "ContainerResource" => {
-            let key = if ty == "Resource" {
-                "resource"
-            } else {
-                "containerResource"
-            };
-            let o = m.get(key).cloned().unwrap_or_default();
-            let util = o.get("targetAverageUtilization");
-            let kind = if present(util) {
-                "Utilization"
-            } else {
-                "AverageValue"
-            };
-            let mut s = Map::new();
-            put(&mut s, "name", o.get("name"));
-            put(&mut s, "container", o.get("container"));
-            s.insert(
-                "target".into(),
-                target(kind, None, o.get("targetAverageValue"), util),
-            );
-            out.insert(key.into(), Value::Object(s));
-        }
-        "External" => {
-            let o = m.get("external").cloned().unwrap_or_default();
-            let avg = o.get("targetAverageValue");
-            let kind = if present(avg) {
-                "AverageValue"
-            } else {
-                "Value"
-            };
-            let mut s = Map::new();
-            s.insert(
-                "metric".into(),
-                metric(o.get("metricName"), o.get("metricSelector")),
-            );
-            s.insert(
-                "target".into(),
-                target(kind, o.get("targetValue"), avg, None),
-            );
-            out.insert("external".into(), Value::Object(s));
-        }
-        _ => {}
+        set_in(&mut out, &format!("{member}/target/type"), json!(kind));
     }
     Value::Object(out)
 }
 
 /// A v2 MetricStatus in v1's annotation shape.
 fn status_to_v1(m: &Value) -> Value {
-    let ty = m.get("type").cloned().unwrap_or(json!(""));
-    let mut out = Map::new();
-    out.insert("type".into(), ty.clone());
-    let zero = json!("0");
-    match ty.as_str().unwrap_or("") {
-        "Object" => {
-            let mut o = Map::new();
-            put(&mut o, "target", m.pointer("/object/describedObject"));
-            put(&mut o, "metricName", m.pointer("/object/metric/name"));
-            put(
-                &mut o,
-                "currentValue",
-                Some(m.pointer("/object/current/value").unwrap_or(&zero)),
-            );
-            put(&mut o, "selector", m.pointer("/object/metric/selector"));
-            put(
-                &mut o,
-                "averageValue",
-                m.pointer("/object/current/averageValue"),
-            );
-            out.insert("object".into(), Value::Object(o));
-        }
-        "Pods" => {
-            let mut o = Map::new();
-            put(&mut o, "metricName", m.pointer("/pods/metric/name"));
-            put(
-                &mut o,
-                "currentAverageValue",
-                Some(m.pointer("/pods/current/averageValue").unwrap_or(&zero)),
-            );
-            put(&mut o, "selector", m.pointer("/pods/metric/selector"));
-            out.insert("pods".into(), Value::Object(o));
-        }
-        "Resource" | "ContainerResource" => {
-            let key = if ty == "Resource" {
-                "resource"
-            } else {
-                "containerResource"
-            };
-            let src = m.get(key).cloned().unwrap_or_default();
-            let mut o = Map::new();
-            put(&mut o, "name", src.get("name"));
-            put(
-                &mut o,
-                "currentAverageUtilization",
-                src.pointer("/current/averageUtilization"),
-            );
-            put(
-                &mut o,
-                "currentAverageValue",
-                Some(src.pointer("/current/averageValue").unwrap_or(&zero)),
-            );
-            put(&mut o, "container", src.get("container"));
-            out.insert(key.into(), Value::Object(o));
-        }
-        "External" => {
-            let mut o = Map::new();
-            put(&mut o, "metricName", m.pointer("/external/metric/name"));
-            put(
-                &mut o,
-                "metricSelector",
-                m.pointer("/external/metric/selector"),
-            );
-            put(
-                &mut o,
-                "currentValue",
-                Some(m.pointer("/external/current/value").unwrap_or(&zero)),
-            );
-            put(
-                &mut o,
-                "currentAverageValue",
-                m.pointer("/external/current/averageValue"),
-            );
-            out.insert("external".into(), Value::Object(o));
-        }
-        _ => {}
-    }
-    Value::Object(out)
+    metric_to_v1(STATUS_FIELDS, m)
 }
 
 /// A v1 annotation MetricStatus as v2's.
 fn status_from_v1(m: &Value) -> Value {
-    let ty = m.get("type").cloned().unwrap_or(json!(""));
-    let mut out = Map::new();
-    out.insert("type".into(), ty.clone());
-    let metric = |name: Option<&Value>, sel: Option<&Value>| {
-        let mut id = Map::new();
-        put(&mut id, "name", name);
-        put(&mut id, "selector", sel);
-        Value::Object(id)
-    };
-    let current = |value: Option<&Value>, avg: Option<&Value>, util: Option<&Value>| {
-        let mut c = Map::new();
-        put(&mut c, "value", value);
-        put(&mut c, "averageValue", avg);
-        put(&mut c, "averageUtilization", util);
-        Value::Object(c)
-    };
-    match ty.as_str().unwrap_or("") {
-        "Object" => {
-            let o = m.get("object").cloned().unwrap_or_default();
-            let mut s = Map::new();
-            put(&mut s, "describedObject", o.get("target"));
-            s.insert(
-                "metric".into(),
-                metric(o.get("metricName"), o.get("selector")),
-            );
-            s.insert(
-                "current".into(),
-                current(o.get("currentValue"), o.get("averageValue"), None),
-            );
-            out.insert("object".into(), Value::Object(s));
+    let (mut out, member) = metric_from_v1(STATUS_FIELDS, m, &["current"]);
+    if let Some(member) = member {
+        if !matches!(member, "resource" | "containerResource")
+            && out.get(member).and_then(|s| s.get("metric")).is_none()
+        {
+            set_in(&mut out, &format!("{member}/metric"), json!({}));
         }
-        "Pods" => {
-            let o = m.get("pods").cloned().unwrap_or_default();
-            let mut s = Map::new();
-            s.insert(
-                "metric".into(),
-                metric(o.get("metricName"), o.get("selector")),
-            );
-            s.insert(
-                "current".into(),
-                current(None, o.get("currentAverageValue"), None),
-            );
-            out.insert("pods".into(), Value::Object(s));
-        }
-        "Resource" | "ContainerResource" => {
-            let key = if ty == "Resource" {
-                "resource"
-            } else {
-                "containerResource"
-            };
-            let o = m.get(key).cloned().unwrap_or_default();
-            let mut s = Map::new();
-            put(&mut s, "name", o.get("name"));
-            put(&mut s, "container", o.get("container"));
-            s.insert(
-                "current".into(),
-                current(
-                    None,
-                    o.get("currentAverageValue"),
-                    o.get("currentAverageUtilization"),
-                ),
-            );
-            out.insert(key.into(), Value::Object(s));
-        }
-        "External" => {
-            let o = m.get("external").cloned().unwrap_or_default();
-            let mut s = Map::new();
-            s.insert(
-                "metric".into(),
-                metric(o.get("metricName"), o.get("metricSelector")),
-            );
-            s.insert(
-                "current".into(),
-                current(o.get("currentValue"), o.get("currentAverageValue"), None),
-            );
-            out.insert("external".into(), Value::Object(s));
-        }
-        _ => {}
     }
     Value::Object(out)
 }
