@@ -47,6 +47,7 @@ pub const SYNC_PERIOD: Duration = Duration::from_secs(15);
 pub const DOWNSCALE_STABILIZATION: Duration = Duration::from_secs(300);
 
 /// What the controller keeps per HPA between syncs.
+#[derive(Default)]
 struct Entry {
     history: History,
     synced: Option<(Instant, Option<HorizontalPodAutoscalerSpec>)>,
@@ -469,13 +470,13 @@ async fn reconcile(
     // Syncs come every SYNC_PERIOD; the controller's own status writes (and other updates that leave the
     // spec alone) do not bring them forward.
     if let Ok(mut m) = memory.0.lock() {
-        let live: std::collections::HashSet<String> =
-            store.state().iter().map(|h| key_of(h)).collect();
-        m.retain(|k, _| live.contains(k));
-        let e = m.entry(key.clone()).or_insert_with(|| Entry {
-            history: History::default(),
-            synced: None,
-        });
+        // Deleted HPAs are not reconciled: their entries go when the memory outgrows the cache.
+        let hpas = store.state();
+        if m.len() > hpas.len() {
+            let live: std::collections::HashSet<String> = hpas.iter().map(|h| key_of(h)).collect();
+            m.retain(|k, _| live.contains(k));
+        }
+        let e = m.entry(key.clone()).or_default();
         if let Some((at, spec)) = &e.synced {
             if *spec == hpa.spec && at.elapsed() < SYNC_PERIOD {
                 return Ok(Action::requeue(SYNC_PERIOD - at.elapsed()));
@@ -624,10 +625,7 @@ async fn sync(
         };
         let normalized = match memory.0.lock() {
             Ok(mut m) => {
-                let e = m.entry(key.to_string()).or_insert_with(|| Entry {
-                    history: History::default(),
-                    synced: None,
-                });
+                let e = m.entry(key.to_string()).or_default();
                 match &spec.behavior {
                     Some(b) => e
                         .history

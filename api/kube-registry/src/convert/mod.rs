@@ -68,9 +68,7 @@ pub fn to_storage(def: &ResourceDef, mut obj: Value) -> Value {
         }
         return obj;
     }
-    // Conversion may be asked twice on one write (the handler and the version layer): once stored, an
-    // HPA stays as it is.
-    if is_hpa_v1(def) && obj.get("apiVersion").and_then(Value::as_str) != Some("autoscaling/v2") {
+    if is_hpa_v1(def) {
         return hpa_v1::from_v1(obj);
     }
     if is_events_v1(def) {
@@ -102,7 +100,7 @@ pub fn from_storage(def: &ResourceDef, mut obj: Value) -> Value {
         }
         return obj;
     }
-    if is_hpa_v1(def) && obj.get("apiVersion").and_then(Value::as_str) != Some("autoscaling/v1") {
+    if is_hpa_v1(def) {
         return hpa_v1::to_v1(obj);
     }
     if is_events_v1(def) {

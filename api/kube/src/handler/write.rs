@@ -120,14 +120,14 @@ pub fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
     resp
 }
 
-/// Decodes, type-checks and converts a create/update body into its stored form, with its warnings.
+/// Decodes and type-checks a create/update body (still in the requested version: the caller converts it
+/// once, through `versions::stored`), with its warnings.
 fn incoming(call: &Call) -> Result<(Value, Vec<String>), ApiError> {
     let def = &call.route.def;
     let mut obj = body::decode(&call.headers, &call.body)?;
     check_type(def, &mut obj)?;
     let warnings = field_validation_body(call, def, &mut obj)?;
     validate::shape(def, &mut obj)?;
-    let mut obj = convert::to_storage(def, obj);
     let body_ns = object::namespace(&obj).to_string();
     match call.ns() {
         Some(ns) => {
